@@ -1,0 +1,38 @@
+"""aclnn_gpu: Huawei CANN aclnn operators on NVIDIA GPUs (CuPy) and on any CPU (NumPy), behind the
+two-phase API Ascend code already calls.
+
+Everything of the public contract is importable from here: the ACL runtime (`aclrt*`), the meta API
+(`aclCreateTensor`, executors, `aclGetRecentErrMsg`), the operators (`aclnn*`), every enum as an
+IntEnum and as module constants, `AclnnError`, `current_device_kind()`, and `functional`.
+"""
+from __future__ import annotations
+
+from . import status as _status
+from .errors import AclnnError, aclGetRecentErrMsg
+from .executor import aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable
+from .ops.registry import *  # noqa: F401,F403 - the aclnn* operator functions
+from .ops.registry import __all__ as _ops_all
+from .runtime import (
+    aclFinalize, aclInit, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtCreateStream,
+    aclrtCreateStreamWithConfig, aclrtCtxSetSysParamOpt, aclrtDestroyEvent, aclrtDestroyStream,
+    aclrtEvent, aclrtEventElapsedTime, aclrtFree, aclrtFreeHost, aclrtGetDevice, aclrtGetDeviceCount,
+    aclrtGetSysParamOpt, aclrtMalloc, aclrtMallocHost, aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset,
+    aclrtMemsetAsync, aclrtQueryEventStatus, aclrtRecordEvent, aclrtResetDevice, aclrtSetDevice, aclrtStream,
+    aclrtStreamWaitEvent, aclrtSynchronizeDevice, aclrtSynchronizeEvent, aclrtSynchronizeStream,
+    current_device_kind,
+)
+from .status import *  # noqa: F401,F403 - enums and their members as constants
+from .tensor import (
+    aclCreateIntArray, aclCreateScalar, aclCreateTensor, aclDestroyIntArray, aclDestroyScalar, aclDestroyTensor,
+    aclGetDataType, aclGetFormat, aclGetStorageShape, aclGetViewOffset, aclGetViewShape, aclGetViewStrides,
+    aclIntArray, aclScalar, aclTensor,
+)
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "functional":  # imported lazily: it pulls in DLPack helpers
+        import importlib
+        return importlib.import_module(".functional", __name__)
+    raise AttributeError(f"module 'aclnn_gpu' has no attribute {name!r}")

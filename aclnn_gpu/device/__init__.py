@@ -1,0 +1,1 @@
+"""Device implementations behind one interface: cpu, cuda (CuPy) and emulated."""

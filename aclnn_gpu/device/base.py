@@ -1,0 +1,109 @@
+"""The interface every device implements: memory, streams, events and running an operator plan.
+
+The runtime layer (`aclnn_gpu.runtime`) validates every argument (pointers against the registry,
+handles, sizes) before it calls a device, so a device method may assume its inputs are sound.
+Three implementations: `cpu` (NumPy on host buffers, streams are worker threads), `cuda` (CuPy)
+and `emulated` (the cuda device's code over a CuPy-shaped layer that runs the kernels on the CPU).
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from .registry import Registry
+
+
+class DeviceStream(abc.ABC):
+    """A device's in-order queue."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Wait for queued work; raise the first failure of queued work (once)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Drain and release."""
+
+
+class DeviceEvent(abc.ABC):
+    @abc.abstractmethod
+    def record(self, stream: DeviceStream) -> None: ...
+
+    @abc.abstractmethod
+    def synchronize(self) -> None: ...
+
+    @abc.abstractmethod
+    def recorded(self) -> bool: ...
+
+    @abc.abstractmethod
+    def query(self) -> bool:
+        """True when the last recording has completed (or none was made)."""
+
+    @abc.abstractmethod
+    def elapsed_ms(self, end: "DeviceEvent") -> float: ...
+
+
+class Device(abc.ABC):
+    kind: str = "abstract"
+    registry: Registry
+    default_stream: DeviceStream
+
+    # ------------------------------------------------------------------ memory
+    @abc.abstractmethod
+    def malloc(self, size: int) -> int: ...
+
+    @abc.abstractmethod
+    def malloc_host(self, size: int) -> int: ...
+
+    @abc.abstractmethod
+    def free(self, ptr: int) -> None:
+        """Release an allocation made by malloc or malloc_host (after the device is idle)."""
+
+    @abc.abstractmethod
+    def copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
+        """Copy between two registered ranges (device or host); stream None = synchronous."""
+
+    @abc.abstractmethod
+    def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
+        """Copy the bytes of a host buffer object into a registered range."""
+
+    @abc.abstractmethod
+    def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
+        """Copy a registered range into a writable host buffer object."""
+
+    @abc.abstractmethod
+    def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None: ...
+
+    # ------------------------------------------------------------------ streams and events
+    @abc.abstractmethod
+    def create_stream(self) -> DeviceStream: ...
+
+    @abc.abstractmethod
+    def create_event(self) -> DeviceEvent: ...
+
+    @abc.abstractmethod
+    def stream_wait_event(self, stream: DeviceStream, event: DeviceEvent) -> None: ...
+
+    def synchronize(self) -> None:
+        """Wait for every stream of the device."""
+        for stream in self.live_streams():
+            stream.synchronize()
+
+    @abc.abstractmethod
+    def live_streams(self) -> list[DeviceStream]: ...
+
+    # ------------------------------------------------------------------ operators
+    @abc.abstractmethod
+    def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
+        """Queue an operator plan (see `aclnn_gpu.ops.plan`) on `stream`."""
+
+    def host_view(self, ptr: int, nbytes: int) -> np.ndarray:  # pragma: no cover - host devices only
+        raise NotImplementedError(f"{self.kind} memory has no host view")
+
+    def describe(self) -> str:
+        return self.kind
+
+    def close(self) -> None:
+        """Release everything (aclFinalize / aclrtResetDevice)."""

@@ -1,0 +1,146 @@
+"""The `cpu` device: host buffers as "device" memory, NumPy as the kernels, and a stream per
+worker thread, so an execute call returns before its work is done, as on a GPU."""
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .base import Device, DeviceEvent, DeviceStream
+from .hoststream import HostEventMark, HostStream
+from .registry import Allocation, Registry
+
+ALIGN = 64  # bytes; CANN guarantees 32, vector kernels want 16
+
+
+def aligned_buffer(size: int) -> tuple[int, np.ndarray]:
+    """A zero-initialised-free host buffer of `size` bytes whose first byte is ALIGN-aligned."""
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    buf = raw[start:start + size]
+    return buf.ctypes.data, buf
+
+
+class CpuStream(DeviceStream):
+    def __init__(self, name: str = "stream") -> None:
+        self.worker = HostStream(name)
+
+    def synchronize(self) -> None:
+        self.worker.synchronize()
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class HostEvent(DeviceEvent):
+    """An event over host streams: each record() queues a mark; the event refers to the latest."""
+
+    def __init__(self) -> None:
+        self.mark: HostEventMark | None = None
+
+    def record(self, stream: DeviceStream) -> None:
+        self.mark = stream.worker.record()  # type: ignore[attr-defined]
+
+    def synchronize(self) -> None:
+        if self.mark is not None:
+            self.mark.done.wait()
+
+    def recorded(self) -> bool:
+        return self.mark is not None
+
+    def query(self) -> bool:
+        return self.mark is None or self.mark.done.is_set()
+
+    def elapsed_ms(self, end: DeviceEvent) -> float:
+        assert isinstance(end, HostEvent) and self.mark is not None and end.mark is not None
+        return (end.mark.time - self.mark.time) * 1e3
+
+
+class CpuDevice(Device):
+    kind = "cpu"
+
+    def __init__(self) -> None:
+        self.registry = Registry()
+        self._streams: "weakref.WeakSet[CpuStream]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self.default_stream = self.create_stream()
+
+    # ------------------------------------------------------------------ memory
+    def _alloc(self, size: int, on_device: bool) -> int:
+        ptr, buf = aligned_buffer(size)
+        self.registry.add(Allocation(ptr, size, on_device, buf))
+        return ptr
+
+    def malloc(self, size: int) -> int:
+        return self._alloc(size, True)
+
+    def malloc_host(self, size: int) -> int:
+        return self._alloc(size, False)
+
+    def free(self, ptr: int) -> None:
+        self.synchronize_quietly()  # like cudaFree: no queued work may still use the memory
+        self.registry.remove(ptr)
+
+    def host_view(self, ptr: int, nbytes: int) -> np.ndarray:
+        alloc = self.registry.find(ptr, nbytes)
+        assert alloc is not None, "pointer ranges are validated before they reach the device"
+        start = ptr - alloc.base
+        return alloc.buffer[start:start + nbytes]
+
+    def _run(self, stream: DeviceStream | None, fn: Any) -> None:
+        if stream is None:  # synchronous: ordered after all queued work, as cudaMemcpy is
+            self.synchronize_quietly()
+            fn()
+        else:
+            stream.worker.submit(fn)  # type: ignore[attr-defined]
+
+    def copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
+        self._run(stream, lambda: ctypes.memmove(dst, src, count))
+
+    def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
+        if stream is not None:
+            host = memoryview(bytes(host))  # the caller may reuse its buffer at once
+        target = self.host_view(dst, host.nbytes)
+        self._run(stream, lambda: target.__setitem__(slice(None), np.frombuffer(host, np.uint8)))
+
+    def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
+        source = self.host_view(src, host.nbytes)
+        target = np.frombuffer(host, np.uint8)
+        self._run(stream, lambda: target.__setitem__(slice(None), source))
+
+    def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None:
+        target = self.host_view(ptr, count)
+        self._run(stream, lambda: target.fill(value & 0xFF))
+
+    # ------------------------------------------------------------------ streams and events
+    def create_stream(self) -> CpuStream:
+        stream = CpuStream(f"cpu-stream-{len(self._streams)}")
+        self._streams.add(stream)
+        return stream
+
+    def live_streams(self) -> list[DeviceStream]:
+        return [s for s in list(self._streams) if not s.worker.closed]
+
+    def synchronize_quietly(self) -> None:
+        """Drain every stream without consuming their pending errors."""
+        for stream in self.live_streams():
+            stream.worker.drain()  # type: ignore[attr-defined]
+
+    def create_event(self) -> HostEvent:
+        return HostEvent()
+
+    def stream_wait_event(self, stream: DeviceStream, event: DeviceEvent) -> None:
+        assert isinstance(event, HostEvent)
+        if event.mark is not None:
+            stream.worker.wait_mark(event.mark)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ operators
+    def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
+        stream.worker.submit(lambda: plan.run_host(self, workspace))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        for stream in self.live_streams():
+            stream.close()

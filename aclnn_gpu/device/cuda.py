@@ -1,0 +1,234 @@
+"""The `cuda` device, written against CuPy: streams, events, the memory pool, RawModule kernels and
+cuBLAS. The emulated device is this same class over `device/fakecupy.py`, a CuPy-shaped layer that
+runs on the CPU, so everything here except the few calls into real CuPy is executed in CI.
+
+What only a GPU can run (and no test here reaches) is the CuPy module itself: `cupy.cuda.alloc`,
+`Stream`, `Event`, `runtime.memcpyAsync`/`memsetAsync`, `RawModule` compilation and launch, and
+the cuBLAS call in `kernels/gemm.py`. Everything else is shared with the emulated device.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..kernels import loader
+from .base import Device, DeviceEvent, DeviceStream
+from .registry import Allocation, Registry
+
+MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: unified addressing works the direction out
+UPLOAD_RING_BYTES = 1 << 20
+UPLOAD_SLOT_BYTES = 4096
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees a GPU; never raises (a silent device check)."""
+    try:
+        import cupy
+        return bool(cupy.is_available())
+    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
+        return False
+
+
+def make_cuda_device() -> "CudaDevice":
+    import cupy
+    return CudaDevice(cupy, kind="cuda")
+
+
+class CudaStream(DeviceStream):
+    def __init__(self, cp: Any):
+        self.cupy = cp.cuda.Stream(non_blocking=True)
+
+    def synchronize(self) -> None:
+        self.cupy.synchronize()
+
+    def close(self) -> None:
+        self.cupy.synchronize()
+
+
+class CudaEvent(DeviceEvent):
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self.cupy = cp.cuda.Event()
+        self._recorded = False
+
+    def record(self, stream: DeviceStream) -> None:
+        self.cupy.record(stream.cupy)  # type: ignore[attr-defined]
+        self._recorded = True
+
+    def synchronize(self) -> None:
+        self.cupy.synchronize()
+
+    def recorded(self) -> bool:
+        return self._recorded
+
+    def query(self) -> bool:
+        return bool(self.cupy.done)
+
+    def elapsed_ms(self, end: DeviceEvent) -> float:
+        return float(self.cp.cuda.get_elapsed_time(self.cupy, end.cupy))  # type: ignore[attr-defined]
+
+
+class UploadRing:
+    """Pinned host memory for tiling uploads: each upload takes a slot, copies into it, and queues an
+    asynchronous copy; a slot is reused only after the copy that used it has completed (an event),
+    so uploads never block the host in steady state and never allocate."""
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self.memory = cp.cuda.alloc_pinned_memory(UPLOAD_RING_BYTES)
+        self.slots = UPLOAD_RING_BYTES // UPLOAD_SLOT_BYTES
+        self.events: list[Any] = [None] * self.slots
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
+        host = np.ascontiguousarray(host)
+        if host.nbytes > UPLOAD_SLOT_BYTES:  # rare: large tables get their own pinned buffer
+            pinned = self.cp.cuda.alloc_pinned_memory(host.nbytes)
+            ctypes.memmove(pinned.ptr, host.ctypes.data, host.nbytes)
+            self.cp.cuda.runtime.memcpyAsync(dst, pinned.ptr, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
+            stream.synchronize()
+            return
+        with self.lock:
+            slot = self.next
+            self.next = (self.next + 1) % self.slots
+            if self.events[slot] is not None:
+                self.events[slot].synchronize()
+            address = self.memory.ptr + slot * UPLOAD_SLOT_BYTES
+            ctypes.memmove(address, host.ctypes.data, host.nbytes)
+            self.cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
+            event = self.events[slot] or self.cp.cuda.Event(disable_timing=True)
+            event.record(stream)
+            self.events[slot] = event
+
+
+class CudaKernelContext:
+    """The KernelContext of a plan running on one stream of a CudaDevice."""
+
+    def __init__(self, device: "CudaDevice", stream: CudaStream):
+        self.device = device
+        self.stream = stream
+        self.sm_count = device.sm_count
+
+    def upload(self, dst: int, host: np.ndarray) -> None:
+        self.device.uploads.upload(dst, host, self.stream.cupy)
+
+    def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+               shared_mem: int = 0) -> None:
+        kernel = self.device.kernel(file, expr)
+        if shared_mem > 48 * 1024:
+            kernel.max_dynamic_shared_size_bytes = shared_mem
+        with self.stream.cupy:
+            kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+
+    def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
+        self.device.gemm(self.stream.cupy, *args, **kwargs)
+
+
+class CudaDevice(Device):
+    def __init__(self, cp: Any, kind: str = "cuda"):
+        self.cp = cp
+        self.kind = kind
+        self.registry = Registry()
+        self._streams: "weakref.WeakSet[CudaStream]" = weakref.WeakSet()
+        self._modules: dict[str, Any] = {}
+        self._kernels: dict[tuple[str, str], Any] = {}
+        self._module_lock = threading.Lock()
+        self.sm_count = int(cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"])
+        self.default_stream = self.create_stream()
+        self.uploads = UploadRing(cp)
+
+    # ------------------------------------------------------------------ memory
+    def _add(self, memory: Any, size: int, on_device: bool) -> int:
+        self.registry.add(Allocation(int(memory.ptr), size, on_device, memory))
+        return int(memory.ptr)
+
+    def malloc(self, size: int) -> int:
+        return self._add(self.cp.cuda.alloc(size), size, True)
+
+    def malloc_host(self, size: int) -> int:
+        return self._add(self.cp.cuda.alloc_pinned_memory(size), size, False)
+
+    def free(self, ptr: int) -> None:
+        self.cp.cuda.runtime.deviceSynchronize()  # cudaFree semantics: no queued work still uses it
+        self.registry.remove(ptr)
+
+    def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
+        runtime = self.cp.cuda.runtime
+        if stream is None:
+            runtime.deviceSynchronize()
+            runtime.memcpy(dst, src, count, MEMCPY_DEFAULT)
+        else:
+            runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, stream.cupy.ptr)  # type: ignore[attr-defined]
+
+    def copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
+        self._copy(dst, src, count, stream)
+
+    def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
+        staged = np.frombuffer(host, np.uint8)
+        self._copy(dst, staged.ctypes.data, staged.nbytes, stream)
+        if stream is not None:  # the caller may reuse its (pageable) buffer as soon as we return
+            stream.synchronize()
+
+    def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
+        target = np.frombuffer(host, np.uint8)
+        self._copy(target.ctypes.data, src, target.nbytes, stream)
+        if stream is not None:
+            stream.synchronize()
+
+    def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None:
+        runtime = self.cp.cuda.runtime
+        if stream is None:
+            runtime.deviceSynchronize()
+            runtime.memset(ptr, value & 0xFF, count)
+        else:
+            runtime.memsetAsync(ptr, value & 0xFF, count, stream.cupy.ptr)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ streams and events
+    def create_stream(self) -> CudaStream:
+        stream = CudaStream(self.cp)
+        self._streams.add(stream)
+        return stream
+
+    def live_streams(self) -> list[DeviceStream]:
+        return list(self._streams)
+
+    def create_event(self) -> CudaEvent:
+        return CudaEvent(self.cp)
+
+    def stream_wait_event(self, stream: DeviceStream, event: DeviceEvent) -> None:
+        if event.recorded():
+            stream.cupy.wait_event(event.cupy)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ kernels
+    def kernel(self, file: str, expr: str) -> Any:
+        key = (file, expr)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._module_lock:
+                module = self._modules.get(file)
+                if module is None:
+                    module = self.cp.RawModule(code=loader.source(file), options=loader.nvrtc_options(),
+                                               name_expressions=loader.name_expressions(file))
+                    self._modules[file] = module
+                kernel = self._kernels[key] = module.get_function(expr)
+        return kernel
+
+    def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
+        """cublasGemmStridedBatchedEx on `stream` (a cupy Stream); kernels/gemm.CublasGemm."""
+        from ..kernels import gemm
+        gemm.CublasGemm(stream.ptr)(*args, **kwargs)
+
+    def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
+        plan.run_kernels(CudaKernelContext(self, stream), workspace)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        name = self.cp.cuda.runtime.getDeviceProperties(0).get("name", b"")
+        return f"{self.kind} ({name.decode() if isinstance(name, bytes) else name}, {self.sm_count} SMs)"
+
+    def close(self) -> None:
+        self.cp.cuda.runtime.deviceSynchronize()

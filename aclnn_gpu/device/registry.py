@@ -1,0 +1,96 @@
+"""The live allocations, and the check every pointer handed to the library goes through.
+
+A pointer is a plain int. It is accepted only when the byte range it names lies wholly inside one
+live allocation made by this library (`aclrtMalloc` / `aclrtMallocHost`); a freed, foreign or
+too-short range is refused with a status code before anything touches memory.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import fail
+from ..status import aclError
+
+
+@dataclass(eq=False)
+class Allocation:
+    base: int
+    size: int
+    on_device: bool          # aclrtMalloc (True) or aclrtMallocHost (False)
+    buffer: Any              # what keeps the memory alive (a NumPy array, a CuPy MemoryPointer ...)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bases: list[int] = []
+        self._by_base: dict[int, Allocation] = {}
+
+    def add(self, alloc: Allocation) -> None:
+        with self._lock:
+            bisect.insort(self._bases, alloc.base)
+            self._by_base[alloc.base] = alloc
+
+    def remove(self, base: int) -> Allocation | None:
+        with self._lock:
+            alloc = self._by_base.pop(base, None)
+            if alloc is not None:
+                del self._bases[bisect.bisect_left(self._bases, base)]
+            return alloc
+
+    def get(self, base: int) -> Allocation | None:
+        return self._by_base.get(base)
+
+    def find(self, ptr: int, nbytes: int) -> Allocation | None:
+        """The allocation holding [ptr, ptr + nbytes), or None."""
+        if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0 or nbytes < 0:
+            return None
+        with self._lock:
+            i = bisect.bisect_right(self._bases, ptr) - 1
+            if i < 0:
+                return None
+            alloc = self._by_base[self._bases[i]]
+        return alloc if ptr + nbytes <= alloc.base + alloc.size else None
+
+    def check(self, ptr: Any, nbytes: int, what: str, *, status: int = aclError.ACL_ERROR_RT_PARAM_INVALID,
+              on_device: bool | None = None) -> Allocation:
+        """The allocation holding [ptr, ptr+nbytes), or OpError(status) with a message naming `what`."""
+        alloc = self.find(ptr, nbytes)
+        if alloc is None:
+            shown = hex(ptr) if isinstance(ptr, int) and not isinstance(ptr, bool) else repr(ptr)
+            fail(status, f"{what}: address {shown} with {nbytes} bytes is not inside a live allocation "
+                         "of this library (freed, foreign or too short)")
+        if on_device is not None and alloc.on_device != on_device:
+            fail(status, f"{what}: address {hex(ptr)} is {'device' if alloc.on_device else 'host'} memory, "
+                         f"expected {'device' if on_device else 'host'} memory")
+        return alloc
+
+    def borrow(self, ptr: int, size: int, owner: Any) -> Allocation | None:
+        """Register memory the library does not own (a caller's array) for the length of one call.
+        Returns the new allocation, or None when the range is already inside a live allocation.
+        Raises ValueError when it partly overlaps one (the caller then copies instead)."""
+        with self._lock:
+            i = bisect.bisect_right(self._bases, ptr) - 1
+            if i >= 0:
+                alloc = self._by_base[self._bases[i]]
+                if ptr + size <= alloc.base + alloc.size:
+                    return None
+                if ptr < alloc.base + alloc.size:
+                    raise ValueError("range partly overlaps a live allocation")
+            j = bisect.bisect_left(self._bases, ptr)
+            if j < len(self._bases) and self._bases[j] < ptr + size:
+                raise ValueError("range partly overlaps a live allocation")
+            alloc = Allocation(ptr, size, True, owner)
+            bisect.insort(self._bases, ptr)
+            self._by_base[ptr] = alloc
+            return alloc
+
+    def __len__(self) -> int:
+        return len(self._by_base)
+
+    def snapshot(self) -> list[Allocation]:
+        with self._lock:
+            return [self._by_base[b] for b in self._bases]

@@ -1,0 +1,68 @@
+"""aclDataType <-> NumPy dtype, element sizes, and the CUDA C name of each storage type."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .status import aclDataType as D
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+_NUMPY: dict[int, np.dtype] = {
+    D.ACL_FLOAT: np.dtype(np.float32),
+    D.ACL_FLOAT16: np.dtype(np.float16),
+    D.ACL_BF16: bfloat16,
+    D.ACL_DOUBLE: np.dtype(np.float64),
+    D.ACL_INT8: np.dtype(np.int8),
+    D.ACL_INT16: np.dtype(np.int16),
+    D.ACL_INT32: np.dtype(np.int32),
+    D.ACL_INT64: np.dtype(np.int64),
+    D.ACL_UINT8: np.dtype(np.uint8),
+    D.ACL_UINT16: np.dtype(np.uint16),
+    D.ACL_UINT32: np.dtype(np.uint32),
+    D.ACL_UINT64: np.dtype(np.uint64),
+    D.ACL_BOOL: np.dtype(np.bool_),
+    D.ACL_COMPLEX64: np.dtype(np.complex64),
+    D.ACL_COMPLEX128: np.dtype(np.complex128),
+}
+_ACL = {dtype: code for code, dtype in _NUMPY.items()}
+
+CUDA_TYPE = {
+    D.ACL_FLOAT: "float", D.ACL_FLOAT16: "__half", D.ACL_BF16: "__nv_bfloat16", D.ACL_DOUBLE: "double",
+    D.ACL_INT32: "int", D.ACL_INT64: "long long", D.ACL_BOOL: "bool", D.ACL_UINT8: "unsigned char",
+}
+
+FLOATS = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
+
+
+def is_known(code: int) -> bool:
+    return code in D._value2member_map_
+
+
+def to_numpy(code: int) -> np.dtype:
+    """The NumPy dtype of an aclDataType (KeyError for types with no NumPy storage)."""
+    return _NUMPY[code]
+
+
+def has_numpy(code: int) -> bool:
+    return code in _NUMPY
+
+
+def from_numpy(dtype: np.dtype) -> D:
+    return D(_ACL[np.dtype(dtype)])
+
+
+def itemsize(code: int) -> int:
+    return _NUMPY[code].itemsize
+
+
+def name(code: int) -> str:
+    try:
+        return D(code).name.removeprefix("ACL_")
+    except ValueError:
+        return f"dtype {code}"
+
+
+def math_dtype(code: int) -> np.dtype:
+    """The dtype arithmetic runs in: float64 for DOUBLE, float32 for the other float types."""
+    return np.dtype(np.float64) if code == D.ACL_DOUBLE else np.dtype(np.float32)

@@ -1,0 +1,93 @@
+"""Error plumbing: the recent-error message, the internal `OpError`, the public `AclnnError`, and
+`c_api`, the one decorator that turns a Python function into a C-style entry point.
+
+Inside the library a user error is raised as `OpError(status, message)` at the point of
+detection; `c_api` catches it at the API boundary, records the message for
+`aclGetRecentErrMsg()` and returns the status (plus `None` for each out-parameter), so nothing in
+the C-like layer ever raises for a user error. An unexpected exception is a library bug: it is
+reported the same way with an internal-error code instead of escaping.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable, NoReturn, TypeVar
+
+from .status import aclError, aclnnStatus
+
+_recent = threading.local()
+
+
+def set_recent_error(message: str) -> None:
+    _recent.message = message
+
+
+def aclGetRecentErrMsg() -> str:
+    """The last error message recorded on this thread (empty string when there is none)."""
+    return getattr(_recent, "message", "")
+
+
+class OpError(Exception):
+    """A user error detected inside the library: a status code and a one-line message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class AclnnError(RuntimeError):
+    """Raised by `aclnn_gpu.functional` instead of returning a status code."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"[{int(status)}] {message}")
+        self.status = status
+        self.message = message
+
+
+def fail(status: int, message: str) -> NoReturn:
+    raise OpError(status, message)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
+          null_result: bool = False) -> Callable[[F], F]:
+    """Make `fn` a C-style entry point.
+
+    `n_out`: how many out-parameters follow the status in the returned tuple (0: just the status).
+    `null_result`: the function returns an object or None (C's NULL), never a status.
+    On `OpError` the message is recorded and (status, None, ...) is returned.
+    """
+
+    def wrap(fn: F) -> F:
+        name = fn.__name__
+
+        def on_error(status: int, message: str) -> Any:
+            set_recent_error(message)
+            if null_result:
+                return None
+            return status if n_out == 0 else (status, *([None] * n_out))
+
+        @functools.wraps(fn)
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except OpError as e:
+                return on_error(e.status, e.message)
+            except Exception as e:  # a library bug: report it, never let it escape the C layer
+                return on_error(internal, f"{name}: internal error: {type(e).__name__}: {e}")
+
+        return entry  # type: ignore[return-value]
+
+    return wrap
+
+
+def check_status(status: int) -> None:
+    """Raise AclnnError for a non-zero status (the `functional` layer's one conversion)."""
+    if status != 0:
+        raise AclnnError(status, aclGetRecentErrMsg())
+
+
+INNER = aclnnStatus.ACLNN_ERR_INNER

@@ -1,0 +1,125 @@
+"""`aclOpExecutor`: the plan that phase 1 froze, and the phase-2 checks every operator shares.
+
+Single-use by default, as in CANN: a second run of a non-repeatable executor is refused with
+ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU.
+"""
+from __future__ import annotations
+
+import numbers
+import threading
+from typing import Any
+
+from .errors import c_api, fail
+from .status import aclnnStatus
+
+NULLPTR = aclnnStatus.ACLNN_ERR_PARAM_NULLPTR
+INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
+
+
+class aclOpExecutor:
+    __slots__ = ("op", "plan", "device", "repeatable", "spent", "destroyed", "lock", "__weakref__")
+
+    def __init__(self, op: str, plan: Any, device: Any):
+        self.op = op
+        self.plan = plan
+        self.device = device
+        self.repeatable = False
+        self.spent = False
+        self.destroyed = False
+        self.lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self.destroyed else "spent" if self.spent else "ready"
+        return f"aclOpExecutor({self.op}, workspace={self.plan.workspace_size}, {state})"
+
+
+def _executor(executor: Any, fn: str) -> aclOpExecutor:
+    if executor is None:
+        fail(aclnnStatus.ACLNN_ERR_INNER_NULLPTR, f"{fn}: executor is null")
+    if not isinstance(executor, aclOpExecutor):
+        fail(aclnnStatus.ACLNN_ERR_INNER, f"{fn}: {type(executor).__name__} is not an aclOpExecutor")
+    return executor
+
+
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
+def aclSetAclOpExecutorRepeatable(executor: aclOpExecutor) -> int:
+    ex = _executor(executor, "aclSetAclOpExecutorRepeatable")
+    if ex.destroyed or ex.spent:
+        fail(INVALID, f"aclSetAclOpExecutorRepeatable: executor of {ex.op} was already "
+                      f"{'destroyed' if ex.destroyed else 'run'}; call it right after GetWorkspaceSize")
+    ex.repeatable = True
+    return aclnnStatus.ACLNN_SUCCESS
+
+
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
+def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
+    ex = _executor(executor, "aclDestroyAclOpExecutor")
+    if ex.destroyed:
+        fail(INVALID, f"aclDestroyAclOpExecutor: executor of {ex.op} was already destroyed")
+    ex.destroyed = True
+    ex.plan = None
+    return aclnnStatus.ACLNN_SUCCESS
+
+
+def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
+    """Phase 2 of every operator: check, then enqueue the plan on the stream."""
+    from .ops.plan import check_plan_memory
+    from .runtime import get_device, resolve_stream
+
+    if executor is None:
+        fail(NULLPTR, f"{op}: executor is null")
+    if not isinstance(executor, aclOpExecutor):
+        fail(INVALID, f"{op}: executor is a {type(executor).__name__}, not an aclOpExecutor")
+    if executor.op != op:
+        fail(INVALID, f"{op}: executor was built by {executor.op}GetWorkspaceSize, not {op}GetWorkspaceSize")
+    with executor.lock:
+        if executor.destroyed:
+            fail(INVALID, f"{op}: executor was destroyed")
+        if executor.spent:
+            fail(INVALID, f"{op}: executor was already run and is not repeatable "
+                          "(call aclSetAclOpExecutorRepeatable right after GetWorkspaceSize to reuse it)")
+        device = get_device()
+        if executor.device is not device:
+            fail(INVALID, f"{op}: executor was built on a device that has since been reset")
+        if not isinstance(workspace_size, numbers.Integral) or isinstance(workspace_size, bool) or workspace_size < 0:
+            fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
+        plan = executor.plan
+        if workspace_size > 0 and workspace is None:
+            fail(NULLPTR, f"{op}: workspace is null but workspaceSize is {workspace_size}")
+        if workspace_size < plan.workspace_size:
+            fail(INVALID, f"{op}: workspaceSize {workspace_size} is smaller than the {plan.workspace_size} bytes "
+                          "GetWorkspaceSize asked for")
+        if plan.workspace_size > 0:
+            device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID, on_device=True)
+        impl = resolve_stream(stream, op, status=INVALID)
+        check_plan_memory(op, plan, device)
+        if not executor.repeatable:
+            executor.spent = True
+        if plan.has_work:
+            device.enqueue(impl, plan, int(workspace) if plan.workspace_size else 0)
+    return aclnnStatus.ACLNN_SUCCESS
+
+
+def make_execute(op: str):
+    """The phase-2 function of operator `op` (e.g. `aclnnKlDivBackward`)."""
+
+    def execute(workspace: int | None, workspaceSize: int, executor: aclOpExecutor, stream: Any) -> int:
+        return run_executor(op, workspace, workspaceSize, executor, stream)
+
+    execute.__name__ = execute.__qualname__ = op
+    execute.__doc__ = f"{op}(workspace, workspaceSize, executor, stream) -> status: enqueue the planned work."
+    return c_api(internal=aclnnStatus.ACLNN_ERR_INNER)(execute)
+
+
+def make_get_workspace_size(op: str, build):
+    """Phase 1 of `op`: `build(*args)` validates and returns a plan; wrap it into an executor."""
+    from .runtime import get_device
+
+    def get_workspace_size(*args: Any, **kwargs: Any) -> tuple[int, int, aclOpExecutor]:
+        device = get_device()
+        plan = build(device, *args, **kwargs)
+        return aclnnStatus.ACLNN_SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
+
+    get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"
+    get_workspace_size.__doc__ = build.__doc__
+    return c_api(n_out=2, internal=aclnnStatus.ACLNN_ERR_INNER)(get_workspace_size)

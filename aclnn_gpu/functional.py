@@ -1,0 +1,395 @@
+"""The pythonic layer: arrays in, arrays out, exceptions instead of status codes.
+
+Each function runs the very executors of the two-phase API: it describes the caller's arrays as
+aclTensors (zero-copy: the arrays' own memory is lent to the library for the length of the call
+when it already lives where the device computes), runs GetWorkspaceSize and the execute call on a
+stream, waits, and returns arrays of the caller's kind (NumPy, CuPy, or PyTorch via DLPack).
+Failures raise `AclnnError` carrying the status and the message. No `aclInit` is needed.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
+from .executor import aclOpExecutor
+from .runtime import aclrtStream, get_device, resolve_stream
+from .status import aclFormat
+from .tensor import aclCreateIntArray, aclCreateTensor, aclIntArray, aclTensor
+
+REDUCTION_CODES = {"none": 0, "mean": 1, "sum": 2, "batchmean": 3}
+
+
+def _reduction(value: str | int, allowed: Sequence[str]) -> int:
+    if isinstance(value, str):
+        if value not in allowed:
+            raise AclnnError(161002, f"reduction {value!r} must be one of {', '.join(allowed)}")
+        return REDUCTION_CODES[value]
+    return int(value)
+
+
+def _reduction_name(value: str | int | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    names = {0: "none", 1: "mean", 2: "sum"}
+    if int(value) not in names:
+        raise AclnnError(161002, f"reduction code {value!r} must be 0 (none), 1 (mean) or 2 (sum)")
+    return names[int(value)]
+
+
+def _array_kind(array: Any) -> str:
+    module = type(array).__module__.split(".")[0]
+    if module == "torch":
+        return "torch"
+    if module == "cupy":
+        return "cupy"
+    return "numpy"
+
+
+def _to_numpy(array: Any) -> np.ndarray:
+    kind = _array_kind(array)
+    if kind == "torch":
+        import torch
+        tensor = array.detach()
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if tensor.dtype == torch.bfloat16:  # NumPy's DLPack knows no bfloat16
+            return np.from_dlpack(tensor.view(torch.int16)).view(dtypes.bfloat16)
+        return np.from_dlpack(tensor)
+    if kind == "cupy":
+        return array.get()
+    if isinstance(array, np.ndarray):
+        return array
+    if hasattr(array, "__dlpack__"):
+        return np.from_dlpack(array)
+    return np.asarray(array)
+
+
+def _from_numpy(array: np.ndarray, kind: str, like: Any) -> Any:
+    if kind == "torch":
+        import torch
+        array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-D arrays 1-D
+        if array.dtype == dtypes.bfloat16:
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
+    if kind == "cupy":
+        import cupy
+        return cupy.asarray(array)
+    return array
+
+
+class _Call:
+    """One functional call: lends arrays to the library, runs the two phases, cleans up."""
+
+    def __init__(self, name: str, stream: aclrtStream | None):
+        self.name = name
+        self.device = get_device()
+        self.stream = stream
+        self.borrowed: list[int] = []
+        self.owned: list[int] = []
+        self.keep: list[Any] = []
+        self.kind = "numpy"
+
+    def _lend(self, array: np.ndarray) -> int:
+        """The device address of a host array's data, lending or copying its memory."""
+        if self.device.kind == "cuda":  # host arrays must be copied to the GPU
+            return self._copy_in(array)
+        if array.size == 0:
+            return 0
+        address = array.ctypes.data
+        span = sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address))
+        try:
+            if self.device.registry.borrow(address, span, raw) is not None:
+                self.borrowed.append(address)
+            self.keep.append(array)
+            return address
+        except ValueError:
+            return self._copy_in(array)
+
+    def _copy_in(self, array: np.ndarray) -> int:
+        array = np.ascontiguousarray(array)
+        address = self.device.malloc(max(array.nbytes, 1))
+        self.owned.append(address)
+        self.device.copy_from_host(address, memoryview(array).cast("B"), None)
+        return address
+
+    def tensor(self, array: Any, name: str, fmt: int = aclFormat.ACL_FORMAT_ND) -> aclTensor:
+        if array is None:
+            return None  # type: ignore[return-value]
+        self.kind = _array_kind(array) if self.kind == "numpy" else self.kind
+        host = _to_numpy(array)
+        if host.dtype.kind == "b":
+            pass
+        try:
+            code = dtypes.from_numpy(host.dtype)
+        except KeyError:
+            raise AclnnError(161002, f"{self.name}: {name} has unsupported dtype {host.dtype}") from None
+        if any(s < 0 or s % host.itemsize for s in host.strides):
+            host = np.ascontiguousarray(host)
+        address = self._lend(host) if host.flags.c_contiguous or self.device.kind != "cuda" else self._copy_in(host)
+        strides = [s // host.itemsize for s in host.strides] if host.flags.c_contiguous is False and \
+            self.device.kind != "cuda" else None
+        tensor = aclCreateTensor(host.shape, code, strides, 0, fmt, host.shape, address or None)
+        if tensor is None:
+            raise AclnnError(161002, aclGetRecentErrMsg())
+        return tensor
+
+    def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
+               ) -> tuple[aclTensor, np.ndarray]:
+        host = np.empty(tuple(shape), dtype)
+        if self.device.kind == "cuda":
+            address = self.device.malloc(max(host.nbytes, 1))
+            self.owned.append(address)
+        else:
+            address = self._lend(host)
+        tensor = aclCreateTensor(host.shape, dtypes.from_numpy(dtype), None, 0, fmt, host.shape, address or None)
+        self.keep.append((tensor, host, address))
+        return tensor, host
+
+    def int_array(self, values: Any, name: str) -> aclIntArray:
+        values = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
+        array = aclCreateIntArray([int(v) for v in values.reshape(-1)])
+        if array is None:
+            raise AclnnError(161002, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
+        return array
+
+    def run(self, get_workspace_size: Callable[..., tuple[int, int, aclOpExecutor]],
+            execute: Callable[..., int], *args: Any) -> None:
+        status, workspace_size, executor = get_workspace_size(*args)
+        check_status(status)
+        workspace = None
+        if workspace_size:
+            workspace = self.device.malloc(workspace_size)
+            self.owned.append(workspace)
+        check_status(execute(workspace, workspace_size, executor, self.stream))
+        try:
+            resolve_stream(self.stream, self.name).synchronize()
+        except OpError as e:
+            raise AclnnError(e.status, e.message) from None
+        except Exception as e:  # noqa: BLE001
+            raise AclnnError(507000, f"{self.name}: queued work failed: {e}") from None
+        if self.device.kind == "cuda":
+            for item in self.keep:
+                if isinstance(item, tuple):
+                    _, host, address = item
+                    if host.nbytes:
+                        self.device.copy_to_host(memoryview(host).cast("B"), address, None)
+
+    def result(self, array: np.ndarray) -> Any:
+        return _from_numpy(array, self.kind, None)
+
+    def close(self) -> None:
+        for address in self.borrowed:
+            self.device.registry.remove(address)
+        for address in self.owned:
+            self.device.free(address)
+
+
+@contextmanager
+def _call(name: str, stream: aclrtStream | None) -> Iterator[_Call]:
+    call = _Call(name, stream)
+    try:
+        yield call
+    finally:
+        call.close()
+
+
+def _math_result_dtype(*arrays: np.ndarray) -> np.dtype:
+    return arrays[0].dtype
+
+
+# ---------------------------------------------------------------------------- KL divergence
+def kl_div(self: Any, target: Any, reduction: str | int = "mean", log_target: bool = False, *,
+           stream: aclrtStream | None = None) -> Any:
+    """KL divergence loss (aclnnKlDiv): `none` gives the broadcast shape, the others a 0-D array."""
+    from .ops.kl_div import aclnnKlDiv, aclnnKlDivGetWorkspaceSize
+    code = _reduction(reduction, ("none", "mean", "sum", "batchmean"))
+    with _call("kl_div", stream) as call:
+        x, t = call.tensor(self, "self"), call.tensor(target, "target")
+        shape = np.broadcast_shapes(x.shape, t.shape) if code == 0 else ()
+        out, host = call.output(shape, dtypes.to_numpy(x.dtype))
+        call.run(aclnnKlDivGetWorkspaceSize, aclnnKlDiv, x, t, code, log_target, out)
+        return call.result(host)
+
+
+def kl_div_backward(grad_output: Any, self: Any, target: Any, reduction: str | int = "mean",
+                    log_target: bool = False, *, stream: aclrtStream | None = None) -> Any:
+    """Gradient of kl_div with respect to `self` (aclnnKlDivBackward), in `self`'s dtype."""
+    from .ops.kl_div import aclnnKlDivBackward, aclnnKlDivBackwardGetWorkspaceSize
+    code = _reduction(reduction, ("none", "mean", "sum", "batchmean"))
+    with _call("kl_div_backward", stream) as call:
+        g, x, t = call.tensor(grad_output, "grad_output"), call.tensor(self, "self"), call.tensor(target, "target")
+        out, host = call.output(x.shape, dtypes.to_numpy(x.dtype))
+        call.run(aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivBackward, g, x, t, code, log_target, out)
+        return call.result(host)
+
+
+# ---------------------------------------------------------------------------- ConvTBC
+def _cube_math_type(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise AclnnError(161002, f"cube_math_type must be an integer 0..3, got {value!r}")
+    return int(value)
+
+
+def conv_tbc(input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
+             stream: aclrtStream | None = None) -> Any:
+    """ConvTBC forward (aclnnConvTbc): input (T, B, Cin), weight (K, Cin, Cout), bias (Cout) ->
+    (T + 2*pad - K + 1, B, Cout) in the input's dtype."""
+    from .ops.conv_tbc import aclnnConvTbc, aclnnConvTbcGetWorkspaceSize
+    with _call("conv_tbc", stream) as call:
+        x, w, b = call.tensor(input, "input"), call.tensor(weight, "weight"), call.tensor(bias, "bias")
+        shape = ()
+        if x is not None and w is not None and len(x.shape) == 3 and len(w.shape) == 3:
+            shape = (max(x.shape[0] + 2 * int(pad) - w.shape[0] + 1, 0), x.shape[1], w.shape[2])
+        out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
+        call.run(aclnnConvTbcGetWorkspaceSize, aclnnConvTbc, x, w, b, pad, out, _cube_math_type(cube_math_type))
+        return call.result(host)
+
+
+def conv_tbc_backward(grad: Any, input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
+                      stream: aclrtStream | None = None) -> tuple[Any, Any, Any]:
+    """ConvTBC backward (aclnnConvTbcBackward): (grad_input, grad_weight, grad_bias) in the dtypes of
+    input, weight and bias."""
+    from .ops.conv_tbc import aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize
+    with _call("conv_tbc_backward", stream) as call:
+        g, x = call.tensor(grad, "grad"), call.tensor(input, "input")
+        w, b = call.tensor(weight, "weight"), call.tensor(bias, "bias")
+        outs = [call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
+                            else np.float32) for t in (x, w, b)]
+        call.run(aclnnConvTbcBackwardGetWorkspaceSize, aclnnConvTbcBackward, g, x, w, b, pad,
+                 _cube_math_type(cube_math_type), outs[0][0], outs[1][0], outs[2][0])
+        return tuple(call.result(host) for _, host in outs)  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------- scaled masked softmax
+def scaled_masked_softmax(x: Any, mask: Any, scale: float = 1.0, fix_triu_mask: bool = False, *,
+                          stream: aclrtStream | None = None) -> Any:
+    """Scaled masked softmax (aclnnScaledMaskedSoftmax): x (B, N, S1, S2) float, mask bool
+    (Bm, Nm, S1, S2) with Bm in {B, 1}, Nm in {N, 1} (true = masked out; None allowed with
+    fix_triu_mask) -> y = softmax(scale * x) over the last axis in x's dtype, zeros on fully masked rows."""
+    from .ops.scaled_masked_softmax import aclnnScaledMaskedSoftmax, aclnnScaledMaskedSoftmaxGetWorkspaceSize
+    with _call("scaled_masked_softmax", stream) as call:
+        t, m = call.tensor(x, "x"), call.tensor(mask, "mask")
+        y, host = call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
+                              else np.float32)
+        call.run(aclnnScaledMaskedSoftmaxGetWorkspaceSize, aclnnScaledMaskedSoftmax, t, m, scale, fix_triu_mask, y)
+        return call.result(host)
+
+
+def scaled_masked_softmax_backward(grad_output: Any, y: Any, mask: Any, scale: float = 1.0,
+                                   fix_triu_mask: bool = False, *, stream: aclrtStream | None = None) -> Any:
+    """Gradient of scaled_masked_softmax with respect to x (aclnnScaledMaskedSoftmaxBackward):
+    scale * y * (grad_output - rowsum(grad_output * y)), 0 where masked, in grad_output's dtype."""
+    from .ops.scaled_masked_softmax import (aclnnScaledMaskedSoftmaxBackward,
+                                            aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize)
+    with _call("scaled_masked_softmax_backward", stream) as call:
+        g, yt, m = call.tensor(grad_output, "grad_output"), call.tensor(y, "y"), call.tensor(mask, "mask")
+        out, host = call.output(g.shape if g is not None else (), dtypes.to_numpy(g.dtype) if g is not None
+                                else np.float32)
+        call.run(aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize, aclnnScaledMaskedSoftmaxBackward, g, yt, m,
+                 scale, fix_triu_mask, out)
+        return call.result(host)
+
+
+# ---------------------------------------------------------------------------- cross-entropy
+def _ce_result(call: _Call, host: np.ndarray) -> Any:
+    """call.result with the host array's shape kept (a 0-D loss stays 0-D for torch / CuPy callers:
+    np.ascontiguousarray in _from_numpy turns 0-D arrays into shape (1,))."""
+    result = call.result(host)
+    return result.reshape(host.shape) if tuple(result.shape) != host.shape else result
+
+
+def cross_entropy_loss(input: Any, target: Any, weight: Any = None, reduction: str | int = "mean",
+                       ignore_index: int = -100, label_smoothing: float = 0.0, *,
+                       stream: aclrtStream | None = None) -> tuple[Any, Any]:
+    """Cross-entropy loss over logits (aclnnCrossEntropyLoss): input (N, C), target (N,) int64/int32,
+    weight (C,) float32 or None -> (loss, log_prob); loss is (N,) for "none", else 0-D; both in the
+    input's dtype."""
+    from .ops.cross_entropy import aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize
+    name = _reduction_name(reduction)
+    with _call("cross_entropy_loss", stream) as call:
+        x, t, w = call.tensor(input, "input"), call.tensor(target, "target"), call.tensor(weight, "weight")
+        dt = dtypes.to_numpy(x.dtype) if x is not None else np.float32
+        n = x.shape[0] if x is not None and len(x.shape) >= 1 else 0
+        loss, loss_host = call.output((n,) if name == "none" else (), dt)
+        lp, lp_host = call.output(x.shape if x is not None else (0, 0), dt)
+        call.run(aclnnCrossEntropyLossGetWorkspaceSize, aclnnCrossEntropyLoss, x, t, w, name, ignore_index,
+                 label_smoothing, 0.0, False, loss, lp, None, None)
+        return _ce_result(call, loss_host), _ce_result(call, lp_host)
+
+
+def cross_entropy_loss_grad(grad_loss: Any, log_prob: Any, target: Any, weight: Any = None,
+                            reduction: str | int = "mean", ignore_index: int = -100, label_smoothing: float = 0.0,
+                            *, stream: aclrtStream | None = None) -> Any:
+    """Gradient of cross_entropy_loss with respect to the logits (aclnnCrossEntropyLossGrad), given
+    log_prob = log_softmax(logits): (N, C) in log_prob's dtype. grad_loss is (N,) for "none", else a
+    scalar (0-D or [1])."""
+    from .ops.cross_entropy import aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize
+    name = _reduction_name(reduction)
+    with _call("cross_entropy_loss_grad", stream) as call:
+        g, lp = call.tensor(grad_loss, "grad_loss"), call.tensor(log_prob, "log_prob")
+        t, w = call.tensor(target, "target"), call.tensor(weight, "weight")
+        out, host = call.output(lp.shape if lp is not None else (), dtypes.to_numpy(lp.dtype) if lp is not None
+                                else np.float32)
+        call.run(aclnnCrossEntropyLossGradGetWorkspaceSize, aclnnCrossEntropyLossGrad, g, lp, t, w, None, None,
+                 name, ignore_index, label_smoothing, 0.0, out)
+        return _ce_result(call, host)
+
+
+# ---------------------------------------------------------------------------- CTC loss
+def _lengths(values: Any) -> list[int]:
+    if values is None:
+        return []
+    arr = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
+    return [int(v) for v in arr.reshape(-1)]
+
+
+def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+             zero_infinity: bool = False, *, stream: aclrtStream | None = None) -> tuple[Any, Any]:
+    """CTC loss (aclnnCtcLoss): log_probs (T, N, C), targets (N, S) padded or 1-D concatenated, lengths
+    as sequences of ints or integer arrays -> (neg_log_likelihood (N,), log_alpha (N, T, 2*maxL+1)) in
+    log_probs' dtype. zero_infinity returns 0 for an infinite loss."""
+    from .ops.ctc_loss import aclnnCtcLoss, aclnnCtcLossGetWorkspaceSize
+    with _call("ctc_loss", stream) as call:
+        lp, tg = call.tensor(log_probs, "log_probs"), call.tensor(targets, "targets")
+        il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
+        tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
+        max_l = max([0, *_lengths(target_lengths)])
+        T, N = (lp.shape[0], lp.shape[1]) if lp is not None and len(lp.shape) == 3 else (0, 0)
+        dt = dtypes.to_numpy(lp.dtype) if lp is not None else np.dtype(np.float32)
+        nll, nll_host = call.output((N,), dt)
+        la, la_host = call.output((N, T, 2 * max_l + 1), dt)
+        call.run(aclnnCtcLossGetWorkspaceSize, aclnnCtcLoss, lp, tg, il, tl, blank, zero_infinity, nll, la)
+        return call.result(nll_host), call.result(la_host)
+
+
+def ctc_loss_backward(grad_out: Any, log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
+                      neg_log_likelihood: Any, log_alpha: Any, blank: int = 0, zero_infinity: bool = False, *,
+                      stream: aclrtStream | None = None) -> Any:
+    """PyTorch's raw `_ctc_loss_backward` (aclnnCtcLossBackward): the gradient with respect to the
+    logits (T, N, C), no reduction, in grad_out's dtype. With zero_infinity a sample is zeroed only
+    when the neg_log_likelihood given is +inf: pass the raw loss, not ctc_loss(zero_infinity=True)'s."""
+    from .ops.ctc_loss import aclnnCtcLossBackward, aclnnCtcLossBackwardGetWorkspaceSize
+    with _call("ctc_loss_backward", stream) as call:
+        g, lp = call.tensor(grad_out, "grad_out"), call.tensor(log_probs, "log_probs")
+        tg = call.tensor(targets, "targets")
+        il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
+        tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
+        nll, la = call.tensor(neg_log_likelihood, "neg_log_likelihood"), call.tensor(log_alpha, "log_alpha")
+        dt = dtypes.to_numpy(g.dtype) if g is not None else np.dtype(np.float32)
+        out, host = call.output(lp.shape if lp is not None else (), dt)
+        call.run(aclnnCtcLossBackwardGetWorkspaceSize, aclnnCtcLossBackward, g, lp, tg, il, tl, nll, la, blank,
+                 zero_infinity, out)
+        return call.result(host)
+
+
+__all__ = ["AclnnError", "kl_div", "kl_div_backward", "conv_tbc", "conv_tbc_backward",
+           "scaled_masked_softmax", "scaled_masked_softmax_backward",
+           "cross_entropy_loss", "cross_entropy_loss_grad",
+           "ctc_loss", "ctc_loss_backward"]

@@ -1,0 +1,67 @@
+"""What a GPU plan sees while it enqueues work: `KernelContext`.
+
+An operator's GPU plan is a function `plan(ctx, ...)` that only talks to this interface: it uploads
+tiling data into the workspace, launches kernels by (file, name expression), and (ConvTBC) runs
+GEMMs. The cuda device implements it over CuPy, the emulated device over the CPU emulator, and
+`StandaloneEmuContext` below over bare NumPy arrays for kernel unit tests.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent
+
+
+class KernelContext(Protocol):
+    sm_count: int
+
+    def upload(self, dst: int, host: np.ndarray) -> None:
+        """Copy `host` (C-contiguous) to device address `dst`, ordered on the plan's stream."""
+
+    def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int],
+               args: Sequence[Any], shared_mem: int = 0) -> None:
+        """Launch the kernel `expr` of `kernels/<file>`; pointers are passed as np.uint64."""
+
+    def gemm_strided_batched(self, transa: bool, transb: bool, m: int, n: int, k: int, alpha: float,
+                             a: int, a_type, lda: int, stride_a: int, b: int, b_type, ldb: int, stride_b: int,
+                             beta: float, c: int, c_type, ldc: int, stride_c: int, batch: int,
+                             compute: str = "32F") -> None:
+        """cublasGemmStridedBatchedEx semantics (column-major), ordered on the plan's stream; see
+        kernels/gemm.py (types are NumPy dtypes, compute "32F" or "32F_FAST_TF32")."""
+
+
+def ptr(address: int) -> np.uint64:
+    """A device pointer kernel argument (8 bytes, as CUDA expects)."""
+    return np.uint64(address)
+
+
+class StandaloneEmuContext:
+    """KernelContext over NumPy arrays for kernel unit tests: device memory is host memory, the
+    kernels run in the CPU emulator, `upload` is a memmove."""
+
+    def __init__(self, sm_count: int = 4):
+        self.sm_count = sm_count
+        self._modules: dict[str, Any] = {}
+
+    def module(self, file: str):
+        if file not in self._modules:
+            from . import manifest
+            from .emulator import EmuModule
+            src = (KERNEL_DIR / file).read_text()
+            self._modules[file] = EmuModule(src, name_expressions=manifest.KERNELS[file], filename=file)
+        return self._modules[file]
+
+    def upload(self, dst: int, host: np.ndarray) -> None:
+        import ctypes
+        host = np.ascontiguousarray(host)
+        ctypes.memmove(dst, host.ctypes.data, host.nbytes)
+
+    def launch(self, file, expr, grid, block, args, shared_mem=0):
+        self.module(file).get_function(expr)(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+
+    def gemm_strided_batched(self, *args, **kwargs) -> None:
+        from .gemm import gemm_numpy
+        gemm_numpy(*args, **kwargs)

@@ -1,0 +1,282 @@
+"""aclnnCrossEntropyLossGrad and its forward aclnnCrossEntropyLoss: checks in CANN's order, then the plan.
+
+Backward (spec/ops.md §2.2): the gradient with respect to the logits, given logProb = log_softmax(x):
+    out[i,j] = nllg_i * (p[i,j] - [j == t_i]) + sm_i * (p[i,j] * sum_c w[c] - w[j]),  p = exp(logProb)
+with weights, ignoreIndex of any sign (a row whose target equals it gives a zero row), reductions
+none / mean / sum ("mean" divides by D = sum of w[t_i] over the rows not ignored; D == 0 gives zeros,
+API.md §6) and the full label-smoothing term. A target outside [0, C) that is not ignoreIndex makes
+its row NaN and is never used as an index. zloss arguments (gradZlossOptional, lseForZlossOptional,
+lseSquareScaleForZloss) are accepted and ignored, as CANN documents.
+
+Forward: (loss, logProb) of cross_entropy(input, target, weight, reduction, ignoreIndex,
+labelSmoothing); "mean" over no counted row gives 0. returnZloss=True is refused with
+ACLNN_ERR_PARAM_INVALID (zloss is not supported); zlossOut / lseForZlossOut are ignored.
+
+Codes (spec §2.4; CrossEntropyLossGrad is an auto-generated API, so shape problems are tiling
+errors): 161001 a null required tensor; 161002 dtypes (gradLoss / logProb / out one dtype among
+FLOAT16, FLOAT, BFLOAT16 and, as this library's extension, DOUBLE; weight FLOAT; target INT64 or
+INT32), a non-tensor argument, a non-integer ignoreIndex; 561002 (ACLNN_ERR_INNER_TILING_ERROR) for
+an unknown reduction string, labelSmoothing outside [0, 1], logProb not 2-D, target not (N,),
+weight not (C,), gradLoss not (N,) for none / 0-D or [1] for mean and sum, out not (N, C).
+A null reductionOptional means "mean". An empty output is a successful no-op. Then memory checks:
+every tensor in a live device allocation, out neither overlapping itself nor any input.
+
+The cpu device runs `reference/cross_entropy.py` on host views (strided views are fine); cuda and
+emulated run `ops/cross_entropy_gpu.py`, whose kernels want contiguous tensors: strided operands
+are gathered into (and strided outputs scattered from) workspace copies through `Staging`. The
+workspace is [staging copies][the GPU plan's own bytes].
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..executor import make_execute, make_get_workspace_size
+from ..reference import cross_entropy as reference
+from ..status import aclDataType as D
+from ..tensor import aclTensor
+from . import cross_entropy_gpu as gpu
+from .checks import INVALID, TILING, Checks
+from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, write_out
+
+FLOAT_TYPES = (D.ACL_FLOAT16, D.ACL_FLOAT, D.ACL_BF16, D.ACL_DOUBLE)
+TARGET_TYPES = (D.ACL_INT64, D.ACL_INT32)
+WEIGHT_TYPES = (D.ACL_FLOAT,)
+REDUCTIONS = ("none", "mean", "sum")
+
+GRAD_OP = "aclnnCrossEntropyLossGrad"
+FORWARD_OP = "aclnnCrossEntropyLoss"
+
+
+def _np(tensor: aclTensor) -> np.dtype:
+    return np.dtype(dtypes.to_numpy(tensor.dtype))
+
+
+def _reduction(c: Checks, value: Any) -> str:
+    """reductionOptional: a C string ("none" / "mean" / "sum"); null means "mean" (the op default)."""
+    if value is None:
+        return "mean"
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).rstrip(b"\0").decode("ascii")
+        except UnicodeDecodeError:
+            c.fail(TILING, f"reductionOptional {value!r} must be \"none\", \"mean\" or \"sum\"")
+    if not isinstance(value, str):
+        c.fail(INVALID, f"reductionOptional must be a string (\"none\", \"mean\" or \"sum\") or null, "
+                        f"got {type(value).__name__}")
+    if value not in REDUCTIONS:
+        c.fail(TILING, f"reductionOptional {value!r} must be \"none\", \"mean\" or \"sum\"")
+    return value
+
+
+def _label_smoothing(c: Checks, value: Any) -> float:
+    ls = c.real("labelSmoothing", value)
+    if not (0.0 <= ls <= 1.0):  # NaN fails too
+        c.fail(TILING, f"labelSmoothing {ls!r} must be in [0, 1]")
+    return ls
+
+
+def _ignore_index(c: Checks, value: Any) -> int:
+    v = c.integer("ignoreIndex", value)
+    if not -(1 << 63) <= v < (1 << 63):
+        c.fail(INVALID, f"ignoreIndex {v} does not fit in int64")
+    return v
+
+
+def _rows_and_weight(c: Checks, x_name: str, x: aclTensor, target: aclTensor,
+                     weight: aclTensor | None) -> tuple[int, int]:
+    """(N, C) after the shape checks every cross-entropy call shares (561002)."""
+    if x.rank != 2:
+        c.fail(TILING, f"{x_name} must be 2-D (N, C), got shape {list(x.shape)}")
+    N, C = x.shape
+    if tuple(target.shape) != (N,):
+        c.fail(TILING, f"target shape {list(target.shape)} must be 1-D [N] = [{N}] ({x_name} is {list(x.shape)})")
+    if weight is not None and tuple(weight.shape) != (C,):
+        c.fail(TILING, f"weightOptional shape {list(weight.shape)} must be 1-D [C] = [{C}] "
+                       f"({x_name} is {list(x.shape)})")
+    return N, C
+
+
+def _reduced_shape_ok(tensor: aclTensor) -> bool:
+    return tensor.rank == 0 or tuple(tensor.shape) == (1,)
+
+
+class _GpuIo:
+    """Staging of strided operands for the contiguous GPU plan, and the plan's own workspace."""
+
+    def __init__(self, inputs: list[aclTensor | None], outputs: list[aclTensor | None]):
+        self.layout = WorkspaceLayout()
+        self.staging = Staging(self.layout)
+        self.inputs = [t for t in inputs if t is not None]
+        self.outputs = [t for t in outputs if t is not None]
+        for t in self.inputs:
+            self.staging.need_in(t)
+        for t in self.outputs:
+            self.staging.need_out(t)
+        self.plan_offset = 0
+
+    def finish(self, plan_bytes: int) -> int:
+        self.plan_offset = self.layout.take(0)
+        self.layout.take(plan_bytes)
+        return self.layout.size
+
+    def at(self, tensor: aclTensor | None, ws: int) -> int:
+        if tensor is None or tensor.numel == 0:
+            return 0
+        return self.staging.address(tensor, ws)
+
+
+class CrossEntropyLossGradPlan(Plan):
+    op = GRAD_OP
+
+    def __init__(self, grad_loss: aclTensor, log_prob: aclTensor, target: aclTensor, weight: aclTensor | None,
+                 out: aclTensor, reduction: str, ignore_index: int, label_smoothing: float):
+        self.grad_loss, self.log_prob, self.target, self.weight, self.out = grad_loss, log_prob, target, weight, out
+        self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
+        self.N, self.C = log_prob.shape
+        self.tensors = tuple(t for t in (grad_loss, log_prob, target, weight, out) if t is not None)
+        self.io = _GpuIo([grad_loss, log_prob, target, weight], [out])
+        self.workspace_size = self.io.finish(gpu.grad_workspace_bytes(
+            self.N, self.C, reduction, label_smoothing, weight is not None))
+
+    def run_host(self, device: Any, workspace: int) -> None:
+        weight = None if self.weight is None else host_array(device, self.weight)
+        reference.cross_entropy_loss_grad(  # straight into out (any strides; checked not to alias the inputs)
+            host_array(device, self.grad_loss), host_array(device, self.log_prob), host_array(device, self.target),
+            weight, self.reduction, self.ignore_index, self.label_smoothing, out=host_array(device, self.out))
+
+    def run_kernels(self, ctx: Any, workspace: int) -> None:
+        io = self.io
+        io.staging.gather(ctx, io.inputs, workspace)
+        gpu.launch_grad(ctx, grad_loss_ptr=io.at(self.grad_loss, workspace),
+                        log_prob_ptr=io.at(self.log_prob, workspace), target_ptr=io.at(self.target, workspace),
+                        weight_ptr=io.at(self.weight, workspace), out_ptr=io.at(self.out, workspace),
+                        workspace_ptr=workspace + io.plan_offset if workspace else 0, N=self.N, C=self.C,
+                        dtype=_np(self.log_prob), target_dtype=_np(self.target), reduction=self.reduction,
+                        ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
+        io.staging.scatter(ctx, io.outputs, workspace)
+
+
+class CrossEntropyLossPlan(Plan):
+    op = FORWARD_OP
+
+    def __init__(self, input: aclTensor, target: aclTensor, weight: aclTensor | None, loss: aclTensor,
+                 log_prob: aclTensor, reduction: str, ignore_index: int, label_smoothing: float):
+        self.input, self.target, self.weight, self.loss, self.log_prob = input, target, weight, loss, log_prob
+        self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
+        self.N, self.C = input.shape
+        self.tensors = tuple(t for t in (input, target, weight, loss, log_prob) if t is not None and t.numel)
+        self.io = _GpuIo([input, target, weight], [loss, log_prob])
+        self.workspace_size = self.io.finish(gpu.forward_workspace_bytes(self.N, self.C, reduction))
+
+    def run_host(self, device: Any, workspace: int) -> None:
+        weight = None if self.weight is None else host_array(device, self.weight)
+        loss, log_prob = reference.cross_entropy_loss(
+            host_array(device, self.input), host_array(device, self.target), weight, self.reduction,
+            self.ignore_index, self.label_smoothing)
+        write_out(host_array(device, self.loss), np.reshape(loss, self.loss.shape))
+        if self.log_prob.numel:
+            write_out(host_array(device, self.log_prob), log_prob)
+
+    def run_kernels(self, ctx: Any, workspace: int) -> None:
+        io = self.io
+        io.staging.gather(ctx, io.inputs, workspace)
+        gpu.launch_forward(ctx, input_ptr=io.at(self.input, workspace), target_ptr=io.at(self.target, workspace),
+                           weight_ptr=io.at(self.weight, workspace), loss_ptr=io.at(self.loss, workspace),
+                           log_prob_ptr=io.at(self.log_prob, workspace),
+                           workspace_ptr=workspace + io.plan_offset if workspace else 0, N=self.N, C=self.C,
+                           dtype=_np(self.input), target_dtype=_np(self.target), reduction=self.reduction,
+                           ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
+        io.staging.scatter(ctx, io.outputs, workspace)
+
+
+def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weightOptional: Any,
+                    gradZlossOptional: Any, lseForZlossOptional: Any, reductionOptional: Any, ignoreIndex: Any,
+                    labelSmoothing: Any, lseSquareScaleForZloss: Any, out: Any) -> Plan:
+    """aclnnCrossEntropyLossGradGetWorkspaceSize(gradLoss, logProb, target, weightOptional,
+    gradZlossOptional, lseForZlossOptional, reductionOptional, ignoreIndex, labelSmoothing,
+    lseSquareScaleForZloss, out) -> (status, workspaceSize, executor)."""
+    c = Checks(GRAD_OP, device)
+    c.not_null(gradLoss=gradLoss, logProb=logProb, target=target, out=out)
+    grad_loss, log_prob, target_, out_ = (c.tensor(n, t) for n, t in (
+        ("gradLoss", gradLoss), ("logProb", logProb), ("target", target), ("out", out)))
+    weight = None if weightOptional is None else c.tensor("weightOptional", weightOptional)
+    # zloss inputs: accepted and ignored (CANN: "not supported; passing them has no effect")
+    # dtypes (161002)
+    c.dtype_in("logProb", log_prob, FLOAT_TYPES)
+    c.same_dtype("gradLoss", grad_loss, "logProb", log_prob)
+    c.same_dtype("out", out_, "logProb", log_prob)
+    c.dtype_in("target", target_, TARGET_TYPES)
+    if weight is not None:
+        c.dtype_in("weightOptional", weight, WEIGHT_TYPES)
+    # host scalars and shapes (561002, the tiling's checks)
+    reduction = _reduction(c, reductionOptional)
+    ignore_index = _ignore_index(c, ignoreIndex)
+    label_smoothing = _label_smoothing(c, labelSmoothing)
+    c.real("lseSquareScaleForZloss", lseSquareScaleForZloss)  # ignored, but must be a number
+    N, C = _rows_and_weight(c, "logProb", log_prob, target_, weight)
+    if reduction == "none":
+        if tuple(grad_loss.shape) != (N,):
+            c.fail(TILING, f"gradLoss shape {list(grad_loss.shape)} must be 1-D [N] = [{N}] for reduction none")
+    elif not _reduced_shape_ok(grad_loss):
+        c.fail(TILING, f"gradLoss shape {list(grad_loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
+    if tuple(out_.shape) != (N, C):
+        c.fail(TILING, f"out shape {list(out_.shape)} must equal logProb shape {[N, C]}")
+    if out_.numel == 0:
+        return EmptyPlan(c.op)
+    c.memory(gradLoss=grad_loss, logProb=log_prob, target=target_, weightOptional=weight, out=out_)
+    c.output("out", out_, gradLoss=grad_loss, logProb=log_prob, target=target_, weightOptional=weight)
+    return CrossEntropyLossGradPlan(grad_loss, log_prob, target_, weight, out_, reduction, ignore_index,
+                                    label_smoothing)
+
+
+def _build_forward(device: Any, input: Any, target: Any, weightOptional: Any, reductionOptional: Any,
+                   ignoreIndex: Any, labelSmoothing: Any, lseSquareScaleForZloss: Any, returnZloss: Any,
+                   lossOut: Any, logProbOut: Any, zlossOut: Any, lseForZlossOut: Any) -> Plan:
+    """aclnnCrossEntropyLossGetWorkspaceSize(input, target, weightOptional, reductionOptional, ignoreIndex,
+    labelSmoothing, lseSquareScaleForZloss, returnZloss, lossOut, logProbOut, zlossOut, lseForZlossOut)
+    -> (status, workspaceSize, executor)."""
+    c = Checks(FORWARD_OP, device)
+    c.not_null(input=input, target=target, lossOut=lossOut, logProbOut=logProbOut)
+    x, target_, loss, log_prob = (c.tensor(n, t) for n, t in (
+        ("input", input), ("target", target), ("lossOut", lossOut), ("logProbOut", logProbOut)))
+    weight = None if weightOptional is None else c.tensor("weightOptional", weightOptional)
+    if c.boolean("returnZloss", returnZloss):
+        c.fail(INVALID, "returnZloss=True is not supported (zloss is not implemented); pass False")
+    c.dtype_in("input", x, FLOAT_TYPES)
+    c.same_dtype("lossOut", loss, "input", x)
+    c.same_dtype("logProbOut", log_prob, "input", x)
+    c.dtype_in("target", target_, TARGET_TYPES)
+    if weight is not None:
+        c.dtype_in("weightOptional", weight, WEIGHT_TYPES)
+    reduction = _reduction(c, reductionOptional)
+    ignore_index = _ignore_index(c, ignoreIndex)
+    label_smoothing = _label_smoothing(c, labelSmoothing)
+    c.real("lseSquareScaleForZloss", lseSquareScaleForZloss)
+    N, C = _rows_and_weight(c, "input", x, target_, weight)
+    if C == 0:
+        c.fail(TILING, f"input shape {list(x.shape)} must have C > 0 classes")
+    if reduction == "none":
+        if tuple(loss.shape) != (N,):
+            c.fail(TILING, f"lossOut shape {list(loss.shape)} must be 1-D [N] = [{N}] for reduction none")
+    elif not _reduced_shape_ok(loss):
+        c.fail(TILING, f"lossOut shape {list(loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
+    if tuple(log_prob.shape) != (N, C):
+        c.fail(TILING, f"logProbOut shape {list(log_prob.shape)} must equal input shape {[N, C]}")
+    if loss.numel == 0 and log_prob.numel == 0:
+        return EmptyPlan(c.op)
+    c.memory(input=x, target=target_, weightOptional=weight, lossOut=loss, logProbOut=log_prob)
+    c.output("lossOut", loss, input=x, target=target_, weightOptional=weight, logProbOut=log_prob)
+    c.output("logProbOut", log_prob, input=x, target=target_, weightOptional=weight)
+    return CrossEntropyLossPlan(x, target_, weight, loss, log_prob, reduction, ignore_index, label_smoothing)
+
+
+aclnnCrossEntropyLossGradGetWorkspaceSize = make_get_workspace_size(GRAD_OP, _build_backward)
+aclnnCrossEntropyLossGrad = make_execute(GRAD_OP)
+aclnnCrossEntropyLossGetWorkspaceSize = make_get_workspace_size(FORWARD_OP, _build_forward)
+aclnnCrossEntropyLoss = make_execute(FORWARD_OP)
+
+__all__ = ["aclnnCrossEntropyLossGrad", "aclnnCrossEntropyLossGradGetWorkspaceSize", "aclnnCrossEntropyLoss",
+           "aclnnCrossEntropyLossGetWorkspaceSize"]

@@ -1,0 +1,135 @@
+"""GPU plan of CTC loss (forward `aclnnCtcLoss`, backward `aclnnCtcLossBackward`) over a
+KernelContext. Inputs and outputs are contiguous device buffers (the glue copies strided views).
+
+    backward_workspace_bytes(N) / forward_workspace_bytes(N) -> int
+    launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr,
+                    log_alpha_ptr, out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype,
+                    targets_2d_stride, targets_numel, input_lengths, target_lengths, blank,
+                    zero_infinity)
+    launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
+                   workspace_ptr, T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel,
+                   input_lengths, target_lengths, blank, zero_infinity)   # writes X = 2*maxL+1
+
+dtype: "float32" | "float64" | "float16" | "bfloat16" (numpy dtype names accepted);
+target_dtype: int32 | int64 (the glue casts BOOL/FLOAT/FLOAT16 targets to int64 first).
+targets_2d_stride: S for 2-D padded targets (N, S), 0 for 1-D concatenated targets.
+
+Workspace (both directions): the tiling block only, at the workspace head,
+    workspace_bytes = 8 * 3 * N      (int64 [input_length, target_length, target_offset] per sample)
+(0 when N == 0). Beta/alpha never touch memory beyond log_alpha; the backward needs no buffer.
+
+Launches. Backward: `ctc_dense<T>` (grid-stride, 256 threads, 16-byte vectors when C is a
+multiple of 16/sizeof(T) and both pointers are 16-byte aligned) then `ctc_beta<T, I>` (one block
+per sample, grid-stride over samples); forward: `ctc_alpha<T, I>`. Recursion blocks have
+threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) / threads) <= 8 (fp64 math: 5) states
+per thread; dynamic shared memory = shared_bytes(maxL, math size). Limits: 2*maxL+1 <= 8*512 = 4096
+for fp32 math (maxL <= 2047), <= 5*512 = 2560 for float64 (maxL <= 1279); shared memory
+(~16-24 bytes per label) stays below 48 KiB. Beyond: NotImplementedError.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.context import ptr
+
+FILE = "ctc_loss.cu"
+K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)
+K_MAX_WARPS = 16
+MAX_THREADS = 512
+SMEM_LIMIT = 48 * 1024
+DENSE_BLOCK = 256
+
+_CTYPE = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+_ITYPE = {"int32": "int", "int64": "long long"}
+_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+
+
+def _dname(dtype) -> str:
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    if name not in _CTYPE and name not in _ITYPE:
+        raise ValueError(f"unsupported dtype {dtype}")
+    return name
+
+
+def backward_workspace_bytes(N: int) -> int:
+    return 8 * 3 * int(N)
+
+
+forward_workspace_bytes = backward_workspace_bytes
+
+
+def shared_bytes(max_l: int, math_size: int) -> int:
+    m = (2 * (K_MAX_WARPS + 1) * 3 + 2 * K_MAX_WARPS + 2 + 2 * max_l) * math_size
+    return m + 4 * (3 * max_l + 4)
+
+
+def recursion_geometry(max_l: int, math_size: int):
+    """(threads, per, shared bytes) of ctc_alpha / ctc_beta; raises NotImplementedError beyond the
+    kernel's limits."""
+    S = 2 * max_l + 1
+    threads = min(MAX_THREADS, (S + 31) // 32 * 32)
+    per = -(-S // threads)
+    smem = shared_bytes(max_l, math_size)
+    if per > K_PER[math_size] or smem > SMEM_LIMIT:
+        raise NotImplementedError(f"CTC target length {max_l} exceeds the kernel's limit")
+    return threads, per, smem
+
+
+def tiling(input_lengths, target_lengths, targets_2d_stride: int) -> np.ndarray:
+    il = np.asarray(input_lengths, dtype=np.int64).reshape(-1)
+    tl = np.asarray(target_lengths, dtype=np.int64).reshape(-1)
+    if targets_2d_stride:
+        off = np.arange(il.shape[0], dtype=np.int64) * targets_2d_stride
+    else:
+        off = np.concatenate([[0], np.cumsum(tl)[:-1]]).astype(np.int64) if tl.size else tl
+    return np.ascontiguousarray(np.stack([il, tl, off], axis=1).reshape(-1))
+
+
+def _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride):
+    tab = tiling(input_lengths, target_lengths, targets_2d_stride)
+    ctx.upload(workspace_ptr, tab)
+    tl = np.asarray(target_lengths, dtype=np.int64)
+    return int(tl.max()) if tl.size else 0
+
+
+def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
+                    out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype, targets_2d_stride, targets_numel,
+                    input_lengths, target_lengths, blank, zero_infinity):
+    dt, it = _dname(dtype), _dname(target_dtype)
+    if N == 0 or T == 0 or C == 0:
+        return
+    max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
+    msize = 8 if dt == "float64" else 4
+    threads, per, smem = recursion_geometry(max_l, msize)
+    ct = _CTYPE[dt]
+    V = 16 // _SIZE[dt]
+    vec = int(C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0)
+    work = T * N * C // (V if vec else 1)
+    grid = max(1, min(-(-work // DENSE_BLOCK), 4 * ctx.sm_count))
+    i64 = np.int64
+    ctx.launch(FILE, f"aclg::ctc_dense<{ct}>", (grid,), (DENSE_BLOCK,),
+               (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(out_ptr),
+                ptr(workspace_ptr), i64(T), i64(N), i64(C), np.int32(bool(zero_infinity)), np.int32(vec)))
+    ctx.launch(FILE, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", (max(1, min(N, 32 * ctx.sm_count)),), (threads,),
+               (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
+                ptr(targets_ptr), ptr(out_ptr), ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank),
+                i64(max_l), i64(targets_numel), i64(targets_2d_stride), np.int32(bool(zero_infinity)),
+                np.int32(per)), shared_mem=smem)
+
+
+def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
+                   T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel, input_lengths, target_lengths,
+                   blank, zero_infinity):
+    dt, it = _dname(dtype), _dname(target_dtype)
+    if N == 0 or T == 0:
+        return
+    max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
+    X = 2 * max_l + 1
+    msize = 8 if dt == "float64" else 4
+    threads, per, smem = recursion_geometry(max_l, msize)
+    i64 = np.int64
+    ctx.launch(FILE, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", (max(1, min(N, 32 * ctx.sm_count)),),
+               (threads,),
+               (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
+                ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
+                i64(targets_2d_stride), np.int32(bool(zero_infinity)), np.int32(per)), shared_mem=smem)

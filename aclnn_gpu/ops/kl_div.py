@@ -1,0 +1,146 @@
+"""aclnnKlDiv and aclnnKlDivBackward: checks in CANN's order, then the plan.
+
+Backward (spec/ops.md §3): `out = sum_to(self.shape, -(e * gradOutput) * coef)` on
+B = broadcast(self, target), e = target or exp(target); coef 1 (none, sum), 1/numel(B) (mean),
+1/B[0] (batchmean, CANN's divisor). Codes: 161001 for a null tensor, 161002 for dtypes, ranks over
+8, shapes that do not broadcast, a gradOutput that would enlarge B, an out shape other than self's,
+and (this library's decision, API.md §6) a reduction code outside 0..3.
+The cpu device runs `reference/kl_div.py`; cuda and emulated run `ops/kl_div_gpu.py`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..executor import make_execute, make_get_workspace_size
+from ..reference import kl_div as reference
+from ..status import aclDataType as D
+from ..tensor import aclTensor
+from . import kl_div_gpu
+from .checks import INVALID, Checks, broadcast_shapes
+from .plan import EmptyPlan, Plan, host_array, tensor_ptr, write_out
+
+FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
+REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}
+
+
+def _math(*tensors: aclTensor) -> np.dtype:
+    return np.dtype(np.float64) if any(t.dtype == D.ACL_DOUBLE for t in tensors) else np.dtype(np.float32)
+
+
+def _gpu(tensor: aclTensor) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+    return tensor_ptr(tensor), tensor.shape, tensor.strides, int(tensor.dtype)
+
+
+def _reduction(c: Checks, reduction: Any) -> int:
+    value = c.integer("reduction", reduction)
+    if value not in REDUCTIONS:
+        c.fail(INVALID, f"reduction {value} must be 0 (none), 1 (mean), 2 (sum) or 3 (batchmean)")
+    return value
+
+
+class KlDivBackwardPlan(Plan):
+    op = "aclnnKlDivBackward"
+
+    def __init__(self, grad_output: aclTensor, self_: aclTensor, target: aclTensor, out: aclTensor,
+                 reduction: int, log_target: bool):
+        self.grad_output, self.self_shape, self.target, self.out = grad_output, self_.shape, target, out
+        self.reduction, self.log_target = reduction, log_target
+        self.tensors = (grad_output, target, out)
+        self.math = _math(grad_output, self_, target)
+        self.workspace_size = kl_div_gpu.backward_workspace_bytes(
+            grad_output=_gpu(grad_output), target=_gpu(target), out=_gpu(out), self_shape=self.self_shape,
+            reduction=reduction, log_target=log_target)
+
+    def run_host(self, device: Any, workspace: int) -> None:
+        result = reference.kl_div_backward(host_array(device, self.grad_output), host_array(device, self.target),
+                                           self.self_shape, self.reduction, self.log_target, self.math)
+        write_out(host_array(device, self.out), result)
+
+    def run_kernels(self, ctx: Any, workspace: int) -> None:
+        kl_div_gpu.launch_backward(ctx, grad_output=_gpu(self.grad_output), target=_gpu(self.target),
+                                   out=_gpu(self.out), self_shape=self.self_shape, reduction=self.reduction,
+                                   log_target=self.log_target, workspace_ptr=workspace)
+
+
+class KlDivPlan(Plan):
+    op = "aclnnKlDiv"
+
+    def __init__(self, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int, log_target: bool):
+        self.self_, self.target, self.out = self_, target, out
+        self.reduction, self.log_target = reduction, log_target
+        self.tensors = (self_, target, out)
+        self.math = _math(self_, target)
+        self.workspace_size = kl_div_gpu.forward_workspace_bytes(
+            self=_gpu(self_), target=_gpu(target), out=_gpu(out), reduction=reduction, log_target=log_target)
+
+    def run_host(self, device: Any, workspace: int) -> None:
+        result = reference.kl_div(host_array(device, self.self_), host_array(device, self.target),
+                                  self.reduction, self.log_target, self.math)
+        write_out(host_array(device, self.out), result)
+
+    def run_kernels(self, ctx: Any, workspace: int) -> None:
+        kl_div_gpu.launch_forward(ctx, self=_gpu(self.self_), target=_gpu(self.target), out=_gpu(self.out),
+                                  reduction=self.reduction, log_target=self.log_target, workspace_ptr=workspace)
+
+
+def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduction: Any, logTarget: Any,
+                    out: Any) -> Plan:
+    """aclnnKlDivBackwardGetWorkspaceSize(gradOutput, self, target, reduction, logTarget, out)
+    -> (status, workspaceSize, executor)."""
+    c = Checks("aclnnKlDivBackward", device)
+    c.not_null(gradOutput=gradOutput, self=self, target=target, out=out)
+    grad_output, self_, target_, out_ = (c.tensor(n, t) for n, t in
+                                         (("gradOutput", gradOutput), ("self", self), ("target", target),
+                                          ("out", out)))
+    for name, tensor in (("gradOutput", grad_output), ("self", self_), ("target", target_), ("out", out_)):
+        c.dtype_in(name, tensor, FLOAT_TYPES)
+    for name, tensor in (("gradOutput", grad_output), ("self", self_), ("target", target_), ("out", out_)):
+        c.max_rank(name, tensor)
+    broadcast = broadcast_shapes(self_.shape, target_.shape)
+    if broadcast is None:
+        c.fail(INVALID, f"self shape {list(self_.shape)} and target shape {list(target_.shape)} do not broadcast")
+    if broadcast_shapes(grad_output.shape, broadcast) != broadcast:
+        c.fail(INVALID, f"gradOutput shape {list(grad_output.shape)} must broadcast to the broadcast shape "
+                        f"{list(broadcast)} of self and target without enlarging it")
+    c.shape_eq("out", out_, self_.shape, "self shape")
+    reduction = _reduction(c, reduction)
+    log_target = c.boolean("logTarget", logTarget)
+    if out_.numel == 0:
+        return EmptyPlan(c.op)
+    c.memory(gradOutput=grad_output, target=target_, out=out_)
+    c.output("out", out_, gradOutput=grad_output, target=target_)
+    return KlDivBackwardPlan(grad_output, self_, target_, out_, reduction, log_target)
+
+
+def _build_forward(device: Any, self: Any, target: Any, reduction: Any, logTarget: Any, out: Any) -> Plan:
+    """aclnnKlDivGetWorkspaceSize(self, target, reduction, logTarget, out) -> (status, workspaceSize, executor)."""
+    c = Checks("aclnnKlDiv", device)
+    c.not_null(self=self, target=target, out=out)
+    self_, target_, out_ = (c.tensor(n, t) for n, t in (("self", self), ("target", target), ("out", out)))
+    for name, tensor in (("self", self_), ("target", target_), ("out", out_)):
+        c.dtype_in(name, tensor, FLOAT_TYPES)
+        c.max_rank(name, tensor)
+    broadcast = broadcast_shapes(self_.shape, target_.shape)
+    if broadcast is None:
+        c.fail(INVALID, f"self shape {list(self_.shape)} and target shape {list(target_.shape)} do not broadcast")
+    reduction = _reduction(c, reduction)
+    log_target = c.boolean("logTarget", logTarget)
+    if reduction == 0:
+        c.shape_eq("out", out_, broadcast, "the broadcast shape of self and target")
+    elif out_.numel != 1 or out_.rank > 1:
+        c.fail(INVALID, f"out shape {list(out_.shape)} must be 0-D (or [1]) for reduction {REDUCTIONS[reduction]}")
+    if out_.numel == 0:
+        return EmptyPlan(c.op)
+    c.memory(self=self_, target=target_, out=out_)
+    c.output("out", out_, self=self_, target=target_)
+    return KlDivPlan(self_, target_, out_, reduction, log_target)
+
+
+aclnnKlDivBackwardGetWorkspaceSize = make_get_workspace_size("aclnnKlDivBackward", _build_backward)
+aclnnKlDivBackward = make_execute("aclnnKlDivBackward")
+aclnnKlDivGetWorkspaceSize = make_get_workspace_size("aclnnKlDiv", _build_forward)
+aclnnKlDiv = make_execute("aclnnKlDiv")

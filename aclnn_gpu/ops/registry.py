@@ -1,0 +1,23 @@
+"""The operators' public entry points, gathered from their host modules (one per family)."""
+from __future__ import annotations
+
+from .kl_div import aclnnKlDiv, aclnnKlDivBackward, aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivGetWorkspaceSize
+from .conv_tbc import (aclnnConvTbc, aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize,
+                       aclnnConvTbcGetWorkspaceSize)
+from .ctc_loss import (aclnnCtcLoss, aclnnCtcLossBackward, aclnnCtcLossBackwardGetWorkspaceSize,
+                       aclnnCtcLossGetWorkspaceSize)
+from .scaled_masked_softmax import (aclnnScaledMaskedSoftmax, aclnnScaledMaskedSoftmaxBackward,
+                                    aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize,
+                                    aclnnScaledMaskedSoftmaxGetWorkspaceSize)
+from .cross_entropy import (aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize,
+                            aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize)
+
+__all__ = [
+    "aclnnKlDiv", "aclnnKlDivGetWorkspaceSize", "aclnnKlDivBackward", "aclnnKlDivBackwardGetWorkspaceSize",
+    "aclnnConvTbc", "aclnnConvTbcGetWorkspaceSize", "aclnnConvTbcBackward", "aclnnConvTbcBackwardGetWorkspaceSize",
+    "aclnnScaledMaskedSoftmax", "aclnnScaledMaskedSoftmaxGetWorkspaceSize", "aclnnScaledMaskedSoftmaxBackward",
+    "aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize",
+    "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGetWorkspaceSize", "aclnnCrossEntropyLossGrad",
+    "aclnnCrossEntropyLossGradGetWorkspaceSize",
+    "aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize", "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize",
+]

@@ -1,0 +1,1 @@
+"""NumPy implementations of every operator: what the cpu device runs, and the tests' second reference."""

@@ -1,0 +1,207 @@
+"""NumPy cross-entropy (the cpu device's implementation and the kernels' test oracle).
+
+    cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)
+        -> (loss, log_prob)
+    cross_entropy_loss_grad(grad_loss, log_prob, target, weight, reduction, ignore_index,
+                            label_smoothing) -> grad            (w.r.t. the logits, spec ops.md §2.2)
+
+Math in float32 for float16 / bfloat16 / float32 storage, float64 for float64; results are
+returned in the input's dtype. Sums over rows (the "mean"/"sum" loss and the "mean" divisor D)
+accumulate in float64, like the kernels.
+
+Rules (spec §2.2, §2.5, API.md §6):
+- row i is ignored iff target[i] == ignore_index (any sign): loss 0, gradient row 0;
+- a target outside [0, C) that is not ignore_index is never used as an index: its loss and its
+  gradient row are NaN (so are "mean"/"sum" losses that include it); it adds nothing to D;
+- "mean" divides by D = sum of w[target[i]] over the rows that count; when D == 0 (every row
+  ignored, or only zero-weight targets) the gradient is all zeros and the forward loss is 0
+  (sum * 0: still NaN when a bad row is present). PyTorch's forward gives NaN there (0/0); we
+  give 0, consistent with the zero gradient of API.md §6;
+- label smoothing ls: loss_i = (1-ls) w[t_i] (-lp[i,t_i]) + ls/C * sum_c w[c] (-lp[i,c]).
+- The gradient's target column is computed as b*expm1(lp_t) + s*(p_t*W - w_t) so that bf16 / fp16
+  rows near a one-hot keep fp32 accuracy until the final rounding.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+_CHUNK = 1 << 16  # elements per row block: the per-block scratch stays in cache
+
+
+_PARALLEL_MIN = 1 << 20  # elements: below this a single thread is faster
+_pool = None
+
+
+def _parallel_rows(block, N: int, C: int, R: int) -> None:
+    """Run block(r0, r1) over [0, N) split into row ranges (multiples of R rows), in parallel when
+    the problem is large enough to pay for it."""
+    global _pool
+    workers = min(os.cpu_count() or 1, 8)
+    if workers < 2 or N * C < _PARALLEL_MIN or N < 2:
+        block(0, N)
+        return
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(workers, thread_name_prefix="aclnn_gpu-ce")
+    parts = min(workers, N)
+    step = -(-N // parts)
+    step = -(-step // R) * R if step > R else step
+    futures = [_pool.submit(block, r0, min(N, r0 + step)) for r0 in range(0, N, step)]
+    for f in futures:
+        f.result()
+
+
+def _math(dt) -> type:
+    return np.float64 if np.dtype(dt) == np.float64 else np.float32
+
+
+def _rows(target, N, C, ignore_index):
+    t = np.asarray(target).reshape(N).astype(np.int64, copy=False)
+    ignored = t == np.int64(ignore_index)
+    valid = (t >= 0) & (t < C)
+    active = valid & ~ignored
+    bad = ~valid & ~ignored
+    tc = np.where(active, t, 0)  # a safe index for every row
+    return active, bad, tc
+
+
+def _check_reduction(reduction):
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_index=-100,
+                       label_smoothing=0.0):
+    """Forward: returns (loss, log_prob); loss is (N,) for 'none', else a 0-D array."""
+    _check_reduction(reduction)
+    x = np.asarray(input)
+    N, C = x.shape
+    dt = x.dtype
+    M = _math(dt)
+    ls = float(label_smoothing)
+    active, bad, tc = _rows(target, N, C, ignore_index)
+    w = None if weight is None else np.asarray(weight).reshape(C).astype(M, copy=False)
+
+    log_prob = np.empty((N, C), dt)
+    nll = np.empty(N, M)
+    smooth = np.zeros(N, M) if ls != 0.0 else None
+    if N and C:
+        R = max(1, min(N, _CHUNK // C))
+        direct = dt == M  # fp32 / fp64: work in log_prob itself
+        buf = None if direct else np.empty((R, C), M)
+        ex = np.empty((R, C), M)
+        for r0 in range(0, N, R):
+            r1 = min(N, r0 + R)
+            b, e = (log_prob[r0:r1] if direct else buf[: r1 - r0]), ex[: r1 - r0]
+            if direct:
+                np.subtract(x[r0:r1], x[r0:r1].max(axis=1, keepdims=True), out=b)
+            else:
+                np.copyto(b, x[r0:r1], casting="unsafe")
+                b -= b.max(axis=1, keepdims=True)
+            np.exp(b, out=e)
+            b -= np.log(e.sum(axis=1, keepdims=True))
+            if not direct:
+                np.copyto(log_prob[r0:r1], b, casting="unsafe")
+            nll[r0:r1] = b[np.arange(r1 - r0), tc[r0:r1]]
+            if smooth is not None:
+                smooth[r0:r1] = b.sum(axis=1) if w is None else b @ w
+        np.negative(nll, out=nll)
+        if smooth is not None:
+            np.negative(smooth, out=smooth)
+
+    wt = np.where(active, M(1) if w is None else (w[tc] if C else M(0)), M(0)).astype(M, copy=False)
+    row = nll * wt
+    if ls != 0.0:
+        row *= M(1.0 - ls)
+        row += M(ls / C) * np.where(active, smooth, M(0))
+    row[bad] = np.nan
+
+    if reduction == "none":
+        return row.astype(dt), log_prob
+    total = row.sum(dtype=np.float64)
+    if reduction == "mean":
+        D = wt.sum(dtype=np.float64)
+        total = total / D if D != 0 else total * 0.0
+    return np.asarray(total, dtype=np.float64).astype(dt).reshape(()), log_prob
+
+
+def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction="mean",
+                            ignore_index=-100, label_smoothing=0.0, out=None):
+    """Gradient of the loss w.r.t. the logits (spec §2.2), shape (N, C), log_prob's dtype.
+
+    `out`: an (N, C) array of log_prob's dtype (any strides, not overlapping log_prob) to write the
+    result into instead of a new array; it is returned. Large problems run their row blocks on a
+    small thread pool (NumPy's ufuncs and casts release the GIL)."""
+    _check_reduction(reduction)
+    lp = np.asarray(log_prob)
+    N, C = lp.shape
+    dt = lp.dtype
+    M = _math(dt)
+    ls = float(label_smoothing)
+    active, bad, tc = _rows(target, N, C, ignore_index)
+    w = None if weight is None else np.asarray(weight).reshape(C).astype(M, copy=False)
+    if out is None:
+        out = np.empty((N, C), dt)
+    elif out.shape != (N, C) or out.dtype != dt:
+        raise ValueError(f"out must be an {(N, C)} array of {dt}, got {out.shape} {out.dtype}")
+    if N == 0 or C == 0:
+        return out
+
+    g = np.asarray(grad_loss).astype(M)
+    G = g.reshape(N) if reduction == "none" else np.full(N, g.reshape(-1)[0], M)
+    wt = np.where(active, M(1) if w is None else w[tc], M(0)).astype(M, copy=False)
+    if reduction == "mean":
+        D = wt.sum(dtype=np.float64)
+        if D == 0:  # every row ignored (or zero-weight targets only): zeros (API.md §6)
+            active = np.zeros(N, bool)
+        else:
+            G = G * M(1.0 / D)
+    G = np.where(active, G, M(0))  # ignored / bad rows: no contribution (bad rows set NaN below)
+    b = G * M(1.0 - ls) * wt                       # nllg_i
+    s = G * M(ls / C)                              # sm_i
+    W = (M(C) if w is None else M(w.sum(dtype=np.float64))) if ls != 0.0 else M(0)
+    a = b + s * W                                  # out = a*p - s*w_j - [j==t] b
+
+    R = max(1, min(N, _CHUNK // C))
+    direct = dt == M  # fp32 / fp64: work in out itself
+    sw = None if ls == 0.0 or w is None else w
+    bf16_bits = lp.view(np.uint16) if dt.name == "bfloat16" and M == np.float32 and dt.itemsize == 2 else None
+
+    def block(r0: int, r1: int) -> None:
+        buf = None if direct else np.empty((min(R, r1 - r0), C), M)
+        for q0 in range(r0, r1, R):
+            q1 = min(r1, q0 + R)
+            p = out[q0:q1] if direct else buf[: q1 - q0]
+            if direct:
+                np.exp(lp[q0:q1], out=p)
+            elif bf16_bits is not None:  # bf16 -> fp32 exactly: the 16 bits moved up (faster than the cast)
+                np.left_shift(bf16_bits[q0:q1], 16, out=p.view(np.uint32), dtype=np.uint32)
+                np.exp(p, out=p)
+            else:
+                np.copyto(p, lp[q0:q1], casting="unsafe")
+                np.exp(p, out=p)
+            p *= a[q0:q1, None]
+            if ls != 0.0:
+                if sw is None:
+                    p -= s[q0:q1, None]
+                else:
+                    p -= np.multiply.outer(s[q0:q1], sw)
+            if not direct:
+                np.copyto(out[q0:q1], p, casting="unsafe")
+
+    _parallel_rows(block, N, C, R)
+
+    rows = np.nonzero(active)[0]
+    if rows.size:
+        t = tc[rows]
+        lpt = lp[rows, t].astype(M)
+        col = b[rows] * np.expm1(lpt)
+        if ls != 0.0:
+            col += s[rows] * (np.exp(lpt) * W - (M(1) if w is None else w[t]))
+        out[rows, t] = col.astype(dt)
+    out[~active] = 0  # ignored rows (and D == 0): zeros whatever log_prob holds
+    if bad.any():
+        out[bad] = np.nan
+    return out

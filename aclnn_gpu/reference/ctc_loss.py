@@ -1,0 +1,216 @@
+"""CTC loss forward and backward in NumPy: the `cpu` device's implementation and the oracle of the
+kernel tests (spec/ops.md section 1, API.md sections 6-7).
+
+    ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
+                     zero_infinity=False) -> (neg_log_likelihood (N,), log_alpha (N, T, 2*maxL+1))
+    ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_lengths,
+                      neg_log_likelihood, log_alpha, blank=0, zero_infinity=False) -> grad (T, N, C)
+
+Shapes: log_probs (T, N, C); targets 2-D padded (N, S >= maxL) or 1-D concatenated
+(sum(target_lengths)), any integer dtype; lengths (N,) host ints (validated by the caller:
+0 <= input_lengths <= T, target_lengths >= 0). Outputs have log_probs' dtype; math is float32 for
+float16 / bfloat16 / float32 and float64 for float64.
+
+Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
+* forward: log_alpha is -inf wherever unreachable or outside the valid region (t >= Lin, s > 2L);
+  an impossible alignment gives an infinite loss, returned as 0 with `zero_infinity` (CANN's
+  forward rule); Lin == 0 gives loss 0 when L == 0, else inf.
+* backward: out[t,b,c] = (exp(lp) - exp(lcab + nll - lp)) * g for t < Lin, 0 for t >= Lin; the whole
+  sample is 0 when `zero_infinity` and nll == +inf. log_alpha is read only at t < Lin, s <= 2L
+  (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
+  occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
+  that could underflow labels with tiny probability.
+* a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
+  never used as an index.
+
+Vectorised over batch and extended-label states; the only Python loop runs over time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ctc_loss_forward", "ctc_loss_backward", "math_dtype"]
+
+
+def math_dtype(dtype) -> np.dtype:
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def _labels(targets, input_lengths, target_lengths, n, c):
+    """(labels (N, maxL) int64 safe to index with, bad (N,) bool, il, tl, maxL)."""
+    il = np.asarray(input_lengths, dtype=np.int64).reshape(-1)
+    tl = np.asarray(target_lengths, dtype=np.int64).reshape(-1)
+    if il.shape[0] != n or tl.shape[0] != n:
+        raise ValueError("input_lengths / target_lengths must have N entries")
+    max_l = int(tl.max()) if n else 0
+    tg = np.asarray(targets)
+    k = np.arange(max_l, dtype=np.int64)
+    inside = k[None, :] < tl[:, None]
+    if tg.ndim == 2:
+        s = tg.shape[1]
+        raw = np.zeros((n, max_l), dtype=np.int64)
+        w = min(s, max_l)
+        raw[:, :w] = tg[:n, :w].astype(np.int64)
+        inside_src = inside & (k[None, :] < s)
+    else:
+        flat = tg.reshape(-1).astype(np.int64)
+        off = np.concatenate([[0], np.cumsum(tl)[:-1]]).astype(np.int64)
+        idx = off[:, None] + k[None, :]
+        inside_src = inside & (idx < flat.shape[0])
+        raw = np.where(inside_src, flat[np.clip(idx, 0, max(flat.shape[0] - 1, 0))] if flat.size else 0, 0)
+    valid = (raw >= 0) & (raw < c) & inside_src
+    bad = np.any(inside & ~valid, axis=1)
+    labels = np.where(valid & inside, raw, 0)
+    return labels, bad, il, tl, max_l
+
+
+def _extended(labels, tl, blank, max_l):
+    """l' (N, S) with S = 2*maxL+1, state mask s <= 2L, skip mask l'(s) != l'(s-2)."""
+    n = labels.shape[0]
+    S = 2 * max_l + 1
+    lp_ = np.full((n, S), blank, dtype=np.int64)
+    lp_[:, 1::2] = labels
+    s = np.arange(S)
+    in_state = s[None, :] <= 2 * tl[:, None]
+    skip = np.zeros((n, S), dtype=bool)      # transition s-2 -> s allowed
+    skip[:, 2:] = lp_[:, 2:] != lp_[:, :-2]
+    return lp_, in_state, skip
+
+
+def _shift(x, k, fill):
+    """x shifted along states by k (k > 0: out[s] = x[s-k]; k < 0: out[s] = x[s-k]), fill elsewhere."""
+    out = np.full_like(x, fill)
+    S = x.shape[1]
+    if abs(k) < S:
+        if k > 0:
+            out[:, k:] = x[:, :S - k]
+        else:
+            out[:, :S + k] = x[:, -k:]
+    return out
+
+
+def _lse3(a, b, c):
+    m = np.maximum(np.maximum(a, b), c)
+    m = np.where(m == -np.inf, 0, m)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        return np.log(np.exp(a - m) + np.exp(b - m) + np.exp(c - m)) + m
+
+
+def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    lp_in = np.asarray(log_probs)
+    T, N, C = lp_in.shape
+    md = math_dtype(lp_in.dtype)
+    lp = lp_in.astype(md, copy=False)
+    labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
+    lprime, in_state, skip = _extended(labels, tl, blank, max_l)
+    S = 2 * max_l + 1
+    ninf = md.type(-np.inf)
+    la = np.full((N, T, S), ninf, dtype=md)
+    nidx = np.arange(N)[:, None]
+    s_idx = np.arange(S)
+    prev = np.full((N, S), ninf, dtype=md)
+    init = (s_idx[None, :] <= np.minimum(1, 2 * tl)[:, None]) & (il[:, None] > 0)
+    tmax = int(il.max()) if N else 0
+    for t in range(tmax):
+        lpg = lp[t][nidx, lprime]
+        if t == 0:
+            cur = np.where(init, lpg, ninf)
+        else:
+            a2 = _shift(prev, 1, ninf)
+            a3 = np.where(skip, _shift(prev, 2, ninf), ninf)
+            cur = _lse3(prev, a2, a3) + lpg
+            cur = np.where(in_state & (t < il)[:, None], cur, ninf)
+        la[:, t, :] = cur
+        prev = cur
+    # loss from the last row t = Lin-1
+    last = np.clip(il - 1, 0, max(T - 1, 0))
+    row = la[np.arange(N), last]                      # (N, S)
+    l1 = row[np.arange(N), 2 * tl] if N else np.zeros(0, md)
+    l2 = np.where(tl > 0, row[np.arange(N), np.maximum(2 * tl - 1, 0)], ninf) if N else np.zeros(0, md)
+    m = np.maximum(l1, l2)
+    m = np.where(m == -np.inf, 0, m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ll = np.log(np.exp(l1 - m) + np.exp(l2 - m)) + m
+    nll = -ll
+    nll = np.where(il == 0, np.where(tl == 0, 0, np.inf), nll).astype(md)
+    if zero_infinity:
+        nll = np.where(nll == np.inf, 0, nll).astype(md)
+    nll = np.where(bad, np.nan, nll).astype(md)
+    la[bad] = np.nan
+    return nll.astype(lp_in.dtype), la.astype(lp_in.dtype)
+
+
+def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
+                      log_alpha, blank=0, zero_infinity=False):
+    lp_in = np.asarray(log_probs)
+    T, N, C = lp_in.shape
+    md = math_dtype(lp_in.dtype)
+    lp = lp_in.astype(md, copy=False)
+    g = np.asarray(grad_out).astype(md).reshape(-1)
+    nll = np.asarray(neg_log_likelihood).astype(md).reshape(-1)
+    labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
+    lprime, in_state, skip = _extended(labels, tl, blank, max_l)
+    S = 2 * max_l + 1
+    la_all = np.asarray(log_alpha)
+    if la_all.shape[2] < S:
+        raise ValueError("log_alpha.shape[2] must be >= 2*max(target_lengths)+1")
+    ninf = md.type(-np.inf)
+    nidx = np.arange(N)[:, None]
+    s_idx = np.arange(S)
+    # q[t, n, s] = alpha + beta - lp + nll = log occupancy of state s at time t
+    tmax = int(il.max()) if N else 0
+    q = np.full((max(tmax, 0), N, S), ninf, dtype=md)
+    beta = np.full((N, S), ninf, dtype=md)
+    skip_next = np.zeros((N, S), dtype=bool)            # transition s <- s+2 allowed
+    if S > 2:
+        skip_next[:, :-2] = skip[:, 2:]
+    start_mask = (s_idx[None, :] >= 2 * tl[:, None] - 1) & in_state
+    # t = Lin-1: only s = 2L and 2L-1 contribute, and they are assigned (PyTorch CPU): when the last
+    # label equals blank, blank's entry comes from s = 2L-1 alone.
+    last_lab = np.where(tl > 0, labels[np.arange(N), np.maximum(tl - 1, 0)] if max_l else 0, -1)
+    drop_2l = (tl > 0) & (last_lab == blank)
+    nll_f = np.where(np.isfinite(nll), nll, 0).astype(md)
+    # log_alpha as (t, n, s) in the math dtype, copied once (one pass instead of a strided gather per step)
+    la_t = np.ascontiguousarray(la_all[:, :max(tmax, 0), :S].transpose(1, 0, 2), dtype=md)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t in range(tmax - 1, -1, -1):
+            lpg = lp[t][nidx, lprime]
+            b2 = _shift(beta, -1, ninf)
+            b3 = np.where(skip_next, _shift(beta, -2, ninf), ninf)
+            rec = _lse3(beta, b2, b3) + lpg
+            is_last = (t == il - 1)[:, None]
+            cur = np.where(is_last, np.where(start_mask, lpg, ninf), rec)
+            cur = np.where(in_state & (t < il)[:, None], cur, ninf)
+            beta = cur
+            act = in_state & (t < il)[:, None]
+            alpha = np.where(act, la_t[t], ninf)
+            qt = np.where(act, alpha + cur - lpg, ninf)
+            fix = drop_2l & (t == il - 1)
+            if fix.any():
+                qt[fix] = np.where(s_idx[None, :] == 2 * tl[fix, None], ninf, qt[fix])
+            q[t] = qt
+        # occupancy sums by column: blank at even states, labels at odd states
+        occ = np.exp(q + nll_f[None, :, None])          # (tmax, N, S)
+    sums = np.zeros((max(tmax, 0), N, C), dtype=md)
+    if tmax:
+        flat = (np.arange(tmax)[:, None, None] * (N * C) + np.arange(N)[None, :, None] * C
+                + lprime[None, :, :]).reshape(-1)
+        sums = np.bincount(flat, weights=occ.reshape(-1).astype(np.float64),
+                           minlength=tmax * N * C).reshape(tmax, N, C).astype(md)
+    # non-finite nll (sums are then plain sum exp(q)): PyTorch's exp(lcab + nll - lp) gives NaN for
+    # +inf / NaN (also at columns without a state: -inf + inf) and 0 for -inf
+    fin = np.isfinite(nll)
+    grad = np.zeros((T, N, C), dtype=md)
+    if tmax:
+        active = (np.arange(tmax)[:, None] < il[None, :])[:, :, None]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            e = np.exp(lp[:tmax])
+            body = e - sums
+            if not fin.all():
+                nf = ~fin
+                body[:, nf, :] = e[:, nf, :] - np.exp(np.log(sums[:, nf, :]) + nll[None, nf, None])
+            grad[:tmax] = np.where(active, body * g[None, :, None], 0)
+    zero = zero_infinity & (nll == np.inf)
+    grad[:, zero, :] = 0
+    grad[:, bad & ~zero, :] = np.nan
+    return grad.astype(lp_in.dtype)

@@ -1,0 +1,171 @@
+"""NumPy scaled masked softmax (forward) and its backward: what the cpu device runs.
+
+Semantics (spec/ops.md section 5, API.md sections 6 and 7):
+
+    forward : y = softmax(scale * x) over the last axis, masked positions excluded (y == 0 there);
+              a fully masked row gives zeros.
+    backward: out = scale * y * (g - sum_row(g * y)), then exactly 0 wherever masked. The row sum
+              runs over the whole row, masked positions included.
+
+The mask is bool, 4-D (Bm, Nm, S1, S2) with Bm in {B, 1}, Nm in {N, 1}; true means "masked out".
+`fix_triu_mask=True` additionally masks j > i (i = row index within S1); the mask may then be None.
+
+Math is float32 for float16 / bfloat16 / float32 storage (never float64); inputs are never written;
+a broadcast mask is used through NumPy broadcasting (`where=`), never materialised at full size.
+Everything is done in one float32 result buffer, in place.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+_F32 = np.float32
+
+
+def _combined_mask(mask, s1: int, s2: int, fix_triu_mask: bool):
+    """The effective mask, broadcastable to (B, N, S1, S2), or None when nothing is masked. With
+    fix_triu_mask the causal mask (S1, S2) is or-ed in; the result is at most the mask's own size."""
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            mask = mask != 0
+    if fix_triu_mask:
+        i = np.arange(s1, dtype=np.int64)[:, None]
+        j = np.arange(s2, dtype=np.int64)[None, :]
+        triu = j > i
+        mask = triu if mask is None else np.logical_or(mask, triu)
+    return mask
+
+
+def _as_f32(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == _F32 else a.astype(_F32)
+
+
+def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask: bool = False) -> np.ndarray:
+    """y = softmax(scale * x) over the last axis with masked positions excluded; x is (B, N, S1, S2)
+    float16 / bfloat16 / float32; returns y in x's dtype. Fully masked rows are zeros."""
+    x = np.asarray(x)
+    dtype = x.dtype
+    t = np.multiply(x, _F32(scale), dtype=_F32)          # the one float32 buffer (x is not written)
+    if t.size == 0:
+        return t.astype(dtype, copy=False)
+    s1, s2 = x.shape[-2], x.shape[-1]
+    m = _combined_mask(mask, s1, s2, fix_triu_mask)
+    if m is not None:
+        np.copyto(t, _F32(-np.inf), where=m)              # broadcasts the mask, no full-size copy
+    mx = t.max(axis=-1, keepdims=True)
+    mx[mx == -np.inf] = 0                                # fully masked row: exp(-inf) = 0, no NaN
+    t -= mx
+    np.exp(t, out=t)
+    s = t.sum(axis=-1, keepdims=True)
+    s[s == 0] = 1                                        # fully masked row stays all zeros
+    t /= s
+    return t if dtype == _F32 else t.astype(dtype)
+
+
+CHUNK_ELEMS = 1 << 16   # elements per chunk of the backward: its fp32 buffers stay in L2
+_POOL = None
+
+
+def _run_chunks(work, pieces) -> None:
+    """Run `work` over the chunks, on every core when there are enough of them (NumPy's loops
+    release the GIL; the chunks write disjoint rows, so the result does not depend on the order)."""
+    global _POOL
+    workers = min(os.cpu_count() or 1, 8)
+    if workers < 2 or len(pieces) < 4:
+        for piece in pieces:
+            work(piece)
+        return
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL = ThreadPoolExecutor(workers, thread_name_prefix="smsm")
+    for _ in _POOL.map(work, pieces):
+        pass
+
+
+def _chunks(shape, mask_shape):
+    """(data index, mask index, row range) triples tiling a (B, N, S1, S2) tensor into chunks of
+    about CHUNK_ELEMS elements along whole rows; the mask index follows its broadcast dims."""
+    B, N, S1, S2 = shape
+    Bm, Nm = (mask_shape[0], mask_shape[1]) if mask_shape is not None else (1, 1)
+    rows = max(1, CHUNK_ELEMS // max(S2, 1))
+    full = slice(None)
+
+    def mb(b0, b1):
+        return slice(b0, b1) if Bm != 1 else full
+
+    def mn(n0, n1):
+        return slice(n0, n1) if Nm != 1 else full
+
+    if rows >= N * S1:
+        step = max(1, rows // (N * S1))
+        for b0 in range(0, B, step):
+            b1 = min(B, b0 + step)
+            yield (slice(b0, b1),), (mb(b0, b1),), (0, S1)
+    elif rows >= S1:
+        step = max(1, rows // S1)
+        for b in range(B):
+            for n0 in range(0, N, step):
+                n1 = min(N, n0 + step)
+                yield (slice(b, b + 1), slice(n0, n1)), (mb(b, b + 1), mn(n0, n1)), (0, S1)
+    else:
+        for b in range(B):
+            for n in range(N):
+                for i0 in range(0, S1, rows):
+                    i1 = min(S1, i0 + rows)
+                    yield ((slice(b, b + 1), slice(n, n + 1), slice(i0, i1)),
+                           (mb(b, b + 1), mn(n, n + 1), slice(i0, i1)), (i0, i1))
+
+
+def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask, scale: float = 1.0,
+                                   fix_triu_mask: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+    """out = scale * y * (g - sum_row(g * y)), then 0 where masked (the row sum includes masked
+    positions). grad_output and y share one (B, N, S1, S2) shape and dtype; returns that dtype
+    (written into `out`, any float dtype and strides, when given).
+
+    Runs in chunks of whole rows (CHUNK_ELEMS elements) so that the float32 temporaries stay in
+    cache: each input is converted to float32 once and every output element is stored once."""
+    g = np.asarray(grad_output)
+    y = np.asarray(y)
+    if out is None:
+        out = np.empty(g.shape, g.dtype)
+    if g.size == 0:
+        return out
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            mask = mask != 0
+    S1, S2 = g.shape[-2], g.shape[-1]
+    s = _F32(scale)
+    convert = g.dtype != _F32
+
+    def work(piece):
+        idx, midx, (i0, i1) = piece
+        gc, yc, oc = g[idx], y[idx], out[idx]
+        if convert:
+            gc, yc = gc.astype(_F32), yc.astype(_F32)
+        t = oc if (oc.dtype == _F32 and oc.flags.c_contiguous) else np.empty(oc.shape, _F32)
+        np.multiply(gc, yc, out=t)
+        dot = t.sum(axis=-1, keepdims=True)              # float32 pairwise row sums
+        np.subtract(gc, dot, out=t)
+        t *= yc
+        if scale != 1.0:                                 # CANN skips the multiply for scale == 1
+            t *= s
+        m = None if mask is None else mask[midx]
+        if fix_triu_mask:
+            triu = np.arange(S2)[None, :] > np.arange(i0, i1)[:, None]
+            m = triu if m is None else np.logical_or(m, triu)
+        if m is not None:                                # exact zeros (even over inf/NaN): t &= keep bits
+            keep = m.astype(np.uint32)
+            keep -= np.uint32(1)                         # masked -> 0, kept -> 0xFFFFFFFF
+            bits = t.view(np.uint32)
+            np.bitwise_and(bits, keep, out=bits)
+        if t is not oc:
+            np.copyto(oc, t, casting="unsafe")
+
+    _run_chunks(work, list(_chunks(g.shape, None if mask is None else mask.shape)))
+    return out
+
+
+__all__ = ["scaled_masked_softmax", "scaled_masked_softmax_backward"]

@@ -1,0 +1,225 @@
+"""Descriptors over device memory: `aclTensor` (a strided view of a storage), `aclIntArray` and
+`aclScalar`, with CANN's create/destroy functions and getters (acl_meta.h).
+
+A descriptor never owns memory. Creating one validates only its own fields (as CANN does); the
+memory range a tensor names is checked against the live allocations by each operator, when the
+tensor is used.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .errors import c_api, fail
+from .status import aclDataType, aclFormat, aclnnStatus
+
+INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
+MAX_DIMS = 64  # a descriptor sanity bound; operators enforce their own rank limits
+
+
+def _int_list(values: Any, what: str) -> tuple[int, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    try:
+        out = tuple(values)
+    except TypeError:
+        fail(INVALID, f"aclCreateTensor: {what} must be a sequence of integers")
+    for v in out:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            fail(INVALID, f"aclCreateTensor: {what} must hold integers, got {v!r}")
+    return tuple(int(v) for v in out)
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+class aclTensor:
+    """A view `storage[offset + sum(i_k * stride_k)]` of `dtype` elements starting at `data`."""
+
+    __slots__ = ("shape", "dtype", "strides", "offset", "format", "storage_shape", "data", "destroyed",
+                 "__weakref__")
+
+    def __init__(self, shape: tuple[int, ...], dtype: aclDataType, strides: tuple[int, ...], offset: int,
+                 fmt: int, storage_shape: tuple[int, ...], data: int | None):
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
+        self.offset = offset
+        self.format = fmt
+        self.storage_shape = storage_shape
+        self.data = data
+        self.destroyed = False
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return dtypes.itemsize(self.dtype)
+
+    def element_span(self) -> tuple[int, int]:
+        """[lo, hi) in elements from `data` that the view touches (hi == lo for an empty view)."""
+        if self.numel == 0:
+            return self.offset, self.offset
+        lo = hi = self.offset
+        for n, s in zip(self.shape, self.strides):
+            reach = (n - 1) * s
+            lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
+        return lo, hi + 1
+
+    def is_contiguous(self) -> bool:
+        return all(s == c for n, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if n != 1)
+
+    def __repr__(self) -> str:
+        state = " destroyed" if self.destroyed else ""
+        return (f"aclTensor(shape={self.shape}, dtype={dtypes.name(self.dtype)}, strides={self.strides}, "
+                f"offset={self.offset}, data={hex(self.data) if self.data else None}{state})")
+
+
+@c_api(null_result=True)
+def aclCreateTensor(viewDims: Sequence[int], dataType: int, stride: Sequence[int] | None, offset: int,
+                    format: int, storageDims: Sequence[int] | None, tensorData: int | None) -> aclTensor | None:
+    """CANN's aclCreateTensor: returns the tensor, or None (C's NULL) with a recent-error message."""
+    shape = _int_list(viewDims, "viewDims")
+    if len(shape) > MAX_DIMS or any(n < 0 for n in shape):
+        fail(INVALID, f"aclCreateTensor: viewDims {list(shape)} must be non-negative (at most {MAX_DIMS} dims)")
+    if not isinstance(dataType, numbers.Integral) or not dtypes.is_known(int(dataType)):
+        fail(INVALID, f"aclCreateTensor: dataType {dataType!r} is not an aclDataType")
+    strides = contiguous_strides(shape) if stride is None else _int_list(stride, "stride")
+    if len(strides) != len(shape):
+        fail(INVALID, f"aclCreateTensor: stride has {len(strides)} entries for {len(shape)} viewDims")
+    if not isinstance(offset, numbers.Integral) or isinstance(offset, bool) or offset < 0:
+        fail(INVALID, f"aclCreateTensor: offset {offset!r} must be a non-negative integer (elements)")
+    if not isinstance(format, numbers.Integral) or int(format) not in aclFormat._value2member_map_:
+        fail(INVALID, f"aclCreateTensor: format {format!r} is not an aclFormat")
+    storage = shape if storageDims is None else _int_list(storageDims, "storageDims")
+    if any(n < 0 for n in storage):
+        fail(INVALID, f"aclCreateTensor: storageDims {list(storage)} must be non-negative")
+    if tensorData is not None and (not isinstance(tensorData, numbers.Integral) or isinstance(tensorData, bool)
+                                   or tensorData < 0):
+        fail(INVALID, f"aclCreateTensor: tensorData {tensorData!r} must be an address (int) or None")
+    return aclTensor(shape, aclDataType(int(dataType)), strides, int(offset), int(format), storage,
+                     int(tensorData) if tensorData else None)
+
+
+@c_api()
+def aclDestroyTensor(tensor: aclTensor | None) -> int:
+    if tensor is None:
+        return aclnnStatus.ACLNN_SUCCESS
+    if not isinstance(tensor, aclTensor):
+        fail(INVALID, f"aclDestroyTensor: {type(tensor).__name__} is not an aclTensor")
+    if tensor.destroyed:
+        fail(INVALID, "aclDestroyTensor: tensor was already destroyed")
+    tensor.destroyed = True
+    return aclnnStatus.ACLNN_SUCCESS
+
+
+def _getter(name: str, attr: str):
+    @c_api(n_out=1, internal=aclnnStatus.ACLNN_ERR_INNER)
+    def get(tensor: aclTensor) -> tuple[int, Any]:
+        if tensor is None:
+            fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{name}: tensor is null")
+        if not isinstance(tensor, aclTensor) or tensor.destroyed:
+            fail(INVALID, f"{name}: not a live aclTensor")
+        value = getattr(tensor, attr)
+        return aclnnStatus.ACLNN_SUCCESS, list(value) if isinstance(value, tuple) else value
+
+    get.__name__ = get.__qualname__ = name
+    return get
+
+
+aclGetViewShape = _getter("aclGetViewShape", "shape")
+aclGetViewStrides = _getter("aclGetViewStrides", "strides")
+aclGetViewOffset = _getter("aclGetViewOffset", "offset")
+aclGetStorageShape = _getter("aclGetStorageShape", "storage_shape")
+aclGetDataType = _getter("aclGetDataType", "dtype")
+aclGetFormat = _getter("aclGetFormat", "format")
+
+
+class aclIntArray:
+    """A host-side array of int64 values (copied at creation, as CANN does)."""
+
+    __slots__ = ("values", "destroyed", "__weakref__")
+
+    def __init__(self, values: tuple[int, ...]):
+        self.values = values
+        self.destroyed = False
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return f"aclIntArray({list(self.values)})"
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+@c_api(null_result=True)
+def aclCreateIntArray(values: Sequence[int]) -> aclIntArray | None:
+    if values is None:
+        fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, "aclCreateIntArray: values is null")
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    try:
+        items = tuple(values)
+    except TypeError:
+        fail(INVALID, "aclCreateIntArray: values must be a sequence of integers")
+    for v in items:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not INT64_MIN <= v <= INT64_MAX:
+            fail(INVALID, f"aclCreateIntArray: {v!r} is not an int64 value")
+    return aclIntArray(tuple(int(v) for v in items))
+
+
+@c_api()
+def aclDestroyIntArray(array: aclIntArray | None) -> int:
+    if array is None:
+        return aclnnStatus.ACLNN_SUCCESS
+    if not isinstance(array, aclIntArray):
+        fail(INVALID, f"aclDestroyIntArray: {type(array).__name__} is not an aclIntArray")
+    if array.destroyed:
+        fail(INVALID, "aclDestroyIntArray: array was already destroyed")
+    array.destroyed = True
+    return aclnnStatus.ACLNN_SUCCESS
+
+
+class aclScalar:
+    __slots__ = ("value", "dtype", "destroyed")
+
+    def __init__(self, value: Any, dtype: aclDataType):
+        self.value = value
+        self.dtype = dtype
+        self.destroyed = False
+
+
+@c_api(null_result=True)
+def aclCreateScalar(value: Any, dataType: int) -> aclScalar | None:
+    """The value is given directly (Python has no void*); it is converted to `dataType` and kept."""
+    if value is None:
+        fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, "aclCreateScalar: value is null")
+    if not dtypes.has_numpy(dataType):
+        fail(INVALID, f"aclCreateScalar: dataType {dataType!r} is not supported")
+    return aclScalar(dtypes.to_numpy(dataType).type(value), aclDataType(dataType))
+
+
+@c_api()
+def aclDestroyScalar(scalar: aclScalar | None) -> int:
+    if scalar is not None:
+        scalar.destroyed = True
+    return aclnnStatus.ACLNN_SUCCESS

@@ -1,0 +1,222 @@
+"""ConvTBC backward benchmark: aclnnConvTbcBackward (two-phase API, preallocated buffers, repeatable
+executor; timed = execute + synchronize) against PyTorch's conv_tbc backward
+(`torch.ops.aten.conv_tbc_backward`) on the same device.
+
+    python bench/conv_tbc.py [--device cpu|cuda|emulated] [--quick]
+
+GPU (cuda): T=1024, B=64, C=512, K=3, pad=1 in fp32 with each cubeMathType and in bf16; achieved
+TFLOP/s (backward = 2 products of 2*K*T*B*Cin*Cout flops each: gradInput and gradWeight) against
+the matrix throughput of a large cuBLAS GEMM timed in the same run (fp32, TF32 and bf16).
+CPU / emulated: sizes that take roughly 5-200 ms in PyTorch on the CPU, median time after warm-up,
+ratio = ours / PyTorch (lower is better). Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import aclnn_gpu as acl  # noqa: E402
+from aclnn_gpu import dtypes  # noqa: E402
+
+CUBE = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN", 2: "USE_FP16", 3: "USE_HF32"}
+
+
+def flops(T, B, Cin, Cout, K, pad) -> float:
+    Tout = T + 2 * pad - K + 1
+    return 2.0 * K * Cin * Cout * (Tout * B + T * B)   # gradWeight + gradInput products
+
+
+class Ours:
+    """A repeatable aclnnConvTbcBackward executor over preallocated device buffers."""
+
+    def __init__(self, g, x, w, b, pad, cube):
+        status, self.stream = acl.aclrtCreateStream()
+        assert status == 0
+        self.ptrs = []
+        ts = [self._tensor(a) for a in (g, x, w, b)]
+        outs = [self._tensor(np.empty_like(a)) for a in (x, w, b)]
+        status, self.ws, self.ex = acl.aclnnConvTbcBackwardGetWorkspaceSize(*ts, pad, cube, *outs)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        assert acl.aclSetAclOpExecutorRepeatable(self.ex) == 0
+        self.work = self._malloc(self.ws) if self.ws else None
+        self.outs = outs
+
+    def _malloc(self, n):
+        status, p = acl.aclrtMalloc(max(n, 1), 0)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        self.ptrs.append(p)
+        return p
+
+    def _tensor(self, a):
+        a = np.ascontiguousarray(a)
+        p = self._malloc(a.nbytes)
+        assert acl.aclrtMemcpy(p, a.nbytes, a, a.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        code = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16,
+                dtypes.bfloat16: acl.ACL_BF16}[a.dtype]
+        return acl.aclCreateTensor(a.shape, code, None, 0, acl.ACL_FORMAT_ND, a.shape, p)
+
+    def __call__(self):
+        assert acl.aclnnConvTbcBackward(self.work, self.ws, self.ex, self.stream) == 0
+        assert acl.aclrtSynchronizeStream(self.stream) == 0
+
+    def close(self):
+        acl.aclDestroyAclOpExecutor(self.ex)
+        for p in self.ptrs:
+            acl.aclrtFree(p)
+        acl.aclrtDestroyStream(self.stream)
+
+
+def median_ms(*fns, warmup=2, reps=7, budget_s=3.0) -> list[float]:
+    """Median wall time (ms) of each fn, measured in separate blocks with a pause before each: on a
+    small CPU, PyTorch's OpenMP threads and OpenBLAS's threads spin-wait after their parallel
+    regions, so interleaving the two libraries call by call starves whichever runs next."""
+    out = []
+    for fn in fns:
+        time.sleep(0.5)
+        for _ in range(warmup):
+            fn()
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget_s):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        out.append(statistics.median(times))
+    return out
+
+
+def torch_backward(torch, g, x, w, b, pad, device):
+    def to(a):
+        t = torch.from_numpy(np.ascontiguousarray(a.astype(np.float32)))
+        return t.to(device=device, dtype=torch.bfloat16 if a.dtype == dtypes.bfloat16 else
+                    torch.float16 if a.dtype == np.float16 else torch.float32)
+    tg, tx, tw, tb = map(to, (g, x, w, b))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def run():
+        torch.ops.aten.conv_tbc_backward(tg, tx, tw, tb, pad)
+        sync()
+    return run
+
+
+def data(rng, T, B, Cin, Cout, K, pad, dtype):
+    Tout = T + 2 * pad - K + 1
+    mk = lambda *s: rng.standard_normal(s, dtype=np.float32).astype(dtype)  # noqa: E731
+    return mk(Tout, B, Cout), mk(T, B, Cin), mk(K, Cin, Cout), mk(Cout)
+
+
+def bench_cpu(kind, quick):
+    import torch
+    torch.set_num_threads(os.cpu_count() or 1)
+    rng = np.random.default_rng(0)
+    if kind == "emulated":
+        sizes = [(16, 4, 16, 16, 3, 1), (32, 4, 32, 32, 3, 1)]
+        dts = [np.dtype(np.float32)]
+    elif quick:
+        sizes = [(128, 16, 128, 128, 3, 1), (256, 32, 256, 256, 3, 1), (512, 8, 128, 256, 5, 2)]
+        dts = [np.dtype(np.float32)]
+    else:
+        sizes = [(128, 16, 128, 128, 3, 1), (256, 32, 256, 256, 3, 1), (512, 8, 128, 256, 5, 2),
+                 (256, 16, 512, 512, 3, 0), (1024, 16, 256, 256, 3, 1), (256, 64, 256, 256, 7, 3),
+                 (512, 32, 512, 512, 3, 1)]
+        dts = [np.dtype(np.float32), dtypes.bfloat16]
+    rows = []
+    for dt in dts:
+        for shape in sizes:
+            T, B, Cin, Cout, K, pad = shape
+            g, x, w, b = data(rng, *shape, dt)
+            ours = Ours(g, x, w, b, pad, 0)
+            t_ours, t_torch = median_ms(ours, torch_backward(torch, g, x, w, b, pad, "cpu"))
+            ours.close()
+            rows.append((f"T={T} B={B} Cin={Cin} Cout={Cout} K={K} pad={pad}", dt.name, t_ours, t_torch,
+                         flops(*shape) / t_ours / 1e6))
+    print(f"\nConvTBC backward, device `{acl.current_device_kind()}` vs PyTorch CPU "
+          f"({torch.get_num_threads()} threads), median ms\n")
+    print("| shape | dtype | ours ms | torch ms | ratio | ours GFLOP/s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for name, dt, a, t, gf in rows:
+        print(f"| {name} | {dt} | {a:.2f} | {t:.2f} | {a / t:.2f} | {gf:.1f} |")
+
+
+def bench_cuda(quick):
+    import cupy as cp
+    import torch
+
+    def gpu_ms(fn, reps):
+        for _ in range(3):
+            fn()
+        cp.cuda.runtime.deviceSynchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        times = []
+        for _ in range(reps):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end))
+        return statistics.median(times)
+
+    reps = 5 if quick else 20
+    # measured matrix throughput: a big square cuBLAS GEMM per precision
+    n = 8192
+    peak = {}
+    for label, dt, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                            ("bf16", torch.bfloat16, False), ("fp16", torch.float16, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a = torch.randn(n, n, device="cuda", dtype=dt)
+        bm = torch.randn(n, n, device="cuda", dtype=dt)
+        ms = gpu_ms(lambda: torch.mm(a, bm), reps)
+        peak[label] = 2 * n ** 3 / ms / 1e9
+        del a, bm
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    shape = (1024, 64, 512, 512, 3, 1)
+    rng = np.random.default_rng(0)
+    fl = flops(*shape)
+    rows = []
+    cases = [(np.dtype(np.float32), c) for c in range(4)] + [(dtypes.bfloat16, 0)]
+    for dt, cube in cases:
+        g, x, w, b = data(rng, *shape, dt)
+        ours = Ours(g, x, w, b, shape[5], cube)
+        t_ours = gpu_ms(ours, reps)
+        ours.close()
+        torch.backends.cuda.matmul.allow_tf32 = cube in (1, 3)
+        t_torch = gpu_ms(torch_backward(torch, g, x, w, b, shape[5], "cuda"), reps)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ref = {0: "fp32", 1: "tf32", 3: "tf32", 2: "fp16"}[cube] if dt == np.float32 else "bf16"
+        rows.append((dt.name, f"{cube} {CUBE[cube]}", t_ours, t_torch, fl / t_ours / 1e9, fl / t_torch / 1e9,
+                     ref, peak[ref]))
+    T, B, C, K, pad = 1024, 64, 512, 3, 1
+    print(f"\nConvTBC backward on {acl.current_device_kind()}, T={T} B={B} C={C} K={K} pad={pad} "
+          f"({fl / 1e9:.1f} GFLOP), median of {reps}\n")
+    print("| dtype | cubeMathType | ours ms | torch ms | ratio | ours TFLOP/s | torch TFLOP/s | "
+          "GEMM peak (measured) | ours % of peak |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for dt, cube, a, t, fa, ft, ref, pk in rows:
+        print(f"| {dt} | {cube} | {a:.3f} | {t:.3f} | {a / t:.2f} | {fa:.1f} | {ft:.1f} | {ref} {pk:.1f} | "
+              f"{100 * fa / pk:.0f}% |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda", "emulated"), default="cpu")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    os.environ["ACLNN_GPU_DEVICE"] = args.device
+    assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+    if args.device == "cuda":
+        bench_cuda(args.quick)
+    else:
+        bench_cpu(args.device, args.quick)
+
+
+if __name__ == "__main__":
+    main()

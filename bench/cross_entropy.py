@@ -1,0 +1,252 @@
+"""Cross-entropy benchmark: aclnnCrossEntropyLossGrad (and the forward aclnnCrossEntropyLoss) through the
+two-phase API (preallocated buffers, repeatable executor; timed = execute + synchronize) against PyTorch's
+F.cross_entropy backward (`torch.autograd.grad(loss, logits)`: nll_loss_backward + log_softmax_backward)
+on the same device.
+
+    python bench/cross_entropy.py [--device cpu|cuda|emulated] [--quick]
+
+GPU (cuda): N=8192 with C=32000 (fp32) and C=128256 (bf16), reduction mean; achieved GB/s against the
+minimum bytes 2*N*C*elem (read logProb once, write out once) and the fraction of a device-to-device copy
+bandwidth measured in the same run.
+CPU / emulated: sizes that take roughly 5-200 ms in PyTorch on the CPU; median time after warm-up, each
+library timed in its own block; ratio = ours / PyTorch (lower is better). Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import aclnn_gpu as acl  # noqa: E402
+from aclnn_gpu import dtypes  # noqa: E402
+
+ACL_CODE = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16,
+            dtypes.bfloat16: acl.ACL_BF16, np.dtype(np.int64): acl.ACL_INT64, np.dtype(np.int32): acl.ACL_INT32}
+
+
+class Buffers:
+    """Device buffers and tensors owned by one benchmark case."""
+
+    def __init__(self):
+        status, self.stream = acl.aclrtCreateStream()
+        assert status == 0
+        self.ptrs: list[int] = []
+        self.tensors: list = []
+
+    def malloc(self, n):
+        status, p = acl.aclrtMalloc(max(n, 1), 0)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        self.ptrs.append(p)
+        return p
+
+    def tensor(self, shape, dtype, host=None):
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        p = self.malloc(nbytes)
+        if host is not None:
+            host = np.ascontiguousarray(host, dtype)
+            assert acl.aclrtMemcpy(p, nbytes, host, nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        t = acl.aclCreateTensor(shape, ACL_CODE[dtype], None, 0, acl.ACL_FORMAT_ND, shape, p)
+        self.tensors.append(t)
+        return t
+
+    def close(self):
+        for t in self.tensors:
+            acl.aclDestroyTensor(t)
+        for p in self.ptrs:
+            acl.aclrtFree(p)
+        acl.aclrtDestroyStream(self.stream)
+
+
+class Op:
+    """A repeatable executor over preallocated buffers; calling it runs execute + synchronize."""
+
+    def __init__(self, buffers, get_ws, execute, *args):
+        self.b, self.execute = buffers, execute
+        status, self.ws, self.ex = get_ws(*args)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        assert acl.aclSetAclOpExecutorRepeatable(self.ex) == 0
+        self.work = buffers.malloc(self.ws) if self.ws else None
+
+    def __call__(self):
+        assert self.execute(self.work, self.ws, self.ex, self.b.stream) == 0
+        assert acl.aclrtSynchronizeStream(self.b.stream) == 0
+
+    def close(self):
+        acl.aclDestroyAclOpExecutor(self.ex)
+
+
+def grad_op(b, lp_shape, dtype, lp_host=None, t_host=None):
+    N, C = lp_shape
+    g = b.tensor((), dtype, np.ones((), dtype))
+    lp = b.tensor((N, C), dtype, lp_host)
+    t = b.tensor((N,), np.int64, t_host)
+    out = b.tensor((N, C), dtype)
+    return Op(b, acl.aclnnCrossEntropyLossGradGetWorkspaceSize, acl.aclnnCrossEntropyLossGrad,
+              g, lp, t, None, None, None, "mean", -100, 0.0, 0.0, out), lp, t, out
+
+
+def forward_op(b, x_host, t_host):
+    N, C = x_host.shape
+    dtype = x_host.dtype
+    x, t = b.tensor((N, C), dtype, x_host), b.tensor((N,), np.int64, t_host)
+    loss, lp = b.tensor((), dtype), b.tensor((N, C), dtype)
+    return Op(b, acl.aclnnCrossEntropyLossGetWorkspaceSize, acl.aclnnCrossEntropyLoss, x, t, None, "mean", -100,
+              0.0, 0.0, False, loss, lp, None, None)
+
+
+def median_ms(fn, warmup=2, reps=7, budget_s=3.0) -> float:
+    """Median wall time (ms) of fn in its own block, after a pause (PyTorch's OpenMP threads and
+    NumPy's spin-wait after their parallel regions; interleaving the libraries slows both)."""
+    time.sleep(0.3)
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget_s):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def torch_dtype(torch, dt):
+    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
+            dtypes.bfloat16: torch.bfloat16}[np.dtype(dt)]
+
+
+def bench_cpu(kind, quick):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(os.cpu_count() or 1)
+    rng = np.random.default_rng(0)
+    f32, bf16 = np.dtype(np.float32), dtypes.bfloat16
+    if kind == "emulated":
+        cases = [(16, 64, f32), (8, 1000, f32), (8, 1000, bf16)]
+    elif quick:
+        cases = [(4096, 1000, f32), (256, 32000, f32), (256, 32000, bf16)]
+    else:
+        cases = [(4096, 1000, f32), (2048, 4096, f32), (1024, 8192, f32), (256, 32000, f32), (128, 128256, f32),
+                 (1024, 8192, bf16), (256, 32000, bf16), (64, 128256, bf16)]
+    rows = []
+    for N, C, dt in cases:
+        x = (rng.standard_normal((N, C), dtype=np.float32) * 2).astype(dt)
+        t = rng.integers(0, C, N)
+        t[::7] = -100
+        xt = torch.from_numpy(x.astype(np.float32)).to(torch_dtype(torch, dt)).requires_grad_(True)
+        tt = torch.from_numpy(t)
+        loss = F.cross_entropy(xt, tt)
+        lp_host = torch.log_softmax(xt.detach().float(), 1).numpy().astype(dt)
+        t_torch_b = median_ms(lambda: torch.autograd.grad(loss, xt, retain_graph=True))
+        t_torch_f = median_ms(lambda: F.cross_entropy(xt.detach(), tt)) if not quick else None
+        b = Buffers()
+        op, *_ = grad_op(b, (N, C), dt, lp_host, t)
+        t_ours_b = median_ms(op)
+        op.close()
+        t_ours_f = None
+        if not quick:
+            fop = forward_op(b, x, t)
+            t_ours_f = median_ms(fop)
+            fop.close()
+        b.close()
+        rows.append((f"N={N} C={C}", dt.name, "backward", t_ours_b, t_torch_b))
+        if t_ours_f is not None:
+            rows.append((f"N={N} C={C}", dt.name, "forward", t_ours_f, t_torch_f))
+    print(f"\nCross-entropy on device `{acl.current_device_kind()}` vs PyTorch CPU ({torch.get_num_threads()} "
+          f"threads), reduction mean, 1/7 of the rows ignored, median ms\n")
+    print("| shape | dtype | pass | ours ms | torch ms | ratio |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for name, dt, what, a, t in rows:
+        print(f"| {name} | {dt} | {what} | {a:.2f} | {t:.2f} | {a / t:.2f} |")
+
+
+def bench_cuda(quick):
+    import cupy as cp
+    import torch
+    import torch.nn.functional as F
+
+    def gpu_ms(fn, reps):
+        for _ in range(3):
+            fn()
+        cp.cuda.runtime.deviceSynchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        times = []
+        for _ in range(reps):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end))
+        return statistics.median(times)
+
+    def device_bytes(ptr, nbytes):
+        mem = cp.cuda.UnownedMemory(ptr, nbytes, None)
+        return cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
+
+    def torch_bytes(t):
+        return cp.from_dlpack(t.contiguous().reshape(-1).view(torch.uint8))
+
+    reps = 5 if quick else 20
+    # measured copy bandwidth (read + write) on a 1 GiB buffer
+    n = 1 << 30
+    src, dst = cp.empty(n, cp.uint8), cp.empty(n, cp.uint8)
+    copy_gbs = 2 * n / gpu_ms(lambda: dst.__setitem__(Ellipsis, src), reps) / 1e6
+    del src, dst
+
+    N = 8192
+    cases = [(32000, np.dtype(np.float32)), (128256, dtypes.bfloat16)]
+    rows = []
+    for C, dt in cases:
+        tdt = torch_dtype(torch, dt)
+        x = torch.randn(N, C, device="cuda", dtype=torch.float32).mul_(2).to(tdt).requires_grad_(True)
+        tt = torch.randint(0, C, (N,), device="cuda")
+        tt[::7] = -100
+        lp = torch.log_softmax(x.detach().float(), 1).to(tdt)
+        b = Buffers()
+        op, lp_t, t_t, _ = grad_op(b, (N, C), dt)
+        device_bytes(lp_t.data, lp.numel() * lp.element_size())[...] = torch_bytes(lp)
+        device_bytes(t_t.data, N * 8)[...] = torch_bytes(tt)
+        t_ours = gpu_ms(op, reps)
+        op.close()
+        b.close()
+        loss = F.cross_entropy(x, tt)
+
+        def torch_bwd():
+            torch.autograd.grad(loss, x, retain_graph=True)
+        t_torch = gpu_ms(torch_bwd, reps)
+        minimum = 2 * N * C * dt.itemsize
+        rows.append((f"N={N} C={C}", dt.name, t_ours, t_torch, minimum / t_ours / 1e6, minimum / t_torch / 1e6))
+        del x, lp, loss
+        torch.cuda.empty_cache()
+    print(f"\nCrossEntropyLossGrad on {acl.current_device_kind()} ({torch.cuda.get_device_name()}), reduction mean, "
+          f"median of {reps}; GB/s = 2*N*C*elem / time; device copy bandwidth {copy_gbs:.0f} GB/s\n")
+    print("| shape | dtype | ours ms | torch ms | ratio | ours GB/s | torch GB/s | ours / copy |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, dt, a, t, ga, gt in rows:
+        print(f"| {name} | {dt} | {a:.3f} | {t:.3f} | {a / t:.2f} | {ga:.0f} | {gt:.0f} | {ga / copy_gbs:.2f} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.device:
+        os.environ["ACLNN_GPU_DEVICE"] = args.device
+    assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+    kind = acl.current_device_kind()
+    if kind == "cuda":
+        bench_cuda(args.quick)
+    else:
+        bench_cpu(kind, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Benchmark of aclnnCtcLoss (forward) and aclnnCtcLossBackward against PyTorch's ctc_loss.
+
+    python bench/ctc_loss.py [--device cpu|cuda|emulated] [--quick]
+
+Ours: the two-phase API with preallocated device buffers and repeatable executors, so only
+execute + synchronize is timed. PyTorch: aten._ctc_loss / _ctc_loss_backward on the same data
+(CUDA tensors on a GPU, CPU tensors otherwise). Each library is timed in its own block (median
+after warm-up); the ratio is ours / PyTorch, "per step" is time / T. Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+GPU_SIZES = [(1000, 32, 5000, 100), (1500, 32, 29, 300)]
+CPU_SIZES = [(200, 8, 29, 40), (500, 16, 29, 100), (300, 16, 200, 60)]
+EMU_SIZES = [(40, 2, 8, 8)]
+QUICK = {"cuda": GPU_SIZES, "cpu": [(200, 8, 29, 40), (500, 16, 29, 100)], "emulated": EMU_SIZES}
+
+
+def median_ms(fn, sync, reps, warm=2):
+    for _ in range(warm):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def make_data(T, N, C, L, seed=0):
+    import torch
+    rng = np.random.default_rng(seed)
+    lp = torch.log_softmax(torch.tensor(rng.standard_normal((T, N, C)), dtype=torch.float32), -1).numpy()
+    tl = np.maximum(rng.integers(L // 2, L + 1, N), 1)
+    tl[0] = L
+    il = np.array([int(rng.integers(max(2 * l + 1, T * 3 // 4), T + 1)) for l in tl])
+    il[0] = T
+    tg = rng.integers(1, C, (N, L)).astype(np.int64)
+    return lp, tg, il.astype(np.int64), tl.astype(np.int64)
+
+
+class Ours:
+    def __init__(self, lp, tg, il, tl):
+        import aclnn_gpu as acl
+        self.acl = acl
+        T, N, C = lp.shape
+        X = 2 * int(tl.max()) + 1
+        self.ptrs = []
+        st, self.stream = acl.aclrtCreateStream()
+        mk = lambda a: self.tensor(np.ascontiguousarray(a))  # noqa: E731
+        self.lp, self.tg = mk(lp), mk(tg)
+        self.nll, self.la = mk(np.zeros(N, np.float32)), mk(np.zeros((N, T, X), np.float32))
+        self.g, self.out = mk(np.ones(N, np.float32)), mk(np.zeros((T, N, C), np.float32))
+        self.il, self.tl = acl.aclCreateIntArray(il.tolist()), acl.aclCreateIntArray(tl.tolist())
+        st, ws, self.fex = acl.aclnnCtcLossGetWorkspaceSize(self.lp, self.tg, self.il, self.tl, 0, False, self.nll,
+                                                            self.la)
+        assert st == 0, acl.aclGetRecentErrMsg()
+        acl.aclSetAclOpExecutorRepeatable(self.fex)
+        self.fws, self.fwp = ws, self.malloc(ws) if ws else None
+        self.forward()
+        self.sync()
+        st, ws, self.bex = acl.aclnnCtcLossBackwardGetWorkspaceSize(self.g, self.lp, self.tg, self.il, self.tl,
+                                                                    self.nll, self.la, 0, False, self.out)
+        assert st == 0, acl.aclGetRecentErrMsg()
+        acl.aclSetAclOpExecutorRepeatable(self.bex)
+        self.bws, self.bwp = ws, self.malloc(ws) if ws else None
+
+    def malloc(self, n):
+        st, p = self.acl.aclrtMalloc(max(n, 1), 0)
+        assert st == 0
+        self.ptrs.append(p)
+        return p
+
+    def tensor(self, a):
+        acl = self.acl
+        p = self.malloc(a.nbytes)
+        acl.aclrtMemcpy(p, a.nbytes, a, a.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE)
+        code = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.int64): acl.ACL_INT64}[a.dtype]
+        return acl.aclCreateTensor(a.shape, code, None, 0, acl.ACL_FORMAT_ND, a.shape, p)
+
+    def forward(self):
+        assert self.acl.aclnnCtcLoss(self.fwp, self.fws, self.fex, self.stream) == 0
+
+    def backward(self):
+        assert self.acl.aclnnCtcLossBackward(self.bwp, self.bws, self.bex, self.stream) == 0
+
+    def sync(self):
+        assert self.acl.aclrtSynchronizeStream(self.stream) == 0, self.acl.aclGetRecentErrMsg()
+
+    def close(self):
+        self.sync()
+        for p in self.ptrs:
+            self.acl.aclrtFree(p)
+
+
+def torch_runner(lp, tg, il, tl, device):
+    import torch
+    dev = torch.device(device)
+    lpt, tgt = torch.tensor(lp, device=dev), torch.tensor(tg, device=dev)
+    ilt, tlt = torch.tensor(il, device=dev), torch.tensor(tl, device=dev)
+    g = torch.ones(lp.shape[1], device=dev)
+    state = {}
+    if device == "cuda":   # the native CUDA kernel takes the lengths as tensors
+        f = lambda: torch.ops.aten._ctc_loss(lpt, tgt, ilt, tlt, 0, False)  # noqa: E731
+        b = lambda: torch.ops.aten._ctc_loss_backward(g, lpt, tgt, ilt, tlt, *state["r"], 0, False)  # noqa: E731
+        sync = torch.cuda.synchronize
+    else:
+        il_l, tl_l = il.tolist(), tl.tolist()
+        f = lambda: torch.ops.aten._ctc_loss(lpt, tgt, il_l, tl_l, 0, False)  # noqa: E731
+        b = lambda: torch.ops.aten._ctc_loss_backward(g, lpt, tgt, il_l, tl_l, *state["r"], 0, False)  # noqa: E731
+        sync = lambda: None  # noqa: E731
+    state["r"] = f()
+    return f, b, sync
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    device = args.device
+    if device is None:
+        try:
+            import cupy
+            device = "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
+        except Exception:  # noqa: BLE001
+            device = "cpu"
+    os.environ["ACLNN_GPU_DEVICE"] = device
+    import aclnn_gpu as acl
+    assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+    import torch
+    sizes = QUICK[device] if args.quick else {"cuda": GPU_SIZES, "cpu": CPU_SIZES, "emulated": EMU_SIZES}[device]
+    reps = (5 if args.quick else 15) if device != "emulated" else 2
+    tdev = "cuda" if device == "cuda" else "cpu"
+    print(f"device: {device} ({acl.current_device_kind()}), torch {torch.__version__} on {tdev} "
+          f"({torch.get_num_threads()} threads), fp32, median of {reps}\n")
+    print("| T | N | C | L | ours fwd ms | torch fwd ms | fwd ratio | ours bwd ms | torch bwd ms | bwd ratio "
+          "| ours fwd+bwd ms | torch fwd+bwd ms | ratio | ours bwd us/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for T, N, C, L in sizes:
+        lp, tg, il, tl = make_data(T, N, C, L)
+        ours = Ours(lp, tg, il, tl)
+        of = median_ms(ours.forward, ours.sync, reps)
+        ob = median_ms(ours.backward, ours.sync, reps)
+        ours.close()
+        f, b, sync = torch_runner(lp, tg, il, tl, tdev)
+        tf = median_ms(f, sync, reps)
+        tb = median_ms(b, sync, reps)
+        print(f"| {T} | {N} | {C} | {L} | {of:.3f} | {tf:.3f} | {of / tf:.2f} | {ob:.3f} | {tb:.3f} | {ob / tb:.2f} "
+              f"| {of + ob:.3f} | {tf + tb:.3f} | {(of + ob) / (tf + tb):.2f} | {ob * 1e3 / T:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

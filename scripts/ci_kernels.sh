@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ci_kernels.sh -- the kernel part of CI (called by .ci/run). No GPU needed.
+#   1. compile report: every kernel of kernels/manifest.py through NVRTC for sm_80 and sm_90;
+#      fails on any spill, compiler warning or error.
+#   2. sanitizer proofs: the fixtures show that ASan, UBSan and the TSan replay catch their bugs.
+#   3. ASan+UBSan run of every `kernels` test (all of tests/kernels and tests marked `kernels`)
+#      with the emulator built -fsanitize=address,undefined, recording every launch.
+#   4. ThreadSanitizer replay of the recorded launches that use barriers or dynamic shared memory.
+# Environment: PYTHON (default: python), ACLNN_GPU_CACHE (emulator build cache, keep it between runs),
+# CI_KERNELS_ARTIFACTS (default: a temporary directory; the report JSON and recording land there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python}"
+ART="${CI_KERNELS_ARTIFACTS:-$(mktemp -d -t ci_kernels.XXXXXX)}"
+mkdir -p "$ART"
+REC="$ART/launches"
+rm -rf "$REC"
+status=0
+t_all=$SECONDS
+
+step() {  # step NAME CMD...: run, time, remember failure, continue
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "::: $name: $*"
+  if "$@"; then echo "::: $name: ok ($((SECONDS - t0)) s)"; else echo "::: $name: FAILED ($((SECONDS - t0)) s)"; status=1; fi
+}
+
+step "compile report" "$PY" -m aclnn_gpu.kernels.report --json "$ART/kernel_report.json"
+step "sanitizer proofs" "$PY" -m pytest -q -p no:cacheprovider -m sanitizer tests/kernels
+step "asan+ubsan kernel tests" env ACLNN_GPU_EMU_RECORD="$REC" ACLNN_GPU_EMU_RECORD_FILTER=sync \
+  ACLNN_GPU_EMU_RECORD_PER_KERNEL=1 \
+  "$PY" -m aclnn_gpu.kernels.emulator.sanitize -q -p no:cacheprovider -m "kernels and not sanitizer" tests
+step "tsan replay" "$PY" -m aclnn_gpu.kernels.emulator.tsan "$REC" --only-sync --max-blocks 1 --max-per-kernel 1
+
+echo "::: kernel CI total $((SECONDS - t_all)) s, status $status (artifacts: $ART)"
+exit $status

@@ -1,0 +1,260 @@
+"""ConvTBC GPU plan through StandaloneEmuContext (kernels in the CPU emulator, GEMMs through the
+NumPy gemm over host memory) vs the NumPy reference.
+
+Outputs and workspace are NaN-poisoned, a guard region after the workspace must stay untouched,
+every dtype and cubeMathType runs, with a tolerance scaled from |x|*|w| style magnitude bounds and
+the precision of the mode."""
+from __future__ import annotations
+
+import secrets
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from aclnn_gpu.kernels import gemm as G
+from aclnn_gpu.kernels import manifest
+from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.ops import conv_tbc_gpu as plan
+from aclnn_gpu.reference.conv_tbc import conv_tbc, conv_tbc_backward
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BF16]
+GUARD = 512
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return StandaloneEmuContext(sm_count=4)
+
+
+def _eps(dtype, cmt):
+    """(relative error of the products vs the magnitude bound, of the stored result)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        prod = {0: 2e-6, 1: 2 ** -10, 2: 2 ** -10, 3: 2 ** -10}[cmt]
+        return prod, 0.0
+    if dtype == np.float16:
+        return 2e-6, 2 ** -10
+    return 2e-6, 2 ** -7
+
+
+def _poison(shape, dtype):
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def _workspace(nbytes):
+    buf = np.full(nbytes + GUARD, 0xFF, dtype=np.uint8)      # 0xFFFF... is NaN in every float type
+    return buf
+
+
+def _check_guard(buf, nbytes):
+    assert (buf[nbytes:] == 0xFF).all(), "workspace overrun"
+
+
+def _close(name, got, ref, bound, rel_prod, rel_store, msg):
+    got = got.astype(np.float64)
+    assert np.isfinite(got).all(), f"{name}: non-finite values (unwritten?) {msg}"
+    tol = rel_prod * bound + rel_store * np.abs(ref) + 1e-6
+    err = np.abs(got - ref)
+    bad = err > tol
+    assert not bad.any(), (f"{name}: {bad.sum()} / {bad.size} beyond tolerance, max err {err.max():.3g} "
+                           f"(tol there {tol.flat[np.argmax(err - tol)]:.3g}) {msg}")
+
+
+def _run_backward(ctx, T, B, Cin, Cout, K, pad, dtype, cmt, seed, min_chunk_rows=plan.MIN_CHUNK_ROWS):
+    rng = np.random.default_rng(seed)
+    Tout = T + 2 * pad - K + 1
+    x = rng.standard_normal((T, B, Cin)).astype(dtype)
+    w = rng.standard_normal((K, Cin, Cout)).astype(dtype)
+    b = rng.standard_normal(Cout).astype(dtype)
+    g = rng.standard_normal((Tout, B, Cout)).astype(dtype)
+    gi, gw, gb = _poison(x.shape, dtype), _poison(w.shape, dtype), _poison(b.shape, dtype)
+    nbytes = plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, cmt, min_chunk_rows=min_chunk_rows)
+    ws = _workspace(nbytes)
+    keep = [a.copy() for a in (x, w, b, g)]
+    plan.launch_backward(ctx, T=T, B=B, Cin=Cin, Cout=Cout, K=K, pad=pad, dtype=dtype, cube_math_type=cmt,
+                         grad=g.ctypes.data, input=x.ctypes.data, weight=w.ctypes.data,
+                         grad_input=gi.ctypes.data, grad_weight=gw.ctypes.data, grad_bias=gb.ctypes.data,
+                         workspace_ptr=ws.ctypes.data, min_chunk_rows=min_chunk_rows)
+    _check_guard(ws, nbytes)
+    for a, k in zip((x, w, b, g), keep):
+        np.testing.assert_array_equal(a, k, err_msg="an input was modified")
+    f = lambda a: a.astype(np.float64)  # noqa: E731
+    ref = conv_tbc_backward(f(g), f(x), f(w), f(b), pad)
+    bound = conv_tbc_backward(np.abs(f(g)), np.abs(f(x)), np.abs(f(w)), np.abs(f(b)), pad)
+    return (gi, gw, gb), ref, bound, nbytes
+
+
+BWD_SHAPES = [
+    # T, B, Cin, Cout, K, pad
+    (5, 2, 3, 4, 3, 1),      # "same" padding
+    (6, 2, 4, 3, 4, 0),      # pad 0 (padded grad copy, q+ = 3)
+    (3, 2, 2, 3, 2, 4),      # pad larger than K (grad used in place)
+    (4, 1, 2, 3, 1, 0),      # K = 1, B = 1, no copies at all for fp32
+    (1, 2, 3, 2, 2, 1),      # T = 1
+    (3, 1, 2, 5, 7, 2),      # Tout = 1, Cin != Cout
+]
+
+
+@pytest.mark.parametrize("shape", BWD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_backward_matches_reference(ctx, shape, dtype):
+    seed = secrets.randbits(32)
+    out, ref, bound, _ = _run_backward(ctx, *shape, dtype, 0, seed)
+    rp, rs = _eps(dtype, 0)
+    msg = f"seed={seed} shape={shape} dtype={dtype.name}"
+    for name, o, r, bd in zip(("grad_input", "grad_weight", "grad_bias"), out, ref, bound):
+        assert o.dtype == dtype
+        _close(name, o, r, bd, rp, rs, msg)
+
+
+@pytest.mark.parametrize("cmt", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_backward_cube_math_types(ctx, cmt, dtype):
+    seed = secrets.randbits(32)
+    shape = (5, 2, 3, 4, 3, 1)
+    out, ref, bound, nbytes = _run_backward(ctx, *shape, dtype, cmt, seed)
+    rp, rs = _eps(dtype, cmt)
+    msg = f"seed={seed} cmt={cmt} dtype={dtype.name}"
+    for name, o, r, bd in zip(("grad_input", "grad_weight", "grad_bias"), out, ref, bound):
+        _close(name, o, r, bd, rp, rs, msg)
+    if dtype == np.float32 and cmt in (1, 2, 3):
+        # reduced precision really happens (the mode is honoured, not silently fp32)
+        assert np.abs(out[1].astype(np.float64) - ref[1]).max() > 1e-6, msg
+
+
+def test_backward_bias_two_pass(ctx):
+    """Many row chunks: the S > 1 partials + second pass of the gradBias reduction."""
+    seed = secrets.randbits(32)
+    for dtype in DTYPES:
+        shape = (9, 3, 2, 35, 3, 1)          # R = 27 rows, 35 columns (2 column tiles)
+        assert plan.bias_chunks(27, 35, 4)[0] == 7
+        out, ref, bound, nbytes = _run_backward(ctx, *shape, dtype, 0, seed, min_chunk_rows=4)
+        assert nbytes >= 7 * 35 * 4
+        rp, rs = _eps(dtype, 0)
+        _close("grad_bias", out[2], ref[2], bound[2], rp, rs, f"seed={seed} {dtype.name}")
+        _close("grad_weight", out[1], ref[1], bound[1], rp, rs, f"seed={seed} {dtype.name}")
+
+
+@pytest.mark.parametrize("which", ["T0", "Cin0", "K0"])
+def test_backward_empty_input(ctx, which):
+    seed = secrets.randbits(32)
+    T, B, Cin, Cout, K, pad = 3, 2, 3, 4, 2, 1
+    T, Cin, K = (0 if which == "T0" else T), (0 if which == "Cin0" else Cin), (0 if which == "K0" else K)
+    out, ref, bound, _ = _run_backward(ctx, T, B, Cin, Cout, K, pad, np.dtype(np.float32), 0, seed)
+    gi, gw, gb = out
+    assert not np.isnan(gi).any() and not gi.any() and not np.isnan(gw).any() and not gw.any()
+    _close("grad_bias", gb, ref[2], bound[2], 2e-6, 0, f"seed={seed}")
+
+
+@pytest.mark.parametrize("shape", [(5, 2, 3, 4, 3, 1), (3, 2, 2, 3, 2, 4), (4, 1, 2, 3, 1, 0)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype,cmt", [(np.dtype(np.float32), 0), (np.dtype(np.float32), 1),
+                                       (np.dtype(np.float32), 2), (np.dtype(np.float16), 0), (BF16, 3)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_forward_matches_reference(ctx, shape, dtype, cmt):
+    seed = secrets.randbits(32)
+    rng = np.random.default_rng(seed)
+    T, B, Cin, Cout, K, pad = shape
+    Tout = T + 2 * pad - K + 1
+    x = rng.standard_normal((T, B, Cin)).astype(dtype)
+    w = rng.standard_normal((K, Cin, Cout)).astype(dtype)
+    b = rng.standard_normal(Cout).astype(dtype)
+    y = _poison((Tout, B, Cout), dtype)
+    nbytes = plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, cmt)
+    ws = _workspace(nbytes)
+    plan.launch_forward(ctx, T=T, B=B, Cin=Cin, Cout=Cout, K=K, pad=pad, dtype=dtype, cube_math_type=cmt,
+                        input=x.ctypes.data, weight=w.ctypes.data, bias=b.ctypes.data, out=y.ctypes.data,
+                        workspace_ptr=ws.ctypes.data)
+    _check_guard(ws, nbytes)
+    f = lambda a: a.astype(np.float64)  # noqa: E731
+    ref = conv_tbc(f(x), f(w), f(b), pad)
+    bound = conv_tbc(np.abs(f(x)), np.abs(f(w)), np.abs(f(b)), pad)
+    rp, rs = _eps(dtype, cmt)
+    _close("y", y, ref, bound, rp, rs, f"seed={seed} shape={shape} {dtype.name} cmt={cmt}")
+
+
+def test_forward_empty_is_bias(ctx):
+    b = np.arange(1, 4, dtype=np.float32)
+    y = _poison((4, 2, 3), np.float32)      # T=0, K=1, pad=2 -> Tout = 4
+    plan.launch_forward(ctx, T=0, B=2, Cin=5, Cout=3, K=1, pad=2, dtype=np.float32, cube_math_type=0,
+                        input=0, weight=0, bias=b.ctypes.data, out=y.ctypes.data, workspace_ptr=0)
+    np.testing.assert_array_equal(y, np.broadcast_to(b, y.shape))
+
+
+def test_manifest_lists_every_instantiation():
+    assert sorted(manifest.KERNELS["conv_tbc.cu"]) == sorted(plan.all_name_expressions())
+
+
+def test_workspace_formula():
+    # fp32, pad 1, K 3: padded x (T+2)*B*Cin*4; q+ = 1 -> padded dy (Tout+2)*B*Cout*4; nothing else
+    T, B, Cin, Cout, K, pad = 100, 4, 8, 16, 3, 1
+    al = lambda n: -(-n // 256) * 256  # noqa: E731
+    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 0) == \
+        al((T + 2) * B * Cin * 4) + al((T + 2) * B * Cout * 4)
+    # bf16 adds the fp32 gradInput accumulator
+    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, BF16, 0) == \
+        al((T + 2) * B * Cin * 2) + al((T + 2) * B * Cout * 2) + al(T * B * Cin * 4)
+    # fp32 + USE_FP16: fp16 copies of x, dy and w
+    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
+        al((T + 2) * B * Cin * 2) + al((T + 2) * B * Cout * 2) + al(K * Cin * Cout * 2)
+    # pad 0, K 1, fp32: everything in place
+    assert plan.backward_workspace_bytes(T, B, Cin, Cout, 1, 0, np.float32, 0) == 0
+
+
+# ------------------------------------------------------------------------------ the NumPy GEMM itself
+@pytest.mark.parametrize("transa", [False, True])
+@pytest.mark.parametrize("transb", [False, True])
+def test_numpy_gemm_column_major_semantics(transa, transb):
+    seed = secrets.randbits(32)
+    rng = np.random.default_rng(seed)
+    m, n, k, batch = 3, 4, 5, 2
+    lda, ldb, ldc = (k if transa else m) + 1, (n if transb else k) + 2, m + 1
+    sa, sb, sc = lda * (m if transa else k) + 3, ldb * (k if transb else n), ldc * n + 1
+    A = rng.standard_normal(sa * batch).astype(np.float32)
+    Bm = rng.standard_normal(sb * batch).astype(np.float32)
+    C = rng.standard_normal(sc * batch).astype(np.float32)
+    C0 = C.copy()
+    G.gemm_numpy(transa, transb, m, n, k, 2.0, A.ctypes.data, np.float32, lda, sa, Bm.ctypes.data, np.float32,
+                 ldb, sb, 0.5, C.ctypes.data, np.float32, ldc, sc, batch, G.COMPUTE_32F)
+    for i in range(batch):
+        def mat(buf, off, rows, cols, ld):
+            return np.array([[buf[off + c * ld + r] for c in range(cols)] for r in range(rows)], np.float64)
+        a = mat(A, i * sa, *((k, m) if transa else (m, k)), lda)
+        bb = mat(Bm, i * sb, *((n, k) if transb else (k, n)), ldb)
+        a = a.T if transa else a
+        bb = bb.T if transb else bb
+        c0 = mat(C0, i * sc, m, n, ldc)
+        np.testing.assert_allclose(mat(C, i * sc, m, n, ldc), 2 * a @ bb + 0.5 * c0, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"seed={seed}")
+    # padding between columns / batches untouched
+    mask = np.ones_like(C, bool)
+    for i in range(batch):
+        for c in range(n):
+            mask[i * sc + c * ldc: i * sc + c * ldc + m] = False
+    np.testing.assert_array_equal(C[mask], C0[mask])
+
+
+def test_numpy_gemm_beta0_ignores_nan_and_tf32_rounds():
+    A = np.full(4, 1 + 2 ** -20, np.float32)
+    Bm = np.ones(4, np.float32)
+    C = np.full(1, np.nan, np.float32)
+    G.gemm_numpy(False, False, 1, 1, 4, 1.0, A.ctypes.data, np.float32, 1, 0, Bm.ctypes.data, np.float32, 4, 0,
+                 0.0, C.ctypes.data, np.float32, 1, 0, 1, G.COMPUTE_32F_FAST_TF32)
+    assert C[0] == 4.0           # mantissa bits beyond TF32's 10 rounded away
+    G.gemm_numpy(False, False, 1, 1, 4, 1.0, A.ctypes.data, np.float32, 1, 0, Bm.ctypes.data, np.float32, 4, 0,
+                 0.0, C.ctypes.data, np.float32, 1, 0, 1, G.COMPUTE_32F)
+    assert C[0] == np.float32(4 * (1 + 2 ** -20))
+    assert G._round_tf32(np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, np.inf, -np.inf], np.float32)).tolist() == \
+        [1.0, 1 + 4 * 2 ** -11, np.inf, -np.inf]
+
+
+def test_compute_mode_mapping():
+    assert G.compute_mode(0, np.float32) == (G.F32, G.COMPUTE_32F)
+    assert G.compute_mode(1, np.float32) == (G.F32, G.COMPUTE_32F_FAST_TF32)
+    assert G.compute_mode(3, np.float32) == (G.F32, G.COMPUTE_32F_FAST_TF32)
+    assert G.compute_mode(2, np.float32) == (G.F16, G.COMPUTE_32F)
+    for cmt in range(4):
+        assert G.compute_mode(cmt, np.float16) == (G.F16, G.COMPUTE_32F)
+        assert G.compute_mode(cmt, BF16) == (BF16, G.COMPUTE_32F)

@@ -1,0 +1,273 @@
+"""Cross-entropy GPU plan (kernels/cross_entropy.cu) in the CPU emulator vs the NumPy reference.
+
+Outputs are NaN-poisoned before every launch; launches stay small (each emulated thread costs ~20 us).
+"""
+from __future__ import annotations
+
+import secrets
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from aclnn_gpu.kernels import manifest
+from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.ops import cross_entropy_gpu as plan
+from aclnn_gpu.reference.cross_entropy import cross_entropy_loss, cross_entropy_loss_grad
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
+TOL = {"float32": (2e-5, 2e-6), "float64": (1e-12, 1e-14), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}
+REDUCTIONS = ["none", "mean", "sum"]
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return StandaloneEmuContext(sm_count=4)
+
+
+@pytest.fixture
+def rng(request):
+    seed = secrets.randbits(32)
+    print(f"seed={seed}")
+    return np.random.default_rng(seed)
+
+
+def dev(a, misalign=0):
+    """A copy of `a` in a fresh buffer whose base is 64-byte aligned plus `misalign` elements."""
+    a = np.asarray(a)
+    item = a.dtype.itemsize
+    raw = np.full(a.nbytes + 128 + misalign * item, GUARD, np.uint8)
+    off = (-raw.ctypes.data) % 64 + misalign * item
+    out = raw[off: off + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+GUARD = 0xA5
+
+
+def guard_intact(view):
+    """The bytes around a `dev` buffer (written by nobody) still hold the guard pattern."""
+    raw = view
+    while raw.base is not None:
+        raw = raw.base
+    off = view.ctypes.data - raw.ctypes.data
+    return bool(np.all(raw[:off] == GUARD) and np.all(raw[off + view.nbytes:] == GUARD))
+
+
+def poison(shape, dtype, misalign=0):
+    if np.dtype(dtype).kind in "iu":
+        return dev(np.full(shape, 0xFF, dtype), misalign)  # NaN bytes when read as floats
+    return dev(np.full(shape, np.nan, dtype), misalign)
+
+
+def p(a):
+    return 0 if a is None else a.ctypes.data
+
+
+def close(got, want, dtype, scale=None):
+    rtol, atol = TOL[np.dtype(dtype).name]
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    s = scale if scale is not None else max(1.0, float(np.nanmax(np.abs(w))) if w.size and np.isfinite(w).any() else 1.0)
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * s, equal_nan=True)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+
+
+def make_case(rng, N, C, dtype, *, weighted, ignore_index, reduction, bad_row=None, ignore_frac=0.25):
+    x = (rng.standard_normal((N, C)) * rng.uniform(0.5, 3)).astype(np.float32).astype(dtype)
+    t = rng.integers(0, C, N)
+    t[rng.random(N) < ignore_frac] = ignore_index
+    if N and reduction == "mean" and np.all(t == ignore_index):
+        t[0] = 0 if ignore_index != 0 else min(1, C - 1)
+    if bad_row is not None and N > bad_row:
+        t[bad_row] = C + 3 if bad_row % 2 else -7 if ignore_index != -7 else -8
+    w = rng.uniform(0.1, 2.0, C).astype(np.float32) if weighted else None
+    g = (rng.standard_normal(N) if reduction == "none" else np.array(rng.standard_normal())).astype(np.float32).astype(dtype)
+    return x, t, w, g
+
+
+def run_grad(ctx, g, lp, t, w, reduction, ii, ls, *, tdtype=np.int64, misalign=(0, 0), **geom):
+    N, C = lp.shape
+    gd, lpd, td = dev(g), dev(lp, misalign[0]), dev(t.astype(tdtype))
+    wd = None if w is None else dev(w)
+    out = poison((N, C), lp.dtype, misalign[1])
+    ws = poison(max(1, plan.grad_workspace_bytes(N, C, reduction, ls, w is not None)), np.uint8)
+    plan.launch_grad(ctx, grad_loss_ptr=p(gd), log_prob_ptr=p(lpd), target_ptr=p(td), weight_ptr=p(wd),
+                     out_ptr=p(out), workspace_ptr=p(ws), N=N, C=C, dtype=lp.dtype, target_dtype=tdtype,
+                     reduction=reduction, ignore_index=ii, label_smoothing=ls, **geom)
+    assert guard_intact(out) and guard_intact(ws)
+    return np.array(out)
+
+
+def run_forward(ctx, x, t, w, reduction, ii, ls, *, tdtype=np.int64, misalign=(0, 0), **geom):
+    N, C = x.shape
+    xd, td = dev(x, misalign[0]), dev(t.astype(tdtype))
+    wd = None if w is None else dev(w)
+    lp = poison((N, C), x.dtype, misalign[1])
+    loss = poison((N,) if reduction == "none" else (1,), x.dtype)
+    ws = poison(max(1, plan.forward_workspace_bytes(N, C, reduction)), np.uint8)
+    plan.launch_forward(ctx, input_ptr=p(xd), target_ptr=p(td), weight_ptr=p(wd), loss_ptr=p(loss),
+                        log_prob_ptr=p(lp), workspace_ptr=p(ws), N=N, C=C, dtype=x.dtype, target_dtype=tdtype,
+                        reduction=reduction, ignore_index=ii, label_smoothing=ls, **geom)
+    assert guard_intact(lp) and guard_intact(loss) and guard_intact(ws)
+    return (np.array(loss) if reduction == "none" else np.array(loss[0])), np.array(lp)
+
+
+def test_manifest_lists_every_instantiation():
+    assert manifest.KERNELS["cross_entropy.cu"] == plan.all_name_expressions()
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_grad_vs_reference(ctx, rng, dtype, reduction):
+    for k, (weighted, ls, ii, tdt) in enumerate([(True, 0.1, -100, np.int64), (False, 0.0, 2, np.int32),
+                                                  (False, 0.1, -1, np.int64), (True, 0.0, 0, np.int32)]):
+        N, C = int(rng.integers(3, 9)), int(rng.integers(5, 70))
+        x, t, w, g = make_case(rng, N, C, dtype, weighted=weighted, ignore_index=ii, reduction=reduction,
+                               bad_row=1 if k == 0 else None)
+        _, lp = cross_entropy_loss(x, t, w, reduction, ii, ls)
+        want = cross_entropy_loss_grad(g, lp, t, w, reduction, ii, ls)
+        got = run_grad(ctx, g, lp, t, w, reduction, ii, ls, tdtype=tdt)
+        close(got, want, dtype)
+        # ignored rows are exact zeros, bad rows NaN
+        assert np.all(got[t == ii] == 0)
+        if k == 0:
+            assert np.all(np.isnan(got[1])) and not np.isnan(np.delete(got, 1, 0)).any()
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_forward_vs_reference(ctx, rng, dtype, reduction):
+    for k, (weighted, ls, ii, tdt) in enumerate([(True, 0.1, -100, np.int32), (False, 0.0, 1, np.int64),
+                                                  (True, 0.0, -3, np.int64)]):
+        N, C = int(rng.integers(2, 7)), int(rng.integers(1, 90))
+        x, t, w, g = make_case(rng, N, C, dtype, weighted=weighted, ignore_index=ii, reduction=reduction,
+                               bad_row=0 if (k == 2 and reduction == "none") else None)
+        want_loss, want_lp = cross_entropy_loss(x, t, w, reduction, ii, ls)
+        loss, lp = run_forward(ctx, x, t, w, reduction, ii, ls, tdtype=tdt)
+        close(lp, want_lp, dtype)
+        close(loss, want_loss, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_unaligned_rows_and_bases(ctx, rng, dtype):
+    # C not a multiple of the vector width; bases misaligned alike (vector body after a head) and
+    # differently (scalar path)
+    N, C = 5, 29
+    x, t, w, g = make_case(rng, N, C, dtype, weighted=True, ignore_index=-100, reduction="sum")
+    want_loss, want_lp = cross_entropy_loss(x, t, w, "sum", -100, 0.1)
+    want = cross_entropy_loss_grad(g, want_lp, t, w, "sum", -100, 0.1)
+    for mis in [(1, 1), (3, 3), (1, 0), (0, 2)]:
+        loss, lp = run_forward(ctx, x, t, w, "sum", -100, 0.1, misalign=mis)
+        close(lp, want_lp, dtype)
+        close(loss, want_loss, dtype)
+        got = run_grad(ctx, g, want_lp, t, w, "sum", -100, 0.1, misalign=mis)
+        close(got, want, dtype)
+
+
+def test_ragged_grids(ctx, rng):
+    dtype = np.dtype(np.float32)
+    for N, C, block, max_blocks in [(11, 300, 32, 3), (2, 1000, 32, 4), (1, 4099, 64, 4), (7, 3, 32, 1)]:
+        x, t, w, g = make_case(rng, N, C, dtype, weighted=True, ignore_index=-100, reduction="mean", ignore_frac=0.2)
+        want_loss, want_lp = cross_entropy_loss(x, t, w, "mean", -100, 0.1)
+        want = cross_entropy_loss_grad(g, want_lp, t, w, "mean", -100, 0.1)
+        got = run_grad(ctx, g, want_lp, t, w, "mean", -100, 0.1, block=block, max_blocks=max_blocks)
+        close(got, want, dtype)
+        loss, lp = run_forward(ctx, x, t, w, "mean", -100, 0.1, block=block, max_blocks=max_blocks)
+        close(lp, want_lp, dtype)
+        close(loss, want_loss, dtype)
+
+
+def test_grad_geometry_spans_blocks_for_few_long_rows(ctx):
+    grid, block, group = plan.grad_geometry(ctx, 2, 262144, 2)
+    assert group > block and (grid * block) % group == 0 and grid <= ctx.sm_count * 8
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BF16], ids=lambda d: d.name)
+def test_long_rows_256k(ctx, rng, dtype):
+    N, C = 2, 262144
+    x, t, w, g = make_case(rng, N, C, dtype, weighted=False, ignore_index=-100, reduction="none", ignore_frac=0)
+    want_loss, want_lp = cross_entropy_loss(x, t, None, "none", -100, 0.1)
+    loss, lp = run_forward(ctx, x, t, None, "none", -100, 0.1)
+    close(lp, want_lp, dtype)
+    close(loss, want_loss, dtype)
+    want = cross_entropy_loss_grad(g, want_lp, t, None, "none", -100, 0.1)
+    got = run_grad(ctx, g, want_lp, t, None, "none", -100, 0.1)
+    close(got, want, dtype)
+
+
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_all_rows_ignored_mean(ctx, rng, ls):
+    N, C = 6, 10
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, N, C, dtype, weighted=True, ignore_index=-100, reduction="mean", ignore_frac=0)
+    t[:] = -100
+    _, lp = cross_entropy_loss(x, t, w, "mean", -100, ls)
+    lp[2] = np.nan  # ignored rows are written without being read
+    got = run_grad(ctx, g, lp, t, w, "mean", -100, ls)
+    np.testing.assert_array_equal(got, 0.0)
+    loss, _ = run_forward(ctx, x, t, w, "mean", -100, ls)
+    assert loss == 0.0
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_c_equals_one_and_n_zero(ctx, rng, reduction):
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, 5, 1, dtype, weighted=True, ignore_index=-100, reduction=reduction)
+    want_loss, want_lp = cross_entropy_loss(x, t, w, reduction, -100, 0.1)
+    loss, lp = run_forward(ctx, x, t, w, reduction, -100, 0.1)
+    close(lp, want_lp, dtype)
+    close(loss, want_loss, dtype)
+    close(run_grad(ctx, g, lp, t, w, reduction, -100, 0.1),
+          cross_entropy_loss_grad(g, want_lp, t, w, reduction, -100, 0.1), dtype)
+    # N = 0: nothing to write but the reduced loss (0)
+    x0, t0 = np.zeros((0, 4), dtype), np.zeros(0, np.int64)
+    loss, lp = run_forward(ctx, x0, t0, None, reduction, -100, 0.0)
+    if reduction != "none":
+        assert loss == 0.0
+    assert run_grad(ctx, np.zeros(0 if reduction == "none" else 1, dtype), x0, t0, None, reduction, -100, 0.0).shape == (0, 4)
+
+
+def test_bf16_near_one_hot_target_column(ctx):
+    N, C = 4, 24
+    lp = np.full((N, C), -30.0)
+    t = np.array([0, 9, 17, 23])
+    lp[np.arange(N), t] = [-1e-6, -3e-5, -2e-3, -0.0]
+    lp = lp.astype(BF16)
+    g = np.array(1.5, BF16)
+    got = run_grad(ctx, g, lp, t, None, "sum", -100, 0.0)
+    exact = 1.5 * np.expm1(lp.astype(np.float64)[np.arange(N), t])
+    col = got[np.arange(N), t].astype(np.float64)
+    np.testing.assert_allclose(col, exact, rtol=2.0 ** -8, atol=0)  # one bf16 rounding only
+    np.testing.assert_array_equal(got, cross_entropy_loss_grad(g, lp, t, None, "sum", -100, 0.0))
+
+
+def test_deterministic(ctx, rng):
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, 9, 77, dtype, weighted=True, ignore_index=-100, reduction="mean")
+    a = run_forward(ctx, x, t, w, "mean", -100, 0.1)
+    b = run_forward(ctx, x, t, w, "mean", -100, 0.1)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    ga = run_grad(ctx, g, a[1], t, w, "mean", -100, 0.1)
+    gb = run_grad(ctx, g, a[1], t, w, "mean", -100, 0.1)
+    assert ga.tobytes() == gb.tobytes()
+
+
+@pytest.mark.parametrize("tdtype", [np.int32, np.int64])
+def test_garbage_targets_make_nan_rows_only(ctx, rng, tdtype):
+    info = np.iinfo(tdtype)
+    N, C = 6, 13
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, N, C, dtype, weighted=True, ignore_index=-100, reduction="mean", ignore_frac=0)
+    t[:4] = [info.min, info.max, C, -1]
+    for reduction in REDUCTIONS:
+        gg = g if reduction != "none" else rng.standard_normal(N).astype(np.float32)
+        loss, lp = run_forward(ctx, x, t, w, reduction, -100, 0.1, tdtype=tdtype)
+        want_loss, want_lp = cross_entropy_loss(x, t.astype(tdtype), w, reduction, -100, 0.1)
+        close(lp, want_lp, dtype)
+        close(loss, want_loss, dtype)
+        got = run_grad(ctx, gg, want_lp, t, w, reduction, -100, 0.1, tdtype=tdtype)
+        assert np.isnan(got[:4]).all() and np.isfinite(got[4:]).all()
+        close(got, cross_entropy_loss_grad(gg, want_lp, t.astype(tdtype), w, reduction, -100, 0.1), dtype)

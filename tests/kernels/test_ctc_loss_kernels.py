@@ -1,0 +1,186 @@
+"""CTC kernels (ctc_loss.cu) through the GPU plan (ops/ctc_loss_gpu.py) on StandaloneEmuContext,
+vs the NumPy reference and PyTorch. Outputs are poisoned with NaN before every launch."""
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.ops import ctc_loss_gpu as P
+from aclnn_gpu.reference.ctc_loss import ctc_loss_backward, ctc_loss_forward
+
+SEED = int(os.environ.get("CTC_SEED", np.random.SeedSequence().entropy % 2**32))
+DT = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+TOL = {"float32": 2e-5, "float64": 1e-11, "float16": 3e-3, "bfloat16": 2e-2}
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return StandaloneEmuContext(sm_count=4)
+
+
+def aligned(shape, dtype, fill=np.nan):
+    """A 16-byte aligned array filled with `fill` (NaN poison)."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.zeros(n + 16, np.uint8)
+    off = (-raw.ctypes.data) % 16
+    a = raw[off:off + n].view(dtype).reshape(shape)
+    a[...] = fill
+    return a
+
+
+def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None):
+    T, N, C = lp.shape
+    dt = lp.dtype.name if lp.dtype != ml_dtypes.bfloat16 else "bfloat16"
+    tgt = np.concatenate([tg[b, :tl[b]] for b in range(N)]).astype(tg.dtype) if one_d else tg
+    tgt = np.ascontiguousarray(tgt)
+    ws = np.zeros(max(P.backward_workspace_bytes(N) // 8, 1), np.int64)
+    lpa = aligned(lp.shape, lp.dtype)
+    lpa[...] = lp
+    max_l = int(np.max(tl))
+    X = 2 * max_l + 1
+    nll = aligned((N,), lp.dtype)
+    la = aligned((N, T, X), lp.dtype)
+    common = dict(targets_ptr=tgt.ctypes.data, workspace_ptr=ws.ctypes.data, T=T, N=N, C=C, dtype=dt,
+                  target_dtype=tgt.dtype.name, targets_2d_stride=0 if one_d else tgt.shape[1],
+                  targets_numel=tgt.size, input_lengths=il, target_lengths=tl, blank=blank,
+                  zero_infinity=zero_inf)
+    P.launch_forward(ctx, log_probs_ptr=lpa.ctypes.data, neg_log_likelihood_ptr=nll.ctypes.data,
+                     log_alpha_ptr=la.ctypes.data, **common)
+    la_in = np.concatenate([la, np.full((N, T, X_pad), -99999.0 if lp.dtype.itemsize > 2 else -6e4, lp.dtype)], axis=2) if X_pad else la
+    la_in = np.ascontiguousarray(la_in)
+    g = np.ones(N, lp.dtype) if g is None else g.astype(lp.dtype)
+    nll_b = nll.copy() if nll_in is None else nll_in.astype(lp.dtype)
+    out = aligned(lp.shape, lp.dtype)
+    P.launch_backward(ctx, grad_out_ptr=g.ctypes.data, log_probs_ptr=lpa.ctypes.data,
+                      neg_log_likelihood_ptr=nll_b.ctypes.data, log_alpha_ptr=la_in.ctypes.data,
+                      out_ptr=out.ctypes.data, X=X + X_pad, **common)
+    rn, rla = ctc_loss_forward(lp, tgt, il, tl, blank, zero_inf)
+    rg = ctc_loss_backward(g, lp, tgt, il, tl, nll_b, la_in, blank, zero_inf)
+    return nll, la, out, rn, rla, rg
+
+
+def f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def case(rng, T, N, C, max_l, blank=0, tdtype=np.int64, runs=False, dtype=np.float64):
+    x = rng.standard_normal((T, N, C)) * 2
+    lp = torch.log_softmax(torch.tensor(x), -1).numpy()
+    tl = rng.integers(0, max_l + 1, N)
+    tl[0] = max_l
+    il = np.array([rng.integers(min(T, 2 * l + 1) if rng.random() < 0.8 else 0, T + 1) for l in tl])
+    labels = [c for c in range(C) if c != blank]
+    tg = rng.choice(labels, (N, max(max_l, 1)))
+    if runs:
+        tg[:, :] = tg[:, :1]
+    return lp.astype(dtype), tg.astype(tdtype), il.astype(np.int64), tl.astype(np.int64)
+
+
+def compare(res, dt, seed, il):
+    nll, la, out, rn, rla, rg = res
+    tol = TOL[dt]
+    msg = f"seed {seed} dtype {dt}"
+    np.testing.assert_allclose(f64(nll), f64(rn), rtol=tol, atol=tol, equal_nan=True, err_msg=msg)
+    np.testing.assert_allclose(f64(la), f64(rla), rtol=tol, atol=tol, equal_nan=True, err_msg=msg)
+    np.testing.assert_allclose(f64(out), f64(rg), rtol=tol, atol=tol * 4, equal_nan=True, err_msg=msg)
+
+
+@pytest.mark.parametrize("dt", list(DT))
+@pytest.mark.parametrize("tdt", [np.int32, np.int64])
+def test_random_batches(ctx, dt, tdt):
+    rng = np.random.default_rng([SEED, len(dt), np.dtype(tdt).itemsize])
+    T, N, C = int(rng.integers(1, 14)), int(rng.integers(1, 5)), int(rng.choice([2, 5, 8, 16]))
+    blank = int(rng.integers(0, C))
+    lp, tg, il, tl = case(rng, T, N, C, int(rng.integers(0, 5)), blank=blank, tdtype=tdt, dtype=DT[dt])
+    one_d = bool(rng.integers(0, 2))
+    res = run(ctx, lp, tg, il, tl, blank=blank, zero_inf=bool(rng.integers(0, 2)),
+              g=rng.standard_normal(N), one_d=one_d, X_pad=int(rng.integers(0, 4)))
+    compare(res, dt, SEED, il)
+
+
+def test_against_torch_float64(ctx):
+    rng = np.random.default_rng([SEED, 7])
+    lp, tg, il, tl = case(rng, 16, 3, 5, 4)
+    tg[1, :] = 3                           # a long run of one label
+    g = rng.standard_normal(3)
+    nll, la, out, *_ = run(ctx, lp, tg, il, tl, g=g)
+    lpt = torch.tensor(lp)
+    tn, tla = torch.ops.aten._ctc_loss(lpt, torch.tensor(tg), list(il), list(tl), 0, False)
+    tgr = torch.ops.aten._ctc_loss_backward(torch.tensor(g), lpt, torch.tensor(tg), list(il), list(tl), tn, tla, 0,
+                                            False)
+    np.testing.assert_allclose(nll, tn.numpy(), rtol=1e-11, err_msg=f"seed {SEED}")
+    np.testing.assert_allclose(out, tgr.numpy(), rtol=1e-10, atol=1e-12, equal_nan=True, err_msg=f"seed {SEED}")
+
+
+def test_too_short_and_zero_infinity(ctx):
+    rng = np.random.default_rng([SEED, 8])
+    lp, tg, _, _ = case(rng, 6, 3, 4, 3, dtype=np.float32)
+    tg[0, :3] = [2, 2, 2]
+    il, tl = np.array([4, 6, 0]), np.array([3, 2, 1])
+    for zi in (False, True):
+        # the backward gets the raw (infinite) loss, as PyTorch's _ctc_loss hands it over
+        raw = ctc_loss_forward(lp, tg, il, tl)[0] if zi else None
+        res = run(ctx, lp, tg, il, tl, zero_inf=zi, nll_in=raw)
+        compare(res, "float32", SEED, il)
+        nll, _, out = res[:3]
+        if zi:
+            assert np.isinf(raw[0])
+            assert nll[0] == 0 and nll[2] == 0 and np.all(out[:, 0] == 0)
+        else:
+            assert nll[0] == np.inf and not np.isfinite(out[:4, 0]).any()
+
+
+def test_garbage_label_nan_sample_only(ctx):
+    rng = np.random.default_rng([SEED, 9])
+    lp, tg, il, tl = case(rng, 7, 3, 5, 3, dtype=np.float32)
+    il[:] = 7
+    tl[:] = 3
+    tg[1, 1] = 9
+    tg[2, 2] = -4
+    nll, la, out, rn, rla, rg = run(ctx, lp, tg, il, tl, nll_in=np.ones(3))
+    assert np.isnan(nll[1:]).all() and np.isfinite(nll[0]) and np.isnan(la[1:]).all()
+    assert np.isnan(out[:, 1:]).all() and np.isfinite(out[:, 0]).all()
+    np.testing.assert_allclose(out[:, 0], rg[:, 0], rtol=2e-5, atol=2e-5)
+
+
+def test_ragged_grid_and_scalar_path(ctx):
+    """More samples than blocks (grid-stride) and C not a multiple of the vector width."""
+    rng = np.random.default_rng([SEED, 10])
+    lp, tg, il, tl = case(rng, 5, 150, 3, 2, dtype=np.float32)
+    compare(run(ctx, lp, tg, il, tl, one_d=True), "float32", SEED, il)
+
+
+def test_long_target_1100(ctx):
+    """2L+1 = 2201 states: 1024 threads x 3 states, chains across many warps."""
+    rng = np.random.default_rng([SEED, 11])
+    L, T, C = 1100, 1104, 3
+    x = rng.standard_normal((T, 1, C))
+    lp = torch.log_softmax(torch.tensor(x), -1).numpy().astype(np.float32)
+    tg = np.where(np.arange(L) % 2 == 0, 1, 2)[None, :].astype(np.int32)
+    tg[0, 500:503] = 1        # a short repeat: needs an extra blank
+    res = run(ctx, lp, tg, np.array([T]), np.array([L]))
+    nll, la, out, rn, rla, rg = res
+    assert np.isfinite(nll).all()
+    np.testing.assert_allclose(nll, rn, rtol=1e-4)
+    fin = np.isfinite(rla)
+    np.testing.assert_allclose(la[fin], rla[fin], rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(out, rg, atol=2e-4)
+
+
+@pytest.mark.parametrize("L,dt", [(40, "float64"), (300, "float32"), (1100, "float64")])
+def test_multi_warp_boundaries(ctx, L, dt):
+    """per = 1 across 3 warps (L=40), per = 2 (L=300), per = 5 in fp64 (L=1100): warp-boundary slots."""
+    rng = np.random.default_rng([SEED, 12, L])
+    T, C = 2 * L + 6, 4
+    x = rng.standard_normal((T, 2, C))
+    lp = torch.log_softmax(torch.tensor(x), -1).numpy().astype(DT[dt])
+    tg = rng.integers(1, C, (2, L)).astype(np.int64)
+    tg[1, L // 3: L // 3 + 5] = 2        # a run: consecutive equal labels
+    res = run(ctx, lp, tg, np.array([T, T - 3]), np.array([L, L - 1]), g=rng.standard_normal(2))
+    nll, la, out, rn, rla, rg = res
+    assert np.isfinite(nll).all()
+    np.testing.assert_allclose(nll, rn, rtol=1e-5 if dt == "float32" else 1e-10, err_msg=f"seed {SEED}")
+    np.testing.assert_allclose(out, rg, atol=1e-4 if dt == "float32" else 1e-9, err_msg=f"seed {SEED}")

@@ -1,0 +1,60 @@
+"""Test helpers: a device session that moves NumPy arrays in and out through the public API,
+NaN-poisoned outputs, strided views, and the float64 tolerances per dtype."""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+import aclnn_gpu as acl
+from aclnn_gpu import dtypes
+from aclnn_gpu.runtime import aclrtResetDevice
+from aclnn_gpu.samples import DeviceArrays
+
+DEVICE_KINDS = ("cpu", "emulated")
+
+# (rtol, atol) of a result stored in each dtype, against a float64 reference
+TOLERANCE = {
+    np.dtype(np.float64): (1e-10, 1e-12),
+    np.dtype(np.float32): (2e-5, 1e-6),
+    np.dtype(np.float16): (4e-3, 1e-3),
+    dtypes.bfloat16: (2e-2, 1e-2),
+}
+
+
+def use_device(kind: str) -> None:
+    """Switch the process to a device kind (the library reads ACLNN_GPU_DEVICE at device creation)."""
+    os.environ["ACLNN_GPU_DEVICE"] = kind
+    aclrtResetDevice(0)
+    assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+    assert acl.current_device_kind() == kind
+
+
+class Session(DeviceArrays):
+    """Device memory for one test on one device kind: every allocation is freed at close()."""
+
+    def __init__(self, kind: str):
+        use_device(kind)
+        self.kind = kind
+        super().__init__()
+
+    def poisoned(self, shape: Sequence[int], dtype: Any, **kwargs: Any) -> Any:
+        """An output tensor filled with NaN, so an element the operator fails to write shows."""
+        return self.empty(shape, dtype, **kwargs)
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, dtype: Any, scale: float = 1.0, what: str = "") -> None:
+    rtol, atol = TOLERANCE[np.dtype(dtype)]
+    actual64 = np.asarray(actual, np.float64)
+    expected64 = np.asarray(expected, np.float64)
+    assert actual64.shape == expected64.shape, (actual64.shape, expected64.shape)
+    np.testing.assert_allclose(actual64, expected64, rtol=rtol * scale, atol=atol * scale, err_msg=what)
+
+
+def rng_with_seed(request: Any) -> np.random.Generator:
+    """A generator seeded fresh per test; the seed is attached to the test report on failure."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    request.node.user_properties.append(("seed", seed))
+    print(f"seed={seed}")
+    return np.random.default_rng(seed)

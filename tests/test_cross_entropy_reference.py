@@ -1,0 +1,192 @@
+"""NumPy cross-entropy reference vs PyTorch CPU autograd (float64), fresh random cases per run."""
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from aclnn_gpu.reference.cross_entropy import cross_entropy_loss, cross_entropy_loss_grad  # noqa: E402
+
+REDUCTIONS = ["none", "mean", "sum"]
+
+
+@pytest.fixture
+def rng(request):
+    seed = secrets.randbits(32)
+    request.node.user_properties.append(("seed", seed))
+    print(f"seed={seed}")  # shown by pytest on failure
+    return np.random.default_rng(seed)
+
+
+def torch_ce(x, t, w, reduction, ignore_index, ls, g):
+    """PyTorch forward value and gradient w.r.t. the logits, float64."""
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    wt = None if w is None else torch.tensor(w, dtype=torch.float64)
+    loss = F.cross_entropy(xt, torch.tensor(t, dtype=torch.int64), weight=wt, reduction=reduction,
+                           ignore_index=ignore_index, label_smoothing=ls)
+    loss.backward(torch.tensor(g, dtype=torch.float64))
+    return loss.detach().numpy(), xt.grad.numpy()
+
+
+def case(rng, N, C, *, weighted, ignore_index, ignore_frac=0.3, reduction="mean"):
+    x = rng.standard_normal((N, C)) * rng.uniform(0.5, 4)
+    t = rng.integers(0, C, N)
+    if 0 <= ignore_index < C:
+        pass  # targets equal to ignore_index appear naturally too
+    hit = rng.random(N) < ignore_frac
+    t[hit] = ignore_index
+    w = rng.uniform(0.1, 2.0, C) if weighted else None
+    g = rng.standard_normal(N) if reduction == "none" else np.float64(rng.standard_normal())
+    return x, t, w, g
+
+
+def run_both(x, t, w, reduction, ii, ls, g, tdtype=np.int64):
+    loss, lp = cross_entropy_loss(x, t.astype(tdtype), w, reduction, ii, ls)
+    grad = cross_entropy_loss_grad(g, lp, t.astype(tdtype), w, reduction, ii, ls)
+    return loss, lp, grad
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [-100, 2, -1])
+def test_vs_torch(rng, reduction, weighted, ls, ignore_index):
+    for _ in range(3):
+        N, C = int(rng.integers(1, 40)), int(rng.integers(3, 50))
+        x, t, w, g = case(rng, N, C, weighted=weighted, ignore_index=ignore_index, reduction=reduction)
+        if reduction == "mean" and not np.any(t != ignore_index):
+            t[0] = (ignore_index + 1) % C  # keep D > 0 here; all-ignored has its own test
+        ref_loss, ref_grad = torch_ce(x, t, w, reduction, ignore_index, ls, g)
+        loss, lp, grad = run_both(x, t, w, reduction, ignore_index, ls, g)
+        assert loss.dtype == np.float64 and grad.dtype == np.float64
+        assert loss.shape == ((N,) if reduction == "none" else ())
+        np.testing.assert_allclose(lp, torch.log_softmax(torch.tensor(x), 1).numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_target_int32_and_float32(rng, reduction, dtype):
+    N, C = 17, 11
+    x, t, w, g = case(rng, N, C, weighted=True, ignore_index=3, reduction=reduction)
+    t[0] = 1
+    ref_loss, ref_grad = torch_ce(x, t, w, reduction, 3, 0.1, g)
+    if dtype is np.float32:
+        loss, lp = cross_entropy_loss(x.astype(np.float32), t, w.astype(np.float32), reduction, 3, 0.1)
+        grad = cross_entropy_loss_grad(np.float32(g) if np.ndim(g) == 0 else g.astype(np.float32), lp, t,
+                                       w.astype(np.float32), reduction, 3, 0.1)
+        assert lp.dtype == grad.dtype == loss.dtype == np.float32
+        tol = dict(rtol=2e-5, atol=2e-6)
+    else:
+        loss, lp, grad = run_both(x, t, w, reduction, 3, 0.1, g, tdtype=np.int32)
+        tol = dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(loss, ref_loss, **tol)
+    np.testing.assert_allclose(grad, ref_grad, **tol)
+
+
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_all_rows_ignored(rng, ls, weighted, reduction):
+    N, C = 9, 5
+    x, t, w, g = case(rng, N, C, weighted=weighted, ignore_index=-100, ignore_frac=1.0, reduction=reduction)
+    loss, lp, grad = run_both(x, t, w, reduction, -100, ls, g)
+    ref_loss, ref_grad = torch_ce(x, t, w, reduction, -100, ls, g)
+    np.testing.assert_array_equal(grad, np.zeros((N, C)))
+    np.testing.assert_array_equal(grad, ref_grad)       # PyTorch's autograd gives zeros too
+    if reduction == "mean":
+        assert np.isnan(ref_loss)                       # PyTorch: 0/0
+        assert loss == 0.0                              # ours: 0, consistent with the zero gradient
+    else:
+        np.testing.assert_array_equal(loss, ref_loss)
+
+
+def test_c_equals_one(rng):
+    N = 6
+    x = rng.standard_normal((N, 1))
+    t = np.zeros(N, np.int64)
+    t[2] = -100
+    for reduction in REDUCTIONS:
+        for ls in (0.0, 0.1):
+            g = rng.standard_normal(N) if reduction == "none" else np.float64(1.3)
+            ref_loss, ref_grad = torch_ce(x, t, None, reduction, -100, ls, g)
+            loss, lp, grad = run_both(x, t, None, reduction, -100, ls, g)
+            np.testing.assert_array_equal(lp, 0.0)
+            np.testing.assert_allclose(loss, ref_loss, atol=1e-15)
+            np.testing.assert_allclose(grad, ref_grad, atol=1e-15)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_n_zero(reduction):
+    x = np.zeros((0, 7))
+    t = np.zeros(0, np.int64)
+    g = np.zeros(0) if reduction == "none" else np.float64(1.0)
+    loss, lp, grad = run_both(x, t, None, reduction, -100, 0.1, g)
+    assert lp.shape == grad.shape == (0, 7)
+    if reduction == "none":
+        assert loss.shape == (0,)
+    else:
+        assert loss.shape == () and loss == 0.0  # mean: D = 0 -> 0 (PyTorch: NaN)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("bad_value", [7, 1000, -5, -(2**40)])
+def test_out_of_range_target_nan_row_only(rng, reduction, bad_value):
+    N, C = 8, 7
+    x, t, w, g = case(rng, N, C, weighted=True, ignore_index=-100, ignore_frac=0.2, reduction=reduction)
+    t[0] = 1
+    good_t = t.copy()
+    bad = 3
+    t[bad] = bad_value
+    good_t[bad] = -100  # the bad row contributes nothing else, like an ignored row
+    loss, lp, grad = run_both(x, t, w, reduction, -100, 0.1, g)
+    ref_loss, ref_grad = torch_ce(x, good_t, w, reduction, -100, 0.1, g)
+    assert np.all(np.isnan(grad[bad]))
+    keep = np.arange(N) != bad
+    np.testing.assert_allclose(grad[keep], ref_grad[keep], rtol=1e-10, atol=1e-12)
+    if reduction == "none":
+        assert np.isnan(loss[bad])
+        np.testing.assert_allclose(loss[keep], ref_loss[keep], rtol=1e-10, atol=1e-12)
+    else:
+        assert np.isnan(loss)
+
+
+def test_nan_in_ignored_row_stays_zero(rng):
+    N, C = 5, 4
+    x, t, w, g = case(rng, N, C, weighted=False, ignore_index=-100, ignore_frac=0.0)
+    t[1] = -100
+    _, lp = cross_entropy_loss(x, t, None, "mean", -100, 0.1)
+    lp[1] = np.nan
+    grad = cross_entropy_loss_grad(np.float64(1.0), lp, t, None, "mean", -100, 0.1)
+    np.testing.assert_array_equal(grad[1], 0.0)
+    assert np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_low_precision_near_one_hot_target_column(dtype_name):
+    import ml_dtypes
+    dt = np.dtype(getattr(ml_dtypes, "bfloat16")) if dtype_name == "bfloat16" else np.dtype(np.float16)
+    N, C = 4, 16
+    lp64 = np.full((N, C), -20.0)
+    t = np.arange(N) % C
+    lp64[np.arange(N), t] = [-1e-6, -3e-5, -2e-3, -0.0]
+    lp = lp64.astype(dt)
+    grad = cross_entropy_loss_grad(np.float32(1.0).astype(dt), lp, t, None, "sum", -100, 0.0)
+    exact = np.expm1(lp.astype(np.float64)[np.arange(N), t])
+    np.testing.assert_array_equal(grad[np.arange(N), t], exact.astype(dt))
+    assert grad.dtype == dt
+
+
+def test_large_rows_chunking(rng):
+    # rows longer than the scratch chunk and many rows per chunk: same as float64 torch
+    for N, C in ((3, 70000), (5000, 3)):
+        x, t, w, g = case(rng, N, C, weighted=True, ignore_index=-100, reduction="sum")
+        ref_loss, ref_grad = torch_ce(x, t, w, "sum", -100, 0.1, g)
+        loss, lp, grad = run_both(x, t, w, "sum", -100, 0.1, g)
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-9, atol=1e-15)

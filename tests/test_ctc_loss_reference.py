@@ -1,0 +1,148 @@
+"""NumPy CTC reference (aclnn_gpu/reference/ctc_loss.py) vs PyTorch CPU in float64."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from aclnn_gpu.reference.ctc_loss import ctc_loss_backward, ctc_loss_forward
+
+SEED = int(os.environ.get("CTC_SEED", np.random.SeedSequence().entropy % 2**32))
+
+
+def make_case(rng, T, N, C, max_l, blank=0, runs=False, tdtype=np.int64, min_in=None):
+    x = rng.standard_normal((T, N, C)) * 2
+    lp = torch.log_softmax(torch.tensor(x), -1).numpy()
+    tl = rng.integers(0, max_l + 1, N)
+    il = np.array([rng.integers(min(T, l if min_in is None else min_in), T + 1) for l in tl])
+    labels = [c for c in range(C) if c != blank]
+    tg = rng.choice(labels, (N, max(max_l, 1)))
+    if runs:
+        for b in range(N):
+            tg[b, : max_l] = tg[b, 0]
+            if max_l > 4:
+                tg[b, max_l // 2:] = labels[-1]
+    return lp, tg.astype(tdtype), il.astype(np.int64), tl.astype(np.int64)
+
+
+def torch_ref(lp, tg, il, tl, blank, zero_inf, g, one_d):
+    lpt = torch.tensor(lp, requires_grad=True)
+    tgt = torch.tensor(np.concatenate([tg[b, :tl[b]] for b in range(len(tl))]) if one_d else tg)
+    nll, la = torch.ops.aten._ctc_loss(lpt, tgt, list(map(int, il)), list(map(int, tl)), blank, zero_inf)
+    grad = torch.ops.aten._ctc_loss_backward(torch.tensor(g), lpt.detach(), tgt, list(map(int, il)),
+                                             list(map(int, tl)), nll.detach(), la.detach(), blank, zero_inf)
+    return tgt.numpy(), nll.detach().numpy(), la.detach().numpy(), grad.numpy()
+
+
+def check(lp, tg, il, tl, blank=0, zero_inf=False, one_d=False, pad=0, seed=SEED, rng=None):
+    N = lp.shape[1]
+    g = (rng or np.random.default_rng(0)).standard_normal(N)
+    tgt, tnll, tla, tgrad = torch_ref(lp, tg, il, tl, blank, zero_inf, g, one_d)
+    tgt = tgt.astype(tg.dtype)
+    nll, la = ctc_loss_forward(lp, tgt, il, tl, blank, zero_inf)
+    exp_nll = np.where(zero_inf & np.isinf(tnll), 0, tnll)
+    np.testing.assert_allclose(nll, exp_nll, rtol=1e-10, atol=1e-10, err_msg=f"seed {seed}")
+    assert la.shape == tla.shape
+    for b in range(N):
+        a, t = la[b, : il[b], : 2 * tl[b] + 1], tla[b, : il[b], : 2 * tl[b] + 1]
+        np.testing.assert_allclose(a, t, rtol=1e-10, atol=1e-10, err_msg=f"seed {seed} b {b}")
+        assert np.all(la[b, il[b]:] == -np.inf) and np.all(la[b, :, 2 * tl[b] + 1:] == -np.inf)
+    # the backward reads torch's raw nll and a padded log_alpha (padding never read)
+    la_in = tla
+    if pad:
+        la_in = np.concatenate([tla, np.full(tla.shape[:2] + (pad,), -99999.0)], axis=2)
+        for b in range(N):
+            la_in[b, il[b]:] = np.nan
+            la_in[b, :, 2 * tl[b] + 1:] = -99999.0
+    grad = ctc_loss_backward(g, lp, tgt, il, tl, tnll, la_in, blank, zero_inf)
+    assert grad.shape == lp.shape and grad.dtype == lp.dtype
+    np.testing.assert_allclose(grad, tgrad, rtol=1e-9, atol=1e-10, equal_nan=True, err_msg=f"seed {seed}")
+    return grad, tgrad
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_random_mixed(i):
+    rng = np.random.default_rng([SEED, i])
+    T, N, C = int(rng.integers(1, 30)), int(rng.integers(1, 7)), int(rng.integers(2, 9))
+    blank = int(rng.integers(0, C))
+    lp, tg, il, tl = make_case(rng, T, N, C, int(rng.integers(0, 8)), blank=blank,
+                               tdtype=[np.int32, np.int64][i % 2], runs=i % 3 == 2)
+    check(lp, tg, il, tl, blank=blank, zero_inf=bool(i % 2), one_d=i % 4 < 2, pad=[0, 5][i % 2], rng=rng)
+
+
+def test_repeated_and_runs_long():
+    rng = np.random.default_rng([SEED, 100])
+    lp, tg, il, tl = make_case(rng, 60, 3, 5, 12, runs=True, min_in=24)
+    check(lp, tg, il, tl, rng=rng)
+
+
+def test_c2_t1_and_empty_targets():
+    rng = np.random.default_rng([SEED, 101])
+    lp, tg, il, tl = make_case(rng, 10, 3, 2, 3, blank=1)
+    check(lp, tg, il, tl, blank=1, rng=rng)
+    lp, tg, il, tl = make_case(rng, 1, 3, 4, 1)
+    check(lp, tg, il, tl, one_d=True, rng=rng)
+    lp, tg, il, _ = make_case(rng, 7, 3, 4, 2)
+    check(lp, tg, il, np.zeros(3, np.int64), one_d=True, rng=rng)
+    check(lp, tg, np.array([0, 7, 3]), np.array([0, 1, 2]), rng=rng)   # Lin = 0
+
+
+@pytest.mark.parametrize("zero_inf", [False, True])
+def test_input_too_short(zero_inf):
+    rng = np.random.default_rng([SEED, 102])
+    lp, tg, _, _ = make_case(rng, 8, 3, 5, 4)
+    tg[0, :4] = [1, 1, 1, 1]            # needs 7 frames
+    il, tl = np.array([5, 8, 2]), np.array([4, 2, 3])
+    grad, _ = check(lp, tg, il, tl, zero_inf=zero_inf, rng=rng)
+    if zero_inf:
+        assert np.all(grad[:, 0] == 0) and np.all(grad[:, 2] == 0)
+    else:
+        assert not np.isfinite(grad[:5, 0]).any()
+
+
+def test_unnormalised_and_bad_label():
+    rng = np.random.default_rng([SEED, 103])
+    lp, tg, il, tl = make_case(rng, 9, 3, 5, 3, min_in=7)
+    lp = lp + 0.3            # unnormalised: formula literally, exp(lp) term included
+    check(lp, tg, il, tl, rng=rng)
+    tl = np.array([3, 3, 3]); tg[1, 1] = 7; tg[2, 0] = -1
+    nll, la = ctc_loss_forward(lp, tg, il, tl)
+    assert np.isfinite(nll[0]) and np.isnan(nll[1:]).all() and np.isnan(la[1:]).all()
+    g = np.ones(3)
+    grad = ctc_loss_backward(g, lp, tg, il, tl, np.array([1.0, 1.0, 1.0]), la, 0, False)
+    assert np.isnan(grad[:, 1:]).all() and np.isfinite(grad[:, 0]).all()
+
+
+def test_autograd_logits():
+    """Spec 1.2: the output is d(loss)/d(logits) for normalised log_probs."""
+    rng = np.random.default_rng([SEED, 104])
+    T, N, C = 11, 3, 5
+    x = torch.tensor(rng.standard_normal((T, N, C)), requires_grad=True)
+    lp = torch.log_softmax(x, -1)
+    tg = torch.tensor(rng.integers(1, C, (N, 4)))
+    il, tl = [11, 9, 6], [4, 2, 3]
+    loss = torch.nn.functional.ctc_loss(lp, tg, il, tl, reduction="sum")
+    loss.backward()
+    nll, la = ctc_loss_forward(lp.detach().numpy(), tg.numpy(), il, tl)
+    np.testing.assert_allclose(nll.sum(), loss.item(), rtol=1e-12)
+    grad = ctc_loss_backward(np.ones(N), lp.detach().numpy(), tg.numpy(), il, tl, nll, la)
+    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_low_precision_dtypes(dt):
+    import ml_dtypes
+    dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[dt]
+    rng = np.random.default_rng([SEED, 105])
+    lp, tg, il, tl = make_case(rng, 15, 3, 6, 4, min_in=8)
+    lpl = lp.astype(dtype)
+    nll, la = ctc_loss_forward(lpl, tg, il, tl)
+    assert nll.dtype == dtype and la.dtype == dtype
+    lp64 = lpl.astype(np.float64)
+    n64, la64 = ctc_loss_forward(lp64, tg, il, tl)
+    tol = {"float32": 1e-5, "float16": 2e-2, "bfloat16": 5e-2}[dt]
+    np.testing.assert_allclose(nll.astype(np.float64), n64, rtol=tol)
+    g = np.ones(3)
+    grad = ctc_loss_backward(g.astype(dtype), lpl, tg, il, tl, nll, la)
+    ref = ctc_loss_backward(g, lp64, tg, il, tl, n64, la64)
+    np.testing.assert_allclose(grad.astype(np.float64), ref, atol=tol * 4, rtol=tol)
