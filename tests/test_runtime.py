@@ -130,7 +130,8 @@ def test_execute_is_asynchronous(cpu_session):
     from aclnn_gpu.runtime import resolve_stream
     resolve_stream(s.stream, "test").worker.submit(gate.wait)  # (a synchronous memcpy now would wait for it)
     assert acl.aclnnKlDivBackward(None, 0, ex, s.stream) == 0
-    assert np.isnan(np.frombuffer(s.raw(out), np.float32)).all()   # not run yet
+    from aclnn_gpu.runtime import get_device
+    assert np.isnan(get_device().host_view(out.data, 12).view(np.float32)).all()   # not run yet
     gate.set()
     assert acl.aclrtSynchronizeStream(s.stream) == 0
     assert (s.read(out) == -1).all()
@@ -160,15 +161,18 @@ def test_events_across_streams(session):
     impl = resolve_stream(s.stream, "test")
     (impl.worker if hasattr(impl, "worker") else impl.cupy.worker).submit(lambda: (gate.wait(), time.sleep(0.01)))
     buf = s.malloc(16)
+    copy = s.malloc(16)
     assert acl.aclrtMemsetAsync(buf, 16, 3, 16, s.stream) == 0
     assert acl.aclrtRecordEvent(done, s.stream) == 0
     assert acl.aclrtStreamWaitEvent(other, done) == 0
-    host = np.zeros(16, np.uint8)
-    assert acl.aclrtMemcpyAsync(host, 16, buf, 16, acl.ACL_MEMCPY_DEVICE_TO_HOST, other) == 0 or True
+    # queued on `other` behind the event: must see the memset of the first stream
+    assert acl.aclrtMemcpyAsync(copy, 16, buf, 16, acl.ACL_MEMCPY_DEVICE_TO_DEVICE, other) == 0
     assert acl.aclrtQueryEventStatus(done) == (0, 0)           # not ready while the gate is closed
     assert acl.aclrtEventElapsedTime(start, done)[0] == acl.ACL_ERROR_RT_EVENT_NOT_COMPLETE
     gate.set()
     assert acl.aclrtSynchronizeStream(other) == 0
+    host = np.zeros(16, np.uint8)
+    assert acl.aclrtMemcpy(host, 16, copy, 16, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
     assert (host == 3).all()
     assert acl.aclrtSynchronizeEvent(done) == 0
     status, ms = acl.aclrtEventElapsedTime(start, done)

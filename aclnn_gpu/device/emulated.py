@@ -10,13 +10,19 @@ from .cuda import CudaDevice
 
 
 def emulator_available() -> bool:
-    from ..kernels.emulator import driver
-    return shutil.which(getattr(driver, "CXX", "g++")) is not None
+    from ..kernels.emulator import build
+    return shutil.which(build.CXX) is not None
 
 
 class EmulatedDevice(CudaDevice):
     def __init__(self) -> None:
         super().__init__(fakecupy, kind="emulated")
+        from ..kernels.emulator import set_memory_resolver
+        set_memory_resolver(self._resolve)  # lets recorded launches be replayed (ThreadSanitizer)
+
+    def _resolve(self, address: int) -> tuple[int, int] | None:
+        alloc = self.registry.find(address, 1)
+        return None if alloc is None else (alloc.base, alloc.size)
 
     def gemm(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm
@@ -27,7 +33,8 @@ class EmulatedDevice(CudaDevice):
         alloc = self.registry.find(ptr, nbytes)
         assert alloc is not None
         start = ptr - alloc.base
-        return alloc.buffer.buffer[start:start + nbytes]
+        raw = alloc.buffer.buffer if isinstance(alloc.buffer, fakecupy.MemoryPointer) else alloc.buffer
+        return raw[start:start + nbytes]
 
 
 def make_emulated_device() -> EmulatedDevice:

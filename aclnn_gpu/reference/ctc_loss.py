@@ -155,62 +155,108 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     if la_all.shape[2] < S:
         raise ValueError("log_alpha.shape[2] must be >= 2*max(target_lengths)+1")
     ninf = md.type(-np.inf)
-    nidx = np.arange(N)[:, None]
-    s_idx = np.arange(S)
-    # q[t, n, s] = alpha + beta - lp + nll = log occupancy of state s at time t
     tmax = int(il.max()) if N else 0
-    q = np.full((max(tmax, 0), N, S), ninf, dtype=md)
-    beta = np.full((N, S), ninf, dtype=md)
-    skip_next = np.zeros((N, S), dtype=bool)            # transition s <- s+2 allowed
-    if S > 2:
-        skip_next[:, :-2] = skip[:, 2:]
-    start_mask = (s_idx[None, :] >= 2 * tl[:, None] - 1) & in_state
-    # t = Lin-1: only s = 2L and 2L-1 contribute, and they are assigned (PyTorch CPU): when the last
-    # label equals blank, blank's entry comes from s = 2L-1 alone.
-    last_lab = np.where(tl > 0, labels[np.arange(N), np.maximum(tl - 1, 0)] if max_l else 0, -1)
-    drop_2l = (tl > 0) & (last_lab == blank)
-    nll_f = np.where(np.isfinite(nll), nll, 0).astype(md)
-    # log_alpha as (t, n, s) in the math dtype, copied once (one pass instead of a strided gather per step)
-    la_t = np.ascontiguousarray(la_all[:, :max(tmax, 0), :S].transpose(1, 0, 2), dtype=md)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for t in range(tmax - 1, -1, -1):
-            lpg = lp[t][nidx, lprime]
-            b2 = _shift(beta, -1, ninf)
-            b3 = np.where(skip_next, _shift(beta, -2, ninf), ninf)
-            rec = _lse3(beta, b2, b3) + lpg
-            is_last = (t == il - 1)[:, None]
-            cur = np.where(is_last, np.where(start_mask, lpg, ninf), rec)
-            cur = np.where(in_state & (t < il)[:, None], cur, ninf)
-            beta = cur
-            act = in_state & (t < il)[:, None]
-            alpha = np.where(act, la_t[t], ninf)
-            qt = np.where(act, alpha + cur - lpg, ninf)
-            fix = drop_2l & (t == il - 1)
-            if fix.any():
-                qt[fix] = np.where(s_idx[None, :] == 2 * tl[fix, None], ninf, qt[fix])
-            q[t] = qt
-        # occupancy sums by column: blank at even states, labels at odd states
-        occ = np.exp(q + nll_f[None, :, None])          # (tmax, N, S)
-    sums = np.zeros((max(tmax, 0), N, C), dtype=md)
-    if tmax:
-        flat = (np.arange(tmax)[:, None, None] * (N * C) + np.arange(N)[None, :, None] * C
-                + lprime[None, :, :]).reshape(-1)
-        sums = np.bincount(flat, weights=occ.reshape(-1).astype(np.float64),
-                           minlength=tmax * N * C).reshape(tmax, N, C).astype(md)
-    # non-finite nll (sums are then plain sum exp(q)): PyTorch's exp(lcab + nll - lp) gives NaN for
-    # +inf / NaN (also at columns without a state: -inf + inf) and 0 for -inf
-    fin = np.isfinite(nll)
     grad = np.zeros((T, N, C), dtype=md)
-    if tmax:
-        active = (np.arange(tmax)[:, None] < il[None, :])[:, :, None]
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            e = np.exp(lp[:tmax])
-            body = e - sums
-            if not fin.all():
-                nf = ~fin
-                body[:, nf, :] = e[:, nf, :] - np.exp(np.log(sums[:, nf, :]) + nll[None, nf, None])
-            grad[:tmax] = np.where(active, body * g[None, :, None], 0)
+    if tmax == 0:
+        zero = zero_infinity & (nll == np.inf)
+        grad[:, bad & ~zero, :] = np.nan
+        return grad.astype(lp_in.dtype, copy=False)
+    bidx = np.arange(N)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        # log_alpha as (t, n, s) in the math dtype, -inf outside t < Lin, s <= 2L (never read there)
+        la = np.array(la_all[:, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
+        for b in range(N):
+            la[il[b]:, b, :] = ninf
+            la[:, b, 2 * tl[b] + 1:] = ninf
+        # log-probs gathered at the extended labels: (tmax, N, S)
+        lpg = np.take(lp[:tmax].reshape(tmax, N * C), (bidx[:, None] * C + lprime).reshape(-1),
+                      axis=1).reshape(tmax, N, S)
+        # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
+        #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
+        # which telescopes to PyTorch's expression exactly for any given log_alpha, and whose factors are
+        # <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under/overflow.
+        skipadd = np.zeros((N, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
+        skipadd[:, :] = ninf
+        if S > 2:
+            skipadd[:, :-2][skip[:, 2:]] = 0
+        # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
+        nll_eff = nll.copy()
+        nf = ~np.isfinite(nll)
+        G = np.zeros((tmax, N, S + 2), dtype=md)
+        last = np.maximum(il - 1, 0)
+        s2 = 2 * tl
+        s1 = np.maximum(2 * tl - 1, 0)
+        e2 = la[last, bidx, s2]
+        e1 = np.where(tl > 0, la[last, bidx, s1], ninf)
+        if nf.any():
+            m = np.maximum(e1, e2)
+            m = np.where(np.isfinite(m), m, 0)
+            nll_eff[nf] = -(np.log(np.exp(e1 - m) + np.exp(e2 - m)) + m)[nf]
+            nll_eff[nf & ~np.isfinite(nll_eff)] = 0
+        v2 = np.exp(e2 + nll_eff)
+        v1 = np.where(tl > 0, np.exp(e1 + nll_eff), 0)
+        starts = {}
+        for b in range(N):
+            if il[b] > 0:
+                starts.setdefault(int(il[b]) - 1, []).append(b)
+        for t, bs in starts.items():
+            bs = np.array(bs)
+            G[t, bs, s2[bs]] = v2[bs]
+            G[t, bs, s1[bs]] += v1[bs]
+        if tmax > 1:
+            # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
+            # steps into reused buffers, consumed right after (cache-resident)
+            nb = max(1, min(tmax - 1, 32))
+            Fb = np.empty((nb, 3, N, S), dtype=md)
+            Db = np.full((nb, N, S + 2), ninf, dtype=md)
+            mb = np.empty((nb, N, S), dtype=bool)
+            tmp = np.empty((3, N, S), dtype=md)
+            st = G.strides
+            V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, N, S), strides=(st[0], st[2], st[1], st[2]))
+            Gs = G[:, :, :S]
+            mul, red = np.multiply, np.add.reduce
+            big = md.type(np.finfo(md).max)
+            t1 = tmax - 1
+            while t1 > 0:
+                t0 = max(0, t1 - nb)
+                n = t1 - t0
+                Fx, Dx, mx = Fb[:n], Db[:n, :, :S], mb[:n]
+                np.subtract(lpg[t0 + 1:t1 + 1], la[t0 + 1:t1 + 1], out=Dx)
+                np.less(Dx, big, out=mx)                     # False for +inf (la = -inf) and NaN
+                np.logical_not(mx, out=mx)
+                np.copyto(Dx, ninf, where=mx)
+                for k in range(3):
+                    np.add(la[t0:t1], Db[:n, :, k:k + S], out=Fx[:, k])
+                np.add(Fx[:, 2], skipadd, out=Fx[:, 2])
+                np.exp(Fx, out=Fx)
+                for t in range(t1 - 1, t0 - 1, -1):
+                    mul(Fx[t - t0], V[t + 1], out=tmp)
+                    if t in starts:
+                        Gs[t] += red(tmp, 0)
+                    else:
+                        red(tmp, 0, None, Gs[t])
+                t1 = t0
+        # PyTorch CPU assigns (not accumulates) at t = Lin-1: with last label == blank, the blank column
+        # there comes from s = 2L-1 alone
+        last_lab = np.where(tl > 0, labels[bidx, np.maximum(tl - 1, 0)] if max_l else 0, -1)
+        drop = np.nonzero((tl > 0) & (last_lab == blank) & (il > 0))[0]
+        if drop.size:
+            G[last[drop], drop, s2[drop]] = 0
+        # occupancy sums by column
+        onehot = np.zeros((N, S, C), dtype=md)
+        onehot[bidx[:, None], np.arange(S)[None, :], lprime] = 1
+        sums = np.matmul(G[:, :, :S].transpose(1, 0, 2), onehot)        # (N, tmax, C)
+        out = grad[:tmax]
+        np.exp(lp[:tmax], out=out)
+        np.subtract(out, sums.transpose(1, 0, 2), out=out)
+        if nf.any():
+            sn = sums.transpose(1, 0, 2)[:, nf, :]
+            out[:, nf, :] = np.exp(lp[:tmax, nf, :]) - np.exp(np.log(sn) + (nll - nll_eff)[None, nf, None])
+        out *= g[None, :, None]
+        for b in range(N):
+            if il[b] < tmax:
+                out[il[b]:, b, :] = 0
     zero = zero_infinity & (nll == np.inf)
     grad[:, zero, :] = 0
     grad[:, bad & ~zero, :] = np.nan
-    return grad.astype(lp_in.dtype)
+    return grad.astype(lp_in.dtype, copy=False)

@@ -1,0 +1,259 @@
+"""PyTorch autograd for the five operators: `torch.autograd.Function` wrappers whose forward AND
+backward run this library's aclnn operators through `aclnn_gpu.functional`.
+
+    import aclnn_gpu.torch as acl_torch
+    loss = acl_torch.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0,
+                              reduction="mean", zero_infinity=False)
+    loss.backward()                     # aclnnCtcLossBackward computes d loss / d log_probs
+
+Importing `aclnn_gpu` never imports torch; importing this module does (the optional extra).
+The functions mirror `torch.nn.functional` (and `torch.conv_tbc`) where PyTorch has them:
+
+| function | forward / backward | gradients for |
+| --- | --- | --- |
+| `ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False)` | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
+| `cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0)` | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
+| `kl_div(input, target, reduction="mean", log_target=False)` | aclnnKlDiv / aclnnKlDivBackward | input |
+| `conv_tbc(input, weight, bias, pad=0, cube_math_type=0)` | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
+| `scaled_masked_softmax(x, mask, scale=1.0, fix_triu_mask=False)` | aclnnScaledMaskedSoftmax / ...Backward | x |
+
+Memory: tensors cross by DLPack. On the `cpu` device (and `emulated`) torch CPU tensors are lent to
+the library zero-copy for the length of the call and the results come back as torch tensors over
+the library's output buffers (`torch.from_numpy`, no copy). Results are moved to the input's torch
+device when they come back elsewhere (a torch CUDA tensor on the `cuda` device: `functional` stages
+through host memory today, see its `_to_numpy`).
+
+Semantics, and where they differ from PyTorch:
+  * ctc_loss: reduction "none" | "mean" (each loss divided by its target length, clamped to >= 1,
+    then the batch mean, as PyTorch) | "sum", built with torch ops on top of the raw per-sample
+    losses. The forward always runs with zeroInfinity=false and keeps that RAW loss for the backward,
+    because aclnnCtcLossBackward zeroes a sample only when the nll it is given is exactly +inf
+    (ops/ctc_loss.py); zero_infinity then zeroes the returned loss and the backward gradient. The
+    gradient is PyTorch's `_ctc_loss_backward` convention (d loss / d logits when log_probs =
+    log_softmax(logits)), so it matches torch.nn.functional.ctc_loss through a log_softmax.
+  * cross_entropy: class-index targets, input (N, C), (C,) or (N, C, d1, ...). The operator wants a
+    float32 weight, so `weight` is cast to float32 (a float64 input keeps float64 math otherwise).
+    No gradient for weight.
+  * kl_div: reductions "none" | "mean" | "sum" | "batchmean" (batchmean divides by the broadcast
+    shape's dim 0, CANN's rule; PyTorch divides by input.size(0): equal unless input broadcasts in
+    dim 0). No gradient for target: a target that requires grad is refused.
+  * conv_tbc / scaled_masked_softmax: FLOAT, FLOAT16, BFLOAT16 only (the operators refuse DOUBLE).
+    The mask is bool, true = masked out; a fully masked row gives zeros (PyTorch's softmax gives NaN).
+Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import functional as _F
+
+__all__ = ["ctc_loss", "cross_entropy", "kl_div", "conv_tbc", "scaled_masked_softmax",
+           "CtcLossFunction", "CrossEntropyFunction", "KlDivFunction", "ConvTbcFunction",
+           "ScaledMaskedSoftmaxFunction"]
+
+
+def _on(result: Any, like: torch.Tensor) -> torch.Tensor:
+    """A functional result as a torch tensor on `like`'s device (no copy when already there)."""
+    if not isinstance(result, torch.Tensor):
+        result = torch.from_dlpack(result)
+    return result if result.device == like.device else result.to(like.device)
+
+
+def _lengths(values: Any) -> list[int]:
+    if isinstance(values, torch.Tensor):
+        return [int(v) for v in values.reshape(-1).tolist()]
+    return [int(v) for v in values]
+
+
+def _grad(grad: torch.Tensor) -> torch.Tensor:
+    # autograd often hands an expanded (stride-0) or otherwise strided gradient; the operators take
+    # any strides on the cpu device, but a dense gradient keeps the GPU paths free of staging copies
+    return grad if grad.is_contiguous() else grad.contiguous()
+
+
+# ---------------------------------------------------------------------------- CTC loss
+class CtcLossFunction(torch.autograd.Function):
+    """Per-sample CTC loss (T, N, C) log_probs -> (N,), with zero_infinity applied to the output;
+    the raw loss and log_alpha are kept for aclnnCtcLossBackward."""
+
+    @staticmethod
+    def forward(ctx, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
+        il, tl = _lengths(input_lengths), _lengths(target_lengths)
+        nll, log_alpha = _F.ctc_loss(log_probs.detach(), targets.detach(), il, tl, blank, False)
+        nll, log_alpha = _on(nll, log_probs), _on(log_alpha, log_probs)
+        ctx.save_for_backward(log_probs, targets, nll, log_alpha)
+        ctx.lengths, ctx.blank, ctx.zero_infinity = (il, tl), int(blank), bool(zero_infinity)
+        if zero_infinity:
+            return torch.where(torch.isinf(nll), torch.zeros((), dtype=nll.dtype, device=nll.device), nll)
+        return nll.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None, None
+        log_probs, targets, nll, log_alpha = ctx.saved_tensors
+        il, tl = ctx.lengths
+        g = _F.ctc_loss_backward(_grad(grad).to(log_probs.dtype), log_probs.detach(), targets, il, tl, nll,
+                                 log_alpha, ctx.blank, ctx.zero_infinity)
+        return _on(g, log_probs), None, None, None, None, None
+
+
+def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any, target_lengths: Any,
+             blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> torch.Tensor:
+    """torch.nn.functional.ctc_loss through aclnnCtcLoss / aclnnCtcLossBackward. log_probs (T, N, C)
+    (or (T, C) unbatched), targets (N, S) padded or 1-D concatenated, lengths as tensors or sequences."""
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"ctc_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    unbatched = log_probs.dim() == 2
+    if unbatched:
+        log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
+        input_lengths, target_lengths = [_lengths(torch.as_tensor(x).reshape(1)) for x in (input_lengths,
+                                                                                             target_lengths)]
+    loss = CtcLossFunction.apply(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    if reduction == "mean":
+        tl = torch.as_tensor(_lengths(target_lengths), dtype=loss.dtype, device=loss.device)
+        return (loss / tl.clamp(min=1)).mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss[0] if unbatched else loss
+
+
+# ---------------------------------------------------------------------------- cross-entropy
+class CrossEntropyFunction(torch.autograd.Function):
+    """cross_entropy over (N, C) logits with class-index targets; log_softmax is kept for the grad."""
+
+    @staticmethod
+    def forward(ctx, input, target, weight, reduction, ignore_index, label_smoothing):
+        loss, log_prob = _F.cross_entropy_loss(input.detach(), target.detach(), weight, reduction, ignore_index,
+                                               label_smoothing)
+        log_prob = _on(log_prob, input)
+        ctx.save_for_backward(log_prob, target, weight)
+        ctx.args = (reduction, int(ignore_index), float(label_smoothing))
+        return _on(loss, input)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None, None
+        log_prob, target, weight = ctx.saved_tensors
+        reduction, ignore_index, label_smoothing = ctx.args
+        g = _F.cross_entropy_loss_grad(_grad(grad).to(log_prob.dtype), log_prob, target, weight, reduction,
+                                       ignore_index, label_smoothing)
+        return _on(g, log_prob), None, None, None, None, None
+
+
+def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
+                  ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
+    """torch.nn.functional.cross_entropy (class-index targets) through aclnnCrossEntropyLoss /
+    aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C."""
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if target.is_floating_point():
+        raise NotImplementedError("cross_entropy: class-probability targets are not supported (class indices only)")
+    if weight is not None:
+        if weight.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("cross_entropy: no gradient for weight (aclnnCrossEntropyLossGrad gives "
+                                      "the input's only); pass weight.detach()")
+        weight = weight.detach().to(torch.float32)   # the operator's weight dtype
+    shape = None
+    if input.dim() == 1:                              # unbatched: (C,), target ()
+        input, target, shape = input.unsqueeze(0), target.reshape(1), ()
+    elif input.dim() > 2:                             # (N, C, d1, ...) -> (N*d1*..., C)
+        shape = (input.shape[0],) + tuple(input.shape[2:])
+        input = input.movedim(1, -1).reshape(-1, input.shape[1])
+        target = target.reshape(-1)
+    loss = CrossEntropyFunction.apply(input, target, weight, reduction, ignore_index, label_smoothing)
+    return loss.reshape(shape) if reduction == "none" and shape is not None else loss
+
+
+# ---------------------------------------------------------------------------- KL divergence
+class KlDivFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, target, reduction, log_target):
+        out = _F.kl_div(input.detach(), target.detach(), reduction, log_target)
+        ctx.save_for_backward(input, target)
+        ctx.args = (reduction, bool(log_target))
+        return _on(out, input)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        input, target = ctx.saved_tensors
+        reduction, log_target = ctx.args
+        g = _F.kl_div_backward(_grad(grad), input.detach(), target.detach(), reduction, log_target)
+        return _on(g, input), None, None, None
+
+
+def kl_div(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", log_target: bool = False
+           ) -> torch.Tensor:
+    """torch.nn.functional.kl_div through aclnnKlDiv / aclnnKlDivBackward: input holds log-probabilities,
+    target probabilities (log-probabilities with log_target). Gradient for input only."""
+    if reduction not in ("none", "mean", "sum", "batchmean"):
+        raise ValueError(f"kl_div: reduction must be 'none', 'mean', 'sum' or 'batchmean', got {reduction!r}")
+    if target.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError("kl_div: no gradient for target (aclnnKlDivBackward gives the input's only); "
+                                  "pass target.detach()")
+    return KlDivFunction.apply(input, target, reduction, log_target)
+
+
+# ---------------------------------------------------------------------------- ConvTBC
+class ConvTbcFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, weight, bias, pad, cube_math_type):
+        out = _F.conv_tbc(input.detach(), weight.detach(), bias.detach(), pad, cube_math_type)
+        ctx.save_for_backward(input, weight, bias)
+        ctx.args = (int(pad), int(cube_math_type))
+        return _on(out, input)
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, weight, bias = ctx.saved_tensors
+        pad, cube_math_type = ctx.args
+        gi, gw, gb = _F.conv_tbc_backward(_grad(grad), input.detach(), weight.detach(), bias.detach(), pad,
+                                          cube_math_type)
+        need = ctx.needs_input_grad
+        return (_on(gi, input) if need[0] else None, _on(gw, weight) if need[1] else None,
+                _on(gb, bias) if need[2] else None, None, None)
+
+
+def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad: int = 0,
+             cube_math_type: int = 0) -> torch.Tensor:
+    """torch.conv_tbc through aclnnConvTbc / aclnnConvTbcBackward: input (T, B, Cin), weight
+    (K, Cin, Cout), bias (Cout,) -> (T + 2*pad - K + 1, B, Cout). cube_math_type: CANN's
+    cubeMathType (GPU matrix precision; the cpu device computes in fp32 whatever it says)."""
+    return ConvTbcFunction.apply(input, weight, bias, pad, cube_math_type)
+
+
+# ---------------------------------------------------------------------------- scaled masked softmax
+class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, mask, scale, fix_triu_mask):
+        y = _on(_F.scaled_masked_softmax(x.detach(), mask, scale, fix_triu_mask), x)
+        ctx.save_for_backward(y, mask)
+        ctx.args = (float(scale), bool(fix_triu_mask))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        y, mask = ctx.saved_tensors
+        scale, fix_triu_mask = ctx.args
+        g = _F.scaled_masked_softmax_backward(_grad(grad).to(y.dtype), y, mask, scale, fix_triu_mask)
+        return _on(g, y), None, None, None
+
+
+def scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: float = 1.0,
+                          fix_triu_mask: bool = False) -> torch.Tensor:
+    """softmax(scale * x) over the last axis with masked positions (mask true) excluded, through
+    aclnnScaledMaskedSoftmax / aclnnScaledMaskedSoftmaxBackward. x (B, N, S1, S2); mask bool
+    (Bm, Nm, S1, S2) with Bm in {B, 1}, Nm in {N, 1}, or None with fix_triu_mask=True (causal)."""
+    if mask is not None:
+        mask = mask.detach()
+        if mask.dtype != torch.bool:
+            mask = mask.to(torch.bool)
+    return ScaledMaskedSoftmaxFunction.apply(x, mask, scale, fix_triu_mask)
+
