@@ -31,6 +31,7 @@ class HostStream:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
+        self._put_lock = threading.Lock()  # orders puts against close(): nothing is queued after _STOP
         self._thread = threading.Thread(target=self._run, name=f"aclnn_gpu-{name}", daemon=True)
         self._thread.start()
         self.closed = False
@@ -55,16 +56,31 @@ class HostStream:
                     if self._error is None:
                         self._error = e
 
+    def _put(self, task: object) -> None:
+        with self._put_lock:
+            if not self.closed:
+                self._queue.put(task)
+                return
+        # A stream closed by another thread meanwhile: its queue has drained, so markers complete at
+        # once; new work cannot run.
+        if isinstance(task, HostEventMark):
+            task.time = time.perf_counter()
+            task.done.set()
+        elif isinstance(task, threading.Event):
+            task.set()
+        else:
+            raise RuntimeError("the stream was destroyed")
+
     def submit(self, fn: Callable[[], None]) -> None:
-        self._queue.put(fn)
+        self._put(fn)
 
     def record(self) -> HostEventMark:
         mark = HostEventMark()
-        self._queue.put(mark)
+        self._put(mark)
         return mark
 
     def wait_mark(self, mark: HostEventMark) -> None:
-        self._queue.put(lambda: mark.done.wait())
+        self._put(lambda: mark.done.wait())
 
     def synchronize(self) -> None:
         """Wait until everything queued so far has run; re-raise the first failure, once."""
@@ -79,7 +95,7 @@ class HostStream:
         if threading.current_thread() is self._thread:
             raise RuntimeError("a stream cannot wait for itself from its own queued work")
         flag = threading.Event()
-        self._queue.put(flag)
+        self._put(flag)
         flag.wait()
 
     def idle(self) -> bool:
@@ -87,8 +103,10 @@ class HostStream:
 
     def close(self) -> None:
         """Finish the queued work and stop the worker (errors still pending are dropped)."""
-        if not self.closed:
+        with self._put_lock:
+            if self.closed:
+                return
             self.closed = True
             self._queue.put(_STOP)
-            if threading.current_thread() is not self._thread:
-                self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()

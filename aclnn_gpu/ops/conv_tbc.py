@@ -171,7 +171,8 @@ class ConvTbcBackwardPlan(Plan):
         self.grad, self.input, self.weight, self.bias = grad, input, weight, bias
         self.grad_input, self.grad_weight, self.grad_bias = grad_input, grad_weight, grad_bias
         self.pad, self.cube_math_type = pad, cube_math_type
-        self.tensors = (grad, input, weight, bias, grad_input, grad_weight, grad_bias)
+        self.tensors = {"self": grad, "input": input, "weight": weight, "bias": bias, "gradInput": grad_input,
+                        "gradWeight": grad_weight, "gradBias": grad_bias}
         self.T, self.B, self.Cin = input.shape
         self.K, _, self.Cout = weight.shape
         self.compute = promote(grad, input, weight)
@@ -221,7 +222,7 @@ class ConvTbcPlan(Plan):
                  out: aclTensor, cube_math_type: int):
         self.input, self.weight, self.bias, self.out = input, weight, bias, out
         self.pad, self.cube_math_type = pad, cube_math_type
-        self.tensors = (input, weight, bias, out)
+        self.tensors = {"self": input, "weight": weight, "bias": bias, "out": out}
         self.T, self.B, self.Cin = input.shape
         self.K, _, self.Cout = weight.shape
         self.compute = promote(input, weight, bias)

@@ -136,7 +136,8 @@ class CrossEntropyLossGradPlan(Plan):
         self.grad_loss, self.log_prob, self.target, self.weight, self.out = grad_loss, log_prob, target, weight, out
         self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
         self.N, self.C = log_prob.shape
-        self.tensors = tuple(t for t in (grad_loss, log_prob, target, weight, out) if t is not None)
+        self.tensors = {"gradLoss": grad_loss, "logProb": log_prob, "target": target, "weightOptional": weight,
+                        "out": out}
         self.io = _GpuIo([grad_loss, log_prob, target, weight], [out])
         self.workspace_size = self.io.finish(gpu.grad_workspace_bytes(
             self.N, self.C, reduction, label_smoothing, weight is not None))
@@ -167,7 +168,8 @@ class CrossEntropyLossPlan(Plan):
         self.input, self.target, self.weight, self.loss, self.log_prob = input, target, weight, loss, log_prob
         self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
         self.N, self.C = input.shape
-        self.tensors = tuple(t for t in (input, target, weight, loss, log_prob) if t is not None and t.numel)
+        self.tensors = {"input": input, "target": target, "weightOptional": weight, "lossOut": loss,
+                        "logProbOut": log_prob}
         self.io = _GpuIo([input, target, weight], [loss, log_prob])
         self.workspace_size = self.io.finish(gpu.forward_workspace_bytes(self.N, self.C, reduction))
 

@@ -175,7 +175,8 @@ class CtcLossBackwardPlan(Plan):
                  out: aclTensor, sh: _Shape, blank: int, zero_inf: bool):
         self.g, self.lp, self.tg, self.nll, self.la, self.out = g, lp, tg, nll, la, out
         self.sh, self.blank, self.zero_inf = sh, blank, zero_inf
-        self.tensors = (g, lp, tg, nll, la, out)
+        self.tensors = {"gradOut": g, "logProbs": lp, "targets": tg, "negLogLikelihood": nll, "logAlpha": la,
+                        "out": out}
         self.io = None
         self.workspace_size = 0
         if device.kind != "cpu":
@@ -213,7 +214,7 @@ class CtcLossPlan(Plan):
                  blank: int, zero_inf: bool):
         self.lp, self.tg, self.nll, self.la = lp, tg, nll, la
         self.sh, self.blank, self.zero_inf = sh, blank, zero_inf
-        self.tensors = (lp, tg, nll, la)
+        self.tensors = {"logProbs": lp, "targets": tg, "negLogLikelihoodOut": nll, "logAlphaOut": la}
         self.io = None
         self.workspace_size = 0
         if device.kind != "cpu":

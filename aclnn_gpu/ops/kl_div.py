@@ -49,7 +49,7 @@ class KlDivBackwardPlan(Plan):
                  reduction: int, log_target: bool):
         self.grad_output, self.self_shape, self.target, self.out = grad_output, self_.shape, target, out
         self.reduction, self.log_target = reduction, log_target
-        self.tensors = (grad_output, target, out)
+        self.tensors = {"gradOutput": grad_output, "self": self_, "target": target, "out": out}
         self.math = _math(grad_output, self_, target)
         self.workspace_size = kl_div_gpu.backward_workspace_bytes(
             grad_output=_gpu(grad_output), target=_gpu(target), out=_gpu(out), self_shape=self.self_shape,
@@ -72,7 +72,7 @@ class KlDivPlan(Plan):
     def __init__(self, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int, log_target: bool):
         self.self_, self.target, self.out = self_, target, out
         self.reduction, self.log_target = reduction, log_target
-        self.tensors = (self_, target, out)
+        self.tensors = {"self": self_, "target": target, "out": out}
         self.math = _math(self_, target)
         self.workspace_size = kl_div_gpu.forward_workspace_bytes(
             self=_gpu(self_), target=_gpu(target), out=_gpu(out), reduction=reduction, log_target=log_target)
@@ -111,8 +111,8 @@ def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduct
     log_target = c.boolean("logTarget", logTarget)
     if out_.numel == 0:
         return EmptyPlan(c.op)
-    c.memory(gradOutput=grad_output, target=target_, out=out_)
-    c.output("out", out_, gradOutput=grad_output, target=target_)
+    c.memory(gradOutput=grad_output, self=self_, target=target_, out=out_)
+    c.output("out", out_, gradOutput=grad_output, target=target_)  # self's values are never read
     return KlDivBackwardPlan(grad_output, self_, target_, out_, reduction, log_target)
 
 

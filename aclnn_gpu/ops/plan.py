@@ -27,7 +27,7 @@ class Plan:
     """Base of every operator plan. Subclasses set `op`, `tensors`, `workspace_size` and the runs."""
 
     op: str = "?"
-    tensors: Sequence[aclTensor] = ()
+    tensors: dict[str, aclTensor | None] = {}  # C parameter name -> tensor (None: an absent optional)
     workspace_size: int = 0
     has_work: bool = True
 
@@ -49,8 +49,9 @@ class EmptyPlan(Plan):
 
 def check_plan_memory(op: str, plan: Plan, device: Any) -> None:
     """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since)."""
-    for tensor in plan.tensors:
-        check_tensor_memory(op, "tensor", tensor, device)
+    for name, tensor in plan.tensors.items():
+        if tensor is not None:
+            check_tensor_memory(op, name, tensor, device)
 
 
 def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> None:

@@ -82,7 +82,9 @@ class _SmsmPlan(Plan):
                scale: float, fix: bool) -> None:
         self.ins, self.mask, self.out = ins, mask, out
         self.scale, self.fix = scale, fix
-        self.tensors = tuple(t for t in (*ins, mask, out) if t is not None)
+        names = ("gradOutput", "y") if self.op == "aclnnScaledMaskedSoftmaxBackward" else ("x",)
+        out_name = "out" if self.op == "aclnnScaledMaskedSoftmaxBackward" else "y"
+        self.tensors = {**dict(zip(names, ins)), "mask": mask, out_name: out}
         self.B, self.N, self.S1, self.S2 = out.shape
         self.dtype = dtypes.to_numpy(out.dtype)
         self.workspace_size = 0
