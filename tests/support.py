@@ -58,3 +58,20 @@ def rng_with_seed(request: Any) -> np.random.Generator:
     request.node.user_properties.append(("seed", seed))
     print(f"seed={seed}")
     return np.random.default_rng(seed)
+
+
+def assert_refused(session: Session, get_workspace_size: Any, op: str, args: dict[str, Any], expected: int,
+                   outputs: Sequence[str] = ("out",)) -> str:
+    """Phase 1 with `args` must return (expected, None, None), leave a one-line message that starts
+    with the operator's name, and leave every output's bytes untouched. Returns the message."""
+    outs = [args.get(name) for name in outputs]
+    before = [session.raw(o) if isinstance(o, acl.aclTensor) and o.data and o.numel and not o.destroyed else None
+              for o in outs]
+    status, workspace_size, executor = get_workspace_size(*args.values())
+    message = acl.aclGetRecentErrMsg()
+    assert (status, workspace_size, executor) == (expected, None, None), message
+    assert message.startswith(f"{op}: ") and len(message) > len(op) + 8 and "\n" not in message, message
+    for out, raw in zip(outs, before):
+        if raw is not None:
+            assert session.raw(out) == raw, "a refused call changed an output"
+    return message
