@@ -77,25 +77,6 @@ def _extended(labels, tl, blank, max_l):
     return lp_, in_state, skip
 
 
-def _shift(x, k, fill):
-    """x shifted along states by k (k > 0: out[s] = x[s-k]; k < 0: out[s] = x[s-k]), fill elsewhere."""
-    out = np.full_like(x, fill)
-    S = x.shape[1]
-    if abs(k) < S:
-        if k > 0:
-            out[:, k:] = x[:, :S - k]
-        else:
-            out[:, :S + k] = x[:, -k:]
-    return out
-
-
-def _lse3(a, b, c):
-    m = np.maximum(np.maximum(a, b), c)
-    m = np.where(m == -np.inf, 0, m)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return np.log(np.exp(a - m) + np.exp(b - m) + np.exp(c - m)) + m
-
-
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     lp_in = np.asarray(log_probs)
     T, N, C = lp_in.shape
@@ -105,23 +86,46 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     lprime, in_state, skip = _extended(labels, tl, blank, max_l)
     S = 2 * max_l + 1
     ninf = md.type(-np.inf)
-    la = np.full((N, T, S), ninf, dtype=md)
-    nidx = np.arange(N)[:, None]
-    s_idx = np.arange(S)
-    prev = np.full((N, S), ninf, dtype=md)
-    init = (s_idx[None, :] <= np.minimum(1, 2 * tl)[:, None]) & (il[:, None] > 0)
     tmax = int(il.max()) if N else 0
-    for t in range(tmax):
-        lpg = lp[t][nidx, lprime]
-        if t == 0:
-            cur = np.where(init, lpg, ninf)
-        else:
-            a2 = _shift(prev, 1, ninf)
-            a3 = np.where(skip, _shift(prev, 2, ninf), ninf)
-            cur = _lse3(prev, a2, a3) + lpg
-            cur = np.where(in_state & (t < il)[:, None], cur, ninf)
-        la[:, t, :] = cur
-        prev = cur
+    # log_alpha as (t, n, 2 + s): two leading -inf columns make the s-1 / s-2 predecessors plain views
+    lt = np.full((max(T, 1), N, S + 2), ninf, dtype=md)
+    if tmax:
+        bidx = np.arange(N)
+        lpg = np.take(lp[:tmax].reshape(tmax, N * C), (bidx[:, None] * C + lprime).reshape(-1),
+                      axis=1).reshape(tmax, N, S)
+        lt[0, :, 2:4] = lpg[0, :, :2]
+        skipadd = np.full((N, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
+        skipadd[skip] = 0
+        x2 = np.empty((N, S), dtype=md)
+        m = np.empty((N, S), dtype=md)
+        r = np.empty((N, S), dtype=md)
+        buf = np.empty((3, N, S), dtype=md)
+        st = lt.strides
+        # V[t, k, n, s] = lt[t, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
+        V = np.lib.stride_tricks.as_strided(lt[:, :, 2:], shape=(lt.shape[0], 3, N, S),
+                                            strides=(st[0], -st[2], st[1], st[2]))
+        low = md.type(-np.finfo(md).max)
+        mx, sub, add, ex, lg, red = np.maximum, np.subtract, np.add, np.exp, np.log, np.add.reduce
+        b2 = buf[2]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            for t in range(1, tmax):
+                p = lt[t - 1]
+                add(p[:, :S], skipadd, out=x2)
+                mx(p[:, 2:], p[:, 1:S + 1], out=m)
+                mx(m, x2, out=m)
+                mx(m, low, out=m)                            # all -inf: keep -inf - m = -inf
+                sub(V[t - 1], m, out=buf)
+                add(b2, skipadd, out=b2)
+                ex(buf, out=buf)
+                red(buf, 0, None, r)
+                lg(r, out=r)
+                add(r, m, out=r)
+                add(r, lpg[t], out=lt[t, :, 2:])
+    la = np.array(lt[:T, :, 2:].transpose(1, 0, 2), dtype=md)
+    # states s > 2L only feed higher states and rows t >= Lin only later rows: cleared afterwards
+    for b in range(N):
+        la[b, il[b]:, :] = ninf
+        la[b, :, 2 * tl[b] + 1:] = ninf
     # loss from the last row t = Lin-1
     last = np.clip(il - 1, 0, max(T - 1, 0))
     row = la[np.arange(N), last]                      # (N, S)
@@ -211,6 +215,8 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
             Db = np.full((nb, N, S + 2), ninf, dtype=md)
             mb = np.empty((nb, N, S), dtype=bool)
             tmp = np.empty((3, N, S), dtype=md)
+            fm = np.empty((nb, 3, N, S), dtype=bool)
+            thr = md.type(np.log(np.finfo(md).tiny))
             st = G.strides
             V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, N, S), strides=(st[0], st[2], st[1], st[2]))
             Gs = G[:, :, :S]
@@ -228,6 +234,8 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
                 for k in range(3):
                     np.add(la[t0:t1], Db[:n, :, k:k + S], out=Fx[:, k])
                 np.add(Fx[:, 2], skipadd, out=Fx[:, 2])
+                np.less(Fx, thr, out=fm[:n])                 # factors that would be subnormal: 0
+                np.copyto(Fx, ninf, where=fm[:n])
                 np.exp(Fx, out=Fx)
                 for t in range(t1 - 1, t0 - 1, -1):
                     mul(Fx[t - t0], V[t + 1], out=tmp)
@@ -242,10 +250,26 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
         drop = np.nonzero((tl > 0) & (last_lab == blank) & (il > 0))[0]
         if drop.size:
             G[last[drop], drop, s2[drop]] = 0
-        # occupancy sums by column
-        onehot = np.zeros((N, S, C), dtype=md)
-        onehot[bidx[:, None], np.arange(S)[None, :], lprime] = 1
-        sums = np.matmul(G[:, :, :S].transpose(1, 0, 2), onehot)        # (N, tmax, C)
+        # occupancy sums by column (one-hot matmul); subnormal occupancies (negligible) are flushed
+        # first: they slow BLAS down by orders of magnitude
+        np.copyto(G, 0, where=G < np.finfo(md).tiny)
+        # blank column: even states; label columns: odd states, added per occurrence rank of the label in
+        # its sample so that each pass writes distinct (n, c) columns (single-threaded, no BLAS)
+        sums = np.zeros((tmax, N, C), dtype=md)
+        sums[:, bidx, blank] = G[:, :, 0:S:2].sum(axis=2)
+        if max_l:
+            rank = np.zeros((N, max_l), dtype=np.int64)
+            for b in range(N):
+                seen = {}
+                for j, c in enumerate(labels[b, :tl[b]].tolist()):
+                    rank[b, j] = seen.get(c, 0)
+                    seen[c] = rank[b, j] + 1
+            inside = np.arange(max_l)[None, :] < tl[:, None]
+            s2d, G2d = sums.reshape(tmax, N * C), G.reshape(tmax, N * (S + 2))
+            for r in range(int(rank[inside].max()) + 1 if inside.any() else 0):
+                bb, jj = np.nonzero(inside & (rank == r))
+                s2d[:, bb * C + labels[bb, jj]] += np.take(G2d, bb * (S + 2) + 2 * jj + 1, axis=1)
+        sums = sums.transpose(1, 0, 2)                                   # (N, tmax, C) view
         out = grad[:tmax]
         np.exp(lp[:tmax], out=out)
         np.subtract(out, sums.transpose(1, 0, 2), out=out)
