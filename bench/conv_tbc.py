@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aclnn_gpu as acl  # noqa: E402
 from aclnn_gpu import dtypes  # noqa: E402
+from bench.common import gpu_event_ms, medians_ms  # noqa: E402
 
 CUBE = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN", 2: "USE_FP16", 3: "USE_HF32"}
 
@@ -74,25 +73,6 @@ class Ours:
         acl.aclrtDestroyStream(self.stream)
 
 
-def median_ms(*fns, warmup=2, reps=7, budget_s=3.0) -> list[float]:
-    """Median wall time (ms) of each fn, measured in separate blocks with a pause before each: on a
-    small CPU, PyTorch's OpenMP threads and OpenBLAS's threads spin-wait after their parallel
-    regions, so interleaving the two libraries call by call starves whichever runs next."""
-    out = []
-    for fn in fns:
-        time.sleep(0.5)
-        for _ in range(warmup):
-            fn()
-        times: list[float] = []
-        start = time.perf_counter()
-        while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget_s):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        out.append(statistics.median(times))
-    return out
-
-
 def torch_backward(torch, g, x, w, b, pad, device):
     def to(a):
         t = torch.from_numpy(np.ascontiguousarray(a.astype(np.float32)))
@@ -134,7 +114,7 @@ def bench_cpu(kind, quick):
             T, B, Cin, Cout, K, pad = shape
             g, x, w, b = data(rng, *shape, dt)
             ours = Ours(g, x, w, b, pad, 0)
-            t_ours, t_torch = median_ms(ours, torch_backward(torch, g, x, w, b, pad, "cpu"))
+            t_ours, t_torch = medians_ms(ours, torch_backward(torch, g, x, w, b, pad, "cpu"), pause_s=0.5)
             ours.close()
             rows.append((f"T={T} B={B} Cin={Cin} Cout={Cout} K={K} pad={pad}", dt.name, t_ours, t_torch,
                          flops(*shape) / t_ours / 1e6))
@@ -150,19 +130,7 @@ def bench_cuda(quick):
     import cupy as cp
     import torch
 
-    def gpu_ms(fn, reps):
-        for _ in range(3):
-            fn()
-        cp.cuda.runtime.deviceSynchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        times = []
-        for _ in range(reps):
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end))
-        return statistics.median(times)
+    gpu_ms = gpu_event_ms
 
     reps = 5 if quick else 20
     # measured matrix throughput: a big square cuBLAS GEMM per precision

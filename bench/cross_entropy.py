@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aclnn_gpu as acl  # noqa: E402
 from aclnn_gpu import dtypes  # noqa: E402
+from bench.common import Op, gpu_event_ms, median_ms, torch_dtype  # noqa: E402
 
 ACL_CODE = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16,
             dtypes.bfloat16: acl.ACL_BF16, np.dtype(np.int64): acl.ACL_INT64, np.dtype(np.int32): acl.ACL_INT32}
@@ -65,24 +64,6 @@ class Buffers:
         acl.aclrtDestroyStream(self.stream)
 
 
-class Op:
-    """A repeatable executor over preallocated buffers; calling it runs execute + synchronize."""
-
-    def __init__(self, buffers, get_ws, execute, *args):
-        self.b, self.execute = buffers, execute
-        status, self.ws, self.ex = get_ws(*args)
-        assert status == 0, acl.aclGetRecentErrMsg()
-        assert acl.aclSetAclOpExecutorRepeatable(self.ex) == 0
-        self.work = buffers.malloc(self.ws) if self.ws else None
-
-    def __call__(self):
-        assert self.execute(self.work, self.ws, self.ex, self.b.stream) == 0
-        assert acl.aclrtSynchronizeStream(self.b.stream) == 0
-
-    def close(self):
-        acl.aclDestroyAclOpExecutor(self.ex)
-
-
 def grad_op(b, lp_shape, dtype, lp_host=None, t_host=None):
     N, C = lp_shape
     g = b.tensor((), dtype, np.ones((), dtype))
@@ -100,26 +81,6 @@ def forward_op(b, x_host, t_host):
     loss, lp = b.tensor((), dtype), b.tensor((N, C), dtype)
     return Op(b, acl.aclnnCrossEntropyLossGetWorkspaceSize, acl.aclnnCrossEntropyLoss, x, t, None, "mean", -100,
               0.0, 0.0, False, loss, lp, None, None)
-
-
-def median_ms(fn, warmup=2, reps=7, budget_s=3.0) -> float:
-    """Median wall time (ms) of fn in its own block, after a pause (PyTorch's OpenMP threads and
-    NumPy's spin-wait after their parallel regions; interleaving the libraries slows both)."""
-    time.sleep(0.3)
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget_s):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def torch_dtype(torch, dt):
-    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
-            dtypes.bfloat16: torch.bfloat16}[np.dtype(dt)]
 
 
 def bench_cpu(kind, quick):
@@ -172,19 +133,7 @@ def bench_cuda(quick):
     import torch
     import torch.nn.functional as F
 
-    def gpu_ms(fn, reps):
-        for _ in range(3):
-            fn()
-        cp.cuda.runtime.deviceSynchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        times = []
-        for _ in range(reps):
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end))
-        return statistics.median(times)
+    gpu_ms = gpu_event_ms
 
     def device_bytes(ptr, nbytes):
         mem = cp.cuda.UnownedMemory(ptr, nbytes, None)

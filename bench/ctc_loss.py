@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bench import common  # noqa: E402
 
 GPU_SIZES = [(1000, 32, 5000, 100), (1500, 32, 29, 300)]
 CPU_SIZES = [(200, 8, 29, 40), (500, 16, 29, 100), (300, 16, 200, 60)]
@@ -26,16 +26,7 @@ QUICK = {"cuda": GPU_SIZES, "cpu": [(200, 8, 29, 40), (500, 16, 29, 100)], "emul
 
 
 def median_ms(fn, sync, reps, warm=2):
-    for _ in range(warm):
-        fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return common.median_ms(lambda: (fn(), sync()), warmup=warm, reps=reps, budget_s=1e9, pause_s=0.3)
 
 
 def make_data(T, N, C, L, seed=0):
@@ -129,13 +120,7 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    device = args.device
-    if device is None:
-        try:
-            import cupy
-            device = "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
-        except Exception:  # noqa: BLE001
-            device = "cpu"
+    device = common.detect_device(args.device)
     os.environ["ACLNN_GPU_DEVICE"] = device
     import aclnn_gpu as acl
     assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aclnn_gpu as acl  # noqa: E402
 from aclnn_gpu import dtypes  # noqa: E402
+from bench.common import gpu_event_ms, medians_ms, torch_dtype  # noqa: E402
 
 CODES = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16, dtypes.bfloat16: acl.ACL_BF16,
          np.dtype(np.bool_): acl.ACL_BOOL}
@@ -67,29 +66,6 @@ class Ours:
         for p in self.ptrs:
             acl.aclrtFree(p)
         acl.aclrtDestroyStream(self.stream)
-
-
-def median_ms(*fns, warmup=2, reps=7, budget_s=3.0) -> list[float]:
-    """Median wall time (ms) of each fn, each in its own block after a pause (PyTorch's OpenMP
-    threads spin after their parallel regions; interleaving the libraries slows both)."""
-    out = []
-    for fn in fns:
-        time.sleep(0.3)
-        for _ in range(warmup):
-            fn()
-        times: list[float] = []
-        start = time.perf_counter()
-        while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget_s):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        out.append(statistics.median(times))
-    return out
-
-
-def torch_dtype(torch, dt):
-    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
-            dtypes.bfloat16: torch.bfloat16}[np.dtype(dt)]
 
 
 def torch_backward(torch, g, y, mask, scale, device):
@@ -135,7 +111,7 @@ def bench_cpu(kind, quick):
         for shape in sizes:
             g, y, mask = data(rng, shape, dt)
             ours = Ours(g, y, mask, 0.125)
-            t_ours, t_torch = median_ms(ours, torch_backward(torch, g, y, mask, 0.125, "cpu"))
+            t_ours, t_torch = medians_ms(ours, torch_backward(torch, g, y, mask, 0.125, "cpu"))
             ours.close()
             rows.append((shape, dt.name, t_ours, t_torch))
     print(f"\nScaledMaskedSoftmaxBackward, device `{acl.current_device_kind()}` vs PyTorch CPU "
@@ -150,22 +126,13 @@ def bench_cuda(quick):
     import cupy as cp
     import torch
 
-    def gpu_ms(fn, reps):
-        for _ in range(3):
-            fn()
-        cp.cuda.runtime.deviceSynchronize()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+    gpu_ms = gpu_event_ms
 
     reps = 5 if quick else 20
     n = 1 << 30
     src = cp.empty(n, cp.uint8)
     dst = cp.empty(n, cp.uint8)
-    copy_ms = gpu_ms(lambda: (dst.__setitem__(slice(None), src), cp.cuda.runtime.deviceSynchronize()), reps)
+    copy_ms = gpu_ms(lambda: dst.__setitem__(slice(None), src), reps)
     copy_gbs = 2 * n / copy_ms / 1e6
     del src, dst
     shape = (8, 32, 2048, 2048)

@@ -46,7 +46,13 @@ class CudaStream(DeviceStream):
         self.cupy.synchronize()
 
     def close(self) -> None:
-        self.cupy.synchronize()
+        """Drain, then release the stream now (not whenever its handle is collected)."""
+        stream, self.cupy = self.cupy, None
+        if stream is not None:
+            stream.synchronize()
+            release = getattr(stream, "close", None)  # fakecupy's streams own a worker thread
+            if release is not None:
+                release()
 
 
 class CudaEvent(DeviceEvent):
@@ -195,7 +201,7 @@ class CudaDevice(Device):
         return stream
 
     def live_streams(self) -> list[DeviceStream]:
-        return list(self._streams)
+        return [s for s in list(self._streams) if s.cupy is not None]
 
     def create_event(self) -> CudaEvent:
         return CudaEvent(self.cp)

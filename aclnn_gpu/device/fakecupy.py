@@ -70,6 +70,10 @@ class Stream:
     def submit(self, fn: Any) -> None:
         self.worker.submit(fn)
 
+    def close(self) -> None:
+        """Stop the worker thread (the queue is drained first)."""
+        self.worker.close()
+
     def __del__(self) -> None:
         try:
             self.worker.close()

@@ -71,6 +71,8 @@ def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> N
 
 def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
     """An output whose elements share memory would be written twice in an undefined order."""
+    if tensor.numel == 0:
+        return
     dims = sorted((s, n) for n, s in zip(tensor.shape, tensor.strides) if n > 1)
     reach = 1
     for stride, n in dims:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import lowp
+
 __all__ = ["conv_tbc", "conv_tbc_backward", "out_len"]
 
 
@@ -34,7 +36,17 @@ def _math_dtype(*arrays) -> np.dtype:
 
 
 def _as(a, dt) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(a), dtype=dt)
+    a = np.asarray(a)
+    if a.dtype == np.float16 and dt == np.float32:   # NumPy's float16 cast is scalar: lowp's table
+        return lowp.f16_to_f32(np.ascontiguousarray(a))
+    return np.ascontiguousarray(a, dtype=dt)
+
+
+def _cast(a: np.ndarray, dt) -> np.ndarray:
+    """The math-dtype result in storage dtype `dt`, rounded to nearest even (float16 via lowp)."""
+    if a.dtype == np.float32 and np.dtype(dt) == np.float16:
+        return lowp.f32_to_f16(np.ascontiguousarray(a))
+    return a.astype(dt, copy=False)
 
 
 def _tap_range(k: int, pad: int, n_out: int, n_src: int) -> tuple[int, int]:
@@ -93,7 +105,7 @@ def conv_tbc(input, weight, bias, pad: int = 0) -> np.ndarray:
     x, w, b = _as(x0, md), _as(w0, md), _as(b0, md)
     y = _shifted_sum(x, w, Tout, lambda k: k - pad, transpose_w=False)
     y += b
-    return y.astype(x0.dtype, copy=False)
+    return _cast(y, x0.dtype)
 
 
 def conv_tbc_backward(grad, input, weight, bias, pad: int = 0):
@@ -124,5 +136,4 @@ def conv_tbc_backward(grad, input, weight, bias, pad: int = 0):
             continue
         a = x2[(lo + k - pad) * B:(hi + k - pad) * B]
         gw[k] = a.T @ dy[lo:hi].reshape((hi - lo) * B, Cout)   # (no out=: NumPy may skip BLAS then)
-    return (gi.astype(x0.dtype, copy=False), gw.astype(w0.dtype, copy=False),
-            gb.astype(b0.dtype, copy=False))
+    return _cast(gi, x0.dtype), _cast(gw, w0.dtype), _cast(gb, b0.dtype)

@@ -27,6 +27,8 @@ import os
 
 import numpy as np
 
+from . import lowp
+
 _CHUNK = 1 << 16  # elements per row block: the per-block scratch stays in cache
 
 
@@ -167,20 +169,22 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
     R = max(1, min(N, _CHUNK // C))
     direct = dt == M  # fp32 / fp64: work in out itself
     sw = None if ls == 0.0 or w is None else w
-    bf16_bits = lp.view(np.uint16) if dt.name == "bfloat16" and M == np.float32 and dt.itemsize == 2 else None
+    half = dt == np.float16  # float16 <-> float32 through lowp (NumPy's float16 casts are scalar)
 
     def block(r0: int, r1: int) -> None:
-        buf = None if direct else np.empty((min(R, r1 - r0), C), M)
+        if direct:
+            buf = sa = sc = None
+        else:
+            n = min(R, r1 - r0) * C
+            buf = np.empty((n // C, C), M)
+            sa, sc = (np.empty(n, M), np.empty(n, M)) if half else (None, None)  # rounding scratch
         for q0 in range(r0, r1, R):
             q1 = min(r1, q0 + R)
             p = out[q0:q1] if direct else buf[: q1 - q0]
             if direct:
                 np.exp(lp[q0:q1], out=p)
-            elif bf16_bits is not None:  # bf16 -> fp32 exactly: the 16 bits moved up (faster than the cast)
-                np.left_shift(bf16_bits[q0:q1], 16, out=p.view(np.uint32), dtype=np.uint32)
-                np.exp(p, out=p)
-            else:
-                np.copyto(p, lp[q0:q1], casting="unsafe")
+            else:  # bfloat16: ml_dtypes' vectorised cast; float16: lowp's table
+                lowp.to_f32(lp[q0:q1], p)
                 np.exp(p, out=p)
             p *= a[q0:q1, None]
             if ls != 0.0:
@@ -189,7 +193,7 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
                 else:
                     p -= np.multiply.outer(s[q0:q1], sw)
             if not direct:
-                np.copyto(out[q0:q1], p, casting="unsafe")
+                lowp.from_f32(p, out[q0:q1], sa, sc)
 
     _parallel_rows(block, N, C, R)
 

@@ -17,8 +17,11 @@ Everything is done in one float32 result buffer, in place.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
+
+from . import lowp
 
 _F32 = np.float32
 
@@ -66,6 +69,16 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
 
 CHUNK_ELEMS = 1 << 16   # elements per chunk of the backward: its fp32 buffers stay in L2
 _POOL = None
+_TLS = threading.local()
+
+
+def _scratch(n: int):
+    """Three float32 buffers of at least n elements, reused by the calling thread (no per-chunk
+    allocation, no page faults)."""
+    bufs = getattr(_TLS, "bufs", None)
+    if bufs is None or bufs[0].size < n:
+        bufs = _TLS.bufs = tuple(np.empty(max(n, CHUNK_ELEMS), _F32) for _ in range(3))
+    return bufs
 
 
 def _run_chunks(work, pieces) -> None:
@@ -143,9 +156,14 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
     def work(piece):
         idx, midx, (i0, i1) = piece
         gc, yc, oc = g[idx], y[idx], out[idx]
-        if convert:
-            gc, yc = gc.astype(_F32), yc.astype(_F32)
-        t = oc if (oc.dtype == _F32 and oc.flags.c_contiguous) else np.empty(oc.shape, _F32)
+        n = oc.size
+        if convert:                                      # float16 through lowp's table / bit tricks
+            G, Y, T = _scratch(n)
+            gc = lowp.to_f32(gc, G[:n].reshape(oc.shape))
+            yc = lowp.to_f32(yc, Y[:n].reshape(oc.shape))
+            t = T[:n].reshape(oc.shape)
+        else:
+            t = oc if (oc.dtype == _F32 and oc.flags.c_contiguous) else _scratch(n)[2][:n].reshape(oc.shape)
         np.multiply(gc, yc, out=t)
         dot = t.sum(axis=-1, keepdims=True)              # float32 pairwise row sums
         np.subtract(gc, dot, out=t)
@@ -162,7 +180,10 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
             bits = t.view(np.uint32)
             np.bitwise_and(bits, keep, out=bits)
         if t is not oc:
-            np.copyto(oc, t, casting="unsafe")
+            if convert:                                  # gc / yc are free now: scratch of the rounding
+                lowp.from_f32(t, oc, G, Y)
+            else:
+                lowp.from_f32(t, oc)
 
     _run_chunks(work, list(_chunks(g.shape, None if mask is None else mask.shape)))
     return out

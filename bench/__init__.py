@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench` runs every operator against PyTorch (see bench/README.md)."""

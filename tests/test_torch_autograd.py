@@ -1,0 +1,259 @@
+"""aclnn_gpu.torch: every autograd wrapper against PyTorch's own operator on the cpu device, forward
+values and gradients, in float64 (where the operator takes DOUBLE) and float32; torch.autograd.gradcheck
+on the float64 ones; zero-copy lending; importing aclnn_gpu does not import torch."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as TF  # noqa: E402
+
+from support import use_device  # noqa: E402
+
+import aclnn_gpu  # noqa: E402
+import aclnn_gpu.torch as AT  # noqa: E402
+
+# (rtol, atol) of our result against PyTorch's own in the same dtype
+TOL = {torch.float64: (1e-10, 1e-12), torch.float32: (2e-5, 2e-6)}
+
+
+@pytest.fixture(autouse=True)
+def cpu_device():
+    use_device("cpu")
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(1234)
+
+
+def close(actual, expected, dtype, scale=1.0):
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(actual, expected, rtol=rtol * scale, atol=atol * scale)
+
+
+def grads(loss_fn, inputs, grad_out=None):
+    inputs = [x.detach().clone().requires_grad_(True) for x in inputs]
+    out = loss_fn(*inputs)
+    g = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7)).to(out.dtype) \
+        if grad_out is None else grad_out
+    return out.detach(), torch.autograd.grad(out, inputs, g)
+
+
+# ---------------------------------------------------------------------------- CTC loss
+def ctc_case(dtype, gen, padded=True, infeasible=False):
+    T, N, C, S = 30, 4, 7, 8
+    logits = torch.randn(T, N, C, dtype=dtype, generator=gen)
+    tl = torch.tensor([8, 3, 5, 0])
+    il = torch.tensor([30, 22, 25, 9])
+    if infeasible:
+        tl[1], il[1] = 8, 6                      # target longer than the input: infinite loss
+    targets = torch.randint(1, C, (N, S), generator=gen)
+    if not padded:
+        targets = torch.cat([targets[n, :tl[n]] for n in range(N)])
+    return logits, targets, il, tl
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_ctc_loss_matches_torch(dtype, reduction, padded, gen):
+    logits, targets, il, tl = ctc_case(dtype, gen, padded)
+    ours = grads(lambda z: AT.ctc_loss(z.log_softmax(-1), targets, il, tl, 0, reduction), [logits])
+    theirs = grads(lambda z: TF.ctc_loss(z.log_softmax(-1), targets, il, tl, 0, reduction), [logits])
+    close(ours[0], theirs[0], dtype, 10)
+    close(ours[1][0], theirs[1][0], dtype, 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_infinite_sample(dtype, zero_infinity, gen):
+    """An infeasible sample: the wrapper keeps the raw (inf) loss for the backward, so with zero_infinity
+    the loss AND the gradient of that sample are zero, as in PyTorch."""
+    logits, targets, il, tl = ctc_case(dtype, gen, infeasible=True)
+    ours = grads(lambda z: AT.ctc_loss(z.log_softmax(-1), targets, il, tl, 0, "none", zero_infinity), [logits])
+    theirs = grads(lambda z: TF.ctc_loss(z.log_softmax(-1), targets, il, tl, 0, "none", zero_infinity), [logits])
+    close(ours[0], theirs[0], dtype, 10)
+    if zero_infinity:
+        assert ours[0][1] == 0 and (ours[1][0][:, 1] == 0).all()
+        close(ours[1][0], theirs[1][0], dtype, 10)
+    else:
+        assert ours[0][1] == float("inf")
+        finite = [0, 2, 3]                       # torch's gradient of the infinite sample is NaN / inf
+        close(ours[1][0][:, finite], theirs[1][0][:, finite], dtype, 10)
+
+
+def test_ctc_loss_gradcheck(gen):
+    logits, targets, il, tl = ctc_case(torch.float64, gen)
+    logits = logits[:10, :2, :4].clone().requires_grad_(True)
+    targets, il, tl = targets[:2, :3].clamp(max=3), torch.tensor([10, 8]), torch.tensor([3, 2])
+    assert torch.autograd.gradcheck(lambda z: AT.ctc_loss(z.log_softmax(-1), targets, il, tl, reduction="sum"),
+                                    (logits,))
+
+
+def test_ctc_loss_unbatched_and_lists(gen):
+    logits, targets, il, tl = ctc_case(torch.float64, gen)
+    lp = logits[:, 0].log_softmax(-1)
+    ours = AT.ctc_loss(lp, targets[0, :8], 30, 8, reduction="none")
+    theirs = TF.ctc_loss(lp, targets[0, :8], torch.tensor(30), torch.tensor(8), reduction="none")
+    close(ours, theirs, torch.float64)
+    lp = logits.log_softmax(-1)
+    close(AT.ctc_loss(lp, targets, il.tolist(), tl.tolist()), TF.ctc_loss(lp, targets, il, tl), torch.float64)
+
+
+# ---------------------------------------------------------------------------- cross-entropy
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
+def test_cross_entropy_matches_torch(dtype, reduction, weighted, label_smoothing, gen):
+    N, C = 16, 11
+    x = torch.randn(N, C, dtype=dtype, generator=gen) * 3
+    t = torch.randint(0, C, (N,), generator=gen)
+    t[3] = t[9] = -100
+    # the operator takes a float32 weight: use values float32 represents exactly
+    w = torch.rand(C, generator=gen).to(torch.float32).to(dtype) if weighted else None
+    ours = grads(lambda z: AT.cross_entropy(z, t, w, reduction=reduction, label_smoothing=label_smoothing), [x])
+    theirs = grads(lambda z: TF.cross_entropy(z, t, w, reduction=reduction, label_smoothing=label_smoothing), [x])
+    close(ours[0], theirs[0], dtype, 5)
+    close(ours[1][0], theirs[1][0], dtype, 5)
+
+
+def test_cross_entropy_shapes(gen):
+    x = torch.randn(3, 5, 4, 2, dtype=torch.float64, generator=gen)
+    t = torch.randint(0, 5, (3, 4, 2), generator=gen)
+    for reduction in ("none", "mean"):
+        ours = grads(lambda z: AT.cross_entropy(z, t, reduction=reduction), [x])
+        theirs = grads(lambda z: TF.cross_entropy(z, t, reduction=reduction), [x])
+        assert ours[0].shape == theirs[0].shape
+        close(ours[0], theirs[0], torch.float64)
+        close(ours[1][0], theirs[1][0], torch.float64)
+    x1, t1 = x[0, :, 0, 0], t[0, 0, 0]
+    close(AT.cross_entropy(x1, t1), TF.cross_entropy(x1, t1), torch.float64)
+
+
+def test_cross_entropy_gradcheck(gen):
+    x = torch.randn(5, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    t = torch.tensor([0, 3, -100, 1, 2])
+    w = torch.tensor([0.5, 1.0, 2.0, 0.25], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda z: AT.cross_entropy(z, t, w, label_smoothing=0.1), (x,))
+
+
+# ---------------------------------------------------------------------------- KL divergence
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum", "batchmean"])
+@pytest.mark.parametrize("log_target", [False, True])
+def test_kl_div_matches_torch(dtype, reduction, log_target, gen):
+    x = torch.randn(6, 9, dtype=dtype, generator=gen).log_softmax(-1)
+    t = torch.randn(6, 9, dtype=dtype, generator=gen).softmax(-1)
+    t = t.log() if log_target else t
+    ours = grads(lambda z: AT.kl_div(z, t, reduction, log_target), [x])
+    with pytest.warns(UserWarning) if reduction == "mean" else _no_warning():
+        theirs = grads(lambda z: TF.kl_div(z, t, reduction=reduction, log_target=log_target), [x])
+    close(ours[0], theirs[0], dtype, 5)
+    close(ours[1][0], theirs[1][0], dtype, 5)
+
+
+def test_kl_div_broadcast_and_gradcheck(gen):
+    x = torch.randn(4, 1, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    t = torch.rand(4, 3, 5, dtype=torch.float64, generator=gen)
+    ours = grads(lambda z: AT.kl_div(z, t, "sum"), [x])
+    theirs = grads(lambda z: TF.kl_div(z, t, reduction="sum"), [x])
+    close(ours[0], theirs[0], torch.float64)
+    close(ours[1][0], theirs[1][0], torch.float64)
+    assert torch.autograd.gradcheck(lambda z: AT.kl_div(z, t, "batchmean"), (x,))
+
+
+def test_kl_div_refuses_target_grad(gen):
+    t = torch.rand(2, 3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="target"):
+        AT.kl_div(torch.randn(2, 3, dtype=torch.float64), t)
+
+
+# ---------------------------------------------------------------------------- ConvTBC
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_conv_tbc_matches_torch(pad, gen):
+    x = torch.randn(17, 3, 6, generator=gen)
+    w = torch.randn(3, 6, 5, generator=gen) * 0.3
+    b = torch.randn(5, generator=gen)
+    ours = grads(lambda *a: AT.conv_tbc(*a, pad=pad), [x, w, b])
+    theirs = grads(lambda *a: torch.conv_tbc(*a, pad), [x, w, b])
+    close(ours[0], theirs[0], torch.float32, 5)
+    for a, e in zip(ours[1], theirs[1]):
+        close(a, e, torch.float32, 5)
+    # and against PyTorch in float64 (the operator computes in fp32)
+    exact = grads(lambda *a: torch.conv_tbc(*a, pad), [x.double(), w.double(), b.double()])
+    close(ours[0].double(), exact[0], torch.float32, 5)
+
+
+def test_conv_tbc_partial_grads_and_double_refused(gen):
+    x = torch.randn(8, 2, 3, generator=gen, requires_grad=True)
+    w, b = torch.randn(2, 3, 4, generator=gen), torch.randn(4, generator=gen)
+    (gx,) = torch.autograd.grad(AT.conv_tbc(x, w, b).sum(), [x])
+    close(gx, torch.autograd.grad(torch.conv_tbc(x, w, b, 0).sum(), [x])[0], torch.float32)
+    with pytest.raises(aclnn_gpu.AclnnError):
+        AT.conv_tbc(x.double(), w.double(), b.double())
+
+
+# ---------------------------------------------------------------------------- scaled masked softmax
+def torch_smsm(x, mask, scale, causal):
+    s1, s2 = x.shape[-2:]
+    full = torch.zeros(x.shape, dtype=torch.bool) if mask is None else mask.expand(x.shape)
+    if causal:
+        full = full | torch.ones(s1, s2, dtype=torch.bool).triu(1)
+    y = (x.double() * scale).masked_fill(full, float("-inf")).softmax(-1)
+    return torch.nan_to_num(y, nan=0.0).to(x.dtype)     # fully masked rows: zeros, like the operator
+
+
+@pytest.mark.parametrize("mask_shape,causal", [((2, 3, 8, 16), False), ((2, 1, 8, 16), False),
+                                               ((1, 1, 8, 16), True), (None, True)])
+def test_scaled_masked_softmax_matches_torch(mask_shape, causal, gen):
+    x = torch.randn(2, 3, 8, 16, generator=gen)
+    mask = None if mask_shape is None else torch.rand(mask_shape, generator=gen) < 0.3
+    if mask is not None:
+        mask[..., 2, :] = True                         # one fully masked row
+    ours = grads(lambda z: AT.scaled_masked_softmax(z, mask, 0.7, causal), [x])
+    theirs = grads(lambda z: torch_smsm(z, mask, 0.7, causal), [x.double()])
+    close(ours[0].double(), theirs[0], torch.float32, 5)
+    close(ours[1][0].double(), theirs[1][0], torch.float32, 5)
+
+
+# ---------------------------------------------------------------------------- plumbing
+def test_results_are_torch_tensors_on_the_input_device(gen):
+    x = torch.randn(4, 5, generator=gen, requires_grad=True)
+    loss = AT.cross_entropy(x, torch.tensor([0, 1, 2, 3]))
+    assert isinstance(loss, torch.Tensor) and loss.shape == () and loss.device == x.device
+    loss.backward()
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
+
+
+def test_cpu_tensors_are_lent_without_copies(gen, monkeypatch):
+    """On the cpu device the operator reads the torch tensor's own memory: functional's copy path is
+    never taken for contiguous or strided torch CPU tensors."""
+    import aclnn_gpu.functional as F
+    copies = []
+    original = F._Call._copy_in
+    monkeypatch.setattr(F._Call, "_copy_in", lambda self, a: copies.append(a.shape) or original(self, a))
+    x = torch.randn(6, 2, 4, generator=gen, requires_grad=True)
+    w = torch.randn(3, 4, 5, generator=gen, requires_grad=True)
+    b = torch.randn(5, generator=gen, requires_grad=True)
+    AT.conv_tbc(x, w, b, 1).sum().backward()
+    lp = torch.randn(10, 4, generator=gen).log_softmax(-1)[:, ::2]     # a strided view
+    AT.kl_div(lp.requires_grad_(), torch.rand(10, 2, generator=gen), "sum").backward()
+    assert copies == []
+
+
+def test_importing_aclnn_gpu_does_not_import_torch():
+    code = "import sys, aclnn_gpu, aclnn_gpu.functional; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
