@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Train a tiny causal language model on synthetic sequences with aclnn_gpu's operators and, side by
+side from the same initial weights and the same batches, with PyTorch's own; assert the two loss
+curves agree at every step, print them as a table and plot them.
+
+Model (tokens (B, T) -> next-token logits): embedding -> causal ConvTBC (K=3, left pad: pad=2, keep
+the first T outputs) + residual -> one single-head causal self-attention (scores (B, 1, T, T),
+softmax by scaled_masked_softmax with fix_triu_mask=True and a key-padding mask) + residual ->
+linear -> cross-entropy over the next token (ignore_index on padding, label smoothing 0.05).
+The aclnn run uses aclnn_gpu.torch.conv_tbc / scaled_masked_softmax / cross_entropy (forward and
+backward through aclnnConvTbc, aclnnScaledMaskedSoftmax, aclnnCrossEntropyLoss and their backward
+operators); the PyTorch run uses torch.conv_tbc, masked_fill + softmax, and F.cross_entropy.
+
+Data: sequences of a repeating random motif (period 3-5) over a small vocabulary, with random
+lengths padded at the end; the next token is predictable once a period has been seen.
+
+    python examples/train_attention.py [--steps N] [--out DIR] [--rtol R]
+ACLNN_EXAMPLE_STEPS overrides the default step count (the tests use it to keep CI fast).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as TF
+
+try:
+    import aclnn_gpu.torch as acl_torch
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import aclnn_gpu.torch as acl_torch
+import aclnn_gpu
+
+B, T, V, D = 16, 24, 12, 32                 # batch, sequence length, vocabulary (0 = padding), width
+PAD = 0
+
+
+def make_batch(rng: np.random.Generator):
+    tokens = np.full((B, T + 1), PAD, np.int64)
+    for b in range(B):
+        motif = rng.integers(1, V, int(rng.integers(3, 6)))
+        length = int(rng.integers(T // 2, T + 2))
+        tokens[b, :length] = np.resize(motif, length)
+    x, y = torch.from_numpy(tokens[:, :-1].copy()), torch.from_numpy(tokens[:, 1:].copy())
+    y[x == PAD] = -100                       # no loss where the input is padding
+    key_padding = (x == PAD)[:, None, None, :].expand(B, 1, T, T)   # (B, 1, T, T): true = masked out
+    return x, y, key_padding.contiguous()
+
+
+def init_params(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape, fan: torch.randn(*shape, generator=g) / math.sqrt(fan)  # noqa: E731
+    return {"emb": r(V, D, fan=1) * 0.5, "pos": r(T, 1, D, fan=1) * 0.1,
+            "wc": r(3, D, D, fan=3 * D), "bc": torch.zeros(D),
+            "wq": r(D, D, fan=D), "wk": r(D, D, fan=D), "wv": r(D, D, fan=D), "wo": r(D, D, fan=D),
+            "out": r(D, V, fan=D), "bout": torch.zeros(V)}
+
+
+class AclnnOps:
+    conv_tbc = staticmethod(lambda x, w, b, pad: acl_torch.conv_tbc(x, w, b, pad))
+    softmax = staticmethod(lambda s, mask, scale: acl_torch.scaled_masked_softmax(s, mask, scale, True))
+    cross_entropy = staticmethod(lambda logits, y: acl_torch.cross_entropy(logits, y, label_smoothing=0.05))
+
+
+class TorchOps:
+    # torch.conv_tbc views its input, so it wants a contiguous one (the aclnn operator takes any strides)
+    conv_tbc = staticmethod(lambda x, w, b, pad: torch.conv_tbc(x.contiguous(), w, b, pad))
+
+    @staticmethod
+    def softmax(s, mask, scale):
+        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+        y = (s * scale).masked_fill(mask | causal, float("-inf")).softmax(-1)
+        return torch.nan_to_num(y, nan=0.0)  # fully masked rows: zeros, the aclnn operator's rule
+
+    cross_entropy = staticmethod(lambda logits, y: TF.cross_entropy(logits, y, label_smoothing=0.05))
+
+
+def loss_fn(p, batch, ops) -> torch.Tensor:
+    x, y, key_padding = batch
+    h = p["emb"][x.t()] + p["pos"]                                   # (T, B, D)
+    h = h + torch.relu(ops.conv_tbc(h, p["wc"], p["bc"], 2)[:T])     # causal: output t sees t-2..t
+    hb = h.transpose(0, 1)                                           # (B, T, D)
+    q, k, v = hb @ p["wq"], hb @ p["wk"], hb @ p["wv"]
+    scores = (q @ k.transpose(1, 2)).unsqueeze(1)                    # (B, 1, T, T)
+    attn = ops.softmax(scores, key_padding, 1.0 / math.sqrt(D))
+    hb = hb + (attn.squeeze(1) @ v) @ p["wo"]
+    logits = hb @ p["out"] + p["bout"]                               # (B, T, V)
+    return ops.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))
+
+
+def train(steps: int, use_aclnn: bool, seed: int = 0) -> tuple[list[float], float]:
+    params = {k: v.clone().requires_grad_(True) for k, v in init_params(seed).items()}
+    opt = torch.optim.Adam(params.values(), lr=1e-2)
+    rng = np.random.default_rng(seed)
+    ops = AclnnOps if use_aclnn else TorchOps
+    losses = []
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = loss_fn(params, make_batch(rng), ops)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, time.perf_counter() - start
+
+
+def plot(curves: dict[str, list[float]], title: str, path: Path) -> Path | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    for (label, values), style in zip(curves.items(), ("-", "--")):
+        ax.plot(range(1, len(values) + 1), values, style, label=label, linewidth=2 if style == "-" else 1.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    if all(v > 0 for values in curves.values() for v in values):
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", "200")))
+    parser.add_argument("--out", type=Path, default=None, help="folder for the PNG (default: a temp folder)")
+    parser.add_argument("--rtol", type=float, default=1e-3, help="allowed |ours - torch| / (1 + |torch|) per step")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    # one intra-op thread: the library's cpu device computes on its own stream worker thread, and
+    # PyTorch's OpenMP pool spinning against it slows BOTH runs ~10x on a loaded 2-core machine
+    torch.set_num_threads(int(os.environ.get("ACLNN_EXAMPLE_THREADS", "1")))
+
+    ours, t_ours = train(args.steps, use_aclnn=True)
+    theirs, t_theirs = train(args.steps, use_aclnn=False)
+
+    print(f"causal attention LM, {args.steps} steps of Adam, batch {B} x {T} tokens, vocabulary {V}; "
+          f"aclnn_gpu device: {aclnn_gpu.current_device_kind()}")
+    print(f"| {'step':>4} | {'aclnn_gpu loss':>14} | {'PyTorch loss':>12} | {'rel. diff':>9} |")
+    print(f"|{'-' * 6}|{'-' * 16}|{'-' * 14}|{'-' * 11}|")
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(ours, theirs), 1):
+        diff = abs(a - b) / (1 + abs(b))
+        worst = max(worst, diff)
+        print(f"| {i:4d} | {a:14.6f} | {b:12.6f} | {diff:9.2e} |")
+    print(f"training time: aclnn_gpu {t_ours:.2f} s, PyTorch {t_theirs:.2f} s; largest relative difference "
+          f"{worst:.2e} (tolerance {args.rtol:.0e})")
+
+    out = args.out or Path(tempfile.mkdtemp(prefix="aclnn_gpu_train_attention_"))
+    png = plot({"aclnn_gpu (ConvTbc, ScaledMaskedSoftmax, CrossEntropyLoss)": ours, "PyTorch": theirs},
+               "Causal attention LM training loss: aclnn_gpu vs PyTorch", out / "train_attention.png")
+    if png:
+        print(f"plot: {png}")
+
+    if not worst <= args.rtol:
+        print("FAILED: the loss curves disagree")
+        return 1
+    if args.steps >= 20 and not ours[-1] < 0.8 * ours[0]:
+        print("FAILED: the model did not learn")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
