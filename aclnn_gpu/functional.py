@@ -52,6 +52,7 @@ def _array_kind(array: Any) -> str:
 
 
 def _to_numpy(array: Any) -> np.ndarray:
+    """A host view of any array (zero-copy for NumPy and CPU PyTorch tensors)."""
     kind = _array_kind(array)
     if kind == "torch":
         import torch
@@ -70,7 +71,33 @@ def _to_numpy(array: Any) -> np.ndarray:
     return np.asarray(array)
 
 
-def _from_numpy(array: np.ndarray, kind: str, like: Any) -> Any:
+def _to_cupy(array: Any) -> tuple[Any, np.dtype]:
+    """A CuPy view of any array for the cuda device (zero-copy for CuPy arrays and CUDA tensors;
+    host arrays are copied to the GPU), and the element dtype it stands for (bfloat16 travels as
+    uint16: CuPy has no bfloat16)."""
+    import cupy
+    kind = _array_kind(array)
+    if kind == "torch":
+        import torch
+        tensor = array.detach()
+        if tensor.device.type == "cuda":
+            if tensor.dtype == torch.bfloat16:
+                return cupy.from_dlpack(tensor.view(torch.int16)).view(cupy.uint16), dtypes.bfloat16
+            converted = cupy.from_dlpack(tensor)
+            return converted, np.dtype(converted.dtype)
+    if kind == "cupy":
+        return array, np.dtype(array.dtype)
+    if hasattr(array, "__cuda_array_interface__"):
+        converted = cupy.asarray(array)
+        return converted, np.dtype(converted.dtype)
+    host = _to_numpy(array)
+    if host.dtype == dtypes.bfloat16:
+        return cupy.asarray(np.ascontiguousarray(host).view(np.uint16)), dtypes.bfloat16
+    return cupy.asarray(host), host.dtype
+
+
+def _from_numpy(array: np.ndarray, kind: str) -> Any:
+    """A host result as the caller's array kind."""
     if kind == "torch":
         import torch
         array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-D arrays 1-D
@@ -83,74 +110,113 @@ def _from_numpy(array: np.ndarray, kind: str, like: Any) -> Any:
     return array
 
 
+class _GpuOutput:
+    """An output allocated on the GPU (cuda device): a CuPy array and the dtype it stands for."""
+
+    def __init__(self, array: Any, dtype: np.dtype):
+        self.array, self.dtype, self.shape = array, dtype, tuple(array.shape)
+
+    def as_kind(self, kind: str) -> Any:
+        if kind == "torch":
+            import torch
+            tensor = torch.from_dlpack(self.array)  # stays on the GPU, no copy
+            return tensor.view(torch.bfloat16) if self.dtype == dtypes.bfloat16 else tensor
+        if kind == "cupy":
+            return self.array
+        host = self.array.get()
+        return host.view(self.dtype) if self.dtype == dtypes.bfloat16 else host
+
+
 class _Call:
-    """One functional call: lends arrays to the library, runs the two phases, cleans up."""
+    """One functional call: lends the caller's arrays to the library, runs the two phases, cleans up.
+
+    Memory that already lives where the device computes is lent zero-copy (host arrays on the cpu
+    and emulated devices; CuPy arrays and CUDA tensors on the cuda device): its range is registered
+    with the device's allocation registry for the length of the call. Anything else is copied.
+    """
 
     def __init__(self, name: str, stream: aclrtStream | None):
         self.name = name
         self.device = get_device()
+        self.on_gpu = self.device.kind == "cuda"
         self.stream = stream
         self.borrowed: list[int] = []
         self.owned: list[int] = []
         self.keep: list[Any] = []
         self.kind = "numpy"
 
-    def _lend(self, array: np.ndarray) -> int:
-        """The device address of a host array's data, lending or copying its memory."""
-        if self.device.kind == "cuda":  # host arrays must be copied to the GPU
-            return self._copy_in(array)
-        if array.size == 0:
-            return 0
-        address = array.ctypes.data
-        span = sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize
-        raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address))
+    def _lend(self, address: int, shape: Sequence[int], byte_strides: Sequence[int], itemsize: int,
+              owner: Any) -> bool:
+        """Register [address, address + span) for this call; False when it partly overlaps an allocation."""
+        if math.prod(shape) == 0:
+            return True
+        span = sum((n - 1) * s for n, s in zip(shape, byte_strides)) + itemsize
+        raw = owner if self.on_gpu else np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address))
         try:
             if self.device.registry.borrow(address, span, raw) is not None:
                 self.borrowed.append(address)
-            self.keep.append(array)
-            return address
         except ValueError:
-            return self._copy_in(array)
+            return False
+        self.keep.append(owner)
+        return True
 
-    def _copy_in(self, array: np.ndarray) -> int:
-        array = np.ascontiguousarray(array)
-        address = self.device.malloc(max(array.nbytes, 1))
-        self.owned.append(address)
-        self.device.copy_from_host(address, memoryview(array).cast("B"), None)
-        return address
+    def _host_address(self, array: np.ndarray) -> tuple[int, np.ndarray]:
+        """(address, the array actually described) of a host array on a host-memory device."""
+        if any(s < 0 or s % array.itemsize for s in array.strides):
+            array = np.ascontiguousarray(array)
+        if array.size and not self._lend(array.ctypes.data, array.shape, array.strides, array.itemsize, array):
+            array = np.ascontiguousarray(array).copy()
+            self._lend(array.ctypes.data, array.shape, array.strides, array.itemsize, array)
+        return (array.ctypes.data if array.size else 0), array
+
+    def _gpu_address(self, array: Any) -> tuple[int, Any]:
+        if any(s < 0 or s % array.itemsize for s in array.strides):
+            import cupy
+            array = cupy.ascontiguousarray(array)
+        if array.size and not self._lend(array.data.ptr, array.shape, array.strides, array.itemsize, array):
+            array = array.copy()
+            self._lend(array.data.ptr, array.shape, array.strides, array.itemsize, array)
+        return (array.data.ptr if array.size else 0), array
+
+    def _describe(self, address: int, shape: Sequence[int], byte_strides: Sequence[int], dtype: np.dtype,
+                  fmt: int, name: str) -> aclTensor:
+        try:
+            code = dtypes.from_numpy(dtype)
+        except KeyError:
+            raise AclnnError(161002, f"{self.name}: {name} has unsupported dtype {dtype}") from None
+        strides = [s // dtype.itemsize for s in byte_strides]
+        tensor = aclCreateTensor(tuple(shape), code, strides, 0, fmt, tuple(shape), address or None)
+        if tensor is None:
+            raise AclnnError(161002, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
+        return tensor
 
     def tensor(self, array: Any, name: str, fmt: int = aclFormat.ACL_FORMAT_ND) -> aclTensor:
         if array is None:
             return None  # type: ignore[return-value]
-        self.kind = _array_kind(array) if self.kind == "numpy" else self.kind
-        host = _to_numpy(array)
-        if host.dtype.kind == "b":
-            pass
-        try:
-            code = dtypes.from_numpy(host.dtype)
-        except KeyError:
-            raise AclnnError(161002, f"{self.name}: {name} has unsupported dtype {host.dtype}") from None
-        if any(s < 0 or s % host.itemsize for s in host.strides):
-            host = np.ascontiguousarray(host)
-        address = self._lend(host) if host.flags.c_contiguous or self.device.kind != "cuda" else self._copy_in(host)
-        strides = [s // host.itemsize for s in host.strides] if host.flags.c_contiguous is False and \
-            self.device.kind != "cuda" else None
-        tensor = aclCreateTensor(host.shape, code, strides, 0, fmt, host.shape, address or None)
-        if tensor is None:
-            raise AclnnError(161002, aclGetRecentErrMsg())
-        return tensor
+        if self.kind == "numpy":
+            self.kind = _array_kind(array)
+        if self.on_gpu:
+            gpu, dtype = _to_cupy(array)
+            address, gpu = self._gpu_address(gpu)
+            return self._describe(address, gpu.shape, gpu.strides, dtype, fmt, name)
+        address, host = self._host_address(_to_numpy(array))
+        return self._describe(address, host.shape, host.strides, host.dtype, fmt, name)
 
     def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
-               ) -> tuple[aclTensor, np.ndarray]:
-        host = np.empty(tuple(shape), dtype)
-        if self.device.kind == "cuda":
-            address = self.device.malloc(max(host.nbytes, 1))
-            self.owned.append(address)
+               ) -> tuple[aclTensor, Any]:
+        """A fresh output tensor and its handle for `result()`."""
+        dtype = np.dtype(dtype)
+        if self.on_gpu:
+            import cupy
+            storage = np.uint16 if dtype == dtypes.bfloat16 else dtype
+            handle: Any = _GpuOutput(cupy.empty(tuple(shape), storage), dtype)
+            address, _ = self._gpu_address(handle.array)
+            strides = tuple(handle.array.strides)
         else:
-            address = self._lend(host)
-        tensor = aclCreateTensor(host.shape, dtypes.from_numpy(dtype), None, 0, fmt, host.shape, address or None)
-        self.keep.append((tensor, host, address))
-        return tensor, host
+            handle = np.empty(tuple(shape), dtype)
+            address, _ = self._host_address(handle)
+            strides = handle.strides
+        return self._describe(address, tuple(shape), strides, dtype, fmt, "output"), handle
 
     def int_array(self, values: Any, name: str) -> aclIntArray:
         values = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
@@ -174,15 +240,12 @@ class _Call:
             raise AclnnError(e.status, e.message) from None
         except Exception as e:  # noqa: BLE001
             raise AclnnError(507000, f"{self.name}: queued work failed: {e}") from None
-        if self.device.kind == "cuda":
-            for item in self.keep:
-                if isinstance(item, tuple):
-                    _, host, address = item
-                    if host.nbytes:
-                        self.device.copy_to_host(memoryview(host).cast("B"), address, None)
 
-    def result(self, array: np.ndarray) -> Any:
-        return _from_numpy(array, self.kind, None)
+    def result(self, handle: Any) -> Any:
+        """An output as the caller's array kind (torch in, torch out; on the GPU it stays there)."""
+        if isinstance(handle, _GpuOutput):
+            return handle.as_kind(self.kind)
+        return _from_numpy(handle, self.kind)
 
     def close(self) -> None:
         for address in self.borrowed:
@@ -198,10 +261,6 @@ def _call(name: str, stream: aclrtStream | None) -> Iterator[_Call]:
         yield call
     finally:
         call.close()
-
-
-def _math_result_dtype(*arrays: np.ndarray) -> np.dtype:
-    return arrays[0].dtype
 
 
 # ---------------------------------------------------------------------------- KL divergence
