@@ -19,24 +19,17 @@ ACLNN_EXAMPLE_STEPS overrides the default step count (the tests use it to keep C
 """
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as TF
 
-try:
-    import aclnn_gpu.torch as acl_torch
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import aclnn_gpu.torch as acl_torch
-import aclnn_gpu
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # side_by_side.py: the shared part, beside this file
+import side_by_side  # noqa: E402
+from side_by_side import acl_torch  # noqa: E402
 
 B, T, V, D = 16, 24, 12, 32                 # batch, sequence length, vocabulary (0 = padding), width
 PAD = 0
@@ -96,85 +89,17 @@ def loss_fn(p, batch, ops) -> torch.Tensor:
 
 
 def train(steps: int, use_aclnn: bool, seed: int = 0) -> tuple[list[float], float]:
-    params = {k: v.clone().requires_grad_(True) for k, v in init_params(seed).items()}
-    opt = torch.optim.Adam(params.values(), lr=1e-2)
     rng = np.random.default_rng(seed)
     ops = AclnnOps if use_aclnn else TorchOps
-    losses = []
-    start = time.perf_counter()
-    for _ in range(steps):
-        loss = loss_fn(params, make_batch(rng), ops)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, time.perf_counter() - start
-
-
-def plot(curves: dict[str, list[float]], title: str, path: Path) -> Path | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot")
-        return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    for (label, values), style in zip(curves.items(), ("-", "--")):
-        ax.plot(range(1, len(values) + 1), values, style, label=label, linewidth=2 if style == "-" else 1.5)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    if all(v > 0 for values in curves.values() for v in values):
-        ax.set_yscale("log")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return side_by_side.train(init_params(seed), 1e-2, steps, lambda params: loss_fn(params, make_batch(rng), ops))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", "200")))
-    parser.add_argument("--out", type=Path, default=None, help="folder for the PNG (default: a temp folder)")
-    parser.add_argument("--rtol", type=float, default=1e-3, help="allowed |ours - torch| / (1 + |torch|) per step")
-    args = parser.parse_args(argv)
-    torch.manual_seed(0)
-    # one intra-op thread: the library's cpu device computes on its own stream worker thread, and
-    # PyTorch's OpenMP pool spinning against it slows BOTH runs ~10x on a loaded 2-core machine
-    torch.set_num_threads(int(os.environ.get("ACLNN_EXAMPLE_THREADS", "1")))
-
-    ours, t_ours = train(args.steps, use_aclnn=True)
-    theirs, t_theirs = train(args.steps, use_aclnn=False)
-
-    print(f"causal attention LM, {args.steps} steps of Adam, batch {B} x {T} tokens, vocabulary {V}; "
-          f"aclnn_gpu device: {aclnn_gpu.current_device_kind()}")
-    print(f"| {'step':>4} | {'aclnn_gpu loss':>14} | {'PyTorch loss':>12} | {'rel. diff':>9} |")
-    print(f"|{'-' * 6}|{'-' * 16}|{'-' * 14}|{'-' * 11}|")
-    worst = 0.0
-    for i, (a, b) in enumerate(zip(ours, theirs), 1):
-        diff = abs(a - b) / (1 + abs(b))
-        worst = max(worst, diff)
-        print(f"| {i:4d} | {a:14.6f} | {b:12.6f} | {diff:9.2e} |")
-    print(f"training time: aclnn_gpu {t_ours:.2f} s, PyTorch {t_theirs:.2f} s; largest relative difference "
-          f"{worst:.2e} (tolerance {args.rtol:.0e})")
-
-    out = args.out or Path(tempfile.mkdtemp(prefix="aclnn_gpu_train_attention_"))
-    png = plot({"aclnn_gpu (ConvTbc, ScaledMaskedSoftmax, CrossEntropyLoss)": ours, "PyTorch": theirs},
-               "Causal attention LM training loss: aclnn_gpu vs PyTorch", out / "train_attention.png")
-    if png:
-        print(f"plot: {png}")
-
-    if not worst <= args.rtol:
-        print("FAILED: the loss curves disagree")
-        return 1
-    if args.steps >= 20 and not ours[-1] < 0.8 * ours[0]:
-        print("FAILED: the model did not learn")
-        return 1
-    return 0
+    return side_by_side.main(
+        argv, doc=__doc__, name="attention", default_steps=200, run=train,
+        describe=lambda steps: f"causal attention LM, {steps} steps of Adam, batch {B} x {T} tokens, vocabulary {V}",
+        aclnn_label="aclnn_gpu (ConvTbc, ScaledMaskedSoftmax, CrossEntropyLoss)",
+        title="Causal attention LM training loss: aclnn_gpu vs PyTorch", learn_ratio=0.8)
 
 
 if __name__ == "__main__":

@@ -190,3 +190,87 @@ def test_large_rows_chunking(rng):
         loss, lp, grad = run_both(x, t, w, "sum", -100, 0.1, g)
         np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-9, atol=1e-15)
+
+
+def nonfinite_case(rng, C, *, weighted, ignore_index, reduction):
+    """Rows holding -inf, +inf and NaN logits (BUG-3 / BUG-4 of docs/HARDENING.md), next to finite
+    and ignored rows; the same row patterns as the kernel test of the same name."""
+    inf, nan = np.inf, np.nan
+    N = 14
+    x = rng.standard_normal((N, C)) * 2.0
+    z = int(rng.choice([c for c in range(C) if c != ignore_index]))  # the zero-weight class (weighted)
+    t = rng.choice([c for c in range(C) if c not in (z, ignore_index)], N)  # no accidental ignores
+
+    def other(i):  # a column that is not row i's target (nor z)
+        return next(c for c in rng.permutation(C) if c != t[i] and c != z)
+
+    x[1, other(1)] = -inf                      # -inf off the target: finite loss unless smoothing
+    x[2, t[2]] = -inf                          # -inf on the target: loss inf
+    x[3, other(3)] = inf                       # +inf: NaN row
+    x[4, other(4)] = nan                       # NaN: NaN row
+    x[5] = -inf                                # all -inf: NaN row (PyTorch: -inf - -inf)
+    x[6, [other(6), other(6)]] = -inf
+    x[6, t[6]] = inf                           # +inf on the target among -infs: NaN row
+    x[7, other(7)], t[7] = -inf, ignore_index  # ignored rows: loss 0 whatever they hold
+    x[8, other(8)], t[8] = nan, ignore_index
+    x[9, other(9)], t[9] = inf, ignore_index
+    t[10] = z
+    x[10, z] = -inf                            # -inf on a zero-weight target: 0 * inf = NaN (weighted)
+    x[11] = inf                                # all +inf
+    x[12] = -inf
+    x[12, other(12)] = nan                     # only NaN and -inf
+    t[13] = ignore_index                       # finite, ignored
+    w = None
+    if weighted:
+        w = rng.uniform(0.1, 2.0, C)
+        w[z] = 0.0
+    g = rng.standard_normal(N) if reduction == "none" else np.float64(rng.standard_normal())
+    return x, t, w, g
+
+
+def same_nonfinite(got, want, what):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    for f in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(f(got), f(want)), f"{what}: {f.__name__} positions differ\n{got}\n{want}"
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+@pytest.mark.parametrize("C", [5, 37])
+def test_nonfinite_logits_vs_torch(rng, reduction, weighted, ls, ignore_index, C):
+    """+inf / -inf / NaN logits follow PyTorch float64 exactly: log_prob, loss (inf and NaN where
+    PyTorch has them) and the gradient of the rows that count (ignored rows: zeros, API.md §6, where
+    autograd gives NaN for a NaN row since exp(NaN) * 0 is NaN)."""
+    x, t, w, g = nonfinite_case(rng, C, weighted=weighted, ignore_index=ignore_index, reduction=reduction)
+    ref_loss, ref_grad = torch_ce(x, t, w, reduction, ignore_index, ls, g)
+    ref_lp = torch.log_softmax(torch.tensor(x), 1).numpy()
+    loss, lp, grad = run_both(x, t, w, reduction, ignore_index, ls, g)
+    same_nonfinite(lp, ref_lp, "log_prob")
+    np.testing.assert_allclose(lp, ref_lp, rtol=1e-12, atol=1e-12)
+    same_nonfinite(loss, ref_loss, "loss")
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-10, atol=1e-12)
+    counted = t != ignore_index
+    same_nonfinite(grad[counted], ref_grad[counted], "grad")
+    np.testing.assert_allclose(grad[counted], ref_grad[counted], rtol=1e-10, atol=1e-12)
+    assert np.all(grad[~counted] == 0)
+    if reduction == "none":  # the documented cases, spelled out
+        assert np.all(np.isnan(lp[[3, 4, 5, 6, 11, 12]])) and np.isnan(loss[[3, 4, 5, 6, 11, 12]]).all()
+        assert np.all(loss[[7, 8, 9, 13]] == 0)
+        assert loss[2] == np.inf
+        assert np.isfinite(loss[1]) == (ls == 0.0)
+        assert np.isnan(loss[10]) == weighted and not np.isnan(loss[[0, 1, 2]]).any()
+        assert np.isfinite(grad[[1, 2]]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_nonfinite_logits_low_precision_positions(rng, dtype):
+    """float32 / float16 storage: the same NaN / inf positions as float64."""
+    for reduction in REDUCTIONS:
+        x, t, w, g = nonfinite_case(rng, 9, weighted=True, ignore_index=-100, reduction=reduction)
+        for ls in (0.0, 0.1):
+            loss64, lp64 = cross_entropy_loss(x, t, w, reduction, -100, ls)
+            loss, lp = cross_entropy_loss(x.astype(dtype), t, w.astype(np.float32), reduction, -100, ls)
+            same_nonfinite(lp, lp64, "log_prob")
+            same_nonfinite(loss, loss64, "loss")

@@ -18,6 +18,11 @@ Rules (spec §2.2, §2.5, API.md §6):
   (sum * 0: still NaN when a bad row is present). PyTorch's forward gives NaN there (0/0); we
   give 0, consistent with the zero gradient of API.md §6;
 - label smoothing ls: loss_i = (1-ls) w[t_i] (-lp[i,t_i]) + ls/C * sum_c w[c] (-lp[i,c]).
+- non-finite logits follow PyTorch's log_softmax (x - max - log(sum exp(x - max))) in float64: a NaN
+  or a +inf anywhere in a row, or an all -inf row, makes the whole log_prob row and its loss NaN; a
+  -inf logit alone gives log_prob -inf there and a finite loss unless the target or the smoothing
+  term reads it (inf; NaN where its weight is 0: 0 * inf). Ignored rows stay 0 whatever they hold;
+  the gradient of a -inf log_prob entry is finite, like autograd's (p = 0, expm1 = -1).
 - The gradient's target column is computed as b*expm1(lp_t) + s*(p_t*W - w_t) so that bf16 / fp16
   rows near a one-hot keep fp32 accuracy until the final rounding.
 """
@@ -89,6 +94,30 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
     log_prob = np.empty((N, C), dt)
     nll = np.empty(N, M)
     smooth = np.zeros(N, M) if ls != 0.0 else None
+    with np.errstate(invalid="ignore"):  # inf - inf in rows holding +-inf: NaN, as in PyTorch
+        _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth)
+
+    wt = np.where(active, M(1) if w is None else (w[tc] if C else M(0)), M(0)).astype(M, copy=False)
+    with np.errstate(invalid="ignore"):  # 0 * inf (zero-weight target on a -inf log_prob): NaN
+        row = nll * wt
+        if ls != 0.0:
+            row *= M(1.0 - ls)
+            row += M(ls / C) * np.where(active, smooth, M(0))
+    row[~active] = 0  # ignored rows: 0 even when their logits hold NaN / inf (PyTorch never reads them)
+    row[bad] = np.nan
+
+    if reduction == "none":
+        return row.astype(dt), log_prob
+    total = row.sum(dtype=np.float64)
+    if reduction == "mean":
+        D = wt.sum(dtype=np.float64)
+        total = total / D if D != 0 else total * 0.0
+    return np.asarray(total, dtype=np.float64).astype(dt).reshape(()), log_prob
+
+
+def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
+    """log_prob = log_softmax(x) by row blocks; nll = -log_prob[i, tc[i]]; smooth (when not None)
+    = -sum_c w[c] log_prob[i, c]."""
     if N and C:
         R = max(1, min(N, _CHUNK // C))
         direct = dt == M  # fp32 / fp64: work in log_prob itself
@@ -112,21 +141,6 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
         np.negative(nll, out=nll)
         if smooth is not None:
             np.negative(smooth, out=smooth)
-
-    wt = np.where(active, M(1) if w is None else (w[tc] if C else M(0)), M(0)).astype(M, copy=False)
-    row = nll * wt
-    if ls != 0.0:
-        row *= M(1.0 - ls)
-        row += M(ls / C) * np.where(active, smooth, M(0))
-    row[bad] = np.nan
-
-    if reduction == "none":
-        return row.astype(dt), log_prob
-    total = row.sum(dtype=np.float64)
-    if reduction == "mean":
-        D = wt.sum(dtype=np.float64)
-        total = total / D if D != 0 else total * 0.0
-    return np.asarray(total, dtype=np.float64).astype(dt).reshape(()), log_prob
 
 
 def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction="mean",

@@ -15,59 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    import aclnn_gpu as acl
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    import aclnn_gpu as acl
-
-ELEMENT_SIZE = {acl.ACL_FLOAT: 4, acl.ACL_FLOAT16: 2, acl.ACL_INT64: 8, acl.ACL_BOOL: 1}
-NUMPY_TYPE = {acl.ACL_FLOAT: np.float32, acl.ACL_FLOAT16: np.float16, acl.ACL_INT64: np.int64, acl.ACL_BOOL: np.bool_}
-
-
-def LOG_PRINT(message: str) -> None:
-    print(message, flush=True)
-
-
-def CHECK_RET(ok: bool, message: str) -> None:
-    """CANN's CHECK_RET(cond, LOG_PRINT(...); return ret): report with the recent error, exit non-zero."""
-    if not ok:
-        LOG_PRINT(f"{message}\n  aclGetRecentErrMsg: {acl.aclGetRecentErrMsg()}")
-        sys.exit(1)
-
-
-def GetShapeSize(shape: list[int]) -> int:
-    size = 1
-    for dim in shape:
-        size *= dim
-    return size
-
-
-def Init(deviceId: int):
-    ret = acl.aclInit(None)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclInit failed. ERROR: {ret}")
-    ret = acl.aclrtSetDevice(deviceId)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtSetDevice failed. ERROR: {ret}")
-    ret, stream = acl.aclrtCreateStream()
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtCreateStream failed. ERROR: {ret}")
-    return stream
-
-
-def CreateAclTensor(hostData, shape: list[int], dataType: int, format: int = acl.ACL_FORMAT_ND):
-    """aclrtMalloc + aclrtMemcpy H2D + hand-computed contiguous strides + aclCreateTensor.
-    The byte size comes from the aclDataType, not from the host list (the doc sample pitfall)."""
-    size = GetShapeSize(shape) * ELEMENT_SIZE[dataType]
-    ret, deviceAddr = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtMalloc failed. ERROR: {ret}")
-    host = np.asarray(hostData, dtype=NUMPY_TYPE[dataType]).reshape(-1)
-    ret = acl.aclrtMemcpy(deviceAddr, size, host, size, acl.ACL_MEMCPY_HOST_TO_DEVICE)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtMemcpy failed. ERROR: {ret}")
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = shape[i + 1] * strides[i + 1]
-    tensor = acl.aclCreateTensor(shape, dataType, strides, 0, format, shape, deviceAddr)
-    CHECK_RET(tensor is not None, "aclCreateTensor failed")
-    return tensor, deviceAddr
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # acl_sample.py: the helpers beside this file
+from acl_sample import (CHECK_RET, CheckResult, CopyToHost, CreateAclTensor, Destroy, Finalize,  # noqa: E402
+                        GetShapeSize, Init, MallocWorkspace, acl)
 
 
 def main() -> int:
@@ -97,10 +47,7 @@ def main() -> int:
     ret, workspaceSize, executor = acl.aclnnConvTbcBackwardGetWorkspaceSize(
         self_, input_, weight, bias, pad, cubeMathType, gradInput, gradWeight, gradBias)
     CHECK_RET(ret == acl.ACL_SUCCESS, f"aclnnConvTbcBackwardGetWorkspaceSize failed. ERROR: {ret}")
-    workspaceAddr = None
-    if workspaceSize > 0:
-        ret, workspaceAddr = acl.aclrtMalloc(workspaceSize, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-        CHECK_RET(ret == acl.ACL_SUCCESS, f"allocate workspace failed. ERROR: {ret}")
+    workspaceAddr = MallocWorkspace(workspaceSize)
 
     # 4. second phase: run on the stream
     ret = acl.aclnnConvTbcBackward(workspaceAddr, workspaceSize, executor, stream)
@@ -115,25 +62,13 @@ def main() -> int:
     for name, addr, shape in (("gradInput", gradInputDeviceAddr, inputShape),
                               ("gradWeight", gradWeightDeviceAddr, weightShape),
                               ("gradBias", gradBiasDeviceAddr, biasShape)):
-        size = GetShapeSize(shape)
-        resultData = np.zeros(size, np.float32)
-        ret = acl.aclrtMemcpy(resultData, size * 4, addr, size * 4, acl.ACL_MEMCPY_DEVICE_TO_HOST)
-        CHECK_RET(ret == acl.ACL_SUCCESS, f"copy {name} from device to host failed. ERROR: {ret}")
-        for i in range(size):
-            LOG_PRINT(f"{name}[{i}] is: {resultData[i]:.6f}")
-        results[name] = resultData.reshape(shape)
+        results[name] = CopyToHost(addr, shape, acl.ACL_FLOAT, name).reshape(shape)
 
     # 7. destroy the descriptors, free the device memory
-    for tensor in (self_, input_, weight, bias, gradInput, gradWeight, gradBias):
-        acl.aclDestroyTensor(tensor)
-    for addr in (selfDeviceAddr, inputDeviceAddr, weightDeviceAddr, biasDeviceAddr, gradInputDeviceAddr,
-                 gradWeightDeviceAddr, gradBiasDeviceAddr):
-        acl.aclrtFree(addr)
-    if workspaceSize > 0:
-        acl.aclrtFree(workspaceAddr)
-    acl.aclrtDestroyStream(stream)
-    acl.aclrtResetDevice(deviceId)
-    acl.aclFinalize()
+    Destroy((self_, input_, weight, bias, gradInput, gradWeight, gradBias),
+            (selfDeviceAddr, inputDeviceAddr, weightDeviceAddr, biasDeviceAddr, gradInputDeviceAddr,
+             gradWeightDeviceAddr, gradBiasDeviceAddr), workspaceAddr)
+    Finalize(deviceId, stream)
 
     # the check: float64 loops over the convolution's definition
     g = np.array(selfHostData, np.float64).reshape(selfShape)
@@ -150,11 +85,8 @@ def main() -> int:
                 gw[k] += x[s].T @ g[t]
     expected = {"gradInput": gx, "gradWeight": gw, "gradBias": g.sum((0, 1))}
     error = max(float(np.abs(results[k] - v).max() / (1 + np.abs(v).max())) for k, v in expected.items())
-    LOG_PRINT(f"max relative |result - float64 loops| = {error:.2e} (device {acl.current_device_kind()})")
-    if not error < 5e-3:  # TF32 on a GPU (cubeMathType 1)
-        LOG_PRINT("FAILED: aclnnConvTbcBackward result is wrong")
-        return 1
-    return 0
+    return CheckResult(error, 5e-3, "relative |result - float64 loops|",  # TF32 on a GPU (cubeMathType 1)
+                       "aclnnConvTbcBackward")
 
 
 if __name__ == "__main__":

@@ -17,59 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    import aclnn_gpu as acl
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    import aclnn_gpu as acl
-
-ELEMENT_SIZE = {acl.ACL_FLOAT: 4, acl.ACL_FLOAT16: 2, acl.ACL_INT64: 8, acl.ACL_BOOL: 1}
-NUMPY_TYPE = {acl.ACL_FLOAT: np.float32, acl.ACL_FLOAT16: np.float16, acl.ACL_INT64: np.int64, acl.ACL_BOOL: np.bool_}
-
-
-def LOG_PRINT(message: str) -> None:
-    print(message, flush=True)
-
-
-def CHECK_RET(ok: bool, message: str) -> None:
-    """CANN's CHECK_RET(cond, LOG_PRINT(...); return ret): report with the recent error, exit non-zero."""
-    if not ok:
-        LOG_PRINT(f"{message}\n  aclGetRecentErrMsg: {acl.aclGetRecentErrMsg()}")
-        sys.exit(1)
-
-
-def GetShapeSize(shape: list[int]) -> int:
-    size = 1
-    for dim in shape:
-        size *= dim
-    return size
-
-
-def Init(deviceId: int):
-    ret = acl.aclInit(None)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclInit failed. ERROR: {ret}")
-    ret = acl.aclrtSetDevice(deviceId)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtSetDevice failed. ERROR: {ret}")
-    ret, stream = acl.aclrtCreateStream()
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtCreateStream failed. ERROR: {ret}")
-    return stream
-
-
-def CreateAclTensor(hostData, shape: list[int], dataType: int, format: int = acl.ACL_FORMAT_ND):
-    """aclrtMalloc + aclrtMemcpy H2D + hand-computed contiguous strides + aclCreateTensor.
-    The byte size comes from the aclDataType, not from the host list (the doc sample pitfall)."""
-    size = GetShapeSize(shape) * ELEMENT_SIZE[dataType]
-    ret, deviceAddr = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtMalloc failed. ERROR: {ret}")
-    host = np.asarray(hostData, dtype=NUMPY_TYPE[dataType]).reshape(-1)
-    ret = acl.aclrtMemcpy(deviceAddr, size, host, size, acl.ACL_MEMCPY_HOST_TO_DEVICE)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtMemcpy failed. ERROR: {ret}")
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = shape[i + 1] * strides[i + 1]
-    tensor = acl.aclCreateTensor(shape, dataType, strides, 0, format, shape, deviceAddr)
-    CHECK_RET(tensor is not None, "aclCreateTensor failed")
-    return tensor, deviceAddr
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # acl_sample.py: the helpers beside this file
+from acl_sample import (CHECK_RET, CheckResult, CopyToHost, CreateAclTensor, Destroy, Finalize,  # noqa: E402
+                        Init, MallocWorkspace, acl)
 
 
 def main() -> int:
@@ -105,10 +55,7 @@ def main() -> int:
         gradLoss, logProb, target, weight, gradZlossOptional, lseForZlossOptional, reductionOptional,
         ignoreIndex, labelSmoothing, lseSquareScaleForZloss, out)
     CHECK_RET(ret == acl.ACL_SUCCESS, f"aclnnCrossEntropyLossGradGetWorkspaceSize failed. ERROR: {ret}")
-    workspaceAddr = None
-    if workspaceSize > 0:
-        ret, workspaceAddr = acl.aclrtMalloc(workspaceSize, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-        CHECK_RET(ret == acl.ACL_SUCCESS, f"allocate workspace failed. ERROR: {ret}")
+    workspaceAddr = MallocWorkspace(workspaceSize)
 
     # 4. second phase: run on the stream
     ret = acl.aclnnCrossEntropyLossGrad(workspaceAddr, workspaceSize, executor, stream)
@@ -119,23 +66,12 @@ def main() -> int:
     CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtSynchronizeStream failed. ERROR: {ret}")
 
     # 6. copy the result back and print it
-    size = GetShapeSize(outShape)
-    resultData = np.zeros(size, np.float32)
-    ret = acl.aclrtMemcpy(resultData, size * 4, outDeviceAddr, size * 4, acl.ACL_MEMCPY_DEVICE_TO_HOST)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"copy result from device to host failed. ERROR: {ret}")
-    for i in range(size):
-        LOG_PRINT(f"result[{i}] is: {resultData[i]:.6f}")
+    resultData = CopyToHost(outDeviceAddr, outShape, acl.ACL_FLOAT)
 
     # 7. destroy the descriptors, free the device memory
-    for tensor in (gradLoss, logProb, target, weight, out):
-        acl.aclDestroyTensor(tensor)
-    for addr in (gradLossDeviceAddr, logProbDeviceAddr, targetDeviceAddr, weightDeviceAddr, outDeviceAddr):
-        acl.aclrtFree(addr)
-    if workspaceSize > 0:
-        acl.aclrtFree(workspaceAddr)
-    acl.aclrtDestroyStream(stream)
-    acl.aclrtResetDevice(deviceId)
-    acl.aclFinalize()
+    Destroy((gradLoss, logProb, target, weight, out),
+            (gradLossDeviceAddr, logProbDeviceAddr, targetDeviceAddr, weightDeviceAddr, outDeviceAddr), workspaceAddr)
+    Finalize(deviceId, stream)
 
     # the check: the closed form in float64
     p = np.exp(logProbHostData.astype(np.float64))
@@ -147,11 +83,7 @@ def main() -> int:
     row_weight = np.where(kept, w[np.where(kept, t, 0)], 0.0)
     expected = gradLossHostData[0] * row_weight[:, None] * (p - onehot) / row_weight.sum()
     error = np.abs(resultData.reshape(outShape) - expected).max()
-    LOG_PRINT(f"max |result - float64 closed form| = {error:.2e} (device {acl.current_device_kind()})")
-    if not error < 1e-5:
-        LOG_PRINT("FAILED: aclnnCrossEntropyLossGrad result is wrong")
-        return 1
-    return 0
+    return CheckResult(error, 1e-5, "|result - float64 closed form|", "aclnnCrossEntropyLossGrad")
 
 
 if __name__ == "__main__":

@@ -13,59 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    import aclnn_gpu as acl
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    import aclnn_gpu as acl
-
-ELEMENT_SIZE = {acl.ACL_FLOAT: 4, acl.ACL_FLOAT16: 2, acl.ACL_INT64: 8, acl.ACL_BOOL: 1}
-NUMPY_TYPE = {acl.ACL_FLOAT: np.float32, acl.ACL_FLOAT16: np.float16, acl.ACL_INT64: np.int64, acl.ACL_BOOL: np.bool_}
-
-
-def LOG_PRINT(message: str) -> None:
-    print(message, flush=True)
-
-
-def CHECK_RET(ok: bool, message: str) -> None:
-    """CANN's CHECK_RET(cond, LOG_PRINT(...); return ret): report with the recent error, exit non-zero."""
-    if not ok:
-        LOG_PRINT(f"{message}\n  aclGetRecentErrMsg: {acl.aclGetRecentErrMsg()}")
-        sys.exit(1)
-
-
-def GetShapeSize(shape: list[int]) -> int:
-    size = 1
-    for dim in shape:
-        size *= dim
-    return size
-
-
-def Init(deviceId: int):
-    ret = acl.aclInit(None)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclInit failed. ERROR: {ret}")
-    ret = acl.aclrtSetDevice(deviceId)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtSetDevice failed. ERROR: {ret}")
-    ret, stream = acl.aclrtCreateStream()
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtCreateStream failed. ERROR: {ret}")
-    return stream
-
-
-def CreateAclTensor(hostData, shape: list[int], dataType: int, format: int = acl.ACL_FORMAT_ND):
-    """aclrtMalloc + aclrtMemcpy H2D + hand-computed contiguous strides + aclCreateTensor.
-    The byte size comes from the aclDataType, not from the host list (the doc sample pitfall)."""
-    size = GetShapeSize(shape) * ELEMENT_SIZE[dataType]
-    ret, deviceAddr = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtMalloc failed. ERROR: {ret}")
-    host = np.asarray(hostData, dtype=NUMPY_TYPE[dataType]).reshape(-1)
-    ret = acl.aclrtMemcpy(deviceAddr, size, host, size, acl.ACL_MEMCPY_HOST_TO_DEVICE)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtMemcpy failed. ERROR: {ret}")
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = shape[i + 1] * strides[i + 1]
-    tensor = acl.aclCreateTensor(shape, dataType, strides, 0, format, shape, deviceAddr)
-    CHECK_RET(tensor is not None, "aclCreateTensor failed")
-    return tensor, deviceAddr
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # acl_sample.py: the helpers beside this file
+from acl_sample import (CHECK_RET, CheckResult, CopyToHost, CreateAclTensor, Destroy, Finalize,  # noqa: E402
+                        Init, MallocWorkspace, acl)
 
 
 def main() -> int:
@@ -95,10 +45,7 @@ def main() -> int:
     ret, workspaceSize, executor = acl.aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize(
         gradOutput, y, mask, scale, fixTriuMask, out)
     CHECK_RET(ret == acl.ACL_SUCCESS, f"aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize failed. ERROR: {ret}")
-    workspaceAddr = None
-    if workspaceSize > 0:
-        ret, workspaceAddr = acl.aclrtMalloc(workspaceSize, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-        CHECK_RET(ret == acl.ACL_SUCCESS, f"allocate workspace failed. ERROR: {ret}")
+    workspaceAddr = MallocWorkspace(workspaceSize)
 
     # 4. second phase: run on the stream
     ret = acl.aclnnScaledMaskedSoftmaxBackward(workspaceAddr, workspaceSize, executor, stream)
@@ -109,33 +56,19 @@ def main() -> int:
     CHECK_RET(ret == acl.ACL_SUCCESS, f"aclrtSynchronizeStream failed. ERROR: {ret}")
 
     # 6. copy the result back and print it
-    size = GetShapeSize(shape)
-    resultData = np.zeros(size, np.float16)
-    ret = acl.aclrtMemcpy(resultData, size * 2, outDeviceAddr, size * 2, acl.ACL_MEMCPY_DEVICE_TO_HOST)
-    CHECK_RET(ret == acl.ACL_SUCCESS, f"copy result from device to host failed. ERROR: {ret}")
-    for i in range(size):
-        LOG_PRINT(f"result[{i}] is: {float(resultData[i]):.6f}")
+    resultData = CopyToHost(outDeviceAddr, shape, acl.ACL_FLOAT16)
 
     # 7. destroy the descriptors, free the device memory
-    for tensor in (gradOutput, y, mask, out):
-        acl.aclDestroyTensor(tensor)
-    for addr in (gradOutputDeviceAddr, yDeviceAddr, maskDeviceAddr, outDeviceAddr):
-        acl.aclrtFree(addr)
-    if workspaceSize > 0:
-        acl.aclrtFree(workspaceAddr)
-    acl.aclrtDestroyStream(stream)
-    acl.aclrtResetDevice(deviceId)
-    acl.aclFinalize()
+    Destroy((gradOutput, y, mask, out), (gradOutputDeviceAddr, yDeviceAddr, maskDeviceAddr, outDeviceAddr),
+            workspaceAddr)
+    Finalize(deviceId, stream)
 
     # the check: float64 formula on the float16 inputs
     g64, y64 = gradOutputHostData.astype(np.float64), yHostData.astype(np.float64)
     expected = np.where(maskHostData, 0.0, scale * y64 * (g64 - (g64 * y64).sum(-1, keepdims=True)))
     error = np.abs(resultData.reshape(shape).astype(np.float64) - expected).max()
-    LOG_PRINT(f"max |result - float64 formula| = {error:.2e} (device {acl.current_device_kind()})")
-    if not error < 2e-3:  # float16 output rounding
-        LOG_PRINT("FAILED: aclnnScaledMaskedSoftmaxBackward result is wrong")
-        return 1
-    return 0
+    return CheckResult(error, 2e-3, "|result - float64 formula|",  # float16 output rounding
+                       "aclnnScaledMaskedSoftmaxBackward")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def p(a):
 def close(got, want, dtype, scale=None):
     rtol, atol = TOL[np.dtype(dtype).name]
     g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    s = scale if scale is not None else max(1.0, float(np.nanmax(np.abs(w))) if w.size and np.isfinite(w).any() else 1.0)
+    fin = np.abs(w[np.isfinite(w)])  # the scale of the finite values (inf / NaN positions: checked exactly)
+    s = scale if scale is not None else max(1.0, float(fin.max()) if fin.size else 1.0)
     np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * s, equal_nan=True)
     np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
 
@@ -271,3 +272,76 @@ def test_garbage_targets_make_nan_rows_only(ctx, rng, tdtype):
         got = run_grad(ctx, gg, want_lp, t, w, reduction, -100, 0.1, tdtype=tdtype)
         assert np.isnan(got[:4]).all() and np.isfinite(got[4:]).all()
         close(got, cross_entropy_loss_grad(gg, want_lp, t.astype(tdtype), w, reduction, -100, 0.1), dtype)
+
+
+def nonfinite_case(rng, C, dtype, *, weighted, ignore_index, reduction, far=False):
+    """Rows holding -inf, +inf and NaN logits (BUG-3 / BUG-4 of docs/HARDENING.md), next to finite and
+    ignored rows (the row patterns of tests/test_cross_entropy_reference.py, checked there against
+    PyTorch). far: the non-finite values sit in the last columns, read by threads other than thread 0."""
+    inf, nan = np.inf, np.nan
+    N = 14
+    x = rng.standard_normal((N, C)) * 2.0
+    z = int(rng.choice([c for c in range(C) if c != ignore_index]))  # the zero-weight class
+    t = rng.choice([c for c in range(C) if c not in (z, ignore_index)], N)
+    lo = C // 2 if far else 0
+
+    def other(i):
+        return next(c for c in rng.permutation(np.arange(lo, C)) if c != t[i] and c != z)
+
+    x[1, other(1)] = -inf
+    x[2, t[2]] = -inf
+    x[3, other(3)] = inf
+    x[4, other(4)] = nan
+    x[5] = -inf
+    x[6, [other(6), other(6)]] = -inf
+    x[6, t[6]] = inf
+    x[7, other(7)], t[7] = -inf, ignore_index
+    x[8, other(8)], t[8] = nan, ignore_index
+    x[9, other(9)], t[9] = inf, ignore_index
+    t[10] = z
+    x[10, z] = -inf
+    x[11] = inf
+    x[12] = -inf
+    x[12, other(12)] = nan
+    t[13] = ignore_index
+    w = None
+    if weighted:
+        w = rng.uniform(0.1, 2.0, C).astype(np.float32)
+        w[z] = 0.0
+    x = x.astype(np.float32).astype(dtype)
+    g = (rng.standard_normal(N) if reduction == "none" else np.array(rng.standard_normal())).astype(np.float32)
+    return x, t, w, g.astype(dtype)
+
+
+def same_nonfinite(got, want, what):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    for f in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(f(got), f(want)), f"{what}: {f.__name__} positions differ\n{got}\n{want}"
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_nonfinite_logits_vs_reference(ctx, rng, dtype, reduction):
+    """+inf / -inf / NaN logits: ce_forward gives the reference's (= PyTorch's) NaN and inf positions
+    bit for bit in logProb and the loss (a +inf or a NaN makes the row NaN, wherever it sits in the
+    row: the NaN survives the block's max/sum merge); ce_grad on such a logProb matches the reference
+    (finite where logProb is -inf, NaN rows where it is NaN, zeros for ignored rows)."""
+    for k, (weighted, ls, ii, C, far, block) in enumerate([
+            (False, 0.0, -100, 6, False, None), (True, 0.1, -100, 41, True, 32), (True, 0.0, 1, 300, True, None),
+            (False, 0.1, 3, 300, True, 64)]):
+        x, t, w, g = nonfinite_case(rng, C, dtype, weighted=weighted, ignore_index=ii, reduction=reduction, far=far)
+        want_loss, want_lp = cross_entropy_loss(x, t, w, reduction, ii, ls)
+        loss, lp = run_forward(ctx, x, t, w, reduction, ii, ls, tdtype=np.int32 if k % 2 else np.int64,
+                               block=block)
+        same_nonfinite(lp, want_lp, "logProb")
+        same_nonfinite(loss, want_loss, "loss")
+        close(lp, want_lp, dtype)
+        close(loss, want_loss, dtype)
+        if reduction == "none":
+            assert np.isnan(np.asarray(lp, np.float64)[[3, 4, 5, 6, 11, 12]]).all()
+            assert np.all(np.asarray(loss, np.float64)[[7, 8, 9, 13]] == 0)
+        want = cross_entropy_loss_grad(g, want_lp, t, w, reduction, ii, ls)
+        got = run_grad(ctx, g, want_lp, t, w, reduction, ii, ls)
+        same_nonfinite(got, want, "grad")
+        close(got, want, dtype)
+        assert np.all(got[t == ii] == 0) and np.isfinite(got[[0, 1, 2]]).all()
