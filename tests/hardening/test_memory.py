@@ -159,7 +159,8 @@ def run_cycles(kind, cycles, figures):
     for key in ("registry", "tensors", "threads", "modules", "kernels", "fake_streams"):
         if key in before:
             assert after[key] <= before[key], f"{kind}: {key} grew {before[key]} -> {after[key]}"
-    assert growth < RSS_TOLERANCE, f"{kind}: RSS grew by {growth / 2**20:.1f} MiB over {cycles} cycles"
+    if not os.environ.get("ACLNN_GPU_EMU_SANITIZE"):  # ASan's quarantine keeps freed memory resident
+        assert growth < RSS_TOLERANCE, f"{kind}: RSS grew by {growth / 2**20:.1f} MiB over {cycles} cycles"
 
 
 def test_cycles_cpu(figures):
