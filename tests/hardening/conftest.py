@@ -36,6 +36,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(line)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _restore_device():
+    """The device is process-wide: give back the kind the process had before each file."""
+    from aclnn_gpu.runtime import aclrtResetDevice
+    before = os.environ.get("ACLNN_GPU_DEVICE")
+    yield
+    if before is None:
+        os.environ.pop("ACLNN_GPU_DEVICE", None)
+    else:
+        os.environ["ACLNN_GPU_DEVICE"] = before
+    aclrtResetDevice(0)
+
+
 def rss_bytes() -> int:
     """Resident set size of this process (Linux /proc/self/statm)."""
     with open("/proc/self/statm") as f:

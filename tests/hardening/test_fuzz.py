@@ -26,7 +26,6 @@ from aclnn_gpu import dtypes
 from aclnn_gpu.reference import ctc_loss as ctc_ref
 from aclnn_gpu.reference import cross_entropy as ce_ref
 from aclnn_gpu.reference import scaled_masked_softmax as sms_ref
-from aclnn_gpu.runtime import aclrtResetDevice
 from support import TOLERANCE, Session
 
 pytestmark = pytest.mark.kernels
@@ -36,18 +35,6 @@ SEED = int(os.environ.get("ACLNN_GPU_FUZZ_SEED", str(random.SystemRandom().randr
 KINDS = ("cpu", "emulated")
 F16, F32, F64, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), dtypes.bfloat16
 CASES: dict[str, int] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _restore_device():
-    """The device is process-wide: give back the kind the process had before this file."""
-    before = os.environ.get("ACLNN_GPU_DEVICE")
-    yield
-    if before is None:
-        os.environ.pop("ACLNN_GPU_DEVICE", None)
-    else:
-        os.environ["ACLNN_GPU_DEVICE"] = before
-    aclrtResetDevice(0)
 
 
 def fuzz(name: str, strategy, figures, examples: int = EXAMPLES):

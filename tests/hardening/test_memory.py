@@ -19,7 +19,7 @@ import pytest
 
 import aclnn_gpu as acl
 from aclnn_gpu.device import fakecupy
-from aclnn_gpu.runtime import aclrtResetDevice, get_device
+from aclnn_gpu.runtime import get_device
 from aclnn_gpu.tensor import aclTensor
 from aclnn_gpu.reference.kl_div import kl_div
 from aclnn_gpu.reference.scaled_masked_softmax import scaled_masked_softmax
@@ -43,17 +43,6 @@ EMULATED_CYCLES = max(100, CYCLES // 20)
 RSS_TOLERANCE = 20 << 20
 H2D, D2H = acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_MEMCPY_DEVICE_TO_HOST
 F32 = np.float32
-
-
-@pytest.fixture(autouse=True)
-def _restore_device():
-    before = os.environ.get("ACLNN_GPU_DEVICE")
-    yield
-    if before is None:
-        os.environ.pop("ACLNN_GPU_DEVICE", None)
-    else:
-        os.environ["ACLNN_GPU_DEVICE"] = before
-    aclrtResetDevice(0)
 
 
 def _ok(status, what):
