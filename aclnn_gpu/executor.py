@@ -61,10 +61,15 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
+check_plan_memory = get_device = resolve_stream = None  # (see run_executor)
+
+
 def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
     """Phase 2 of every operator: check, then enqueue the plan on the stream."""
-    from .ops.plan import check_plan_memory
-    from .runtime import get_device, resolve_stream
+    global check_plan_memory, get_device, resolve_stream
+    if check_plan_memory is None:  # bound on first use (the modules import this one)
+        from .ops.plan import check_plan_memory
+        from .runtime import get_device, resolve_stream
 
     if executor is None:
         fail(NULLPTR, f"{op}: executor is null")
@@ -81,7 +86,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         device = get_device()
         if executor.device is not device:
             fail(INVALID, f"{op}: executor was built on a device that has since been reset")
-        if not isinstance(workspace_size, numbers.Integral) or isinstance(workspace_size, bool) or workspace_size < 0:
+        if type(workspace_size) is not int and (not isinstance(workspace_size, numbers.Integral)
+                                                or isinstance(workspace_size, bool)) or workspace_size < 0:
             fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
         plan = executor.plan
         if workspace_size > 0 and workspace is None:

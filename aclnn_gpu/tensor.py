@@ -48,8 +48,11 @@ class aclTensor:
     """A view `storage[offset + sum(i_k * stride_k)]` of `dtype` elements starting at `data`."""
 
     __slots__ = ("shape", "dtype", "strides", "offset", "format", "storage_shape", "data", "destroyed",
-                 "__weakref__")
+                 "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "__weakref__")
 
+    # A descriptor's fields are fixed at creation (CANN has no setters for them here), so the derived
+    # values the checks of both phases need are computed once: rank, numel, itemsize, and the element
+    # and byte spans (lazily). Only `destroyed` changes.
     def __init__(self, shape: tuple[int, ...], dtype: aclDataType, strides: tuple[int, ...], offset: int,
                  fmt: int, storage_shape: tuple[int, ...], data: int | None):
         self.shape = shape
@@ -60,28 +63,41 @@ class aclTensor:
         self.storage_shape = storage_shape
         self.data = data
         self.destroyed = False
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+        self.rank = len(shape)
+        self.numel = math.prod(shape)
+        self.negative_strides = any(s < 0 for s in strides)
+        self._itemsize = dtypes.itemsize(dtype) if dtypes.has_numpy(dtype) else None
+        self._span = None
+        self._byte_span = None
 
     @property
     def itemsize(self) -> int:
-        return dtypes.itemsize(self.dtype)
+        size = self._itemsize
+        return dtypes.itemsize(self.dtype) if size is None else size  # (raises for a dtype with no itemsize)
 
     def element_span(self) -> tuple[int, int]:
         """[lo, hi) in elements from `data` that the view touches (hi == lo for an empty view)."""
-        if self.numel == 0:
-            return self.offset, self.offset
-        lo = hi = self.offset
-        for n, s in zip(self.shape, self.strides):
-            reach = (n - 1) * s
-            lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
-        return lo, hi + 1
+        span = self._span
+        if span is None:
+            if self.numel == 0:
+                span = (self.offset, self.offset)
+            else:
+                lo = hi = self.offset
+                for n, s in zip(self.shape, self.strides):
+                    reach = (n - 1) * s
+                    lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
+                span = (lo, hi + 1)
+            self._span = span
+        return span
+
+    def byte_span(self) -> tuple[int, int]:
+        """(offset of the first byte from `data`, number of bytes) of the memory the view touches."""
+        span = self._byte_span
+        if span is None:
+            lo, hi = self.element_span()
+            size = self.itemsize
+            span = self._byte_span = (lo * size, (hi - lo) * size)
+        return span
 
     def is_contiguous(self) -> bool:
         return all(s == c for n, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if n != 1)

@@ -8,7 +8,7 @@ the failure has been reported.
 """
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from typing import Callable
@@ -27,19 +27,48 @@ class HostEventMark:
 
 
 class HostStream:
+    """One worker thread over a FIFO guarded by one lock and two conditions.
+
+    The handoff is kept cheap: a submit wakes the worker only when it sleeps (a busy worker picks
+    the task up itself), and `drain()` compares two counters instead of queueing a marker, so a
+    synchronize of a stream whose work is done costs no thread switch, and one that must wait is
+    woken once, by the worker, when its last task finishes.
+    """
+
     def __init__(self, name: str = "stream") -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)   # the worker waits here for tasks
+        self._done = threading.Condition(self._lock)   # drain() waits here for the finished count
+        self._tasks: collections.deque = collections.deque()
+        self._submitted = 0     # tasks queued so far (markers and _STOP included)
+        self._finished = 0      # tasks taken off the queue and run (or skipped)
+        self._draining = 0      # threads blocked in drain()
+        self._sleeping = False  # the worker waits on _work
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
-        self._put_lock = threading.Lock()  # orders puts against close(): nothing is queued after _STOP
+        self.closed = False
         self._thread = threading.Thread(target=self._run, name=f"aclnn_gpu-{name}", daemon=True)
         self._thread.start()
-        self.closed = False
 
     def _run(self) -> None:
+        lock, work, done, tasks = self._lock, self._work, self._done, self._tasks
+        finished = False
         while True:
-            task = self._queue.get()
+            with lock:
+                if finished:
+                    self._finished += 1
+                    if self._draining:
+                        done.notify_all()
+                while not tasks:
+                    self._sleeping = True
+                    work.wait()
+                self._sleeping = False
+                task = tasks.popleft()
+            finished = True
             if task is _STOP:
+                with lock:
+                    self._finished += 1
+                    done.notify_all()
                 return
             if self._error is not None and not isinstance(task, (HostEventMark, threading.Event)):
                 continue
@@ -55,11 +84,16 @@ class HostStream:
                 with self._error_lock:
                     if self._error is None:
                         self._error = e
+            task = None  # drop the reference before sleeping
 
     def _put(self, task: object) -> None:
-        with self._put_lock:
+        with self._lock:
             if not self.closed:
-                self._queue.put(task)
+                self._tasks.append(task)
+                self._submitted += 1
+                if self._sleeping:
+                    self._sleeping = False
+                    self._work.notify()
                 return
         # A stream closed by another thread meanwhile: its queue has drained, so markers complete at
         # once; new work cannot run.
@@ -85,28 +119,42 @@ class HostStream:
     def synchronize(self) -> None:
         """Wait until everything queued so far has run; re-raise the first failure, once."""
         self.drain()
-        with self._error_lock:
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+        if self._error is not None:  # set by the worker before it counted the task finished
+            with self._error_lock:
+                error, self._error = self._error, None
+            if error is not None:
+                raise error
 
     def drain(self) -> None:
         """Wait until everything queued so far has run, leaving a failure pending."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a stream cannot wait for itself from its own queued work")
-        flag = threading.Event()
-        self._put(flag)
-        flag.wait()
+        with self._lock:
+            if self.closed:  # close() has drained the queue (or is draining it)
+                return
+            target = self._submitted
+            if self._finished >= target:
+                return
+            self._draining += 1
+            try:
+                while self._finished < target:
+                    self._done.wait()
+            finally:
+                self._draining -= 1
 
     def idle(self) -> bool:
-        return self._queue.empty()
+        return not self._tasks
 
     def close(self) -> None:
         """Finish the queued work and stop the worker (errors still pending are dropped)."""
-        with self._put_lock:
+        with self._lock:
             if self.closed:
                 return
             self.closed = True
-            self._queue.put(_STOP)
+            self._tasks.append(_STOP)
+            self._submitted += 1
+            if self._sleeping:
+                self._sleeping = False
+                self._work.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join()

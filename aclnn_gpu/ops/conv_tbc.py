@@ -1,6 +1,7 @@
 """aclnnConvTbcBackward and aclnnConvTbc: checks in CANN's order, dtype/stride staging, then the plan.
 
-Owns the host side of ConvTBC (spec/ops.md §4): validation (161001 for a null tensor; 161002 for
+Owns the host side of ConvTBC (spec/ops.md §4), out[t, b] = bias + sum_k input[t + k - pad, b] @ weight[k]
+with Tout = T + 2*pad - K + 1: validation (161001 for a null tensor; 161002 for
 dtypes outside FLOAT/FLOAT16/BF16, formats other than ND/NCL for the 3-D tensors or ND for
 bias/gradBias, an empty `self`, ranks and shape relations, pad < 0, Tout < 0, cubeMathType outside
 0..3), the memory/alias checks, and the staging around the GPU plan of `ops/conv_tbc_gpu.py`,
@@ -10,7 +11,10 @@ which takes contiguous tensors of ONE dtype:
     workspace by `tbc_pad_copy<Tin, Tout>` (strided gather + conversion in one pass);
   * outputs of another dtype or non-contiguous are produced in a workspace buffer, converted by
     `tbc_pad_copy` and, if strided, scattered with `Staging`. Each output keeps its own dtype.
-The cpu device runs `reference/conv_tbc.py` (float32 BLAS math whatever cubeMathType says).
+The cpu device runs `reference/conv_tbc.py` (float32 BLAS math whatever cubeMathType says) and
+needs no workspace. GPU workspace, in this order (`WorkspaceLayout` ranges): a compute-dtype copy of
+each converted or strided input, then per output its compute-dtype buffer (other dtype) and its
+`Staging` copy (strided), then the GEMM plan's own bytes (conv_tbc_gpu.*_workspace_bytes).
 
 cubeMathType -> GPU matrix precision (kernels/gemm.compute_mode): 0 KEEP_DTYPE: fp32 inputs in true
 fp32 (CUBLAS_COMPUTE_32F); 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: TF32 tensor cores
@@ -72,43 +76,48 @@ def _cube_math(c: Checks, value: Any) -> int:
 class _Io:
     """Where the one-dtype contiguous GPU plan reads its operands and writes its results."""
 
-    def __init__(self, compute: np.dtype, gpu_device: bool):
+    def __init__(self, compute: np.dtype, inputs: tuple[aclTensor, ...], outputs: tuple[aclTensor, ...]):
+        """Reserves the converted copies of `inputs`, then the compute buffers of `outputs` (in order);
+        `finish` appends the GPU plan's own bytes."""
         self.compute = compute
         self.layout = WorkspaceLayout()
         self.staging = Staging(self.layout)
         self.inputs: list[tuple[aclTensor, int | None]] = []     # (tensor, ws offset of the converted copy)
         self.outputs: list[tuple[aclTensor, int | None]] = []    # (tensor, ws offset of the compute buffer)
         self.plan_offset = 0
-        self.gpu = gpu_device
+        for tensor in inputs:
+            self._add_in(tensor)
+        for tensor in outputs:
+            self._add_out(tensor)
 
-    def _converted(self, t: aclTensor) -> bool:
-        return t.numel > 0 and (_np(t) != self.compute or not t.is_contiguous())
+    def _converted(self, tensor: aclTensor) -> bool:
+        return tensor.numel > 0 and (_np(tensor) != self.compute or not tensor.is_contiguous())
 
-    def add_in(self, t: aclTensor) -> None:
-        off = self.layout.take(t.numel * self.compute.itemsize) if self._converted(t) else None
-        self.inputs.append((t, off))
+    def _add_in(self, tensor: aclTensor) -> None:
+        offset = self.layout.take(tensor.numel * self.compute.itemsize) if self._converted(tensor) else None
+        self.inputs.append((tensor, offset))
 
-    def add_out(self, t: aclTensor) -> None:
-        if not self._converted(t):
-            self.outputs.append((t, None))
+    def _add_out(self, tensor: aclTensor) -> None:
+        if not self._converted(tensor):
+            self.outputs.append((tensor, None))
             return
-        off = self.layout.take(t.numel * self.compute.itemsize) if _np(t) != self.compute else None
-        if not t.is_contiguous():
-            self.staging.need_out(t)
-        self.outputs.append((t, off))
+        offset = self.layout.take(tensor.numel * self.compute.itemsize) if _np(tensor) != self.compute else None
+        if not tensor.is_contiguous():
+            self.staging.need_out(tensor)
+        self.outputs.append((tensor, offset))
 
     def finish(self, plan_bytes: int) -> int:
         self.plan_offset = self.layout.take(0)
         self.layout.take(plan_bytes)
         return self.layout.size
 
-    def _where(self, entries, t: aclTensor, ws: int) -> int:
-        for tensor, off in entries:
-            if tensor is t:
-                if off is not None:
-                    return ws + off
-                return self.staging.address(t, ws) if t.numel else 0
-        raise KeyError(t)
+    def _where(self, entries, wanted: aclTensor, ws: int) -> int:
+        for tensor, offset in entries:
+            if tensor is wanted:
+                if offset is not None:
+                    return ws + offset
+                return self.staging.address(wanted, ws) if wanted.numel else 0
+        raise KeyError(wanted)
 
     def address_in(self, t: aclTensor, ws: int) -> int:
         return self._where(self.inputs, t, ws)
@@ -118,51 +127,100 @@ class _Io:
 
     def gather(self, ctx: Any, ws: int) -> None:
         """Strided gather + conversion of every operand that needs it (one tbc_pad_copy each)."""
-        for t, off in self.inputs:
-            if off is None:
+        for tensor, offset in self.inputs:
+            if offset is None:
                 continue
-            s = t.strides
-            ctx.launch(gpu.FILE, f"tbc_pad_copy<{gpu._ct(_np(t))}, {gpu._ct(self.compute)}>",
-                       gpu._grid(ctx, t.numel), (gpu.BLOCK, 1, 1), _copy_args(t, tensor_ptr(t), ws + off, s))
+            ctx.launch(gpu.FILE, f"tbc_pad_copy<{gpu._ct(_np(tensor))}, {gpu._ct(self.compute)}>",
+                       gpu._grid(ctx, tensor.numel), (gpu.BLOCK, 1, 1),
+                       _copy_args(tensor, tensor_ptr(tensor), ws + offset))
 
     def scatter(self, ctx: Any, ws: int) -> None:
-        for t, off in self.outputs:
-            if off is not None:   # convert the compute-dtype result into the output's dtype
-                dst = self.staging.address(t, ws)
-                shape = _as3(t.shape)
-                ctx.launch(gpu.FILE, f"tbc_pad_copy<{gpu._ct(self.compute)}, {gpu._ct(_np(t))}>",
-                           gpu._grid(ctx, t.numel), (gpu.BLOCK, 1, 1),
-                           _copy_args_dense(shape, ws + off, dst))
-        self.staging.scatter(ctx, [t for t, _ in self.outputs], ws)
+        for tensor, offset in self.outputs:
+            if offset is not None:   # convert the compute-dtype result into the output's dtype
+                dst = self.staging.address(tensor, ws)
+                ctx.launch(gpu.FILE, f"tbc_pad_copy<{gpu._ct(self.compute)}, {gpu._ct(_np(tensor))}>",
+                           gpu._grid(ctx, tensor.numel), (gpu.BLOCK, 1, 1),
+                           _copy_args_dense(_as3(tensor.shape), ws + offset, dst))
+        self.staging.scatter(ctx, [tensor for tensor, _ in self.outputs], ws)
 
 
 def _as3(shape) -> tuple[int, int, int]:
     return tuple(shape) if len(shape) == 3 else (1, 1, int(shape[0]))  # type: ignore[return-value]
 
 
-def _copy_args(t: aclTensor, src: int, dst: int, strides) -> tuple:
-    if t.rank == 3:
-        (R, B, C), (st, sb, sc) = t.shape, strides
+def _copy_args(tensor: aclTensor, src: int, dst: int) -> tuple:
+    """tbc_pad_copy arguments for a strided (R, B, C) source (a 1-D bias is (1, 1, C))."""
+    if tensor.rank == 3:
+        (R, B, C), (st, sb, sc) = tensor.shape, tensor.strides
     else:
-        R, B, C, st, sb, sc = 1, 1, t.shape[0], 0, 0, strides[0]
+        R, B, C, st, sb, sc = 1, 1, tensor.shape[0], 0, 0, tensor.strides[0]
     return (ptr(src), ptr(dst), np.int64(R), np.int64(0), np.int64(R), np.int64(B), np.int64(C),
             np.int64(st), np.int64(sb), np.int64(sc))
 
 
 def _copy_args_dense(shape, src: int, dst: int) -> tuple:
+    """tbc_pad_copy arguments for a contiguous (R, B, C) source."""
     R, B, C = shape
     return (ptr(src), ptr(dst), np.int64(R), np.int64(0), np.int64(R), np.int64(B), np.int64(C),
             np.int64(B * C), np.int64(C), np.int64(1))
 
 
-def _gemm_limits(c: Checks, T, B, Cin, Cout, K, pad) -> None:
-    msg = gpu.check_gemm_limits(T, B, Cin, Cout, K, pad)
-    if msg is not None:
-        c.fail(INVALID, msg)
+def _check_dtypes_and_formats(c: Checks, tensors: dict[str, aclTensor], dtype_order: tuple[str, ...],
+                              three_d: tuple[str, ...], one_d: tuple[str, ...]) -> None:
+    for name in dtype_order:
+        c.dtype_in(name, tensors[name], FLOAT_TYPES)
+    for name in three_d:
+        c.format_in(name, tensors[name], FORMATS_3D)
+    for name in one_d:
+        c.format_in(name, tensors[name], FORMATS_1D)
+
+
+def _check_ranks(c: Checks, tensors: dict[str, aclTensor], three_d: tuple[str, ...], one_d: tuple[str, ...]) -> None:
+    for name in three_d:
+        c.rank(name, tensors[name], 3)
+    for name in one_d:
+        c.rank(name, tensors[name], 1)
+
+
+def _check_sizes_and_pad(c: Checks, input_name: str, input_: aclTensor, weight: aclTensor, bias: aclTensor,
+                         pad: Any) -> tuple[int, int, int, int, int, int, int]:
+    """(T, B, Cin, K, Cout, pad, Tout) after the channel, bias, pad and Tout checks both directions share;
+    `input_name` is the C name of the (T, B, Cin) input ("input" backward, "self" forward)."""
+    T, B, Cin = input_.shape
+    K, weight_cin, Cout = weight.shape
+    if weight_cin != Cin:
+        c.fail(INVALID, f"weight shape {list(weight.shape)}: dim 1 must equal {input_name}'s channels {Cin} "
+                        f"({input_name} shape {list(input_.shape)})")
+    if bias.shape[0] != Cout:
+        c.fail(INVALID, f"bias shape {list(bias.shape)} must equal weight's output channels [{Cout}]")
+    pad = c.integer("pad", pad)
+    if pad < 0:
+        c.fail(INVALID, f"pad {pad} must be >= 0")
+    Tout = reference.out_len(T, K, pad)
+    if Tout < 0:
+        c.fail(INVALID, f"output length Tout = T + 2*pad - K + 1 = {T} + {2 * pad} - {K} + 1 = {Tout} must be >= 0")
+    return T, B, Cin, K, Cout, pad, Tout
+
+
+def _check_gemm_limits(c: Checks, device: Any, T: int, B: int, Cin: int, Cout: int, K: int, pad: int) -> None:
+    """Sizes the GPU GEMM plan cannot address are refused here (161002); the cpu has no limit."""
+    if device.kind == "cpu":
+        return
+    message = gpu.check_gemm_limits(T, B, Cin, Cout, K, pad)
+    if message is not None:
+        c.fail(INVALID, message)
 
 
 # ------------------------------------------------------------------------------ plans
-class ConvTbcBackwardPlan(Plan):
+class _ConvTbcPlan(Plan):
+    """What both directions pass to the GPU plan besides their operands."""
+
+    def _launch_args(self, workspace: int) -> dict[str, Any]:
+        return dict(T=self.T, B=self.B, Cin=self.Cin, Cout=self.Cout, K=self.K, pad=self.pad, dtype=self.compute,
+                    cube_math_type=self.cube_math_type, workspace_ptr=workspace + self.io.plan_offset)
+
+
+class ConvTbcBackwardPlan(_ConvTbcPlan):
     op = "aclnnConvTbcBackward"
 
     def __init__(self, device: Any, grad: aclTensor, input: aclTensor, weight: aclTensor, bias: aclTensor,
@@ -179,43 +237,36 @@ class ConvTbcBackwardPlan(Plan):
         self.io = None
         self.workspace_size = 0
         if device.kind != "cpu":
-            io = _Io(self.compute, True)
-            for t in (grad, input, weight):
-                io.add_in(t)
-            for t in (grad_input, grad_weight, grad_bias):
-                io.add_out(t)
-            self.workspace_size = io.finish(gpu.backward_workspace_bytes(
+            self.io = _Io(self.compute, (grad, input, weight), (grad_input, grad_weight, grad_bias))
+            self.workspace_size = self.io.finish(gpu.backward_workspace_bytes(
                 self.T, self.B, self.Cin, self.Cout, self.K, pad, self.compute, cube_math_type))
-            self.io = io
 
     def run_host(self, device: Any, workspace: int) -> None:
-        g, x, w = (host_array(device, t) for t in (self.grad, self.input, self.weight))
-        gi_v, gw_v, gb_v = (host_array(device, t) for t in (self.grad_input, self.grad_weight, self.grad_bias))
+        grad, input_, weight = (host_array(device, t) for t in (self.grad, self.input, self.weight))
+        grad_input, grad_weight, grad_bias = (host_array(device, t)
+                                              for t in (self.grad_input, self.grad_weight, self.grad_bias))
         # results come back in the operand's dtype: hand over fp32 where the output dtype differs
         # so that each result is rounded once, to its output's dtype
-        if gi_v.dtype != x.dtype:
-            x = x.astype(np.float32)
-        if gw_v.dtype != w.dtype:
-            w = w.astype(np.float32)
-        gi, gw, gb = reference.conv_tbc_backward(g, x, w, np.empty(0, gb_v.dtype), self.pad)
-        write_out(gi_v, gi)
-        write_out(gw_v, gw)
-        write_out(gb_v, gb)
+        if grad_input.dtype != input_.dtype:
+            input_ = input_.astype(np.float32)
+        if grad_weight.dtype != weight.dtype:
+            weight = weight.astype(np.float32)
+        results = reference.conv_tbc_backward(grad, input_, weight, np.empty(0, grad_bias.dtype), self.pad)
+        for view, result in zip((grad_input, grad_weight, grad_bias), results):
+            write_out(view, result)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
         gpu.launch_backward(
-            ctx, T=self.T, B=self.B, Cin=self.Cin, Cout=self.Cout, K=self.K, pad=self.pad, dtype=self.compute,
-            cube_math_type=self.cube_math_type, grad=io.address_in(self.grad, workspace),
-            input=io.address_in(self.input, workspace), weight=io.address_in(self.weight, workspace),
-            grad_input=io.address_out(self.grad_input, workspace),
+            ctx, grad=io.address_in(self.grad, workspace), input=io.address_in(self.input, workspace),
+            weight=io.address_in(self.weight, workspace), grad_input=io.address_out(self.grad_input, workspace),
             grad_weight=io.address_out(self.grad_weight, workspace),
-            grad_bias=io.address_out(self.grad_bias, workspace), workspace_ptr=workspace + io.plan_offset)
+            grad_bias=io.address_out(self.grad_bias, workspace), **self._launch_args(workspace))
         io.scatter(ctx, workspace)
 
 
-class ConvTbcPlan(Plan):
+class ConvTbcPlan(_ConvTbcPlan):
     op = "aclnnConvTbc"
 
     def __init__(self, device: Any, input: aclTensor, weight: aclTensor, bias: aclTensor, pad: int,
@@ -229,29 +280,24 @@ class ConvTbcPlan(Plan):
         self.io = None
         self.workspace_size = 0
         if device.kind != "cpu":
-            io = _Io(self.compute, True)
-            for t in (input, weight, bias):
-                io.add_in(t)
-            io.add_out(out)
-            self.workspace_size = io.finish(gpu.forward_workspace_bytes(
+            self.io = _Io(self.compute, (input, weight, bias), (out,))
+            self.workspace_size = self.io.finish(gpu.forward_workspace_bytes(
                 self.T, self.B, self.Cin, self.Cout, self.K, pad, self.compute, cube_math_type))
-            self.io = io
 
     def run_host(self, device: Any, workspace: int) -> None:
-        x, w, b = (host_array(device, t) for t in (self.input, self.weight, self.bias))
-        y_v = host_array(device, self.out)
-        if y_v.dtype != x.dtype:
-            x = x.astype(np.float32)
-        write_out(y_v, reference.conv_tbc(x, w, b, self.pad))
+        input_, weight, bias = (host_array(device, t) for t in (self.input, self.weight, self.bias))
+        out = host_array(device, self.out)
+        if out.dtype != input_.dtype:  # as in the backward: one rounding, to out's dtype
+            input_ = input_.astype(np.float32)
+        write_out(out, reference.conv_tbc(input_, weight, bias, self.pad))
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
         gpu.launch_forward(
-            ctx, T=self.T, B=self.B, Cin=self.Cin, Cout=self.Cout, K=self.K, pad=self.pad, dtype=self.compute,
-            cube_math_type=self.cube_math_type, input=io.address_in(self.input, workspace),
-            weight=io.address_in(self.weight, workspace), bias=io.address_in(self.bias, workspace),
-            out=io.address_out(self.out, workspace), workspace_ptr=workspace + io.plan_offset)
+            ctx, input=io.address_in(self.input, workspace), weight=io.address_in(self.weight, workspace),
+            bias=io.address_in(self.bias, workspace), out=io.address_out(self.out, workspace),
+            **self._launch_args(workspace))
         io.scatter(ctx, workspace)
 
 
@@ -263,48 +309,31 @@ def _build_backward(device: Any, self: Any, input: Any, weight: Any, bias: Any, 
     c = Checks("aclnnConvTbcBackward", device)
     c.not_null(self=self, input=input, weight=weight, bias=bias, gradInput=gradInput, gradWeight=gradWeight,
                gradBias=gradBias)
-    named = {n: c.tensor(n, t) for n, t in (("self", self), ("input", input), ("weight", weight),
-                                             ("bias", bias), ("gradInput", gradInput),
-                                             ("gradWeight", gradWeight), ("gradBias", gradBias))}
-    dy, x, w, b, gi, gw, gb = named.values()
-    for name in ("self", "input", "weight", "gradInput", "gradWeight", "gradBias", "bias"):
-        c.dtype_in(name, named[name], FLOAT_TYPES)
-    for name in ("self", "input", "weight", "gradInput", "gradWeight"):
-        c.format_in(name, named[name], FORMATS_3D)
-    for name in ("bias", "gradBias"):
-        c.format_in(name, named[name], FORMATS_1D)
-    if dy.numel == 0:
-        c.fail(INVALID, f"self (the output gradient) must not be empty, got shape {list(dy.shape)}")
-    for name in ("self", "input", "weight", "gradInput", "gradWeight"):
-        c.rank(name, named[name], 3)
-    for name in ("bias", "gradBias"):
-        c.rank(name, named[name], 1)
-    T, B, Cin = x.shape
-    K, wcin, Cout = w.shape
-    if wcin != Cin:
-        c.fail(INVALID, f"weight shape {list(w.shape)}: dim 1 must equal input's channels {Cin} "
-                        f"(input shape {list(x.shape)})")
-    if b.shape[0] != Cout:
-        c.fail(INVALID, f"bias shape {list(b.shape)} must equal weight's output channels [{Cout}]")
-    pad = c.integer("pad", pad)
-    if pad < 0:
-        c.fail(INVALID, f"pad {pad} must be >= 0")
-    Tout = reference.out_len(T, K, pad)
-    if Tout < 0:
-        c.fail(INVALID, f"output length Tout = T + 2*pad - K + 1 = {T} + {2 * pad} - {K} + 1 = {Tout} must be >= 0")
-    c.shape_eq("self", dy, (Tout, B, Cout), "(Tout, B, Cout) =")
-    c.shape_eq("gradInput", gi, x.shape, "input shape")
-    c.shape_eq("gradWeight", gw, w.shape, "weight shape")
-    c.shape_eq("gradBias", gb, b.shape, "bias shape")
-    cube = _cube_math(c, cubeMathType)
-    if device.kind != "cpu":
-        _gemm_limits(c, T, B, Cin, Cout, K, pad)
-    c.memory(self=dy, input=x, weight=w, bias=b, gradInput=gi, gradWeight=gw, gradBias=gb)
-    ins = dict(self=dy, input=x, weight=w, bias=b)
-    c.output("gradInput", gi, **ins, gradWeight=gw, gradBias=gb)
-    c.output("gradWeight", gw, **ins, gradBias=gb)
-    c.output("gradBias", gb, **ins)
-    return ConvTbcBackwardPlan(device, dy, x, w, b, pad, cube, gi, gw, gb)
+    tensors = {name: c.tensor(name, t) for name, t in (("self", self), ("input", input), ("weight", weight),
+                                                       ("bias", bias), ("gradInput", gradInput),
+                                                       ("gradWeight", gradWeight), ("gradBias", gradBias))}
+    grad, input_, weight_, bias_, grad_input, grad_weight, grad_bias = tensors.values()
+    three_d, one_d = ("self", "input", "weight", "gradInput", "gradWeight"), ("bias", "gradBias")
+    _check_dtypes_and_formats(c, tensors, ("self", "input", "weight", "gradInput", "gradWeight", "gradBias", "bias"),
+                              three_d, one_d)
+    if grad.numel == 0:
+        c.fail(INVALID, f"self (the output gradient) must not be empty, got shape {list(grad.shape)}")
+    _check_ranks(c, tensors, three_d, one_d)
+    T, B, Cin, K, Cout, pad, Tout = _check_sizes_and_pad(c, "input", input_, weight_, bias_, pad)
+    c.shape_eq("self", grad, (Tout, B, Cout), "(Tout, B, Cout) =")
+    c.shape_eq("gradInput", grad_input, input_.shape, "input shape")
+    c.shape_eq("gradWeight", grad_weight, weight_.shape, "weight shape")
+    c.shape_eq("gradBias", grad_bias, bias_.shape, "bias shape")
+    cube_math_type = _cube_math(c, cubeMathType)
+    _check_gemm_limits(c, device, T, B, Cin, Cout, K, pad)
+    c.memory(self=grad, input=input_, weight=weight_, bias=bias_, gradInput=grad_input, gradWeight=grad_weight,
+             gradBias=grad_bias)
+    inputs = dict(self=grad, input=input_, weight=weight_, bias=bias_)
+    c.output("gradInput", grad_input, **inputs, gradWeight=grad_weight, gradBias=grad_bias)
+    c.output("gradWeight", grad_weight, **inputs, gradBias=grad_bias)
+    c.output("gradBias", grad_bias, **inputs)
+    return ConvTbcBackwardPlan(device, grad, input_, weight_, bias_, pad, cube_math_type, grad_input, grad_weight,
+                               grad_bias)
 
 
 def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out: Any, cubeMathType: Any) -> Plan:
@@ -312,38 +341,21 @@ def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out
     executor); `self` is the input (T, B, Cin)."""
     c = Checks("aclnnConvTbc", device)
     c.not_null(self=self, weight=weight, bias=bias, out=out)
-    named = {n: c.tensor(n, t) for n, t in (("self", self), ("weight", weight), ("bias", bias), ("out", out))}
-    x, w, b, y = named.values()
-    for name in ("self", "weight", "bias", "out"):
-        c.dtype_in(name, named[name], FLOAT_TYPES)
-    for name in ("self", "weight", "out"):
-        c.format_in(name, named[name], FORMATS_3D)
-    c.format_in("bias", b, FORMATS_1D)
-    for name in ("self", "weight", "out"):
-        c.rank(name, named[name], 3)
-    c.rank("bias", b, 1)
-    T, B, Cin = x.shape
-    K, wcin, Cout = w.shape
-    if wcin != Cin:
-        c.fail(INVALID, f"weight shape {list(w.shape)}: dim 1 must equal self's channels {Cin} "
-                        f"(self shape {list(x.shape)})")
-    if b.shape[0] != Cout:
-        c.fail(INVALID, f"bias shape {list(b.shape)} must equal weight's output channels [{Cout}]")
-    pad = c.integer("pad", pad)
-    if pad < 0:
-        c.fail(INVALID, f"pad {pad} must be >= 0")
-    Tout = reference.out_len(T, K, pad)
-    if Tout < 0:
-        c.fail(INVALID, f"output length Tout = T + 2*pad - K + 1 = {T} + {2 * pad} - {K} + 1 = {Tout} must be >= 0")
-    c.shape_eq("out", y, (Tout, B, Cout), "(Tout, B, Cout) =")
-    cube = _cube_math(c, cubeMathType)
-    if y.numel == 0:
+    tensors = {name: c.tensor(name, t) for name, t in (("self", self), ("weight", weight), ("bias", bias),
+                                                       ("out", out))}
+    input_, weight_, bias_, out_ = tensors.values()
+    three_d, one_d = ("self", "weight", "out"), ("bias",)
+    _check_dtypes_and_formats(c, tensors, ("self", "weight", "bias", "out"), three_d, one_d)
+    _check_ranks(c, tensors, three_d, one_d)
+    T, B, Cin, K, Cout, pad, Tout = _check_sizes_and_pad(c, "self", input_, weight_, bias_, pad)
+    c.shape_eq("out", out_, (Tout, B, Cout), "(Tout, B, Cout) =")
+    cube_math_type = _cube_math(c, cubeMathType)
+    if out_.numel == 0:
         return EmptyPlan(c.op)
-    if device.kind != "cpu":
-        _gemm_limits(c, T, B, Cin, Cout, K, pad)
-    c.memory(self=x, weight=w, bias=b, out=y)
-    c.output("out", y, self=x, weight=w, bias=b)
-    return ConvTbcPlan(device, x, w, b, pad, y, cube)
+    _check_gemm_limits(c, device, T, B, Cin, Cout, K, pad)
+    c.memory(self=input_, weight=weight_, bias=bias_, out=out_)
+    c.output("out", out_, self=input_, weight=weight_, bias=bias_)
+    return ConvTbcPlan(device, input_, weight_, bias_, pad, out_, cube_math_type)
 
 
 aclnnConvTbcBackwardGetWorkspaceSize = make_get_workspace_size("aclnnConvTbcBackward", _build_backward)

@@ -72,22 +72,36 @@ def _reduction(c: Checks, value: Any) -> str:
 
 
 def _label_smoothing(c: Checks, value: Any) -> float:
-    ls = c.real("labelSmoothing", value)
-    if not (0.0 <= ls <= 1.0):  # NaN fails too
-        c.fail(TILING, f"labelSmoothing {ls!r} must be in [0, 1]")
-    return ls
+    smoothing = c.real("labelSmoothing", value)
+    if not (0.0 <= smoothing <= 1.0):  # NaN fails too
+        c.fail(TILING, f"labelSmoothing {smoothing!r} must be in [0, 1]")
+    return smoothing
 
 
 def _ignore_index(c: Checks, value: Any) -> int:
-    v = c.integer("ignoreIndex", value)
-    if not -(1 << 63) <= v < (1 << 63):
-        c.fail(INVALID, f"ignoreIndex {v} does not fit in int64")
-    return v
+    index = c.integer("ignoreIndex", value)
+    if not -(1 << 63) <= index < (1 << 63):
+        c.fail(INVALID, f"ignoreIndex {index} does not fit in int64")
+    return index
 
 
-def _rows_and_weight(c: Checks, x_name: str, x: aclTensor, target: aclTensor,
-                     weight: aclTensor | None) -> tuple[int, int]:
-    """(N, C) after the shape checks every cross-entropy call shares (561002)."""
+def _check_dtypes_scalars_shapes(c: Checks, x_name: str, x: aclTensor, same_as_x: dict[str, aclTensor],
+                                 target: aclTensor, weight: aclTensor | None, reductionOptional: Any,
+                                 ignoreIndex: Any, labelSmoothing: Any, lseSquareScaleForZloss: Any
+                                 ) -> tuple[str, int, float, int, int]:
+    """The checks both directions share, in CANN's order: dtypes (161002; `x` is logProb or input,
+    `same_as_x` the tensors of its dtype), host scalars, then the (N, C) shapes of x, target and
+    weight (561002). Returns (reduction, ignore_index, label_smoothing, N, C)."""
+    c.dtype_in(x_name, x, FLOAT_TYPES)
+    for name, tensor in same_as_x.items():
+        c.same_dtype(name, tensor, x_name, x)
+    c.dtype_in("target", target, TARGET_TYPES)
+    if weight is not None:
+        c.dtype_in("weightOptional", weight, WEIGHT_TYPES)
+    reduction = _reduction(c, reductionOptional)
+    ignore_index = _ignore_index(c, ignoreIndex)
+    label_smoothing = _label_smoothing(c, labelSmoothing)
+    c.real("lseSquareScaleForZloss", lseSquareScaleForZloss)  # ignored, but must be a number
     if x.rank != 2:
         c.fail(TILING, f"{x_name} must be 2-D (N, C), got shape {list(x.shape)}")
     N, C = x.shape
@@ -96,21 +110,26 @@ def _rows_and_weight(c: Checks, x_name: str, x: aclTensor, target: aclTensor,
     if weight is not None and tuple(weight.shape) != (C,):
         c.fail(TILING, f"weightOptional shape {list(weight.shape)} must be 1-D [C] = [{C}] "
                        f"({x_name} is {list(x.shape)})")
-    return N, C
+    return reduction, ignore_index, label_smoothing, N, C
 
 
-def _reduced_shape_ok(tensor: aclTensor) -> bool:
-    return tensor.rank == 0 or tuple(tensor.shape) == (1,)
+def _check_loss_shape(c: Checks, name: str, loss: aclTensor, reduction: str, N: int) -> None:
+    """A per-row loss (or its gradient) is (N,) for none, 0-D or [1] for mean and sum (561002)."""
+    if reduction == "none":
+        if tuple(loss.shape) != (N,):
+            c.fail(TILING, f"{name} shape {list(loss.shape)} must be 1-D [N] = [{N}] for reduction none")
+    elif not (loss.rank == 0 or tuple(loss.shape) == (1,)):
+        c.fail(TILING, f"{name} shape {list(loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
 
 
 class _GpuIo:
     """Staging of strided operands for the contiguous GPU plan, and the plan's own workspace."""
 
-    def __init__(self, inputs: list[aclTensor | None], outputs: list[aclTensor | None]):
+    def __init__(self, inputs: list[aclTensor | None], outputs: list[aclTensor]):
         self.layout = WorkspaceLayout()
         self.staging = Staging(self.layout)
-        self.inputs = [t for t in inputs if t is not None]
-        self.outputs = [t for t in outputs if t is not None]
+        self.inputs = [t for t in inputs if t is not None]  # weightOptional may be absent
+        self.outputs = outputs
         for t in self.inputs:
             self.staging.need_in(t)
         for t in self.outputs:
@@ -126,6 +145,10 @@ class _GpuIo:
         if tensor is None or tensor.numel == 0:
             return 0
         return self.staging.address(tensor, ws)
+
+    def plan_workspace(self, ws: int) -> int:
+        """The GPU plan's own bytes (after the staging copies); 0 when there is no workspace."""
+        return ws + self.plan_offset if ws else 0
 
 
 class CrossEntropyLossGradPlan(Plan):
@@ -154,7 +177,7 @@ class CrossEntropyLossGradPlan(Plan):
         gpu.launch_grad(ctx, grad_loss_ptr=io.at(self.grad_loss, workspace),
                         log_prob_ptr=io.at(self.log_prob, workspace), target_ptr=io.at(self.target, workspace),
                         weight_ptr=io.at(self.weight, workspace), out_ptr=io.at(self.out, workspace),
-                        workspace_ptr=workspace + io.plan_offset if workspace else 0, N=self.N, C=self.C,
+                        workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
                         dtype=_np(self.log_prob), target_dtype=_np(self.target), reduction=self.reduction,
                         ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
         io.staging.scatter(ctx, io.outputs, workspace)
@@ -188,7 +211,7 @@ class CrossEntropyLossPlan(Plan):
         gpu.launch_forward(ctx, input_ptr=io.at(self.input, workspace), target_ptr=io.at(self.target, workspace),
                            weight_ptr=io.at(self.weight, workspace), loss_ptr=io.at(self.loss, workspace),
                            log_prob_ptr=io.at(self.log_prob, workspace),
-                           workspace_ptr=workspace + io.plan_offset if workspace else 0, N=self.N, C=self.C,
+                           workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
                            dtype=_np(self.input), target_dtype=_np(self.target), reduction=self.reduction,
                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
         io.staging.scatter(ctx, io.outputs, workspace)
@@ -206,24 +229,10 @@ def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weigh
         ("gradLoss", gradLoss), ("logProb", logProb), ("target", target), ("out", out)))
     weight = None if weightOptional is None else c.tensor("weightOptional", weightOptional)
     # zloss inputs: accepted and ignored (CANN: "not supported; passing them has no effect")
-    # dtypes (161002)
-    c.dtype_in("logProb", log_prob, FLOAT_TYPES)
-    c.same_dtype("gradLoss", grad_loss, "logProb", log_prob)
-    c.same_dtype("out", out_, "logProb", log_prob)
-    c.dtype_in("target", target_, TARGET_TYPES)
-    if weight is not None:
-        c.dtype_in("weightOptional", weight, WEIGHT_TYPES)
-    # host scalars and shapes (561002, the tiling's checks)
-    reduction = _reduction(c, reductionOptional)
-    ignore_index = _ignore_index(c, ignoreIndex)
-    label_smoothing = _label_smoothing(c, labelSmoothing)
-    c.real("lseSquareScaleForZloss", lseSquareScaleForZloss)  # ignored, but must be a number
-    N, C = _rows_and_weight(c, "logProb", log_prob, target_, weight)
-    if reduction == "none":
-        if tuple(grad_loss.shape) != (N,):
-            c.fail(TILING, f"gradLoss shape {list(grad_loss.shape)} must be 1-D [N] = [{N}] for reduction none")
-    elif not _reduced_shape_ok(grad_loss):
-        c.fail(TILING, f"gradLoss shape {list(grad_loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
+    reduction, ignore_index, label_smoothing, N, C = _check_dtypes_scalars_shapes(
+        c, "logProb", log_prob, {"gradLoss": grad_loss, "out": out_}, target_, weight, reductionOptional,
+        ignoreIndex, labelSmoothing, lseSquareScaleForZloss)
+    _check_loss_shape(c, "gradLoss", grad_loss, reduction, N)
     if tuple(out_.shape) != (N, C):
         c.fail(TILING, f"out shape {list(out_.shape)} must equal logProb shape {[N, C]}")
     if out_.numel == 0:
@@ -242,37 +251,25 @@ def _build_forward(device: Any, input: Any, target: Any, weightOptional: Any, re
     -> (status, workspaceSize, executor)."""
     c = Checks(FORWARD_OP, device)
     c.not_null(input=input, target=target, lossOut=lossOut, logProbOut=logProbOut)
-    x, target_, loss, log_prob = (c.tensor(n, t) for n, t in (
+    input_, target_, loss, log_prob = (c.tensor(n, t) for n, t in (
         ("input", input), ("target", target), ("lossOut", lossOut), ("logProbOut", logProbOut)))
     weight = None if weightOptional is None else c.tensor("weightOptional", weightOptional)
     if c.boolean("returnZloss", returnZloss):
         c.fail(INVALID, "returnZloss=True is not supported (zloss is not implemented); pass False")
-    c.dtype_in("input", x, FLOAT_TYPES)
-    c.same_dtype("lossOut", loss, "input", x)
-    c.same_dtype("logProbOut", log_prob, "input", x)
-    c.dtype_in("target", target_, TARGET_TYPES)
-    if weight is not None:
-        c.dtype_in("weightOptional", weight, WEIGHT_TYPES)
-    reduction = _reduction(c, reductionOptional)
-    ignore_index = _ignore_index(c, ignoreIndex)
-    label_smoothing = _label_smoothing(c, labelSmoothing)
-    c.real("lseSquareScaleForZloss", lseSquareScaleForZloss)
-    N, C = _rows_and_weight(c, "input", x, target_, weight)
+    reduction, ignore_index, label_smoothing, N, C = _check_dtypes_scalars_shapes(
+        c, "input", input_, {"lossOut": loss, "logProbOut": log_prob}, target_, weight, reductionOptional,
+        ignoreIndex, labelSmoothing, lseSquareScaleForZloss)
     if C == 0:
-        c.fail(TILING, f"input shape {list(x.shape)} must have C > 0 classes")
-    if reduction == "none":
-        if tuple(loss.shape) != (N,):
-            c.fail(TILING, f"lossOut shape {list(loss.shape)} must be 1-D [N] = [{N}] for reduction none")
-    elif not _reduced_shape_ok(loss):
-        c.fail(TILING, f"lossOut shape {list(loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
+        c.fail(TILING, f"input shape {list(input_.shape)} must have C > 0 classes")
+    _check_loss_shape(c, "lossOut", loss, reduction, N)
     if tuple(log_prob.shape) != (N, C):
         c.fail(TILING, f"logProbOut shape {list(log_prob.shape)} must equal input shape {[N, C]}")
     if loss.numel == 0 and log_prob.numel == 0:
         return EmptyPlan(c.op)
-    c.memory(input=x, target=target_, weightOptional=weight, lossOut=loss, logProbOut=log_prob)
-    c.output("lossOut", loss, input=x, target=target_, weightOptional=weight, logProbOut=log_prob)
-    c.output("logProbOut", log_prob, input=x, target=target_, weightOptional=weight)
-    return CrossEntropyLossPlan(x, target_, weight, loss, log_prob, reduction, ignore_index, label_smoothing)
+    c.memory(input=input_, target=target_, weightOptional=weight, lossOut=loss, logProbOut=log_prob)
+    c.output("lossOut", loss, input=input_, target=target_, weightOptional=weight, logProbOut=log_prob)
+    c.output("logProbOut", log_prob, input=input_, target=target_, weightOptional=weight)
+    return CrossEntropyLossPlan(input_, target_, weight, loss, log_prob, reduction, ignore_index, label_smoothing)
 
 
 aclnnCrossEntropyLossGradGetWorkspaceSize = make_get_workspace_size(GRAD_OP, _build_backward)

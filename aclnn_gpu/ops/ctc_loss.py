@@ -52,7 +52,7 @@ from ..status import aclDataType as D
 from ..tensor import aclTensor
 from . import ctc_loss_gpu as gpu
 from .checks import INVALID, Checks
-from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, grid_for, host_array, tensor_ptr, write_out
+from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, grid_for, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT32, D.ACL_INT64, D.ACL_BOOL, D.ACL_FLOAT, D.ACL_FLOAT16)
@@ -62,60 +62,100 @@ CAST_BLOCK = 256
 
 def cast_targets_host(targets: np.ndarray) -> np.ndarray:
     """CANN's cast of BOOL / FLOAT / FLOAT16 targets to int64 (NaN, inf, huge -> -1); ints unchanged."""
-    t = np.asarray(targets)
-    if t.dtype.kind in "iu":
-        return t
-    if t.dtype.kind == "b":
-        return t.astype(np.int64)
-    v = t.astype(np.float32)
-    ok = np.isfinite(v) & (np.abs(v) < 4.6116860184e18)
-    return np.where(ok, np.trunc(np.where(ok, v, 0)), -1).astype(np.int64)
+    labels = np.asarray(targets)
+    if labels.dtype.kind in "iu":
+        return labels
+    if labels.dtype.kind == "b":
+        return labels.astype(np.int64)
+    as_float = labels.astype(np.float32)
+    representable = np.isfinite(as_float) & (np.abs(as_float) < 4.6116860184e18)
+    return np.where(representable, np.trunc(np.where(representable, as_float, 0)), -1).astype(np.int64)
 
 
 # ------------------------------------------------------------------------------ shared checks
-class _Shape:
+class _Sizes:
     """Host facts shared by both directions after the checks."""
 
-    def __init__(self, T: int, N: int, C: int, il: tuple[int, ...], tl: tuple[int, ...], max_l: int,
-                 two_d: bool):
-        self.T, self.N, self.C, self.il, self.tl, self.max_l, self.two_d = T, N, C, il, tl, max_l, two_d
+    def __init__(self, T: int, N: int, C: int, input_lengths: tuple[int, ...], target_lengths: tuple[int, ...],
+                 targets_2d: bool):
+        self.T, self.N, self.C = T, N, C
+        self.input_lengths, self.target_lengths, self.targets_2d = input_lengths, target_lengths, targets_2d
 
 
-def _lengths_nonneg(c: Checks, il: tuple[int, ...], tl: tuple[int, ...]) -> None:
-    for name, values in (("inputLengths", il), ("targetLengths", tl)):
-        for b, v in enumerate(values):
-            if v < 0:
-                c.fail(INVALID, f"{name}[{b}] = {v} must be >= 0")
+def _check_time_not_empty(c: Checks, log_probs: aclTensor) -> None:
+    if log_probs.rank >= 1 and log_probs.shape[0] == 0:
+        c.fail(INVALID, f"logProbs shape {list(log_probs.shape)}: T = logProbs.shape[0] must be > 0 "
+                        "(start (0) + length (1) exceeds dimension size (0))")
 
 
-def _check_targets_and_time(c: Checks, targets: aclTensor, il, tl, N: int, T: int, max_l: int,
-                            time_extra: list[tuple[str, int]]) -> None:
-    if targets.rank == 2 and targets.shape[1] < max_l:
+def _blank(c: Checks, blank: Any, C: int) -> int:
+    blank = c.integer("blank", blank)
+    if blank < 0 or blank >= C:
+        c.fail(INVALID, f"blank ({blank}) must be in [0, C={C})")
+    return blank
+
+
+def _lengths_and_targets(c: Checks, logProbs: Any, targets: Any, inputLengths: Any, targetLengths: Any
+                         ) -> tuple[aclTensor, aclTensor, tuple[int, ...], tuple[int, ...]]:
+    """The operands both directions take, fetched in C order."""
+    return (c.tensor("logProbs", logProbs), c.tensor("targets", targets),
+            c.int_array("inputLengths", inputLengths), c.int_array("targetLengths", targetLengths))
+
+
+def _check_batch_lengths_time(c: Checks, targets: aclTensor, input_lengths: tuple[int, ...],
+                              target_lengths: tuple[int, ...], T: int, N: int, max_target_length: int,
+                              batch_extra: list[tuple[str, int]], time_extra: list[tuple[str, int]]) -> None:
+    """Batch sizes (`batch_extra` first), lengths >= 0, the 2-D targets width, then the time sizes
+    (`time_extra` first) and max(inputLengths) <= T: the middle of the spec §1.4 order."""
+    batch = [*batch_extra, ("len(inputLengths)", len(input_lengths)), ("len(targetLengths)", len(target_lengths))]
+    if targets.rank == 2:
+        batch.append(("targets.shape[0]", targets.shape[0]))
+    for name, value in batch:
+        if value != N:
+            c.fail(INVALID, f"{name} = {value} must equal the batch size logProbs.shape[1] N = {N}")
+    # negative lengths are refused: our decision (CANN does not document them)
+    for name, lengths in (("inputLengths", input_lengths), ("targetLengths", target_lengths)):
+        for sample, length in enumerate(lengths):
+            if length < 0:
+                c.fail(INVALID, f"{name}[{sample}] = {length} must be >= 0")
+    if targets.rank == 2 and targets.shape[1] < max_target_length:
         c.fail(INVALID, f"targets shape {list(targets.shape)}: 2-D targets need shape[1] >= "
-                        f"max(targetLengths) = {max_l}")
+                        f"max(targetLengths) = {max_target_length}")
     for name, value in time_extra:
         if value != T:
             c.fail(INVALID, f"{name} = {value} must equal logProbs.shape[0] T = {T}")
-    for b, v in enumerate(il):
-        if v > T:
-            c.fail(INVALID, f"inputLengths[{b}] = {v} must be <= T = {T}")
+    for sample, length in enumerate(input_lengths):
+        if length > T:
+            c.fail(INVALID, f"inputLengths[{sample}] = {length} must be <= T = {T}")
 
 
-def _check_1d_targets(c: Checks, targets: aclTensor, tl) -> None:
-    if targets.rank == 1 and targets.shape[0] != sum(tl):
-        c.fail(INVALID, f"1-D targets shape {list(targets.shape)} must equal [sum(targetLengths) = {sum(tl)}]")
+def _check_1d_targets(c: Checks, targets: aclTensor, target_lengths: tuple[int, ...]) -> None:
+    if targets.rank == 1 and targets.shape[0] != sum(target_lengths):
+        c.fail(INVALID, f"1-D targets shape {list(targets.shape)} must equal "
+                        f"[sum(targetLengths) = {sum(target_lengths)}]")
 
 
-def _gpu_limit(c: Checks, device: Any, max_l: int, lp: aclTensor) -> None:
+def _check_dtypes_and_zero_infinity(c: Checks, log_probs: aclTensor, targets: aclTensor,
+                                    same_as_log_probs: dict[str, aclTensor], zeroInfinity: Any) -> bool:
+    c.dtype_in("logProbs", log_probs, FLOAT_TYPES)
+    for name, tensor in same_as_log_probs.items():
+        c.same_dtype(name, tensor, "logProbs", log_probs)
+    c.dtype_in("targets", targets, TARGET_TYPES)
+    return c.boolean("zeroInfinity", zeroInfinity)
+
+
+def _check_gpu_limit(c: Checks, device: Any, max_target_length: int, log_probs: aclTensor) -> None:
+    """Refuse here (161002) what the GPU recursion kernel could not launch; the cpu has no limit."""
     if device.kind == "cpu":
         return
-    msize = 8 if lp.dtype == D.ACL_DOUBLE else 4
+    math_itemsize = 8 if log_probs.dtype == D.ACL_DOUBLE else 4
     try:
-        gpu.recursion_geometry(max_l, msize)
+        gpu.recursion_geometry(max_target_length, math_itemsize)
     except NotImplementedError:
-        limit = 1279 if msize == 8 else 2047
-        c.fail(INVALID, f"max(targetLengths) = {max_l} exceeds this device's CTC kernel limit {limit} "
-                        f"({'float64' if msize == 8 else 'float32'} math: 2*maxL+1 <= {2 * limit + 1} states)")
+        limit = 1279 if math_itemsize == 8 else 2047
+        c.fail(INVALID, f"max(targetLengths) = {max_target_length} exceeds this device's CTC kernel limit {limit} "
+                        f"({'float64' if math_itemsize == 8 else 'float32'} math: 2*maxL+1 <= {2 * limit + 1} "
+                        "states)")
 
 
 # ------------------------------------------------------------------------------ GPU staging
@@ -126,12 +166,11 @@ class _GpuIo:
         self.layout = WorkspaceLayout()
         self.plan_offset = self.layout.take(gpu.backward_workspace_bytes(N))
         self.staging = Staging(self.layout)
-        self.inputs = [t for t in inputs if t is not None]
-        self.outputs = outputs
-        for t in self.inputs:
-            self.staging.need_in(t)
-        for t in outputs:
-            self.staging.need_out(t)
+        self.inputs, self.outputs = inputs, outputs
+        for tensor in inputs:
+            self.staging.need_in(tensor)
+        for tensor in outputs:
+            self.staging.need_out(tensor)
         self.targets = targets
         self.cast = targets.dtype in CAST_TYPES and targets.numel > 0
         self.cast_offset = self.layout.take(8 * targets.numel) if self.cast else None
@@ -149,113 +188,116 @@ class _GpuIo:
         if not self.cast:
             return src
         dst = ws + self.cast_offset
-        n = self.targets.numel
-        ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid_for(n, CAST_BLOCK, ctx.sm_count),), (CAST_BLOCK,),
-                   (ptr(src), ptr(dst), np.int64(n), np.int32(int(self.targets.dtype)),
-                    np.int32(self.targets.dtype == D.ACL_BOOL)))
+        count = self.targets.numel
+        ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid_for(count, CAST_BLOCK, ctx.sm_count),),
+                   (CAST_BLOCK,), (ptr(src), ptr(dst), np.int64(count), np.int32(int(self.targets.dtype)),
+                                   np.int32(self.targets.dtype == D.ACL_BOOL)))
         return dst
 
-    def address(self, t: aclTensor, ws: int) -> int:
-        return self.staging.address(t, ws)
+    def address(self, tensor: aclTensor, ws: int) -> int:
+        return self.staging.address(tensor, ws)
 
     def scatter(self, ctx: Any, ws: int) -> None:
         self.staging.scatter(ctx, self.outputs, ws)
 
 
-def _dtype_name(t: aclTensor) -> str:
-    dt = dtypes.to_numpy(t.dtype)
+def _dtype_name(tensor: aclTensor) -> str:
+    dt = dtypes.to_numpy(tensor.dtype)
     return "bfloat16" if dt == dtypes.bfloat16 else dt.name
 
 
 # ------------------------------------------------------------------------------ plans
-class CtcLossBackwardPlan(Plan):
-    op = "aclnnCtcLossBackward"
+class _CtcPlan(Plan):
+    """What both directions keep: sizes, blank, zeroInfinity, and (cuda/emulated) the staging."""
 
-    def __init__(self, device: Any, g: aclTensor, lp: aclTensor, tg: aclTensor, nll: aclTensor, la: aclTensor,
-                 out: aclTensor, sh: _Shape, blank: int, zero_inf: bool):
-        self.g, self.lp, self.tg, self.nll, self.la, self.out = g, lp, tg, nll, la, out
-        self.sh, self.blank, self.zero_inf = sh, blank, zero_inf
-        self.tensors = {"gradOut": g, "logProbs": lp, "targets": tg, "negLogLikelihood": nll, "logAlpha": la,
-                        "out": out}
+    def _setup(self, device: Any, log_probs: aclTensor, targets: aclTensor, sizes: _Sizes, blank: int,
+               zero_infinity: bool, inputs: list[aclTensor], outputs: list[aclTensor]) -> None:
+        self.log_probs, self.targets = log_probs, targets
+        self.sizes, self.blank, self.zero_infinity = sizes, blank, zero_infinity
         self.io = None
         self.workspace_size = 0
         if device.kind != "cpu":
-            self.io = _GpuIo(sh.N, [g, lp, tg, nll, la], [out], tg)
+            self.io = _GpuIo(sizes.N, inputs, outputs, targets)
             self.workspace_size = self.io.size
 
+    def _lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array(self.sizes.input_lengths, np.int64), np.array(self.sizes.target_lengths, np.int64)
+
+    def _host_targets(self, device: Any) -> np.ndarray:
+        return cast_targets_host(host_array(device, self.targets))
+
+    def _launch_args(self, targets_ptr: int, workspace: int) -> dict[str, Any]:
+        """The kernel arguments both launches share."""
+        sizes = self.sizes
+        input_lengths, target_lengths = self._lengths()
+        return dict(log_probs_ptr=self.io.address(self.log_probs, workspace), targets_ptr=targets_ptr,
+                    workspace_ptr=workspace + self.io.plan_offset, T=sizes.T, N=sizes.N, C=sizes.C,
+                    dtype=_dtype_name(self.log_probs), target_dtype=self.io.target_dtype(),
+                    targets_2d_stride=self.targets.shape[1] if sizes.targets_2d else 0,
+                    targets_numel=self.targets.numel, input_lengths=input_lengths, target_lengths=target_lengths,
+                    blank=self.blank, zero_infinity=self.zero_infinity)
+
+
+class CtcLossBackwardPlan(_CtcPlan):
+    op = "aclnnCtcLossBackward"
+
+    def __init__(self, device: Any, grad_out: aclTensor, log_probs: aclTensor, targets: aclTensor,
+                 neg_log_likelihood: aclTensor, log_alpha: aclTensor, out: aclTensor, sizes: _Sizes, blank: int,
+                 zero_infinity: bool):
+        self.grad_out, self.neg_log_likelihood, self.log_alpha, self.out = grad_out, neg_log_likelihood, log_alpha, out
+        self.tensors = {"gradOut": grad_out, "logProbs": log_probs, "targets": targets,
+                        "negLogLikelihood": neg_log_likelihood, "logAlpha": log_alpha, "out": out}
+        self._setup(device, log_probs, targets, sizes, blank, zero_infinity,
+                    [grad_out, log_probs, targets, neg_log_likelihood, log_alpha], [out])
+
     def run_host(self, device: Any, workspace: int) -> None:
-        sh = self.sh
-        tg = cast_targets_host(host_array(device, self.tg))
+        input_lengths, target_lengths = self._lengths()
         grad = reference.ctc_loss_backward(
-            host_array(device, self.g), host_array(device, self.lp), tg, np.array(sh.il, np.int64),
-            np.array(sh.tl, np.int64), host_array(device, self.nll), host_array(device, self.la), self.blank,
-            self.zero_inf)
+            host_array(device, self.grad_out), host_array(device, self.log_probs), self._host_targets(device),
+            input_lengths, target_lengths, host_array(device, self.neg_log_likelihood),
+            host_array(device, self.log_alpha), self.blank, self.zero_infinity)
         write_out(host_array(device, self.out), grad)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
-        io, sh = self.io, self.sh
-        tgt = io.gather(ctx, workspace)
+        io = self.io
+        targets_ptr = io.gather(ctx, workspace)
         gpu.launch_backward(
-            ctx, grad_out_ptr=io.address(self.g, workspace), log_probs_ptr=io.address(self.lp, workspace),
-            targets_ptr=tgt, neg_log_likelihood_ptr=io.address(self.nll, workspace),
-            log_alpha_ptr=io.address(self.la, workspace), out_ptr=io.address(self.out, workspace),
-            workspace_ptr=workspace + io.plan_offset, T=sh.T, N=sh.N, C=sh.C, X=self.la.shape[2],
-            dtype=_dtype_name(self.lp), target_dtype=io.target_dtype(),
-            targets_2d_stride=self.tg.shape[1] if sh.two_d else 0, targets_numel=self.tg.numel,
-            input_lengths=np.array(sh.il, np.int64), target_lengths=np.array(sh.tl, np.int64), blank=self.blank,
-            zero_infinity=self.zero_inf)
+            ctx, grad_out_ptr=io.address(self.grad_out, workspace),
+            neg_log_likelihood_ptr=io.address(self.neg_log_likelihood, workspace),
+            log_alpha_ptr=io.address(self.log_alpha, workspace), out_ptr=io.address(self.out, workspace),
+            X=self.log_alpha.shape[2], **self._launch_args(targets_ptr, workspace))
         io.scatter(ctx, workspace)
 
 
-class CtcLossPlan(Plan):
+class CtcLossPlan(_CtcPlan):
     op = "aclnnCtcLoss"
 
-    def __init__(self, device: Any, lp: aclTensor, tg: aclTensor, nll: aclTensor, la: aclTensor, sh: _Shape,
-                 blank: int, zero_inf: bool):
-        self.lp, self.tg, self.nll, self.la = lp, tg, nll, la
-        self.sh, self.blank, self.zero_inf = sh, blank, zero_inf
-        self.tensors = {"logProbs": lp, "targets": tg, "negLogLikelihoodOut": nll, "logAlphaOut": la}
-        self.io = None
-        self.workspace_size = 0
-        if device.kind != "cpu":
-            self.io = _GpuIo(sh.N, [lp, tg], [nll, la], tg)
-            self.workspace_size = self.io.size
+    def __init__(self, device: Any, log_probs: aclTensor, targets: aclTensor, neg_log_likelihood: aclTensor,
+                 log_alpha: aclTensor, sizes: _Sizes, blank: int, zero_infinity: bool):
+        self.neg_log_likelihood, self.log_alpha = neg_log_likelihood, log_alpha
+        self.tensors = {"logProbs": log_probs, "targets": targets, "negLogLikelihoodOut": neg_log_likelihood,
+                        "logAlphaOut": log_alpha}
+        self._setup(device, log_probs, targets, sizes, blank, zero_infinity, [log_probs, targets],
+                    [neg_log_likelihood, log_alpha])
 
     def run_host(self, device: Any, workspace: int) -> None:
-        sh = self.sh
-        tg = cast_targets_host(host_array(device, self.tg))
-        nll, la = reference.ctc_loss_forward(host_array(device, self.lp), tg, np.array(sh.il, np.int64),
-                                             np.array(sh.tl, np.int64), self.blank, self.zero_inf)
-        write_out(host_array(device, self.nll), nll)
-        write_out(host_array(device, self.la), la)
+        input_lengths, target_lengths = self._lengths()
+        neg_log_likelihood, log_alpha = reference.ctc_loss_forward(
+            host_array(device, self.log_probs), self._host_targets(device), input_lengths, target_lengths,
+            self.blank, self.zero_infinity)
+        write_out(host_array(device, self.neg_log_likelihood), neg_log_likelihood)
+        write_out(host_array(device, self.log_alpha), log_alpha)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
-        io, sh = self.io, self.sh
-        tgt = io.gather(ctx, workspace)
+        io = self.io
+        targets_ptr = io.gather(ctx, workspace)
         gpu.launch_forward(
-            ctx, log_probs_ptr=io.address(self.lp, workspace), targets_ptr=tgt,
-            neg_log_likelihood_ptr=io.address(self.nll, workspace), log_alpha_ptr=io.address(self.la, workspace),
-            workspace_ptr=workspace + io.plan_offset, T=sh.T, N=sh.N, C=sh.C, dtype=_dtype_name(self.lp),
-            target_dtype=io.target_dtype(), targets_2d_stride=self.tg.shape[1] if sh.two_d else 0,
-            targets_numel=self.tg.numel, input_lengths=np.array(sh.il, np.int64),
-            target_lengths=np.array(sh.tl, np.int64), blank=self.blank, zero_infinity=self.zero_inf)
+            ctx, neg_log_likelihood_ptr=io.address(self.neg_log_likelihood, workspace),
+            log_alpha_ptr=io.address(self.log_alpha, workspace), **self._launch_args(targets_ptr, workspace))
         io.scatter(ctx, workspace)
 
 
 # ------------------------------------------------------------------------------ phase 1
-def _t0(c: Checks, lp: aclTensor) -> None:
-    if lp.rank >= 1 and lp.shape[0] == 0:
-        c.fail(INVALID, f"logProbs shape {list(lp.shape)}: T = logProbs.shape[0] must be > 0 "
-                        "(start (0) + length (1) exceeds dimension size (0))")
-
-
-def _blank(c: Checks, blank: Any, C: int) -> int:
-    blank = c.integer("blank", blank)
-    if blank < 0 or blank >= C:
-        c.fail(INVALID, f"blank ({blank}) must be in [0, C={C})")
-    return blank
-
-
 def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inputLengths: Any,
                     targetLengths: Any, negLogLikelihood: Any, logAlpha: Any, blank: Any, zeroInfinity: Any,
                     out: Any) -> Plan:
@@ -264,55 +306,49 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
     c = Checks("aclnnCtcLossBackward", device)
     c.not_null(gradOut=gradOut, logProbs=logProbs, targets=targets, inputLengths=inputLengths,
                targetLengths=targetLengths, negLogLikelihood=negLogLikelihood, logAlpha=logAlpha, out=out)
-    g = c.tensor("gradOut", gradOut)
-    lp = c.tensor("logProbs", logProbs)
-    tg = c.tensor("targets", targets)
-    il = c.int_array("inputLengths", inputLengths)
-    tl = c.int_array("targetLengths", targetLengths)
-    nll = c.tensor("negLogLikelihood", negLogLikelihood)
-    la = c.tensor("logAlpha", logAlpha)
-    o = c.tensor("out", out)
-    _t0(c, lp)
-    c.rank("gradOut", g, 1)
-    c.rank("negLogLikelihood", nll, 1)
-    c.rank("logProbs", lp, 3)
-    c.rank("logAlpha", la, 3)
-    c.rank("targets", tg, (1, 2))
-    c.rank("out", o, 3)
-    T, N, C = lp.shape
+    grad_out = c.tensor("gradOut", gradOut)
+    log_probs, targets_, input_lengths, target_lengths = _lengths_and_targets(c, logProbs, targets, inputLengths,
+                                                                              targetLengths)
+    neg_log_likelihood = c.tensor("negLogLikelihood", negLogLikelihood)
+    log_alpha = c.tensor("logAlpha", logAlpha)
+    out_ = c.tensor("out", out)
+    _check_time_not_empty(c, log_probs)
+    c.rank("gradOut", grad_out, 1)
+    c.rank("negLogLikelihood", neg_log_likelihood, 1)
+    c.rank("logProbs", log_probs, 3)
+    c.rank("logAlpha", log_alpha, 3)
+    c.rank("targets", targets_, (1, 2))
+    c.rank("out", out_, 3)
+    T, N, C = log_probs.shape
     blank = _blank(c, blank, C)
-    max_l = max([0, *tl])
-    X = la.shape[2]
-    if max_l > (X - 1) // 2:
-        c.fail(INVALID, f"max(targetLengths) = {max_l} must be <= (logAlpha.shape[2] - 1) / 2 = {(X - 1) // 2} "
-                        f"(logAlpha shape {list(la.shape)})")
-    batch = [("gradOut.shape[0]", g.shape[0]), ("out.shape[1]", o.shape[1]),
-             ("negLogLikelihood.shape[0]", nll.shape[0]), ("logAlpha.shape[0]", la.shape[0]),
-             ("len(inputLengths)", len(il)), ("len(targetLengths)", len(tl))]
-    if tg.rank == 2:
-        batch.append(("targets.shape[0]", tg.shape[0]))
-    for name, value in batch:
-        if value != N:
-            c.fail(INVALID, f"{name} = {value} must equal the batch size logProbs.shape[1] N = {N}")
-    _lengths_nonneg(c, il, tl)
-    _check_targets_and_time(c, tg, il, tl, N, T, max_l, [("out.shape[0]", o.shape[0]),
-                                                         ("logAlpha.shape[1]", la.shape[1])])
-    if o.shape[2] != C:
-        c.fail(INVALID, f"out.shape[2] = {o.shape[2]} must equal logProbs.shape[2] C = {C}")
-    _check_1d_targets(c, tg, tl)
-    c.shape_eq("out", o, lp.shape, "logProbs shape")
-    c.dtype_in("logProbs", lp, FLOAT_TYPES)
-    for name, t in (("gradOut", g), ("negLogLikelihood", nll), ("logAlpha", la), ("out", o)):
-        c.same_dtype(name, t, "logProbs", lp)
-    c.dtype_in("targets", tg, TARGET_TYPES)
-    zero_inf = c.boolean("zeroInfinity", zeroInfinity)
+    max_length = max([0, *target_lengths])
+    X = log_alpha.shape[2]
+    if max_length > (X - 1) // 2:
+        c.fail(INVALID, f"max(targetLengths) = {max_length} must be <= (logAlpha.shape[2] - 1) / 2 = {(X - 1) // 2} "
+                        f"(logAlpha shape {list(log_alpha.shape)})")
+    _check_batch_lengths_time(
+        c, targets_, input_lengths, target_lengths, T, N, max_length,
+        batch_extra=[("gradOut.shape[0]", grad_out.shape[0]), ("out.shape[1]", out_.shape[1]),
+                     ("negLogLikelihood.shape[0]", neg_log_likelihood.shape[0]),
+                     ("logAlpha.shape[0]", log_alpha.shape[0])],
+        time_extra=[("out.shape[0]", out_.shape[0]), ("logAlpha.shape[1]", log_alpha.shape[1])])
+    if out_.shape[2] != C:
+        c.fail(INVALID, f"out.shape[2] = {out_.shape[2]} must equal logProbs.shape[2] C = {C}")
+    _check_1d_targets(c, targets_, target_lengths)
+    c.shape_eq("out", out_, log_probs.shape, "logProbs shape")
+    zero_infinity = _check_dtypes_and_zero_infinity(
+        c, log_probs, targets_, {"gradOut": grad_out, "negLogLikelihood": neg_log_likelihood, "logAlpha": log_alpha,
+                                 "out": out_}, zeroInfinity)
     if N == 0:
         return EmptyPlan(c.op)
-    _gpu_limit(c, device, max_l, lp)
-    c.memory(gradOut=g, logProbs=lp, targets=tg, negLogLikelihood=nll, logAlpha=la, out=o)
-    c.output("out", o, gradOut=g, logProbs=lp, targets=tg, negLogLikelihood=nll, logAlpha=la)
-    return CtcLossBackwardPlan(device, g, lp, tg, nll, la, o, _Shape(T, N, C, il, tl, max_l, tg.rank == 2),
-                               blank, zero_inf)
+    _check_gpu_limit(c, device, max_length, log_probs)
+    c.memory(gradOut=grad_out, logProbs=log_probs, targets=targets_, negLogLikelihood=neg_log_likelihood,
+             logAlpha=log_alpha, out=out_)
+    c.output("out", out_, gradOut=grad_out, logProbs=log_probs, targets=targets_,
+             negLogLikelihood=neg_log_likelihood, logAlpha=log_alpha)
+    sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
+    return CtcLossBackwardPlan(device, grad_out, log_probs, targets_, neg_log_likelihood, log_alpha, out_, sizes,
+                               blank, zero_infinity)
 
 
 def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, targetLengths: Any, blank: Any,
@@ -322,43 +358,33 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
     c = Checks("aclnnCtcLoss", device)
     c.not_null(logProbs=logProbs, targets=targets, inputLengths=inputLengths, targetLengths=targetLengths,
                negLogLikelihoodOut=negLogLikelihoodOut, logAlphaOut=logAlphaOut)
-    lp = c.tensor("logProbs", logProbs)
-    tg = c.tensor("targets", targets)
-    il = c.int_array("inputLengths", inputLengths)
-    tl = c.int_array("targetLengths", targetLengths)
-    nll = c.tensor("negLogLikelihoodOut", negLogLikelihoodOut)
-    la = c.tensor("logAlphaOut", logAlphaOut)
-    _t0(c, lp)
-    c.rank("logProbs", lp, 3)
-    c.rank("targets", tg, (1, 2))
-    c.rank("negLogLikelihoodOut", nll, 1)
-    c.rank("logAlphaOut", la, 3)
-    T, N, C = lp.shape
+    log_probs, targets_, input_lengths, target_lengths = _lengths_and_targets(c, logProbs, targets, inputLengths,
+                                                                              targetLengths)
+    neg_log_likelihood = c.tensor("negLogLikelihoodOut", negLogLikelihoodOut)
+    log_alpha = c.tensor("logAlphaOut", logAlphaOut)
+    _check_time_not_empty(c, log_probs)
+    c.rank("logProbs", log_probs, 3)
+    c.rank("targets", targets_, (1, 2))
+    c.rank("negLogLikelihoodOut", neg_log_likelihood, 1)
+    c.rank("logAlphaOut", log_alpha, 3)
+    T, N, C = log_probs.shape
     blank = _blank(c, blank, C)
-    max_l = max([0, *tl])
-    batch = [("len(inputLengths)", len(il)), ("len(targetLengths)", len(tl))]
-    if tg.rank == 2:
-        batch.append(("targets.shape[0]", tg.shape[0]))
-    for name, value in batch:
-        if value != N:
-            c.fail(INVALID, f"{name} = {value} must equal the batch size logProbs.shape[1] N = {N}")
-    _lengths_nonneg(c, il, tl)
-    _check_targets_and_time(c, tg, il, tl, N, T, max_l, [])
-    _check_1d_targets(c, tg, tl)
-    c.shape_eq("negLogLikelihoodOut", nll, (N,), "(N,) =")
-    c.shape_eq("logAlphaOut", la, (N, T, 2 * max_l + 1), "(N, T, 2*max(targetLengths)+1) =")
-    c.dtype_in("logProbs", lp, FLOAT_TYPES)
-    for name, t in (("negLogLikelihoodOut", nll), ("logAlphaOut", la)):
-        c.same_dtype(name, t, "logProbs", lp)
-    c.dtype_in("targets", tg, TARGET_TYPES)
-    zero_inf = c.boolean("zeroInfinity", zeroInfinity)
+    max_length = max([0, *target_lengths])
+    _check_batch_lengths_time(c, targets_, input_lengths, target_lengths, T, N, max_length, batch_extra=[],
+                              time_extra=[])
+    _check_1d_targets(c, targets_, target_lengths)
+    c.shape_eq("negLogLikelihoodOut", neg_log_likelihood, (N,), "(N,) =")
+    c.shape_eq("logAlphaOut", log_alpha, (N, T, 2 * max_length + 1), "(N, T, 2*max(targetLengths)+1) =")
+    zero_infinity = _check_dtypes_and_zero_infinity(
+        c, log_probs, targets_, {"negLogLikelihoodOut": neg_log_likelihood, "logAlphaOut": log_alpha}, zeroInfinity)
     if N == 0:
         return EmptyPlan(c.op)
-    _gpu_limit(c, device, max_l, lp)
-    c.memory(logProbs=lp, targets=tg, negLogLikelihoodOut=nll, logAlphaOut=la)
-    c.output("negLogLikelihoodOut", nll, logProbs=lp, targets=tg, logAlphaOut=la)
-    c.output("logAlphaOut", la, logProbs=lp, targets=tg)
-    return CtcLossPlan(device, lp, tg, nll, la, _Shape(T, N, C, il, tl, max_l, tg.rank == 2), blank, zero_inf)
+    _check_gpu_limit(c, device, max_length, log_probs)
+    c.memory(logProbs=log_probs, targets=targets_, negLogLikelihoodOut=neg_log_likelihood, logAlphaOut=log_alpha)
+    c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
+    c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
+    sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
+    return CtcLossPlan(device, log_probs, targets_, neg_log_likelihood, log_alpha, sizes, blank, zero_infinity)
 
 
 aclnnCtcLossBackwardGetWorkspaceSize = make_get_workspace_size("aclnnCtcLossBackward", _build_backward)

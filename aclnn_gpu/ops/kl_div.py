@@ -1,20 +1,24 @@
 """aclnnKlDiv and aclnnKlDivBackward: checks in CANN's order, then the plan.
 
-Backward (spec/ops.md §3): `out = sum_to(self.shape, -(e * gradOutput) * coef)` on
-B = broadcast(self, target), e = target or exp(target); coef 1 (none, sum), 1/numel(B) (mean),
-1/B[0] (batchmean, CANN's divisor). Codes: 161001 for a null tensor, 161002 for dtypes, ranks over
-8, shapes that do not broadcast, a gradOutput that would enlarge B, an out shape other than self's,
-and (this library's decision, API.md §6) a reduction code outside 0..3.
-The cpu device runs `reference/kl_div.py`; cuda and emulated run `ops/kl_div_gpu.py`.
+Owns the host side of KL divergence (spec/ops.md §3). On B = broadcast(self, target):
+forward `out = reduce(target * (log(target) - self))` (logTarget: `exp(target) * (target - self)`;
+0 * log 0 = 0), none giving shape B and sum / mean / batchmean one element (0-D or [1] out);
+backward `out = sum_to(self.shape, -(e * gradOutput) * coef)`, e = target or exp(target);
+coef 1 (none, sum), 1/numel(B) (mean), 1/B[0] (batchmean, CANN's divisor).
+Codes: 161001 for a null tensor, 161002 for dtypes, ranks over 8, shapes that do not broadcast, a
+gradOutput that would enlarge B, an out shape other than self's (backward) or than B / one element
+(forward), and (this library's decision, API.md §6) a reduction code outside 0..3.
+The cpu device runs `reference/kl_div.py`; cuda and emulated run `ops/kl_div_gpu.py`, whose kernels
+index strided and broadcast views directly (no staging). Workspace: kl_div_gpu's formulas (0 or
+its 512-byte tiling block, plus the forward's per-block partials for a reduction), asked for on
+every device.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from .. import dtypes
 from ..executor import make_execute, make_get_workspace_size
 from ..reference import kl_div as reference
 from ..status import aclDataType as D
@@ -27,11 +31,13 @@ FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}
 
 
-def _math(*tensors: aclTensor) -> np.dtype:
+def _math_dtype(*tensors: aclTensor) -> np.dtype:
+    """The reference's math precision: float64 when any operand is DOUBLE, else float32."""
     return np.dtype(np.float64) if any(t.dtype == D.ACL_DOUBLE for t in tensors) else np.dtype(np.float32)
 
 
-def _gpu(tensor: aclTensor) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+def _kernel_operand(tensor: aclTensor) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+    """A tensor as `kl_div_gpu` takes it: (address with view offset, shape, strides, dtype code)."""
     return tensor_ptr(tensor), tensor.shape, tensor.strides, int(tensor.dtype)
 
 
@@ -42,6 +48,13 @@ def _reduction(c: Checks, reduction: Any) -> int:
     return value
 
 
+def _broadcast_shape(c: Checks, self_: aclTensor, target: aclTensor) -> tuple[int, ...]:
+    broadcast = broadcast_shapes(self_.shape, target.shape)
+    if broadcast is None:
+        c.fail(INVALID, f"self shape {list(self_.shape)} and target shape {list(target.shape)} do not broadcast")
+    return broadcast
+
+
 class KlDivBackwardPlan(Plan):
     op = "aclnnKlDivBackward"
 
@@ -50,10 +63,13 @@ class KlDivBackwardPlan(Plan):
         self.grad_output, self.self_shape, self.target, self.out = grad_output, self_.shape, target, out
         self.reduction, self.log_target = reduction, log_target
         self.tensors = {"gradOutput": grad_output, "self": self_, "target": target, "out": out}
-        self.math = _math(grad_output, self_, target)
-        self.workspace_size = kl_div_gpu.backward_workspace_bytes(
-            grad_output=_gpu(grad_output), target=_gpu(target), out=_gpu(out), self_shape=self.self_shape,
-            reduction=reduction, log_target=log_target)
+        self.math = _math_dtype(grad_output, self_, target)
+        self.workspace_size = kl_div_gpu.backward_workspace_bytes(**self._kernel_args())
+
+    def _kernel_args(self) -> dict[str, Any]:
+        return dict(grad_output=_kernel_operand(self.grad_output), target=_kernel_operand(self.target),
+                    out=_kernel_operand(self.out), self_shape=self.self_shape, reduction=self.reduction,
+                    log_target=self.log_target)
 
     def run_host(self, device: Any, workspace: int) -> None:
         result = reference.kl_div_backward(host_array(device, self.grad_output), host_array(device, self.target),
@@ -61,9 +77,7 @@ class KlDivBackwardPlan(Plan):
         write_out(host_array(device, self.out), result)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
-        kl_div_gpu.launch_backward(ctx, grad_output=_gpu(self.grad_output), target=_gpu(self.target),
-                                   out=_gpu(self.out), self_shape=self.self_shape, reduction=self.reduction,
-                                   log_target=self.log_target, workspace_ptr=workspace)
+        kl_div_gpu.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace)
 
 
 class KlDivPlan(Plan):
@@ -73,9 +87,12 @@ class KlDivPlan(Plan):
         self.self_, self.target, self.out = self_, target, out
         self.reduction, self.log_target = reduction, log_target
         self.tensors = {"self": self_, "target": target, "out": out}
-        self.math = _math(self_, target)
-        self.workspace_size = kl_div_gpu.forward_workspace_bytes(
-            self=_gpu(self_), target=_gpu(target), out=_gpu(out), reduction=reduction, log_target=log_target)
+        self.math = _math_dtype(self_, target)
+        self.workspace_size = kl_div_gpu.forward_workspace_bytes(**self._kernel_args())
+
+    def _kernel_args(self) -> dict[str, Any]:
+        return dict(self=_kernel_operand(self.self_), target=_kernel_operand(self.target),
+                    out=_kernel_operand(self.out), reduction=self.reduction, log_target=self.log_target)
 
     def run_host(self, device: Any, workspace: int) -> None:
         result = reference.kl_div(host_array(device, self.self_), host_array(device, self.target),
@@ -83,8 +100,7 @@ class KlDivPlan(Plan):
         write_out(host_array(device, self.out), result)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
-        kl_div_gpu.launch_forward(ctx, self=_gpu(self.self_), target=_gpu(self.target), out=_gpu(self.out),
-                                  reduction=self.reduction, log_target=self.log_target, workspace_ptr=workspace)
+        kl_div_gpu.launch_forward(ctx, **self._kernel_args(), workspace_ptr=workspace)
 
 
 def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduction: Any, logTarget: Any,
@@ -93,16 +109,14 @@ def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduct
     -> (status, workspaceSize, executor)."""
     c = Checks("aclnnKlDivBackward", device)
     c.not_null(gradOutput=gradOutput, self=self, target=target, out=out)
-    grad_output, self_, target_, out_ = (c.tensor(n, t) for n, t in
-                                         (("gradOutput", gradOutput), ("self", self), ("target", target),
-                                          ("out", out)))
-    for name, tensor in (("gradOutput", grad_output), ("self", self_), ("target", target_), ("out", out_)):
+    tensors = {name: c.tensor(name, t) for name, t in (("gradOutput", gradOutput), ("self", self),
+                                                       ("target", target), ("out", out))}
+    grad_output, self_, target_, out_ = tensors.values()
+    for name, tensor in tensors.items():  # every dtype, then every rank (forward: per tensor)
         c.dtype_in(name, tensor, FLOAT_TYPES)
-    for name, tensor in (("gradOutput", grad_output), ("self", self_), ("target", target_), ("out", out_)):
+    for name, tensor in tensors.items():
         c.max_rank(name, tensor)
-    broadcast = broadcast_shapes(self_.shape, target_.shape)
-    if broadcast is None:
-        c.fail(INVALID, f"self shape {list(self_.shape)} and target shape {list(target_.shape)} do not broadcast")
+    broadcast = _broadcast_shape(c, self_, target_)
     if broadcast_shapes(grad_output.shape, broadcast) != broadcast:
         c.fail(INVALID, f"gradOutput shape {list(grad_output.shape)} must broadcast to the broadcast shape "
                         f"{list(broadcast)} of self and target without enlarging it")
@@ -124,9 +138,7 @@ def _build_forward(device: Any, self: Any, target: Any, reduction: Any, logTarge
     for name, tensor in (("self", self_), ("target", target_), ("out", out_)):
         c.dtype_in(name, tensor, FLOAT_TYPES)
         c.max_rank(name, tensor)
-    broadcast = broadcast_shapes(self_.shape, target_.shape)
-    if broadcast is None:
-        c.fail(INVALID, f"self shape {list(self_.shape)} and target shape {list(target_.shape)} do not broadcast")
+    broadcast = _broadcast_shape(c, self_, target_)
     reduction = _reduction(c, reduction)
     log_target = c.boolean("logTarget", logTarget)
     if reduction == 0:

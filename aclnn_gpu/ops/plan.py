@@ -59,14 +59,16 @@ def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> N
         fail(INVALID, f"{op}: {name} was destroyed")
     if tensor.numel == 0:
         return
-    if any(s < 0 for s in tensor.strides):
+    if tensor.negative_strides:
         fail(INVALID, f"{op}: {name} has negative strides {list(tensor.strides)}, which are not supported")
-    if tensor.data is None:
+    data = tensor.data
+    if data is None:
         fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{op}: {name} has no data address but {tensor.numel} elements")
-    lo, hi = tensor.element_span()
-    size = tensor.itemsize
-    device.registry.check(tensor.data + lo * size, (hi - lo) * size, f"{op}: {name} data", status=INVALID,
-                          on_device=True)
+    lo, nbytes = tensor.byte_span()
+    registry = device.registry
+    alloc = registry.find(data + lo, nbytes)
+    if alloc is None or alloc.on_device is not True:  # the slow path builds the message and fails
+        registry.check(data + lo, nbytes, f"{op}: {name} data", status=INVALID, on_device=True)
 
 
 def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
@@ -84,8 +86,8 @@ def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
 
 
 def byte_range(tensor: aclTensor) -> tuple[int, int]:
-    lo, hi = tensor.element_span()
-    return tensor.data + lo * tensor.itemsize, tensor.data + hi * tensor.itemsize
+    lo, nbytes = tensor.byte_span()
+    return tensor.data + lo, tensor.data + lo + nbytes
 
 
 def check_no_alias(op: str, out_name: str, out: aclTensor, inputs: Sequence[tuple[str, aclTensor | None]]) -> None:
@@ -107,12 +109,11 @@ def host_array(device: Any, tensor: aclTensor) -> np.ndarray:
     dtype = dtypes.to_numpy(tensor.dtype)
     if tensor.numel == 0:
         return np.empty(tensor.shape, dtype)
-    lo, hi = tensor.element_span()
-    raw = device.host_view(tensor.data + lo * dtype.itemsize, (hi - lo) * dtype.itemsize)
-    base = raw.view(dtype)
-    start = tensor.offset - lo
-    return np.lib.stride_tricks.as_strided(base[start:], tensor.shape,
-                                           tuple(s * dtype.itemsize for s in tensor.strides))
+    size = dtype.itemsize
+    lo, nbytes = tensor.byte_span()
+    raw = device.host_view(tensor.data + lo, nbytes)
+    return np.ndarray(tensor.shape, dtype, buffer=raw, offset=tensor.offset * size - lo,
+                      strides=tuple(s * size for s in tensor.strides))
 
 
 def host_workspace(device: Any, workspace: int, nbytes: int) -> np.ndarray:

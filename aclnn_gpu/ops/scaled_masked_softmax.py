@@ -56,7 +56,7 @@ def _fix_flag(value: Any) -> bool:
     return isinstance(value, (bool, numbers.Integral)) and bool(value)
 
 
-def _mask_view(mask: aclTensor | None, B: int, N: int) -> tuple[aclTensor | None, int, int, bool]:
+def _mask_view(mask: aclTensor | None) -> tuple[aclTensor | None, int, int, bool]:
     """(mask, Bm, Nm, needs staging) for the GPU plan. A dim of size > 1 with stride 0 (an expanded
     view) is passed as a broadcast dim; whatever else is not contiguous is staged."""
     if mask is None:
@@ -74,17 +74,17 @@ def _mask_view(mask: aclTensor | None, B: int, N: int) -> tuple[aclTensor | None
 
 
 class _SmsmPlan(Plan):
-    """Shared by both directions: `ins` are the float operands, `outs` the one output."""
+    """Shared by both directions: `inputs` are the float operands (named `input_names`), `out` the
+    one output (named `output_name`)."""
 
-    direction = "bwd"
+    input_names: tuple[str, ...] = ()
+    output_name = ""
 
-    def _setup(self, device: Any, ins: tuple[aclTensor, ...], mask: aclTensor | None, out: aclTensor,
-               scale: float, fix: bool) -> None:
-        self.ins, self.mask, self.out = ins, mask, out
-        self.scale, self.fix = scale, fix
-        names = ("gradOutput", "y") if self.op == "aclnnScaledMaskedSoftmaxBackward" else ("x",)
-        out_name = "out" if self.op == "aclnnScaledMaskedSoftmaxBackward" else "y"
-        self.tensors = {**dict(zip(names, ins)), "mask": mask, out_name: out}
+    def _setup(self, device: Any, inputs: tuple[aclTensor, ...], mask: aclTensor | None, out: aclTensor,
+               scale: float, fix_triu_mask: bool) -> None:
+        self.inputs, self.mask, self.out = inputs, mask, out
+        self.scale, self.fix_triu_mask = scale, fix_triu_mask
+        self.tensors = {**dict(zip(self.input_names, inputs)), "mask": mask, self.output_name: out}
         self.B, self.N, self.S1, self.S2 = out.shape
         self.dtype = dtypes.to_numpy(out.dtype)
         self.workspace_size = 0
@@ -93,13 +93,12 @@ class _SmsmPlan(Plan):
             return
         layout = WorkspaceLayout()
         staging = Staging(layout)
-        for t in ins:
-            staging.need_in(t)
-        mask_t, self.Bm, self.Nm, stage_mask = _mask_view(mask, self.B, self.N)
-        self.mask_staged = stage_mask
-        if stage_mask:
-            staging.need_in(mask_t)
-            self.Bm, self.Nm = mask_t.shape[0], mask_t.shape[1]
+        for tensor in inputs:
+            staging.need_in(tensor)
+        mask_view, self.Bm, self.Nm, self.mask_staged = _mask_view(mask)
+        if self.mask_staged:  # the staged copy is the whole contiguous mask: no broadcast dims left
+            staging.need_in(mask_view)
+            self.Bm, self.Nm = mask_view.shape[0], mask_view.shape[1]
         staging.need_out(out)
         self.workspace_size = layout.size + gpu.workspace_bytes(self.B, self.N, self.S1, self.S2, self.dtype)
         self.staging = staging
@@ -108,53 +107,54 @@ class _SmsmPlan(Plan):
         return None if self.mask is None else host_array(device, self.mask)
 
     def _gather(self, ctx: Any, workspace: int) -> None:
-        self.staging.gather(ctx, list(self.ins) + ([self.mask] if self.mask_staged else []), workspace)
+        self.staging.gather(ctx, list(self.inputs) + ([self.mask] if self.mask_staged else []), workspace)
 
-    def _mask_ptr(self, workspace: int) -> int:
-        return 0 if self.mask is None else self.staging.address(self.mask, workspace)
+    def _launch_args(self, workspace: int) -> dict[str, Any]:
+        """The kernel arguments both launches share."""
+        return dict(mask_ptr=0 if self.mask is None else self.staging.address(self.mask, workspace),
+                    workspace_ptr=workspace, B=self.B, N=self.N, S1=self.S1, S2=self.S2, Bm=self.Bm, Nm=self.Nm,
+                    dtype=self.dtype, scale=self.scale, fix_triu_mask=self.fix_triu_mask)
 
 
 class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
     op = "aclnnScaledMaskedSoftmaxBackward"
+    input_names, output_name = ("gradOutput", "y"), "out"
 
-    def __init__(self, device: Any, grad: aclTensor, y: aclTensor, mask: aclTensor | None, out: aclTensor,
-                 scale: float, fix: bool):
-        self._setup(device, (grad, y), mask, out, scale, fix)
+    def __init__(self, device: Any, grad_output: aclTensor, y: aclTensor, mask: aclTensor | None, out: aclTensor,
+                 scale: float, fix_triu_mask: bool):
+        self._setup(device, (grad_output, y), mask, out, scale, fix_triu_mask)
 
     def run_host(self, device: Any, workspace: int) -> None:
-        g, y = (host_array(device, t) for t in self.ins)
-        reference.scaled_masked_softmax_backward(g, y, self._mask_host(device), self.scale, self.fix,
-                                                 out=host_array(device, self.out))
+        grad_output, y = (host_array(device, t) for t in self.inputs)
+        reference.scaled_masked_softmax_backward(grad_output, y, self._mask_host(device), self.scale,
+                                                 self.fix_triu_mask, out=host_array(device, self.out))
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
-        grad, y = self.ins
+        grad_output, y = self.inputs
         self._gather(ctx, workspace)
-        gpu.launch_backward(ctx, grad_ptr=self.staging.address(grad, workspace),
-                            y_ptr=self.staging.address(y, workspace), mask_ptr=self._mask_ptr(workspace),
-                            out_ptr=self.staging.address(self.out, workspace), workspace_ptr=workspace,
-                            B=self.B, N=self.N, S1=self.S1, S2=self.S2, Bm=self.Bm, Nm=self.Nm,
-                            dtype=self.dtype, scale=self.scale, fix_triu_mask=self.fix)
+        gpu.launch_backward(ctx, grad_ptr=self.staging.address(grad_output, workspace),
+                            y_ptr=self.staging.address(y, workspace),
+                            out_ptr=self.staging.address(self.out, workspace), **self._launch_args(workspace))
         self.staging.scatter(ctx, [self.out], workspace)
 
 
 class ScaledMaskedSoftmaxPlan(_SmsmPlan):
     op = "aclnnScaledMaskedSoftmax"
+    input_names, output_name = ("x",), "y"
 
-    def __init__(self, device: Any, x: aclTensor, mask: aclTensor | None, y: aclTensor, scale: float, fix: bool):
-        self._setup(device, (x,), mask, y, scale, fix)
+    def __init__(self, device: Any, x: aclTensor, mask: aclTensor | None, y: aclTensor, scale: float,
+                 fix_triu_mask: bool):
+        self._setup(device, (x,), mask, y, scale, fix_triu_mask)
 
     def run_host(self, device: Any, workspace: int) -> None:
-        result = reference.scaled_masked_softmax(host_array(device, self.ins[0]), self._mask_host(device),
-                                                 self.scale, self.fix)
+        result = reference.scaled_masked_softmax(host_array(device, self.inputs[0]), self._mask_host(device),
+                                                 self.scale, self.fix_triu_mask)
         write_out(host_array(device, self.out), result)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
-        x = self.ins[0]
         self._gather(ctx, workspace)
-        gpu.launch_forward(ctx, x_ptr=self.staging.address(x, workspace), mask_ptr=self._mask_ptr(workspace),
-                           y_ptr=self.staging.address(self.out, workspace), workspace_ptr=workspace,
-                           B=self.B, N=self.N, S1=self.S1, S2=self.S2, Bm=self.Bm, Nm=self.Nm,
-                           dtype=self.dtype, scale=self.scale, fix_triu_mask=self.fix)
+        gpu.launch_forward(ctx, x_ptr=self.staging.address(self.inputs[0], workspace),
+                           y_ptr=self.staging.address(self.out, workspace), **self._launch_args(workspace))
         self.staging.scatter(ctx, [self.out], workspace)
 
 
@@ -162,42 +162,43 @@ class ScaledMaskedSoftmaxPlan(_SmsmPlan):
 def _validate(c: Checks, first: str, floats: dict[str, Any], mask: Any, scale: Any, fixTriuMask: Any
               ) -> tuple[dict[str, aclTensor], aclTensor | None, float, bool]:
     """Steps 1-6 of the module docstring; `floats` are the float tensors in C order, `first` the one
-    whose shape and dtype the others must match."""
-    fix_hint = _fix_flag(fixTriuMask)
+    whose shape and dtype the others must match. Returns (tensors, mask, scale, fixTriuMask)."""
     names = list(floats)
-    nulls = {n: floats[n] for n in names[:-1]}
-    nulls.update({} if fix_hint else {"mask": mask})
+    # null checks in C order: the float inputs, mask (unless fixTriuMask makes it optional), the output
+    nulls = {name: floats[name] for name in names[:-1]}
+    nulls.update({} if _fix_flag(fixTriuMask) else {"mask": mask})
     nulls[names[-1]] = floats[names[-1]]
     c.not_null(**nulls)
-    ts = {n: c.tensor(n, v) for n, v in floats.items()}
-    m = None if mask is None else c.tensor("mask", mask)
-    for n in names:
-        c.dtype_in(n, ts[n], FLOAT_TYPES)
-    if m is not None:
-        c.dtype_in("mask", m, MASK_TYPES)
-    for n, t in list(ts.items()) + ([("mask", m)] if m is not None else []):
-        if t.format in NZ_FORMATS:
-            c.fail(INVALID, f"{n} format {F(t.format).name} is not supported (ND tensors only)")
-    ref = ts[first]
-    c.rank(first, ref, 4)
-    B, N, S1, S2 = ref.shape
-    for n in names:
-        if n != first:
-            c.shape_eq(n, ts[n], ref.shape, f"{first} shape")
-    if m is not None:
-        c.rank("mask", m, 4)
-        if tuple(m.shape[2:]) != (S1, S2):
-            c.fail(INVALID, f"mask shape {list(m.shape)}: the last two dims must equal (S1, S2) = ({S1}, {S2}) "
-                            f"of {first} shape {list(ref.shape)}")
-        if m.shape[0] not in (B, 1) or m.shape[1] not in (N, 1):
-            c.fail(INVALID, f"mask shape {list(m.shape)}: dim 0 must be {B} or 1 and dim 1 must be {N} or 1 "
-                            f"to broadcast over {first} shape {list(ref.shape)}")
-    fix = c.boolean("fixTriuMask", fixTriuMask)
-    value = c.real("scale", scale)
-    for n in names:
-        if n != first:
-            c.same_dtype(n, ts[n], first, ref)
-    return ts, m, value, fix
+    tensors = {name: c.tensor(name, value) for name, value in floats.items()}
+    mask_ = None if mask is None else c.tensor("mask", mask)
+    for name in names:
+        c.dtype_in(name, tensors[name], FLOAT_TYPES)
+    if mask_ is not None:
+        c.dtype_in("mask", mask_, MASK_TYPES)
+    for name, tensor in list(tensors.items()) + ([("mask", mask_)] if mask_ is not None else []):
+        if tensor.format in NZ_FORMATS:
+            c.fail(INVALID, f"{name} format {F(tensor.format).name} is not supported (ND tensors only)")
+    reference_tensor = tensors[first]
+    c.rank(first, reference_tensor, 4)
+    B, N, S1, S2 = reference_tensor.shape
+    shape = list(reference_tensor.shape)
+    for name in names:
+        if name != first:
+            c.shape_eq(name, tensors[name], reference_tensor.shape, f"{first} shape")
+    if mask_ is not None:
+        c.rank("mask", mask_, 4)
+        if tuple(mask_.shape[2:]) != (S1, S2):
+            c.fail(INVALID, f"mask shape {list(mask_.shape)}: the last two dims must equal (S1, S2) = ({S1}, {S2}) "
+                            f"of {first} shape {shape}")
+        if mask_.shape[0] not in (B, 1) or mask_.shape[1] not in (N, 1):
+            c.fail(INVALID, f"mask shape {list(mask_.shape)}: dim 0 must be {B} or 1 and dim 1 must be {N} or 1 "
+                            f"to broadcast over {first} shape {shape}")
+    fix_triu_mask = c.boolean("fixTriuMask", fixTriuMask)
+    scale_value = c.real("scale", scale)
+    for name in names:
+        if name != first:
+            c.same_dtype(name, tensors[name], first, reference_tensor)
+    return tensors, mask_, scale_value, fix_triu_mask
 
 
 def _build_backward(device: Any, gradOutput: Any, y: Any, mask: Any, scale: Any, fixTriuMask: Any,
@@ -205,27 +206,27 @@ def _build_backward(device: Any, gradOutput: Any, y: Any, mask: Any, scale: Any,
     """aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize(gradOutput, y, mask, scale, fixTriuMask, out)
     -> (status, workspaceSize, executor)."""
     c = Checks("aclnnScaledMaskedSoftmaxBackward", device)
-    ts, m, value, fix = _validate(c, "gradOutput", {"gradOutput": gradOutput, "y": y, "out": out}, mask, scale,
-                                  fixTriuMask)
-    g, y_, out_ = ts["gradOutput"], ts["y"], ts["out"]
+    tensors, mask_, scale_value, fix_triu_mask = _validate(
+        c, "gradOutput", {"gradOutput": gradOutput, "y": y, "out": out}, mask, scale, fixTriuMask)
+    grad_output, y_, out_ = tensors["gradOutput"], tensors["y"], tensors["out"]
     if out_.numel == 0:
         return EmptyPlan(c.op)
-    c.memory(gradOutput=g, y=y_, mask=m, out=out_)
-    c.output("out", out_, gradOutput=g, y=y_, mask=m)
-    return ScaledMaskedSoftmaxBackwardPlan(device, g, y_, m, out_, value, fix)
+    c.memory(gradOutput=grad_output, y=y_, mask=mask_, out=out_)
+    c.output("out", out_, gradOutput=grad_output, y=y_, mask=mask_)
+    return ScaledMaskedSoftmaxBackwardPlan(device, grad_output, y_, mask_, out_, scale_value, fix_triu_mask)
 
 
 def _build_forward(device: Any, x: Any, mask: Any, scale: Any, fixTriuMask: Any, y: Any) -> Plan:
     """aclnnScaledMaskedSoftmaxGetWorkspaceSize(x, mask, scale, fixTriuMask, y)
     -> (status, workspaceSize, executor)."""
     c = Checks("aclnnScaledMaskedSoftmax", device)
-    ts, m, value, fix = _validate(c, "x", {"x": x, "y": y}, mask, scale, fixTriuMask)
-    x_, y_ = ts["x"], ts["y"]
+    tensors, mask_, scale_value, fix_triu_mask = _validate(c, "x", {"x": x, "y": y}, mask, scale, fixTriuMask)
+    x_, y_ = tensors["x"], tensors["y"]
     if y_.numel == 0:
         return EmptyPlan(c.op)
-    c.memory(x=x_, mask=m, y=y_)
-    c.output("y", y_, x=x_, mask=m)
-    return ScaledMaskedSoftmaxPlan(device, x_, m, y_, value, fix)
+    c.memory(x=x_, mask=mask_, y=y_)
+    c.output("y", y_, x=x_, mask=mask_)
+    return ScaledMaskedSoftmaxPlan(device, x_, mask_, y_, scale_value, fix_triu_mask)
 
 
 aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize = make_get_workspace_size("aclnnScaledMaskedSoftmaxBackward",

@@ -117,30 +117,54 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
 
 def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
     """log_prob = log_softmax(x) by row blocks; nll = -log_prob[i, tc[i]]; smooth (when not None)
-    = -sum_c w[c] log_prob[i, c]."""
-    if N and C:
-        R = max(1, min(N, _CHUNK // C))
-        direct = dt == M  # fp32 / fp64: work in log_prob itself
-        buf = None if direct else np.empty((R, C), M)
-        ex = np.empty((R, C), M)
-        for r0 in range(0, N, R):
-            r1 = min(N, r0 + R)
-            b, e = (log_prob[r0:r1] if direct else buf[: r1 - r0]), ex[: r1 - r0]
+    = -sum_c w[c] log_prob[i, c].
+
+    Row blocks of about _CHUNK elements (cache-resident scratch, allocated once per worker); large
+    problems run their blocks on the small thread pool (NumPy's ufuncs release the GIL). The
+    arithmetic is the same sequence of NumPy operations per row whatever the blocking."""
+    if not (N and C):
+        return
+    R = max(1, min(N, _CHUNK // C))
+    direct = dt == M  # fp32 / fp64: work in log_prob itself
+    half = dt == np.float16
+
+    def block(r0: int, r1: int) -> None:
+        with np.errstate(invalid="ignore"):  # per thread: inf - inf in rows holding +-inf gives NaN
+            _block(r0, r1)
+
+    def _block(r0: int, r1: int) -> None:
+        n = min(R, r1 - r0)
+        buf = None if direct else np.empty((n, C), M)
+        ex = np.empty((n, C), M)
+        mx = np.empty((n, 1), M)
+        sa = sc = None
+        if half:
+            sa, sc = ex.reshape(-1), np.empty(n * C, M)
+        for q0 in range(r0, r1, R):
+            q1 = min(r1, q0 + R)
+            k = q1 - q0
+            b, e, m = (log_prob[q0:q1] if direct else buf[:k]), ex[:k], mx[:k]
             if direct:
-                np.subtract(x[r0:r1], x[r0:r1].max(axis=1, keepdims=True), out=b)
-            else:
-                np.copyto(b, x[r0:r1], casting="unsafe")
-                b -= b.max(axis=1, keepdims=True)
+                np.maximum.reduce(x[q0:q1], axis=1, keepdims=True, out=m)
+                np.subtract(x[q0:q1], m, out=b)
+            else:  # float16 through lowp's table, bfloat16 through ml_dtypes' cast (both exact)
+                lowp.to_f32(x[q0:q1], b)
+                np.maximum.reduce(b, axis=1, keepdims=True, out=m)
+                b -= m
             np.exp(b, out=e)
-            b -= np.log(e.sum(axis=1, keepdims=True))
-            if not direct:
-                np.copyto(log_prob[r0:r1], b, casting="unsafe")
-            nll[r0:r1] = b[np.arange(r1 - r0), tc[r0:r1]]
+            np.add.reduce(e, axis=1, keepdims=True, out=m)
+            np.log(m, out=m)
+            b -= m
+            nll[q0:q1] = b[np.arange(k), tc[q0:q1]]
             if smooth is not None:
-                smooth[r0:r1] = b.sum(axis=1) if w is None else b @ w
-        np.negative(nll, out=nll)
-        if smooth is not None:
-            np.negative(smooth, out=smooth)
+                smooth[q0:q1] = b.sum(axis=1) if w is None else b @ w
+            if not direct:  # e is free now: rounding scratch
+                lowp.from_f32(b, log_prob[q0:q1], sa, sc)
+
+    _parallel_rows(block, N, C, R)
+    np.negative(nll, out=nll)
+    if smooth is not None:
+        np.negative(smooth, out=smooth)
 
 
 def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction="mean",

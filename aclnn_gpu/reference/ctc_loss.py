@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import lowp
+
 __all__ = ["ctc_loss_forward", "ctc_loss_backward", "math_dtype"]
 
 
@@ -81,22 +83,39 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     lp_in = np.asarray(log_probs)
     T, N, C = lp_in.shape
     md = math_dtype(lp_in.dtype)
-    lp = lp_in.astype(md, copy=False)
     labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
     lprime, in_state, skip = _extended(labels, tl, blank, max_l)
     S = 2 * max_l + 1
     ninf = md.type(-np.inf)
     tmax = int(il.max()) if N else 0
-    # log_alpha as (t, n, 2 + s): two leading -inf columns make the s-1 / s-2 predecessors plain views
-    lt = np.full((max(T, 1), N, S + 2), ninf, dtype=md)
+    # log_alpha as (t, n, 2 + s): two leading -inf columns make the s-1 / s-2 predecessors plain views.
+    # Only rows t < tmax are computed; everything else is cleared when la is built below.
+    lt = np.empty((max(tmax, 1), N, S + 2), dtype=md)
+    lt[:, :, :2] = ninf
     if tmax:
-        bidx = np.arange(N)
-        lpg = np.take(lp[:tmax].reshape(tmax, N * C), (bidx[:, None] * C + lprime).reshape(-1),
-                      axis=1).reshape(tmax, N, S)
-        lt[0, :, 2:4] = lpg[0, :, :2]
+        gidx = (np.arange(N)[:, None] * C + lprime).reshape(-1)   # gather of lp[t] at l'
+        lpf = lp_in.reshape(T, N * C)
+        half = lp_in.dtype == np.float16
+        same = lp_in.dtype == md
+        g = np.empty((N, S), dtype=lp_in.dtype)          # gathered row lp[t, n, l'(s)] (storage dtype)
+        lpg_t = g if same else np.empty((N, S), dtype=md)
+        gflat = g.reshape(-1)
+
+        def gather(t):
+            np.take(lpf[t], gidx, out=gflat)
+            if not same:                                 # exact cast (float16: lowp's table)
+                if half:
+                    lowp.f16_to_f32(g, lpg_t)
+                else:
+                    np.copyto(lpg_t, g, casting="unsafe")
+            return lpg_t
+
+        lt[0, :, 2:] = ninf
+        lt[0, :, 2:4] = gather(0)[:, :2]
         skipadd = np.full((N, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
         skipadd[skip] = 0
-        x2 = np.empty((N, S), dtype=md)
+        addk = np.zeros((3, N, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
+        addk[2] = skipadd
         m = np.empty((N, S), dtype=md)
         r = np.empty((N, S), dtype=md)
         buf = np.empty((3, N, S), dtype=md)
@@ -105,27 +124,29 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
         V = np.lib.stride_tricks.as_strided(lt[:, :, 2:], shape=(lt.shape[0], 3, N, S),
                                             strides=(st[0], -st[2], st[1], st[2]))
         low = md.type(-np.finfo(md).max)
-        mx, sub, add, ex, lg, red = np.maximum, np.subtract, np.add, np.exp, np.log, np.add.reduce
-        b2 = buf[2]
+        mx, sub, add, ex, lg = np.maximum, np.subtract, np.add, np.exp, np.log
+        rmax, red = np.maximum.reduce, np.add.reduce
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             for t in range(1, tmax):
-                p = lt[t - 1]
-                add(p[:, :S], skipadd, out=x2)
-                mx(p[:, 2:], p[:, 1:S + 1], out=m)
-                mx(m, x2, out=m)
+                add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
+                rmax(buf, 0, None, m)
                 mx(m, low, out=m)                            # all -inf: keep -inf - m = -inf
-                sub(V[t - 1], m, out=buf)
-                add(b2, skipadd, out=b2)
+                sub(buf, m, out=buf)
                 ex(buf, out=buf)
                 red(buf, 0, None, r)
                 lg(r, out=r)
                 add(r, m, out=r)
-                add(r, lpg[t], out=lt[t, :, 2:])
-    la = np.array(lt[:T, :, 2:].transpose(1, 0, 2), dtype=md)
-    # states s > 2L only feed higher states and rows t >= Lin only later rows: cleared afterwards
-    for b in range(N):
-        la[b, il[b]:, :] = ninf
-        la[b, :, 2 * tl[b] + 1:] = ninf
+                add(r, gather(t), out=lt[t, :, 2:])
+    # la (n, t, s): -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only
+    # feed higher states), in one pass
+    tt = np.arange(T)
+    cut = (tt[None, :] >= il[:, None])[:, :, None] | (np.arange(S)[None, :] > 2 * tl[:, None])[:, None, :]
+    if T > lt.shape[0]:
+        src = np.full((N, T, S), ninf, dtype=md)
+        src[:, :lt.shape[0]] = lt[:, :, 2:].transpose(1, 0, 2)
+    else:
+        src = lt[:T, :, 2:].transpose(1, 0, 2)
+    la = np.where(cut, ninf, src)
     # loss from the last row t = Lin-1
     last = np.clip(il - 1, 0, max(T - 1, 0))
     row = la[np.arange(N), last]                      # (N, S)
@@ -141,7 +162,9 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
         nll = np.where(nll == np.inf, 0, nll).astype(md)
     nll = np.where(bad, np.nan, nll).astype(md)
     la[bad] = np.nan
-    return nll.astype(lp_in.dtype), la.astype(lp_in.dtype)
+    if lp_in.dtype == np.float16:
+        return nll.astype(lp_in.dtype), lowp.f32_to_f16(la)
+    return nll.astype(lp_in.dtype), la.astype(lp_in.dtype, copy=False)
 
 
 def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,

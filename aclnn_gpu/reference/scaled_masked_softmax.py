@@ -47,8 +47,66 @@ def _as_f32(a: np.ndarray) -> np.ndarray:
 
 def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask: bool = False) -> np.ndarray:
     """y = softmax(scale * x) over the last axis with masked positions excluded; x is (B, N, S1, S2)
-    float16 / bfloat16 / float32; returns y in x's dtype. Fully masked rows are zeros."""
+    float16 / bfloat16 / float32; returns y in x's dtype. Fully masked rows are zeros.
+
+    4-D inputs run in chunks of whole rows (CHUNK_ELEMS elements, cache-resident float32 scratch),
+    on the thread pool when large; every chunk does the same per-row operations as a whole-tensor
+    pass, so the result does not depend on the chunking."""
     x = np.asarray(x)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            mask = mask != 0
+    if x.ndim != 4 or x.size == 0 or (mask is not None and mask.ndim != 4):
+        return _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask)
+    dtype = x.dtype
+    out = np.empty(x.shape, dtype)
+    S1, S2 = x.shape[-2], x.shape[-1]
+    sc = _F32(scale)
+    direct = dtype == _F32
+    cm = _combined_mask(mask, S1, S2, fix_triu_mask)
+    if cm is not None:
+        if cm.ndim == 2:
+            cm = cm[None, None]
+        if cm.shape[2:] != (S1, S2) or cm.shape[0] not in (1, x.shape[0]) or cm.shape[1] not in (1, x.shape[1]):
+            return _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask)
+        # bit masks at the mask's own size: t = (t & keep) | ninf_bits sets -inf exactly where masked
+        keep = cm.astype(np.uint32)
+        keep -= np.uint32(1)                             # masked -> 0, kept -> 0xFFFFFFFF
+        setb = np.invert(keep)
+        setb &= np.uint32(0xFF800000)                    # masked -> the bits of -inf, kept -> 0
+
+    def work(piece):
+        idx, midx, (i0, i1) = piece
+        xc, oc = x[idx], out[idx]
+        n = oc.size
+        A, Bf, Cf = _scratch(n)
+        t = oc if direct else A[:n].reshape(oc.shape)
+        if dtype == np.float16:
+            lowp.f16_to_f32(xc, t)
+            t *= sc
+        else:
+            np.multiply(xc, sc, out=t, dtype=_F32)
+        if cm is not None:                               # the mask broadcasts over the chunk
+            bits = t.view(np.uint32)
+            np.bitwise_and(bits, keep[midx], out=bits)
+            np.bitwise_or(bits, setb[midx], out=bits)
+        mx = t.max(axis=-1, keepdims=True)
+        np.copyto(mx, _F32(0), where=mx == _F32(-np.inf))         # fully masked row: exp(-inf) = 0, no NaN
+        t -= mx
+        np.exp(t, out=t)
+        sm = t.sum(axis=-1, keepdims=True)
+        np.copyto(sm, _F32(1), where=sm == 0)            # fully masked row stays all zeros
+        t /= sm
+        if not direct:
+            lowp.from_f32(t, oc, Bf, Cf)
+
+    _run_chunks(work, list(_chunks(x.shape, None if cm is None else cm.shape)))
+    return out
+
+
+def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
+    """The same computation over the whole tensor at once (shapes other than 4-D)."""
     dtype = x.dtype
     t = np.multiply(x, _F32(scale), dtype=_F32)          # the one float32 buffer (x is not written)
     if t.size == 0:
