@@ -130,8 +130,8 @@ class HostStream:
         if threading.current_thread() is self._thread:
             raise RuntimeError("a stream cannot wait for itself from its own queued work")
         with self._lock:
-            if self.closed:  # close() has drained the queue (or is draining it)
-                return
+            # A closed stream still counts: its queue ends with _STOP, which the worker counts too,
+            # so a drain racing with close() from another thread waits for the queued work.
             target = self._submitted
             if self._finished >= target:
                 return
