@@ -25,6 +25,10 @@ class HostEventMark:
         self.done = threading.Event()
         self.time = 0.0
 
+    def complete(self) -> None:
+        self.time = time.perf_counter()
+        self.done.set()
+
 
 class HostStream:
     """One worker thread over a FIFO guarded by one lock and two conditions.
@@ -70,16 +74,13 @@ class HostStream:
                     self._finished += 1
                     done.notify_all()
                 return
-            if self._error is not None and not isinstance(task, (HostEventMark, threading.Event)):
+            if isinstance(task, HostEventMark):  # marks complete even after a failure
+                task.complete()
+                continue
+            if self._error is not None:
                 continue
             try:
-                if isinstance(task, HostEventMark):
-                    task.time = time.perf_counter()
-                    task.done.set()
-                elif isinstance(task, threading.Event):
-                    task.set()
-                else:
-                    task()
+                task()
             except BaseException as e:  # noqa: BLE001 - reported at synchronize()
                 with self._error_lock:
                     if self._error is None:
@@ -95,15 +96,11 @@ class HostStream:
                     self._sleeping = False
                     self._work.notify()
                 return
-        # A stream closed by another thread meanwhile: its queue has drained, so markers complete at
+        # A stream closed by another thread meanwhile: its queue has drained, so a mark completes at
         # once; new work cannot run.
-        if isinstance(task, HostEventMark):
-            task.time = time.perf_counter()
-            task.done.set()
-        elif isinstance(task, threading.Event):
-            task.set()
-        else:
+        if not isinstance(task, HostEventMark):
             raise RuntimeError("the stream was destroyed")
+        task.complete()
 
     def submit(self, fn: Callable[[], None]) -> None:
         self._put(fn)
