@@ -85,10 +85,7 @@ class CpuDevice(Device):
         self.registry.remove(ptr)
 
     def host_view(self, ptr: int, nbytes: int) -> np.ndarray:
-        alloc = self.registry.find(ptr, nbytes)
-        assert alloc is not None, "pointer ranges are validated before they reach the device"
-        start = ptr - alloc.base
-        return alloc.buffer[start:start + nbytes]
+        return self.registry.host_bytes(ptr, nbytes)
 
     def _run(self, stream: DeviceStream | None, fn: Any) -> None:
         if stream is None:  # synchronous: ordered after all queued work, as cudaMemcpy is

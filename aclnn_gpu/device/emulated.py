@@ -30,11 +30,7 @@ class EmulatedDevice(CudaDevice):
         stream.submit(lambda: gemm.gemm_numpy(*args, **kwargs))
 
     def host_view(self, ptr: int, nbytes: int):
-        alloc = self.registry.find(ptr, nbytes)
-        assert alloc is not None
-        start = ptr - alloc.base
-        raw = alloc.buffer.buffer if isinstance(alloc.buffer, fakecupy.MemoryPointer) else alloc.buffer
-        return raw[start:start + nbytes]
+        return self.registry.host_bytes(ptr, nbytes)
 
 
 def make_emulated_device() -> EmulatedDevice:

@@ -32,6 +32,10 @@ class MemoryPointer:
         self.ptr, self.buffer = aligned_buffer(size)
         self.size = size
 
+    def __getitem__(self, index: slice) -> np.ndarray:
+        """Bytes of the host buffer behind the "device" memory (Registry.host_bytes slices it)."""
+        return self.buffer[index]
+
 
 def alloc(size: int) -> MemoryPointer:
     return MemoryPointer(size)

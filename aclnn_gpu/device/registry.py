@@ -88,6 +88,14 @@ class Registry:
             self._by_base[ptr] = alloc
             return alloc
 
+    def host_bytes(self, ptr: int, nbytes: int) -> Any:
+        """The bytes [ptr, ptr + nbytes) of a host-memory allocation, as a slice of its buffer (for
+        devices whose memory is host memory; the range was validated before it got here)."""
+        alloc = self.find(ptr, nbytes)
+        assert alloc is not None, "pointer ranges are validated before they reach the device"
+        start = ptr - alloc.base
+        return alloc.buffer[start:start + nbytes]
+
     def __len__(self) -> int:
         return len(self._by_base)
 
