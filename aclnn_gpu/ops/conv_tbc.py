@@ -39,7 +39,6 @@ import numpy as np
 
 from .. import dtypes
 from ..executor import make_execute, make_get_workspace_size
-from ..kernels.context import ptr
 from ..reference import conv_tbc as reference
 from ..status import aclDataType as D
 from ..status import aclFormat as F
@@ -128,41 +127,25 @@ class _Io:
     def gather(self, ctx: Any, ws: int) -> None:
         """Strided gather + conversion of every operand that needs it (one tbc_pad_copy each)."""
         for tensor, offset in self.inputs:
-            if offset is None:
-                continue
-            ctx.launch(gpu.FILE, f"tbc_pad_copy<{gpu._ct(_np(tensor))}, {gpu._ct(self.compute)}>",
-                       gpu._grid(ctx, tensor.numel), (gpu.BLOCK, 1, 1),
-                       _copy_args(tensor, tensor_ptr(tensor), ws + offset))
+            if offset is not None:
+                shape, strides = _as3(tensor)
+                gpu.convert_copy(ctx, _np(tensor), self.compute, shape, strides, tensor_ptr(tensor), ws + offset)
 
     def scatter(self, ctx: Any, ws: int) -> None:
         for tensor, offset in self.outputs:
             if offset is not None:   # convert the compute-dtype result into the output's dtype
-                dst = self.staging.address(tensor, ws)
-                ctx.launch(gpu.FILE, f"tbc_pad_copy<{gpu._ct(self.compute)}, {gpu._ct(_np(tensor))}>",
-                           gpu._grid(ctx, tensor.numel), (gpu.BLOCK, 1, 1),
-                           _copy_args_dense(_as3(tensor.shape), ws + offset, dst))
+                shape, _ = _as3(tensor)
+                dense = (shape[1] * shape[2], shape[2], 1)
+                gpu.convert_copy(ctx, self.compute, _np(tensor), shape, dense, ws + offset,
+                                 self.staging.address(tensor, ws))
         self.staging.scatter(ctx, [tensor for tensor, _ in self.outputs], ws)
 
 
-def _as3(shape) -> tuple[int, int, int]:
-    return tuple(shape) if len(shape) == 3 else (1, 1, int(shape[0]))  # type: ignore[return-value]
-
-
-def _copy_args(tensor: aclTensor, src: int, dst: int) -> tuple:
-    """tbc_pad_copy arguments for a strided (R, B, C) source (a 1-D bias is (1, 1, C))."""
+def _as3(tensor: aclTensor) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(shape, element strides) of a 3-D operand as (R, B, C); a 1-D bias is (1, 1, C)."""
     if tensor.rank == 3:
-        (R, B, C), (st, sb, sc) = tensor.shape, tensor.strides
-    else:
-        R, B, C, st, sb, sc = 1, 1, tensor.shape[0], 0, 0, tensor.strides[0]
-    return (ptr(src), ptr(dst), np.int64(R), np.int64(0), np.int64(R), np.int64(B), np.int64(C),
-            np.int64(st), np.int64(sb), np.int64(sc))
-
-
-def _copy_args_dense(shape, src: int, dst: int) -> tuple:
-    """tbc_pad_copy arguments for a contiguous (R, B, C) source."""
-    R, B, C = shape
-    return (ptr(src), ptr(dst), np.int64(R), np.int64(0), np.int64(R), np.int64(B), np.int64(C),
-            np.int64(B * C), np.int64(C), np.int64(1))
+        return tuple(tensor.shape), tuple(tensor.strides)  # type: ignore[return-value]
+    return (1, 1, int(tensor.shape[0])), (0, 0, int(tensor.strides[0]))
 
 
 def _check_dtypes_and_formats(c: Checks, tensors: dict[str, aclTensor], dtype_order: tuple[str, ...],

@@ -174,6 +174,19 @@ def _grid(ctx: KernelContext, n: int) -> tuple[int, int, int]:
     return (max(1, min(-(-n // BLOCK), ctx.sm_count * BLOCKS_PER_SM)), 1, 1)
 
 
+def convert_copy(ctx: KernelContext, src_dtype, dst_dtype, shape: tuple[int, int, int],
+                 src_strides: tuple[int, int, int], src: int, dst: int) -> None:
+    """dst, a contiguous (R, B, C) array of dst_dtype = src, an (R, B, C) view of src_dtype with the
+    given element strides (one tbc_pad_copy: gathers a strided operand and converts its dtype)."""
+    R, B, C = shape
+    if R * B * C == 0:
+        return
+    st, sb, sc = src_strides
+    ctx.launch(FILE, f"tbc_pad_copy<{_ct(src_dtype)}, {_ct(dst_dtype)}>", _grid(ctx, R * B * C), (BLOCK, 1, 1),
+               (ptr(src), ptr(dst), np.int64(R), np.int64(0), np.int64(R), np.int64(B), np.int64(C),
+                np.int64(st), np.int64(sb), np.int64(sc)))
+
+
 def _pad_copy(ctx, tin, tout, src, dst, rows_out, lead, rows_src, B, C):
     n = rows_out * B * C
     if n == 0:

@@ -23,7 +23,7 @@ every tensor in a live device allocation, out neither overlapping itself nor any
 
 The cpu device runs `reference/cross_entropy.py` on host views (strided views are fine); cuda and
 emulated run `ops/cross_entropy_gpu.py`, whose kernels want contiguous tensors: strided operands
-are gathered into (and strided outputs scattered from) workspace copies through `Staging`. The
+are gathered into (and strided outputs scattered from) workspace copies through `StagedIo`. The
 workspace is [staging copies][the GPU plan's own bytes].
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..status import aclDataType as D
 from ..tensor import aclTensor
 from . import cross_entropy_gpu as gpu
 from .checks import INVALID, TILING, Checks
-from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, write_out
+from .plan import EmptyPlan, Plan, StagedIo, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT16, D.ACL_FLOAT, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT64, D.ACL_INT32)
@@ -122,35 +122,6 @@ def _check_loss_shape(c: Checks, name: str, loss: aclTensor, reduction: str, N: 
         c.fail(TILING, f"{name} shape {list(loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
 
 
-class _GpuIo:
-    """Staging of strided operands for the contiguous GPU plan, and the plan's own workspace."""
-
-    def __init__(self, inputs: list[aclTensor | None], outputs: list[aclTensor]):
-        self.layout = WorkspaceLayout()
-        self.staging = Staging(self.layout)
-        self.inputs = [t for t in inputs if t is not None]  # weightOptional may be absent
-        self.outputs = outputs
-        for t in self.inputs:
-            self.staging.need_in(t)
-        for t in self.outputs:
-            self.staging.need_out(t)
-        self.plan_offset = 0
-
-    def finish(self, plan_bytes: int) -> int:
-        self.plan_offset = self.layout.take(0)
-        self.layout.take(plan_bytes)
-        return self.layout.size
-
-    def at(self, tensor: aclTensor | None, ws: int) -> int:
-        if tensor is None or tensor.numel == 0:
-            return 0
-        return self.staging.address(tensor, ws)
-
-    def plan_workspace(self, ws: int) -> int:
-        """The GPU plan's own bytes (after the staging copies); 0 when there is no workspace."""
-        return ws + self.plan_offset if ws else 0
-
-
 class CrossEntropyLossGradPlan(Plan):
     op = GRAD_OP
 
@@ -161,8 +132,8 @@ class CrossEntropyLossGradPlan(Plan):
         self.N, self.C = log_prob.shape
         self.tensors = {"gradLoss": grad_loss, "logProb": log_prob, "target": target, "weightOptional": weight,
                         "out": out}
-        self.io = _GpuIo([grad_loss, log_prob, target, weight], [out])
-        self.workspace_size = self.io.finish(gpu.grad_workspace_bytes(
+        self.io = StagedIo([grad_loss, log_prob, target, weight], [out])
+        self.workspace_size = self.io.reserve_plan(gpu.grad_workspace_bytes(
             self.N, self.C, reduction, label_smoothing, weight is not None))
 
     def run_host(self, device: Any, workspace: int) -> None:
@@ -173,14 +144,14 @@ class CrossEntropyLossGradPlan(Plan):
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
-        io.staging.gather(ctx, io.inputs, workspace)
-        gpu.launch_grad(ctx, grad_loss_ptr=io.at(self.grad_loss, workspace),
-                        log_prob_ptr=io.at(self.log_prob, workspace), target_ptr=io.at(self.target, workspace),
-                        weight_ptr=io.at(self.weight, workspace), out_ptr=io.at(self.out, workspace),
+        io.gather(ctx, workspace)
+        gpu.launch_grad(ctx, grad_loss_ptr=io.address(self.grad_loss, workspace),
+                        log_prob_ptr=io.address(self.log_prob, workspace), target_ptr=io.address(self.target, workspace),
+                        weight_ptr=io.address(self.weight, workspace), out_ptr=io.address(self.out, workspace),
                         workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
                         dtype=_np(self.log_prob), target_dtype=_np(self.target), reduction=self.reduction,
                         ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
-        io.staging.scatter(ctx, io.outputs, workspace)
+        io.scatter(ctx, workspace)
 
 
 class CrossEntropyLossPlan(Plan):
@@ -193,28 +164,27 @@ class CrossEntropyLossPlan(Plan):
         self.N, self.C = input.shape
         self.tensors = {"input": input, "target": target, "weightOptional": weight, "lossOut": loss,
                         "logProbOut": log_prob}
-        self.io = _GpuIo([input, target, weight], [loss, log_prob])
-        self.workspace_size = self.io.finish(gpu.forward_workspace_bytes(self.N, self.C, reduction))
+        self.io = StagedIo([input, target, weight], [loss, log_prob])
+        self.workspace_size = self.io.reserve_plan(gpu.forward_workspace_bytes(self.N, self.C, reduction))
 
     def run_host(self, device: Any, workspace: int) -> None:
         weight = None if self.weight is None else host_array(device, self.weight)
-        loss, log_prob = reference.cross_entropy_loss(
+        log_prob_out = host_array(device, self.log_prob) if self.log_prob.numel else None
+        loss, _ = reference.cross_entropy_loss(
             host_array(device, self.input), host_array(device, self.target), weight, self.reduction,
-            self.ignore_index, self.label_smoothing)
+            self.ignore_index, self.label_smoothing, log_prob_out=log_prob_out)
         write_out(host_array(device, self.loss), np.reshape(loss, self.loss.shape))
-        if self.log_prob.numel:
-            write_out(host_array(device, self.log_prob), log_prob)
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
-        io.staging.gather(ctx, io.inputs, workspace)
-        gpu.launch_forward(ctx, input_ptr=io.at(self.input, workspace), target_ptr=io.at(self.target, workspace),
-                           weight_ptr=io.at(self.weight, workspace), loss_ptr=io.at(self.loss, workspace),
-                           log_prob_ptr=io.at(self.log_prob, workspace),
+        io.gather(ctx, workspace)
+        gpu.launch_forward(ctx, input_ptr=io.address(self.input, workspace), target_ptr=io.address(self.target, workspace),
+                           weight_ptr=io.address(self.weight, workspace), loss_ptr=io.address(self.loss, workspace),
+                           log_prob_ptr=io.address(self.log_prob, workspace),
                            workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
                            dtype=_np(self.input), target_dtype=_np(self.target), reduction=self.reduction,
                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
-        io.staging.scatter(ctx, io.outputs, workspace)
+        io.scatter(ctx, workspace)
 
 
 def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weightOptional: Any,

@@ -33,9 +33,9 @@ NaN, inf or huge values become -1, an out-of-range label that makes that sample 
 outside [0, C) in device data makes that sample's loss / logAlpha slice / gradient NaN only.
 
 GPU workspace (bytes; each range rounded up to 256, in this order):
-    round256(24 * N)                                   tiling [Lin, L, offset] per sample
-  + sum over strided operands of round256(numel * itemsize) + 256     (Staging copy + its tiling)
+    sum over strided operands of round256(numel * itemsize) + 256     (Staging copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
+  + round256(24 * N)                                   tiling [Lin, L, offset] per sample
 (0 when N == 0). The cpu device needs no workspace.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ from ..status import aclDataType as D
 from ..tensor import aclTensor
 from . import ctc_loss_gpu as gpu
 from .checks import INVALID, Checks
-from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, grid_for, host_array, write_out
+from .plan import EmptyPlan, Plan, StagedIo, grid_for, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT32, D.ACL_INT64, D.ACL_BOOL, D.ACL_FLOAT, D.ACL_FLOAT16)
@@ -159,32 +159,25 @@ def _check_gpu_limit(c: Checks, device: Any, max_target_length: int, log_probs: 
 
 
 # ------------------------------------------------------------------------------ GPU staging
-class _GpuIo:
-    """Workspace layout: tiling, Staging copies of strided operands, the int64 cast of targets."""
+class _GpuIo(StagedIo):
+    """StagedIo plus an int64 copy of targets given in another dtype (cast by ctc_cast_targets)."""
 
     def __init__(self, N: int, inputs: list[aclTensor], outputs: list[aclTensor], targets: aclTensor):
-        self.layout = WorkspaceLayout()
-        self.plan_offset = self.layout.take(gpu.backward_workspace_bytes(N))
-        self.staging = Staging(self.layout)
-        self.inputs, self.outputs = inputs, outputs
-        for tensor in inputs:
-            self.staging.need_in(tensor)
-        for tensor in outputs:
-            self.staging.need_out(tensor)
+        super().__init__(inputs, outputs)
         self.targets = targets
         self.cast = targets.dtype in CAST_TYPES and targets.numel > 0
         self.cast_offset = self.layout.take(8 * targets.numel) if self.cast else None
-        self.size = self.layout.size
+        self.size = self.reserve_plan(gpu.backward_workspace_bytes(N))
 
     def target_dtype(self) -> str:
         if self.cast or self.targets.dtype == D.ACL_INT64:
             return "int64"
         return "int32"
 
-    def gather(self, ctx: Any, ws: int) -> int:
+    def stage_inputs(self, ctx: Any, ws: int) -> int:
         """Contiguous copies of strided inputs; returns the address of the (cast) targets."""
-        self.staging.gather(ctx, self.inputs, ws)
-        src = self.staging.address(self.targets, ws) if self.targets.numel else 0
+        self.gather(ctx, ws)
+        src = self.address(self.targets, ws)
         if not self.cast:
             return src
         dst = ws + self.cast_offset
@@ -193,12 +186,6 @@ class _GpuIo:
                    (CAST_BLOCK,), (ptr(src), ptr(dst), np.int64(count), np.int32(int(self.targets.dtype)),
                                    np.int32(self.targets.dtype == D.ACL_BOOL)))
         return dst
-
-    def address(self, tensor: aclTensor, ws: int) -> int:
-        return self.staging.address(tensor, ws)
-
-    def scatter(self, ctx: Any, ws: int) -> None:
-        self.staging.scatter(ctx, self.outputs, ws)
 
 
 def _dtype_name(tensor: aclTensor) -> str:
@@ -231,7 +218,7 @@ class _CtcPlan(Plan):
         sizes = self.sizes
         input_lengths, target_lengths = self._lengths()
         return dict(log_probs_ptr=self.io.address(self.log_probs, workspace), targets_ptr=targets_ptr,
-                    workspace_ptr=workspace + self.io.plan_offset, T=sizes.T, N=sizes.N, C=sizes.C,
+                    workspace_ptr=self.io.plan_workspace(workspace), T=sizes.T, N=sizes.N, C=sizes.C,
                     dtype=_dtype_name(self.log_probs), target_dtype=self.io.target_dtype(),
                     targets_2d_stride=self.targets.shape[1] if sizes.targets_2d else 0,
                     targets_numel=self.targets.numel, input_lengths=input_lengths, target_lengths=target_lengths,
@@ -260,7 +247,7 @@ class CtcLossBackwardPlan(_CtcPlan):
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
-        targets_ptr = io.gather(ctx, workspace)
+        targets_ptr = io.stage_inputs(ctx, workspace)
         gpu.launch_backward(
             ctx, grad_out_ptr=io.address(self.grad_out, workspace),
             neg_log_likelihood_ptr=io.address(self.neg_log_likelihood, workspace),
@@ -290,7 +277,7 @@ class CtcLossPlan(_CtcPlan):
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
-        targets_ptr = io.gather(ctx, workspace)
+        targets_ptr = io.stage_inputs(ctx, workspace)
         gpu.launch_forward(
             ctx, neg_log_likelihood_ptr=io.address(self.neg_log_likelihood, workspace),
             log_alpha_ptr=io.address(self.log_alpha, workspace), **self._launch_args(targets_ptr, workspace))

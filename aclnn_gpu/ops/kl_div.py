@@ -72,9 +72,9 @@ class KlDivBackwardPlan(Plan):
                     log_target=self.log_target)
 
     def run_host(self, device: Any, workspace: int) -> None:
-        result = reference.kl_div_backward(host_array(device, self.grad_output), host_array(device, self.target),
-                                           self.self_shape, self.reduction, self.log_target, self.math)
-        write_out(host_array(device, self.out), result)
+        reference.kl_div_backward(host_array(device, self.grad_output), host_array(device, self.target),
+                                  self.self_shape, self.reduction, self.log_target, self.math,
+                                  out=host_array(device, self.out))
 
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         kl_div_gpu.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace)

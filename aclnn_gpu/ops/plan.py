@@ -3,8 +3,9 @@
 A plan is frozen when GetWorkspaceSize returns: the tensors it reads and writes, its workspace
 size, and two ways to run: `run_host(device, workspace)` (the cpu device: NumPy on host views) and
 `run_kernels(ctx, workspace)` (cuda and emulated: launches through a `KernelContext`).
-`WorkspaceLayout` hands out aligned byte ranges of the workspace; `stage_in` / `stage_out` give a
-kernel written for contiguous tensors a contiguous copy of any strided view.
+`WorkspaceLayout` hands out aligned byte ranges of the workspace; `Staging` gives a kernel written
+for contiguous tensors a contiguous copy of any strided view; `StagedIo` is the usual workspace of
+a GPU plan: staging copies of its operands, then the plan's own bytes.
 """
 from __future__ import annotations
 
@@ -207,6 +208,44 @@ class Staging:
         for tensor in tensors:
             if tensor is not None:
                 self._copy(ctx, tensor, workspace, False)
+
+
+class StagedIo:
+    """The workspace of a GPU plan that wants contiguous operands: Staging copies of its strided inputs
+    (gathered before its kernels) and outputs (scattered after them), then the plan's own bytes
+    (`reserve_plan`). An operator that needs more ranges takes them from `layout` before that."""
+
+    def __init__(self, inputs: Sequence[aclTensor | None], outputs: Sequence[aclTensor]):
+        self.layout = WorkspaceLayout()
+        self.staging = Staging(self.layout)
+        self.inputs = [t for t in inputs if t is not None]   # optional inputs may be absent
+        self.outputs = list(outputs)
+        for tensor in self.inputs:
+            self.staging.need_in(tensor)
+        for tensor in self.outputs:
+            self.staging.need_out(tensor)
+        self.plan_offset = 0
+
+    def reserve_plan(self, plan_bytes: int) -> int:
+        """Reserves the GPU plan's own bytes; returns the workspace size to ask for."""
+        self.plan_offset = self.layout.take(plan_bytes)
+        return self.layout.size
+
+    def address(self, tensor: aclTensor | None, workspace: int) -> int:
+        """Where kernels find `tensor` (its staging copy when strided); 0 for an absent or empty one."""
+        if tensor is None or tensor.numel == 0:
+            return 0
+        return self.staging.address(tensor, workspace)
+
+    def plan_workspace(self, workspace: int) -> int:
+        """The GPU plan's own bytes; 0 when there is no workspace."""
+        return workspace + self.plan_offset if workspace else 0
+
+    def gather(self, ctx: KernelContext, workspace: int) -> None:
+        self.staging.gather(ctx, self.inputs, workspace)
+
+    def scatter(self, ctx: KernelContext, workspace: int) -> None:
+        self.staging.scatter(ctx, self.outputs, workspace)
 
 
 def grid_for(n: int, block: int, sm_count: int, waves: int = 8) -> int:

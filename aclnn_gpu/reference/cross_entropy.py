@@ -28,36 +28,26 @@ Rules (spec §2.2, §2.5, API.md §6):
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from . import lowp
+from . import lowp, parallel
 
 _CHUNK = 1 << 16  # elements per row block: the per-block scratch stays in cache
 
 
 _PARALLEL_MIN = 1 << 20  # elements: below this a single thread is faster
-_pool = None
 
 
 def _parallel_rows(block, N: int, C: int, R: int) -> None:
     """Run block(r0, r1) over [0, N) split into row ranges (multiples of R rows), in parallel when
     the problem is large enough to pay for it."""
-    global _pool
-    workers = min(os.cpu_count() or 1, 8)
-    if workers < 2 or N * C < _PARALLEL_MIN or N < 2:
+    if N * C < _PARALLEL_MIN or N < 2:
         block(0, N)
         return
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-        _pool = ThreadPoolExecutor(workers, thread_name_prefix="aclnn_gpu-ce")
-    parts = min(workers, N)
+    parts = min(parallel.workers(), N)
     step = -(-N // parts)
     step = -(-step // R) * R if step > R else step
-    futures = [_pool.submit(block, r0, min(N, r0 + step)) for r0 in range(0, N, step)]
-    for f in futures:
-        f.result()
+    parallel.run_pieces(lambda r0: block(r0, min(N, r0 + step)), range(0, N, step))
 
 
 def _math(dt) -> type:
@@ -80,8 +70,11 @@ def _check_reduction(reduction):
 
 
 def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_index=-100,
-                       label_smoothing=0.0):
-    """Forward: returns (loss, log_prob); loss is (N,) for 'none', else a 0-D array."""
+                       label_smoothing=0.0, log_prob_out=None):
+    """Forward: returns (loss, log_prob); loss is (N,) for 'none', else a 0-D array.
+
+    `log_prob_out`: an (N, C) array of input's dtype (any strides, not overlapping input) that
+    receives log_prob instead of a new array (no page faults of a fresh N*C array, no extra copy)."""
     _check_reduction(reduction)
     x = np.asarray(input)
     N, C = x.shape
@@ -91,7 +84,13 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
     active, bad, tc = _rows(target, N, C, ignore_index)
     w = None if weight is None else np.asarray(weight).reshape(C).astype(M, copy=False)
 
-    log_prob = np.empty((N, C), dt)
+    if log_prob_out is None:
+        log_prob = np.empty((N, C), dt)
+    elif log_prob_out.shape != (N, C) or log_prob_out.dtype != dt:
+        raise ValueError(f"log_prob_out must be an {(N, C)} array of {dt}, got {log_prob_out.shape} "
+                         f"{log_prob_out.dtype}")
+    else:
+        log_prob = log_prob_out
     nll = np.empty(N, M)
     smooth = np.zeros(N, M) if ls != 0.0 else None
     with np.errstate(invalid="ignore"):  # inf - inf in rows holding +-inf: NaN, as in PyTorch

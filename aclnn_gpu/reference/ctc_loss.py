@@ -23,13 +23,15 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
 * a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
   never used as an index.
 
-Vectorised over batch and extended-label states; the only Python loop runs over time.
+Vectorised over batch and extended-label states; the only Python loop runs over time. The backward
+splits a large batch into slices of samples that run in parallel (reference/parallel.py); each
+sample's arithmetic, and so the result, is the same for any split.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import lowp
+from . import lowp, parallel
 
 __all__ = ["ctc_loss_forward", "ctc_loss_backward", "math_dtype"]
 
@@ -167,12 +169,20 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     return nll.astype(lp_in.dtype), la.astype(lp_in.dtype, copy=False)
 
 
+# Below this many state-steps (tmax * N * S) the backward runs in one thread: the recursion makes two
+# NumPy calls per time step, and on slices that small the call overhead (under the GIL) dominates.
+_PARALLEL_MIN_STATE_STEPS = 1 << 18
+# Samples per slice at most: the factor block of one slice (32 steps x 3 x samples x states) stays
+# in the L2 cache, and the slices keep every core busy.
+_SLICE_SAMPLES = 32
+
+
 def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
                       log_alpha, blank=0, zero_infinity=False):
     lp_in = np.asarray(log_probs)
     T, N, C = lp_in.shape
     md = math_dtype(lp_in.dtype)
-    lp = lp_in.astype(md, copy=False)
+    lp = np.ascontiguousarray(lp_in.astype(md, copy=False))
     g = np.asarray(grad_out).astype(md).reshape(-1)
     nll = np.asarray(neg_log_likelihood).astype(md).reshape(-1)
     labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
@@ -181,35 +191,71 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     la_all = np.asarray(log_alpha)
     if la_all.shape[2] < S:
         raise ValueError("log_alpha.shape[2] must be >= 2*max(target_lengths)+1")
-    ninf = md.type(-np.inf)
-    tmax = int(il.max()) if N else 0
     grad = np.zeros((T, N, C), dtype=md)
-    if tmax == 0:
-        zero = zero_infinity & (nll == np.inf)
-        grad[:, bad & ~zero, :] = np.nan
-        return grad.astype(lp_in.dtype, copy=False)
-    bidx = np.arange(N)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+    tmax = int(il.max()) if N else 0
+    if tmax:
+        # Samples are independent and every slice keeps the global state count S, so each sample's
+        # arithmetic (and result) is the same whatever the split.
+        backward = _Backward(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad)
+        if tmax * N * S < _PARALLEL_MIN_STATE_STEPS:
+            backward(0, N)
+        else:
+            pieces = max(parallel.workers(), -(-N // _SLICE_SAMPLES))
+            step = -(-N // pieces)
+            parallel.run_pieces(lambda b0: backward(b0, min(N, b0 + step)), range(0, N, step))
+    zero = zero_infinity & (nll == np.inf)
+    grad[:, zero, :] = 0
+    grad[:, bad & ~zero, :] = np.nan
+    return grad.astype(lp_in.dtype, copy=False)
+
+
+class _Backward:
+    """The gradient of the samples [b0, b1) of one ctc_loss_backward call, written into grad[:, b0:b1]
+    (rows t >= Lin stay 0; the caller applies zero_infinity and bad labels afterwards)."""
+
+    def __init__(self, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad):
+        self.lp, self.g, self.nll, self.labels = lp, g, nll, labels
+        self.lprime, self.skip, self.il, self.tl = lprime, skip, il, tl
+        self.la_all, self.blank, self.grad = la_all, blank, grad
+
+    def __call__(self, b0, b1):
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            self._samples(b0, b1)
+
+    def _samples(self, b0, b1):
+        lp, blank = self.lp, self.blank
+        T, _, C = lp.shape
+        md = lp.dtype
+        ninf = md.type(-np.inf)
+        il, tl = self.il[b0:b1], self.tl[b0:b1]
+        labels, lprime, skip = self.labels[b0:b1], self.lprime[b0:b1], self.skip[b0:b1]
+        nll, g = self.nll[b0:b1], self.g[b0:b1]
+        n, S = lprime.shape
+        max_l = labels.shape[1]
+        tmax = int(il.max()) if n else 0
+        if tmax == 0:
+            return
+        bidx = np.arange(n)
         # log_alpha as (t, n, s) in the math dtype, -inf outside t < Lin, s <= 2L (never read there)
-        la = np.array(la_all[:, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
-        for b in range(N):
+        la = np.array(self.la_all[b0:b1, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
+        for b in range(n):
             la[il[b]:, b, :] = ninf
             la[:, b, 2 * tl[b] + 1:] = ninf
-        # log-probs gathered at the extended labels: (tmax, N, S)
-        lpg = np.take(lp[:tmax].reshape(tmax, N * C), (bidx[:, None] * C + lprime).reshape(-1),
-                      axis=1).reshape(tmax, N, S)
+        # log-probs gathered at the extended labels: (tmax, n, S)
+        lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
+                      axis=1).reshape(tmax, n, S)
         # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
         #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
         # which telescopes to PyTorch's expression exactly for any given log_alpha, and whose factors are
         # <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under/overflow.
-        skipadd = np.zeros((N, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
+        skipadd = np.zeros((n, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
         skipadd[:, :] = ninf
         if S > 2:
             skipadd[:, :-2][skip[:, 2:]] = 0
         # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
         nll_eff = nll.copy()
         nf = ~np.isfinite(nll)
-        G = np.zeros((tmax, N, S + 2), dtype=md)
+        G = np.zeros((tmax, n, S + 2), dtype=md)
         last = np.maximum(il - 1, 0)
         s2 = 2 * tl
         s1 = np.maximum(2 * tl - 1, 0)
@@ -223,7 +269,7 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
         v2 = np.exp(e2 + nll_eff)
         v1 = np.where(tl > 0, np.exp(e1 + nll_eff), 0)
         starts = {}
-        for b in range(N):
+        for b in range(n):
             if il[b] > 0:
                 starts.setdefault(int(il[b]) - 1, []).append(b)
         for t, bs in starts.items():
@@ -234,31 +280,27 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
             # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
             # steps into reused buffers, consumed right after (cache-resident)
             nb = max(1, min(tmax - 1, 32))
-            Fb = np.empty((nb, 3, N, S), dtype=md)
-            Db = np.full((nb, N, S + 2), ninf, dtype=md)
-            mb = np.empty((nb, N, S), dtype=bool)
-            tmp = np.empty((3, N, S), dtype=md)
-            fm = np.empty((nb, 3, N, S), dtype=bool)
-            thr = md.type(np.log(np.finfo(md).tiny))
+            Fb = np.empty((nb, 3, n, S), dtype=md)
+            Db = np.full((nb, n, S + 2), ninf, dtype=md)
+            mb = np.empty((nb, n, S), dtype=bool)
+            tmp = np.empty((3, n, S), dtype=md)
             st = G.strides
-            V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, N, S), strides=(st[0], st[2], st[1], st[2]))
+            V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
             Gs = G[:, :, :S]
             mul, red = np.multiply, np.add.reduce
             big = md.type(np.finfo(md).max)
             t1 = tmax - 1
             while t1 > 0:
                 t0 = max(0, t1 - nb)
-                n = t1 - t0
-                Fx, Dx, mx = Fb[:n], Db[:n, :, :S], mb[:n]
+                steps = t1 - t0
+                Fx, Dx, mx = Fb[:steps], Db[:steps, :, :S], mb[:steps]
                 np.subtract(lpg[t0 + 1:t1 + 1], la[t0 + 1:t1 + 1], out=Dx)
                 np.less(Dx, big, out=mx)                     # False for +inf (la = -inf) and NaN
                 np.logical_not(mx, out=mx)
                 np.copyto(Dx, ninf, where=mx)
                 for k in range(3):
-                    np.add(la[t0:t1], Db[:n, :, k:k + S], out=Fx[:, k])
+                    np.add(la[t0:t1], Db[:steps, :, k:k + S], out=Fx[:, k])
                 np.add(Fx[:, 2], skipadd, out=Fx[:, 2])
-                np.less(Fx, thr, out=fm[:n])                 # factors that would be subnormal: 0
-                np.copyto(Fx, ninf, where=fm[:n])
                 np.exp(Fx, out=Fx)
                 for t in range(t1 - 1, t0 - 1, -1):
                     mul(Fx[t - t0], V[t + 1], out=tmp)
@@ -273,37 +315,23 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
         drop = np.nonzero((tl > 0) & (last_lab == blank) & (il > 0))[0]
         if drop.size:
             G[last[drop], drop, s2[drop]] = 0
-        # occupancy sums by column (one-hot matmul); subnormal occupancies (negligible) are flushed
-        # first: they slow BLAS down by orders of magnitude
-        np.copyto(G, 0, where=G < np.finfo(md).tiny)
-        # blank column: even states; label columns: odd states, added per occurrence rank of the label in
-        # its sample so that each pass writes distinct (n, c) columns (single-threaded, no BLAS)
-        sums = np.zeros((tmax, N, C), dtype=md)
+        # blank column: the even states; label columns: the odd states, added with np.add.at, which adds
+        # repeated indices one after another: a label occurring twice gets its occupancies summed in
+        # label order, on top of the blank sum when the label is the blank
+        sums = np.zeros((tmax, n, C), dtype=md)
         sums[:, bidx, blank] = G[:, :, 0:S:2].sum(axis=2)
         if max_l:
-            rank = np.zeros((N, max_l), dtype=np.int64)
-            for b in range(N):
-                seen = {}
-                for j, c in enumerate(labels[b, :tl[b]].tolist()):
-                    rank[b, j] = seen.get(c, 0)
-                    seen[c] = rank[b, j] + 1
-            inside = np.arange(max_l)[None, :] < tl[:, None]
-            s2d, G2d = sums.reshape(tmax, N * C), G.reshape(tmax, N * (S + 2))
-            for r in range(int(rank[inside].max()) + 1 if inside.any() else 0):
-                bb, jj = np.nonzero(inside & (rank == r))
-                s2d[:, bb * C + labels[bb, jj]] += np.take(G2d, bb * (S + 2) + 2 * jj + 1, axis=1)
-        sums = sums.transpose(1, 0, 2)                                   # (N, tmax, C) view
-        out = grad[:tmax]
-        np.exp(lp[:tmax], out=out)
-        np.subtract(out, sums.transpose(1, 0, 2), out=out)
+            bb, jj = np.nonzero(np.arange(max_l)[None, :] < tl[:, None])
+            occupancy = np.take(G.reshape(tmax, -1), bb * (S + 2) + 2 * jj + 1, axis=1)
+            columns = np.arange(tmax)[:, None] * (n * C) + (bb * C + labels[bb, jj])
+            np.add.at(sums.reshape(-1), columns.reshape(-1), occupancy.reshape(-1))
+        out = self.grad[:tmax, b0:b1]
+        np.exp(lp[:tmax, b0:b1], out=out)
+        np.subtract(out, sums, out=out)
         if nf.any():
-            sn = sums.transpose(1, 0, 2)[:, nf, :]
-            out[:, nf, :] = np.exp(lp[:tmax, nf, :]) - np.exp(np.log(sn) + (nll - nll_eff)[None, nf, None])
+            lp_nf = lp[:tmax, b0:b1][:, nf, :]
+            out[:, nf, :] = np.exp(lp_nf) - np.exp(np.log(sums[:, nf, :]) + (nll - nll_eff)[None, nf, None])
         out *= g[None, :, None]
-        for b in range(N):
+        for b in range(n):
             if il[b] < tmax:
                 out[il[b]:, b, :] = 0
-    zero = zero_infinity & (nll == np.inf)
-    grad[:, zero, :] = 0
-    grad[:, bad & ~zero, :] = np.nan
-    return grad.astype(lp_in.dtype, copy=False)

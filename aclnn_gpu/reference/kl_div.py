@@ -35,10 +35,30 @@ def sum_to_shape(values: np.ndarray, shape: Sequence[int], dtype: np.dtype) -> n
 
 
 def kl_div_backward(grad_output: np.ndarray, target: np.ndarray, self_shape: Sequence[int], reduction: int,
-                    log_target: bool, math_dtype: np.dtype = np.dtype(np.float32)) -> np.ndarray:
-    """d(kl_div)/d(self), shape `self_shape`, in `math_dtype`."""
+                    log_target: bool, math_dtype: np.dtype = np.dtype(np.float32),
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """d(kl_div)/d(self), shape `self_shape`, in `math_dtype`; or stored into `out` (an array of
+    `self_shape`, any float dtype and strides, not overlapping the inputs), which is returned."""
     broadcast = np.broadcast_shapes(tuple(self_shape), target.shape, grad_output.shape)
     coef = coefficient(reduction, broadcast)
+    if (out is not None and grad_output.size == 1 and target.shape == broadcast == tuple(self_shape)
+            and target.dtype == out.dtype == math_dtype):
+        # the common case (a scalar loss gradient): one pass from target straight into out
+        scale = math_dtype.type(-coef) * grad_output.astype(math_dtype).reshape(())
+        if log_target:
+            np.exp(target, out=out)
+            np.multiply(out, scale, out=out)
+        else:
+            np.multiply(target, scale, out=out)
+        return out
+    result = _kl_div_backward(grad_output, target, self_shape, coef, broadcast, log_target, math_dtype)
+    if out is None:
+        return result
+    np.copyto(out, result, casting="unsafe")
+    return out
+
+
+def _kl_div_backward(grad_output, target, self_shape, coef, broadcast, log_target, math_dtype):
     result = target.astype(math_dtype)            # always a fresh array: safe to work in place
     if log_target:
         np.exp(result, out=result)

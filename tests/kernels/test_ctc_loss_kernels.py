@@ -153,6 +153,14 @@ def float64_gradient(lp, tg, il, tl, nll, la, g=None):
                              la.astype(np.float64), 0, False)
 
 
+def log_space_atol(nll, T):
+    """fp32 gradient tolerance of a long recursion: log-alpha and log-beta reach |nll| (~1500 for 1100
+    labels), where one fp32 rounding is eps*|nll|/2, and T such roundings add up like a random walk.
+    The occupancy exp(alpha + beta - lp + nll) <= 1 inherits that relative error (measured over 60
+    seeds of test_long_target_1100: at most 0.53 of this bound; PyTorch's fp32 recursion is alike)."""
+    return float(np.finfo(np.float32).eps * np.max(np.abs(nll)) * np.sqrt(T))
+
+
 def test_ragged_grid_and_scalar_path(ctx):
     """More samples than blocks (grid-stride) and C not a multiple of the vector width."""
     rng = np.random.default_rng([SEED, 10])
@@ -175,7 +183,8 @@ def test_long_target_1100(ctx):
     fin = np.isfinite(rla)
     np.testing.assert_allclose(la[fin], rla[fin], rtol=1e-4, atol=1e-2)
     # two fp32 recursions over 1100 steps differ by their rounding: judge each against float64
-    np.testing.assert_allclose(out, float64_gradient(lp, tg, [T], [L], nll, la), atol=2e-6 * L)
+    np.testing.assert_allclose(out, float64_gradient(lp, tg, [T], [L], nll, la), atol=log_space_atol(nll, T),
+                               err_msg=f"seed {SEED}")
 
 
 @pytest.mark.parametrize("L,dt", [(40, "float64"), (300, "float32"), (1100, "float64")])
@@ -193,4 +202,4 @@ def test_multi_warp_boundaries(ctx, L, dt):
     assert np.isfinite(nll).all()
     np.testing.assert_allclose(nll, rn, rtol=1e-5 if dt == "float32" else 1e-10, err_msg=f"seed {SEED}")
     expected = float64_gradient(lp, tg, [T, T - 3], [L, L - 1], nll, la, g=rng_g) if dt == "float32" else rg
-    np.testing.assert_allclose(out, expected, atol=2e-6 * L if dt == "float32" else 1e-9, err_msg=f"seed {SEED}")
+    np.testing.assert_allclose(out, expected, atol=log_space_atol(nll, T) if dt == "float32" else 1e-9, err_msg=f"seed {SEED}")
