@@ -145,9 +145,9 @@ class CrossEntropyLossGradPlan(Plan):
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
-        gpu.launch_grad(ctx, grad_loss_ptr=io.address(self.grad_loss, workspace),
-                        log_prob_ptr=io.address(self.log_prob, workspace), target_ptr=io.address(self.target, workspace),
-                        weight_ptr=io.address(self.weight, workspace), out_ptr=io.address(self.out, workspace),
+        at = lambda tensor: io.address(tensor, workspace)  # noqa: E731
+        gpu.launch_grad(ctx, grad_loss_ptr=at(self.grad_loss), log_prob_ptr=at(self.log_prob),
+                        target_ptr=at(self.target), weight_ptr=at(self.weight), out_ptr=at(self.out),
                         workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
                         dtype=_np(self.log_prob), target_dtype=_np(self.target), reduction=self.reduction,
                         ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
@@ -178,9 +178,9 @@ class CrossEntropyLossPlan(Plan):
     def run_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
-        gpu.launch_forward(ctx, input_ptr=io.address(self.input, workspace), target_ptr=io.address(self.target, workspace),
-                           weight_ptr=io.address(self.weight, workspace), loss_ptr=io.address(self.loss, workspace),
-                           log_prob_ptr=io.address(self.log_prob, workspace),
+        at = lambda tensor: io.address(tensor, workspace)  # noqa: E731
+        gpu.launch_forward(ctx, input_ptr=at(self.input), target_ptr=at(self.target), weight_ptr=at(self.weight),
+                           loss_ptr=at(self.loss), log_prob_ptr=at(self.log_prob),
                            workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
                            dtype=_np(self.input), target_dtype=_np(self.target), reduction=self.reduction,
                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)

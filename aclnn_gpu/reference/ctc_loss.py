@@ -23,11 +23,13 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
 * a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
   never used as an index.
 
-Vectorised over batch and extended-label states; the only Python loop runs over time. The backward
-splits a large batch into slices of samples that run in parallel (reference/parallel.py); each
-sample's arithmetic, and so the result, is the same for any split.
+Vectorised over batch and extended-label states; the only Python loop runs over time. Both
+directions split a large batch into slices of samples that run in parallel (reference/parallel.py);
+each sample's arithmetic, and so the result, is the same for any split.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -81,8 +83,84 @@ def _extended(labels, tl, blank, max_l):
     return lp_, in_state, skip
 
 
+# Below this many state-steps (tmax * N * S) a recursion runs in one thread: it makes a few NumPy
+# calls per time step, and on slices that small the call overhead (under the GIL) dominates.
+_PARALLEL_MIN_STATE_STEPS = 1 << 18
+# Samples per slice at most: the working set of a slice stays in the L2 cache, and the slices keep
+# every core busy.
+_SLICE_SAMPLES = 32
+
+
+def _by_slices(work, N, state_steps):
+    """work(b0, b1) over slices of the batch, in parallel when the problem is large enough. Samples
+    are independent and every slice keeps the global state count S, so each sample's arithmetic,
+    and result, is the same whatever the split."""
+    if state_steps < _PARALLEL_MIN_STATE_STEPS:
+        work(0, N)
+        return
+    pieces = max(parallel.workers(), -(-N // _SLICE_SAMPLES))
+    step = -(-N // pieces)
+    parallel.run_pieces(lambda b0: work(b0, min(N, b0 + step)), range(0, N, step))
+
+
+def _alpha(lp_in, md, lprime, skip, il, lt, b0, b1):
+    """The alpha recursion of samples [b0, b1): lt[t, b, 2 + s] = log_alpha for t below the slice's
+    longest input (rows past a sample's own input length are cleared by the caller)."""
+    T, N, C = lp_in.shape
+    n, S = b1 - b0, lprime.shape[1]
+    tmax = int(il[b0:b1].max()) if n else 0
+    if tmax == 0:
+        return
+    ninf = md.type(-np.inf)
+    lts = lt[:, b0:b1]
+    gidx = ((b0 + np.arange(n))[:, None] * C + lprime[b0:b1]).reshape(-1)   # gather of lp[t] at l'
+    lpf = lp_in.reshape(T, N * C)
+    half = lp_in.dtype == np.float16
+    same = lp_in.dtype == md
+    g = np.empty((n, S), dtype=lp_in.dtype)          # gathered row lp[t, n, l'(s)] (storage dtype)
+    lpg_t = g if same else np.empty((n, S), dtype=md)
+    gflat = g.reshape(-1)
+
+    def gather(t):
+        np.take(lpf[t], gidx, out=gflat)
+        if not same:                                 # exact cast (float16: lowp's table)
+            if half:
+                lowp.f16_to_f32(g, lpg_t)
+            else:
+                np.copyto(lpg_t, g, casting="unsafe")
+        return lpg_t
+
+    lts[0, :, 2:] = ninf
+    lts[0, :, 2:4] = gather(0)[:, :2]
+    skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
+    skipadd[skip[b0:b1]] = 0
+    addk = np.zeros((3, n, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
+    addk[2] = skipadd
+    m = np.empty((n, S), dtype=md)
+    r = np.empty((n, S), dtype=md)
+    buf = np.empty((3, n, S), dtype=md)
+    st = lts.strides
+    # V[t, k, n, s] = lt[t, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
+    V = np.lib.stride_tricks.as_strided(lts[:, :, 2:], shape=(lts.shape[0], 3, n, S),
+                                        strides=(st[0], -st[2], st[1], st[2]))
+    low = md.type(-np.finfo(md).max)
+    mx, sub, add, ex, lg = np.maximum, np.subtract, np.add, np.exp, np.log
+    rmax, red = np.maximum.reduce, np.add.reduce
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for t in range(1, tmax):
+            add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
+            rmax(buf, 0, None, m)
+            mx(m, low, out=m)                            # all -inf: keep -inf - m = -inf
+            sub(buf, m, out=buf)
+            ex(buf, out=buf)
+            red(buf, 0, None, r)
+            lg(r, out=r)
+            add(r, m, out=r)
+            add(r, gather(t), out=lts[t, :, 2:])
+
+
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    lp_in = np.asarray(log_probs)
+    lp_in = np.ascontiguousarray(log_probs)
     T, N, C = lp_in.shape
     md = math_dtype(lp_in.dtype)
     labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
@@ -95,50 +173,7 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     lt = np.empty((max(tmax, 1), N, S + 2), dtype=md)
     lt[:, :, :2] = ninf
     if tmax:
-        gidx = (np.arange(N)[:, None] * C + lprime).reshape(-1)   # gather of lp[t] at l'
-        lpf = lp_in.reshape(T, N * C)
-        half = lp_in.dtype == np.float16
-        same = lp_in.dtype == md
-        g = np.empty((N, S), dtype=lp_in.dtype)          # gathered row lp[t, n, l'(s)] (storage dtype)
-        lpg_t = g if same else np.empty((N, S), dtype=md)
-        gflat = g.reshape(-1)
-
-        def gather(t):
-            np.take(lpf[t], gidx, out=gflat)
-            if not same:                                 # exact cast (float16: lowp's table)
-                if half:
-                    lowp.f16_to_f32(g, lpg_t)
-                else:
-                    np.copyto(lpg_t, g, casting="unsafe")
-            return lpg_t
-
-        lt[0, :, 2:] = ninf
-        lt[0, :, 2:4] = gather(0)[:, :2]
-        skipadd = np.full((N, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
-        skipadd[skip] = 0
-        addk = np.zeros((3, N, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
-        addk[2] = skipadd
-        m = np.empty((N, S), dtype=md)
-        r = np.empty((N, S), dtype=md)
-        buf = np.empty((3, N, S), dtype=md)
-        st = lt.strides
-        # V[t, k, n, s] = lt[t, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
-        V = np.lib.stride_tricks.as_strided(lt[:, :, 2:], shape=(lt.shape[0], 3, N, S),
-                                            strides=(st[0], -st[2], st[1], st[2]))
-        low = md.type(-np.finfo(md).max)
-        mx, sub, add, ex, lg = np.maximum, np.subtract, np.add, np.exp, np.log
-        rmax, red = np.maximum.reduce, np.add.reduce
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            for t in range(1, tmax):
-                add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
-                rmax(buf, 0, None, m)
-                mx(m, low, out=m)                            # all -inf: keep -inf - m = -inf
-                sub(buf, m, out=buf)
-                ex(buf, out=buf)
-                red(buf, 0, None, r)
-                lg(r, out=r)
-                add(r, m, out=r)
-                add(r, gather(t), out=lt[t, :, 2:])
+        _by_slices(partial(_alpha, lp_in, md, lprime, skip, il, lt), N, tmax * N * S)
     # la (n, t, s): -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only
     # feed higher states), in one pass
     tt = np.arange(T)
@@ -169,14 +204,6 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     return nll.astype(lp_in.dtype), la.astype(lp_in.dtype, copy=False)
 
 
-# Below this many state-steps (tmax * N * S) the backward runs in one thread: the recursion makes two
-# NumPy calls per time step, and on slices that small the call overhead (under the GIL) dominates.
-_PARALLEL_MIN_STATE_STEPS = 1 << 18
-# Samples per slice at most: the factor block of one slice (32 steps x 3 x samples x states) stays
-# in the L2 cache, and the slices keep every core busy.
-_SLICE_SAMPLES = 32
-
-
 def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
                       log_alpha, blank=0, zero_infinity=False):
     lp_in = np.asarray(log_probs)
@@ -194,144 +221,127 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     grad = np.zeros((T, N, C), dtype=md)
     tmax = int(il.max()) if N else 0
     if tmax:
-        # Samples are independent and every slice keeps the global state count S, so each sample's
-        # arithmetic (and result) is the same whatever the split.
-        backward = _Backward(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad)
-        if tmax * N * S < _PARALLEL_MIN_STATE_STEPS:
-            backward(0, N)
-        else:
-            pieces = max(parallel.workers(), -(-N // _SLICE_SAMPLES))
-            step = -(-N // pieces)
-            parallel.run_pieces(lambda b0: backward(b0, min(N, b0 + step)), range(0, N, step))
+        _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad), N, tmax * N * S)
     zero = zero_infinity & (nll == np.inf)
     grad[:, zero, :] = 0
     grad[:, bad & ~zero, :] = np.nan
     return grad.astype(lp_in.dtype, copy=False)
 
 
-class _Backward:
-    """The gradient of the samples [b0, b1) of one ctc_loss_backward call, written into grad[:, b0:b1]
-    (rows t >= Lin stay 0; the caller applies zero_infinity and bad labels afterwards)."""
+def _gradient(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad, b0, b1):
+    """The gradient of the samples [b0, b1), written into grad[:, b0:b1] (rows t >= Lin stay 0; the
+    caller applies zero_infinity and bad labels afterwards)."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        _gradient_samples(lp, g[b0:b1], nll[b0:b1], labels[b0:b1], lprime[b0:b1], skip[b0:b1], il[b0:b1],
+                      tl[b0:b1], la_all[b0:b1], blank, grad[:, b0:b1], b0)
 
-    def __init__(self, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad):
-        self.lp, self.g, self.nll, self.labels = lp, g, nll, labels
-        self.lprime, self.skip, self.il, self.tl = lprime, skip, il, tl
-        self.la_all, self.blank, self.grad = la_all, blank, grad
 
-    def __call__(self, b0, b1):
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            self._samples(b0, b1)
-
-    def _samples(self, b0, b1):
-        lp, blank = self.lp, self.blank
-        T, _, C = lp.shape
-        md = lp.dtype
-        ninf = md.type(-np.inf)
-        il, tl = self.il[b0:b1], self.tl[b0:b1]
-        labels, lprime, skip = self.labels[b0:b1], self.lprime[b0:b1], self.skip[b0:b1]
-        nll, g = self.nll[b0:b1], self.g[b0:b1]
-        n, S = lprime.shape
-        max_l = labels.shape[1]
-        tmax = int(il.max()) if n else 0
-        if tmax == 0:
-            return
-        bidx = np.arange(n)
-        # log_alpha as (t, n, s) in the math dtype, -inf outside t < Lin, s <= 2L (never read there)
-        la = np.array(self.la_all[b0:b1, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
-        for b in range(n):
-            la[il[b]:, b, :] = ninf
-            la[:, b, 2 * tl[b] + 1:] = ninf
-        # log-probs gathered at the extended labels: (tmax, n, S)
-        lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
-                      axis=1).reshape(tmax, n, S)
-        # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
-        #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
-        # which telescopes to PyTorch's expression exactly for any given log_alpha, and whose factors are
-        # <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under/overflow.
-        skipadd = np.zeros((n, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
-        skipadd[:, :] = ninf
-        if S > 2:
-            skipadd[:, :-2][skip[:, 2:]] = 0
-        # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
-        nll_eff = nll.copy()
-        nf = ~np.isfinite(nll)
-        G = np.zeros((tmax, n, S + 2), dtype=md)
-        last = np.maximum(il - 1, 0)
-        s2 = 2 * tl
-        s1 = np.maximum(2 * tl - 1, 0)
-        e2 = la[last, bidx, s2]
-        e1 = np.where(tl > 0, la[last, bidx, s1], ninf)
-        if nf.any():
-            m = np.maximum(e1, e2)
-            m = np.where(np.isfinite(m), m, 0)
-            nll_eff[nf] = -(np.log(np.exp(e1 - m) + np.exp(e2 - m)) + m)[nf]
-            nll_eff[nf & ~np.isfinite(nll_eff)] = 0
-        v2 = np.exp(e2 + nll_eff)
-        v1 = np.where(tl > 0, np.exp(e1 + nll_eff), 0)
-        starts = {}
-        for b in range(n):
-            if il[b] > 0:
-                starts.setdefault(int(il[b]) - 1, []).append(b)
-        for t, bs in starts.items():
-            bs = np.array(bs)
-            G[t, bs, s2[bs]] = v2[bs]
-            G[t, bs, s1[bs]] += v1[bs]
-        if tmax > 1:
-            # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
-            # steps into reused buffers, consumed right after (cache-resident)
-            nb = max(1, min(tmax - 1, 32))
-            Fb = np.empty((nb, 3, n, S), dtype=md)
-            Db = np.full((nb, n, S + 2), ninf, dtype=md)
-            mb = np.empty((nb, n, S), dtype=bool)
-            tmp = np.empty((3, n, S), dtype=md)
-            st = G.strides
-            V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
-            Gs = G[:, :, :S]
-            mul, red = np.multiply, np.add.reduce
-            big = md.type(np.finfo(md).max)
-            t1 = tmax - 1
-            while t1 > 0:
-                t0 = max(0, t1 - nb)
-                steps = t1 - t0
-                Fx, Dx, mx = Fb[:steps], Db[:steps, :, :S], mb[:steps]
-                np.subtract(lpg[t0 + 1:t1 + 1], la[t0 + 1:t1 + 1], out=Dx)
-                np.less(Dx, big, out=mx)                     # False for +inf (la = -inf) and NaN
-                np.logical_not(mx, out=mx)
-                np.copyto(Dx, ninf, where=mx)
-                for k in range(3):
-                    np.add(la[t0:t1], Db[:steps, :, k:k + S], out=Fx[:, k])
-                np.add(Fx[:, 2], skipadd, out=Fx[:, 2])
-                np.exp(Fx, out=Fx)
-                for t in range(t1 - 1, t0 - 1, -1):
-                    mul(Fx[t - t0], V[t + 1], out=tmp)
-                    if t in starts:
-                        Gs[t] += red(tmp, 0)
-                    else:
-                        red(tmp, 0, None, Gs[t])
-                t1 = t0
-        # PyTorch CPU assigns (not accumulates) at t = Lin-1: with last label == blank, the blank column
-        # there comes from s = 2L-1 alone
-        last_lab = np.where(tl > 0, labels[bidx, np.maximum(tl - 1, 0)] if max_l else 0, -1)
-        drop = np.nonzero((tl > 0) & (last_lab == blank) & (il > 0))[0]
-        if drop.size:
-            G[last[drop], drop, s2[drop]] = 0
-        # blank column: the even states; label columns: the odd states, added with np.add.at, which adds
-        # repeated indices one after another: a label occurring twice gets its occupancies summed in
-        # label order, on top of the blank sum when the label is the blank
-        sums = np.zeros((tmax, n, C), dtype=md)
-        sums[:, bidx, blank] = G[:, :, 0:S:2].sum(axis=2)
-        if max_l:
-            bb, jj = np.nonzero(np.arange(max_l)[None, :] < tl[:, None])
-            occupancy = np.take(G.reshape(tmax, -1), bb * (S + 2) + 2 * jj + 1, axis=1)
-            columns = np.arange(tmax)[:, None] * (n * C) + (bb * C + labels[bb, jj])
-            np.add.at(sums.reshape(-1), columns.reshape(-1), occupancy.reshape(-1))
-        out = self.grad[:tmax, b0:b1]
-        np.exp(lp[:tmax, b0:b1], out=out)
-        np.subtract(out, sums, out=out)
-        if nf.any():
-            lp_nf = lp[:tmax, b0:b1][:, nf, :]
-            out[:, nf, :] = np.exp(lp_nf) - np.exp(np.log(sums[:, nf, :]) + (nll - nll_eff)[None, nf, None])
-        out *= g[None, :, None]
-        for b in range(n):
-            if il[b] < tmax:
-                out[il[b]:, b, :] = 0
+def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad, b0):
+    C = lp.shape[2]
+    md = lp.dtype
+    ninf = md.type(-np.inf)
+    n, S = lprime.shape
+    max_l = labels.shape[1]
+    tmax = int(il.max()) if n else 0
+    if tmax == 0:
+        return
+    bidx = np.arange(n)
+    # log_alpha as (t, n, s) in the math dtype, -inf outside t < Lin, s <= 2L (never read there)
+    la = np.array(la_all[:, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
+    for b in range(n):
+        la[il[b]:, b, :] = ninf
+        la[:, b, 2 * tl[b] + 1:] = ninf
+    # log-probs gathered at the extended labels: (tmax, n, S)
+    lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
+                  axis=1).reshape(tmax, n, S)
+    # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
+    #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
+    # which telescopes to PyTorch's expression exactly for any given log_alpha, and whose factors are
+    # <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under/overflow.
+    skipadd = np.zeros((n, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
+    skipadd[:, :] = ninf
+    if S > 2:
+        skipadd[:, :-2][skip[:, 2:]] = 0
+    # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
+    nll_eff = nll.copy()
+    nf = ~np.isfinite(nll)
+    G = np.zeros((tmax, n, S + 2), dtype=md)
+    last = np.maximum(il - 1, 0)
+    s2 = 2 * tl
+    s1 = np.maximum(2 * tl - 1, 0)
+    e2 = la[last, bidx, s2]
+    e1 = np.where(tl > 0, la[last, bidx, s1], ninf)
+    if nf.any():
+        m = np.maximum(e1, e2)
+        m = np.where(np.isfinite(m), m, 0)
+        nll_eff[nf] = -(np.log(np.exp(e1 - m) + np.exp(e2 - m)) + m)[nf]
+        nll_eff[nf & ~np.isfinite(nll_eff)] = 0
+    v2 = np.exp(e2 + nll_eff)
+    v1 = np.where(tl > 0, np.exp(e1 + nll_eff), 0)
+    starts = {}
+    for b in range(n):
+        if il[b] > 0:
+            starts.setdefault(int(il[b]) - 1, []).append(b)
+    for t, bs in starts.items():
+        bs = np.array(bs)
+        G[t, bs, s2[bs]] = v2[bs]
+        G[t, bs, s1[bs]] += v1[bs]
+    if tmax > 1:
+        # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
+        # steps into reused buffers, consumed right after (cache-resident)
+        nb = max(1, min(tmax - 1, 32))
+        Fb = np.empty((nb, 3, n, S), dtype=md)
+        Db = np.full((nb, n, S + 2), ninf, dtype=md)
+        mb = np.empty((nb, n, S), dtype=bool)
+        tmp = np.empty((3, n, S), dtype=md)
+        st = G.strides
+        V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
+        Gs = G[:, :, :S]
+        mul, red = np.multiply, np.add.reduce
+        big = md.type(np.finfo(md).max)
+        t1 = tmax - 1
+        while t1 > 0:
+            t0 = max(0, t1 - nb)
+            steps = t1 - t0
+            Fx, Dx, mx = Fb[:steps], Db[:steps, :, :S], mb[:steps]
+            np.subtract(lpg[t0 + 1:t1 + 1], la[t0 + 1:t1 + 1], out=Dx)
+            np.less(Dx, big, out=mx)                     # False for +inf (la = -inf) and NaN
+            np.logical_not(mx, out=mx)
+            np.copyto(Dx, ninf, where=mx)
+            for k in range(3):
+                np.add(la[t0:t1], Db[:steps, :, k:k + S], out=Fx[:, k])
+            np.add(Fx[:, 2], skipadd, out=Fx[:, 2])
+            np.exp(Fx, out=Fx)
+            for t in range(t1 - 1, t0 - 1, -1):
+                mul(Fx[t - t0], V[t + 1], out=tmp)
+                if t in starts:
+                    Gs[t] += red(tmp, 0)
+                else:
+                    red(tmp, 0, None, Gs[t])
+            t1 = t0
+    # PyTorch CPU assigns (not accumulates) at t = Lin-1: with last label == blank, the blank column
+    # there comes from s = 2L-1 alone
+    last_lab = np.where(tl > 0, labels[bidx, np.maximum(tl - 1, 0)] if max_l else 0, -1)
+    drop = np.nonzero((tl > 0) & (last_lab == blank) & (il > 0))[0]
+    if drop.size:
+        G[last[drop], drop, s2[drop]] = 0
+    # blank column: the even states; label columns: the odd states, added with np.add.at, which adds
+    # repeated indices one after another: a label occurring twice gets its occupancies summed in
+    # label order, on top of the blank sum when the label is the blank
+    sums = np.zeros((tmax, n, C), dtype=md)
+    sums[:, bidx, blank] = G[:, :, 0:S:2].sum(axis=2)
+    if max_l:
+        bb, jj = np.nonzero(np.arange(max_l)[None, :] < tl[:, None])
+        occupancy = np.take(G.reshape(tmax, -1), bb * (S + 2) + 2 * jj + 1, axis=1)
+        columns = np.arange(tmax)[:, None] * (n * C) + (bb * C + labels[bb, jj])
+        np.add.at(sums.reshape(-1), columns.reshape(-1), occupancy.reshape(-1))
+    out = grad[:tmax]
+    np.exp(lp[:tmax, b0:b0 + n], out=out)
+    np.subtract(out, sums, out=out)
+    if nf.any():
+        lp_nf = lp[:tmax, b0:b0 + n][:, nf, :]
+        out[:, nf, :] = np.exp(lp_nf) - np.exp(np.log(sums[:, nf, :]) + (nll - nll_eff)[None, nf, None])
+    out *= g[None, :, None]
+    for b in range(n):
+        if il[b] < tmax:
+            out[il[b]:, b, :] = 0
