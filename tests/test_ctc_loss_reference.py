@@ -150,24 +150,23 @@ def test_low_precision_dtypes(dt):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_batch_slices_give_the_same_bits(monkeypatch, dtype):
-    """Both directions of a large batch run in slices on several threads: any split gives the result
-    of one slice, bit for bit (repeated labels, a blank label, an infinite loss, a bad label)."""
+    """The backward of a large batch runs in slices on several threads: any split gives the result of
+    one slice, bit for bit (repeated labels, a blank label, an infinite loss and a bad label included)."""
     from aclnn_gpu.reference import ctc_loss as reference
     rng = np.random.default_rng([SEED, 99])
     lp, tg, il, tl = make_case(rng, 60, 23, 7, 9, runs=True)
     lp = lp.astype(dtype)
     tg[3, 0], tl[3], il[5], tl[5] = 0, max(tl[3], 1), 3, 9      # blank as a label; too short an input
     tg[7, 0], tl[7] = 99, max(tl[7], 1)                             # a label outside [0, C)
+    nll, la = ctc_loss_forward(lp, tg, il, tl)
     g = rng.standard_normal(23).astype(dtype)
 
-    def both(min_state_steps, slice_samples):
+    def backward(min_state_steps, slice_samples):
         monkeypatch.setattr(reference, "_PARALLEL_MIN_STATE_STEPS", min_state_steps)
         monkeypatch.setattr(reference, "_SLICE_SAMPLES", slice_samples)
-        nll, la = ctc_loss_forward(lp, tg, il, tl)
-        return nll, la, ctc_loss_backward(g, lp, tg, il, tl, nll, la)
+        return ctc_loss_backward(g, lp, tg, il, tl, nll, la)
 
-    whole = both(1 << 60, 1 << 30)
-    assert np.isinf(whole[0][5]) and np.isnan(whole[2][:, 7]).all() and np.isfinite(whole[2][:, 0]).all()
+    whole = backward(1 << 60, 1 << 30)
+    assert np.isinf(nll[5]) and np.isnan(whole[:, 7]).all() and np.isfinite(whole[:, 0]).all()
     for slice_samples in (1, 4, 10):
-        for name, got, expected in zip(("nll", "log_alpha", "grad"), both(0, slice_samples), whole):
-            np.testing.assert_array_equal(got, expected, err_msg=f"{name}, slices of {slice_samples}")
+        np.testing.assert_array_equal(backward(0, slice_samples), whole, err_msg=f"slices of {slice_samples}")
