@@ -36,6 +36,11 @@ class OpError(Exception):
         self.message = message
 
 
+class NoDevice(OpError):
+    """The device kind asked for cannot run here. Raised wherever the device is first needed; the
+    entry point that needed it puts its own name in front of the message."""
+
+
 class AclnnError(RuntimeError):
     """Raised by `aclnn_gpu.functional` instead of returning a status code."""
 
@@ -74,6 +79,8 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
         def entry(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
+            except NoDevice as e:
+                return on_error(e.status, f"{name}: {e.message}")
             except OpError as e:
                 return on_error(e.status, e.message)
             except Exception as e:  # a library bug: report it, never let it escape the C layer

@@ -4,11 +4,14 @@ Each function runs the very executors of the two-phase API: it describes the cal
 aclTensors (zero-copy: the arrays' own memory is lent to the library for the length of the call
 when it already lives where the device computes), runs GetWorkspaceSize and the execute call on a
 stream, waits, and returns arrays of the caller's kind (NumPy, CuPy, or PyTorch via DLPack).
-Failures raise `AclnnError` carrying the status and the message. No `aclInit` is needed.
+Failures raise `AclnnError` carrying the status and the message, whatever went wrong: a status from
+the two phases, a device that cannot run here, an argument of the wrong kind (161002), or (a bug of
+the library) an internal error. No `aclInit` is needed.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -19,27 +22,71 @@ from . import dtypes
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .executor import aclOpExecutor
 from .runtime import aclrtStream, get_device, resolve_stream
-from .status import aclFormat
+from .status import aclError, aclFormat
 from .tensor import aclCreateIntArray, aclCreateTensor, aclIntArray, aclTensor
 
 REDUCTION_CODES = {"none": 0, "mean": 1, "sum": 2, "batchmean": 3}
 
 
-def _reduction(value: str | int, allowed: Sequence[str]) -> int:
-    if isinstance(value, str):
-        if value not in allowed:
-            raise AclnnError(161002, f"reduction {value!r} must be one of {', '.join(allowed)}")
-        return REDUCTION_CODES[value]
+INVALID = 161002   # ACLNN_ERR_PARAM_INVALID
+
+
+def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Every failure of a functional call surfaces as AclnnError naming the function: a user error
+    found inside the library (a device that cannot run here) keeps its status; anything else
+    escaping is a library bug, reported as an internal error rather than a bare exception."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AclnnError:
+            raise
+        except OpError as e:
+            raise AclnnError(e.status, f"{fn.__name__}: {e.message}") from None
+        except Exception as e:
+            raise AclnnError(aclError.ACL_ERROR_INTERNAL_ERROR,
+                             f"{fn.__name__}: internal error: {type(e).__name__}: {e}") from e
+    return call
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _integer(function: str, name: str, value: Any) -> int:
+    if not _is_integer(value):
+        raise AclnnError(INVALID, f"{function}: {name} must be an integer, got {value!r}")
     return int(value)
 
 
-def _reduction_name(value: str | int | None) -> str | None:
+def _reduction(function: str, value: str | int, allowed: Sequence[str]) -> int:
+    if isinstance(value, str):
+        if value not in allowed:
+            raise AclnnError(INVALID, f"{function}: reduction {value!r} must be one of {', '.join(allowed)}")
+        return REDUCTION_CODES[value]
+    if not _is_integer(value):
+        raise AclnnError(INVALID, f"{function}: reduction must be one of {', '.join(allowed)} or its code, "
+                                  f"got {value!r}")
+    return int(value)
+
+
+def _reduction_name(function: str, value: str | int | None) -> str | None:
     if value is None or isinstance(value, str):
         return value
     names = {0: "none", 1: "mean", 2: "sum"}
-    if int(value) not in names:
-        raise AclnnError(161002, f"reduction code {value!r} must be 0 (none), 1 (mean) or 2 (sum)")
+    if not _is_integer(value) or int(value) not in names:
+        raise AclnnError(INVALID, f"{function}: reduction {value!r} must be 'none', 'mean', 'sum' or "
+                                  "0 (none), 1 (mean), 2 (sum)")
     return names[int(value)]
+
+
+def _int_list(function: str, name: str, values: Any) -> list[int]:
+    """A sequence or integer array of lengths as ints (161002 for anything that is not integers)."""
+    array = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
+    if array.size and array.dtype.kind not in "iu":
+        if array.dtype.kind != "O" or not all(_is_integer(v) for v in array.reshape(-1)):
+            raise AclnnError(INVALID, f"{function}: {name} must be integers, got {values!r}")
+    return [int(v) for v in array.reshape(-1)]
 
 
 def _array_kind(array: Any) -> str:
@@ -219,8 +266,7 @@ class _Call:
         return self._describe(address, tuple(shape), strides, dtype, fmt, "output"), handle
 
     def int_array(self, values: Any, name: str) -> aclIntArray:
-        values = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
-        array = aclCreateIntArray([int(v) for v in values.reshape(-1)])
+        array = aclCreateIntArray(_int_list(self.name, name, values))
         if array is None:
             raise AclnnError(161002, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
         return array
@@ -264,69 +310,83 @@ def _call(name: str, stream: aclrtStream | None) -> Iterator[_Call]:
 
 
 # ---------------------------------------------------------------------------- KL divergence
+@_public
 def kl_div(self: Any, target: Any, reduction: str | int = "mean", log_target: bool = False, *,
            stream: aclrtStream | None = None) -> Any:
     """KL divergence loss (aclnnKlDiv): `none` gives the broadcast shape, the others a 0-D array."""
     from .ops.kl_div import aclnnKlDiv, aclnnKlDivGetWorkspaceSize
-    code = _reduction(reduction, ("none", "mean", "sum", "batchmean"))
+    code = _reduction("kl_div", reduction, ("none", "mean", "sum", "batchmean"))
     with _call("kl_div", stream) as call:
         x, t = call.tensor(self, "self"), call.tensor(target, "target")
-        shape = np.broadcast_shapes(x.shape, t.shape) if code == 0 else ()
-        out, host = call.output(shape, dtypes.to_numpy(x.dtype))
+        shape: tuple[int, ...] = ()
+        if code == 0 and x is not None and t is not None:
+            try:
+                shape = np.broadcast_shapes(x.shape, t.shape)
+            except ValueError:   # the API names the mismatch
+                pass
+        out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
         call.run(aclnnKlDivGetWorkspaceSize, aclnnKlDiv, x, t, code, log_target, out)
         return call.result(host)
 
 
+@_public
 def kl_div_backward(grad_output: Any, self: Any, target: Any, reduction: str | int = "mean",
                     log_target: bool = False, *, stream: aclrtStream | None = None) -> Any:
     """Gradient of kl_div with respect to `self` (aclnnKlDivBackward), in `self`'s dtype."""
     from .ops.kl_div import aclnnKlDivBackward, aclnnKlDivBackwardGetWorkspaceSize
-    code = _reduction(reduction, ("none", "mean", "sum", "batchmean"))
+    code = _reduction("kl_div_backward", reduction, ("none", "mean", "sum", "batchmean"))
     with _call("kl_div_backward", stream) as call:
         g, x, t = call.tensor(grad_output, "grad_output"), call.tensor(self, "self"), call.tensor(target, "target")
-        out, host = call.output(x.shape, dtypes.to_numpy(x.dtype))
+        out, host = call.output(x.shape if x is not None else (), dtypes.to_numpy(x.dtype) if x is not None
+                                else np.float32)
         call.run(aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivBackward, g, x, t, code, log_target, out)
         return call.result(host)
 
 
 # ---------------------------------------------------------------------------- ConvTBC
-def _cube_math_type(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise AclnnError(161002, f"cube_math_type must be an integer 0..3, got {value!r}")
+def _cube_math_type(function: str, value: Any) -> int:
+    if not _is_integer(value):
+        raise AclnnError(INVALID, f"{function}: cube_math_type must be an integer 0..3, got {value!r}")
     return int(value)
 
 
+@_public
 def conv_tbc(input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
              stream: aclrtStream | None = None) -> Any:
     """ConvTBC forward (aclnnConvTbc): input (T, B, Cin), weight (K, Cin, Cout), bias (Cout) ->
     (T + 2*pad - K + 1, B, Cout) in the input's dtype."""
     from .ops.conv_tbc import aclnnConvTbc, aclnnConvTbcGetWorkspaceSize
+    pad, cube_math_type = _integer("conv_tbc", "pad", pad), _cube_math_type("conv_tbc", cube_math_type)
     with _call("conv_tbc", stream) as call:
         x, w, b = call.tensor(input, "input"), call.tensor(weight, "weight"), call.tensor(bias, "bias")
-        shape = ()
+        shape: tuple[int, ...] = ()
         if x is not None and w is not None and len(x.shape) == 3 and len(w.shape) == 3:
-            shape = (max(x.shape[0] + 2 * int(pad) - w.shape[0] + 1, 0), x.shape[1], w.shape[2])
+            shape = (max(x.shape[0] + 2 * pad - w.shape[0] + 1, 0), x.shape[1], w.shape[2])
         out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
-        call.run(aclnnConvTbcGetWorkspaceSize, aclnnConvTbc, x, w, b, pad, out, _cube_math_type(cube_math_type))
+        call.run(aclnnConvTbcGetWorkspaceSize, aclnnConvTbc, x, w, b, pad, out, cube_math_type)
         return call.result(host)
 
 
+@_public
 def conv_tbc_backward(grad: Any, input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
                       stream: aclrtStream | None = None) -> tuple[Any, Any, Any]:
     """ConvTBC backward (aclnnConvTbcBackward): (grad_input, grad_weight, grad_bias) in the dtypes of
     input, weight and bias."""
     from .ops.conv_tbc import aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize
+    pad = _integer("conv_tbc_backward", "pad", pad)
+    cube_math_type = _cube_math_type("conv_tbc_backward", cube_math_type)
     with _call("conv_tbc_backward", stream) as call:
         g, x = call.tensor(grad, "grad"), call.tensor(input, "input")
         w, b = call.tensor(weight, "weight"), call.tensor(bias, "bias")
         outs = [call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
                             else np.float32) for t in (x, w, b)]
         call.run(aclnnConvTbcBackwardGetWorkspaceSize, aclnnConvTbcBackward, g, x, w, b, pad,
-                 _cube_math_type(cube_math_type), outs[0][0], outs[1][0], outs[2][0])
+                 cube_math_type, outs[0][0], outs[1][0], outs[2][0])
         return tuple(call.result(host) for _, host in outs)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------- scaled masked softmax
+@_public
 def scaled_masked_softmax(x: Any, mask: Any, scale: float = 1.0, fix_triu_mask: bool = False, *,
                           stream: aclrtStream | None = None) -> Any:
     """Scaled masked softmax (aclnnScaledMaskedSoftmax): x (B, N, S1, S2) float, mask bool
@@ -341,6 +401,7 @@ def scaled_masked_softmax(x: Any, mask: Any, scale: float = 1.0, fix_triu_mask: 
         return call.result(host)
 
 
+@_public
 def scaled_masked_softmax_backward(grad_output: Any, y: Any, mask: Any, scale: float = 1.0,
                                    fix_triu_mask: bool = False, *, stream: aclrtStream | None = None) -> Any:
     """Gradient of scaled_masked_softmax with respect to x (aclnnScaledMaskedSoftmaxBackward):
@@ -364,6 +425,7 @@ def _ce_result(call: _Call, host: np.ndarray) -> Any:
     return result.reshape(host.shape) if tuple(result.shape) != host.shape else result
 
 
+@_public
 def cross_entropy_loss(input: Any, target: Any, weight: Any = None, reduction: str | int = "mean",
                        ignore_index: int = -100, label_smoothing: float = 0.0, *,
                        stream: aclrtStream | None = None) -> tuple[Any, Any]:
@@ -371,7 +433,7 @@ def cross_entropy_loss(input: Any, target: Any, weight: Any = None, reduction: s
     weight (C,) float32 or None -> (loss, log_prob); loss is (N,) for "none", else 0-D; both in the
     input's dtype."""
     from .ops.cross_entropy import aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize
-    name = _reduction_name(reduction)
+    name = _reduction_name("cross_entropy_loss", reduction)
     with _call("cross_entropy_loss", stream) as call:
         x, t, w = call.tensor(input, "input"), call.tensor(target, "target"), call.tensor(weight, "weight")
         dt = dtypes.to_numpy(x.dtype) if x is not None else np.float32
@@ -383,6 +445,7 @@ def cross_entropy_loss(input: Any, target: Any, weight: Any = None, reduction: s
         return _ce_result(call, loss_host), _ce_result(call, lp_host)
 
 
+@_public
 def cross_entropy_loss_grad(grad_loss: Any, log_prob: Any, target: Any, weight: Any = None,
                             reduction: str | int = "mean", ignore_index: int = -100, label_smoothing: float = 0.0,
                             *, stream: aclrtStream | None = None) -> Any:
@@ -390,7 +453,7 @@ def cross_entropy_loss_grad(grad_loss: Any, log_prob: Any, target: Any, weight: 
     log_prob = log_softmax(logits): (N, C) in log_prob's dtype. grad_loss is (N,) for "none", else a
     scalar (0-D or [1])."""
     from .ops.cross_entropy import aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize
-    name = _reduction_name(reduction)
+    name = _reduction_name("cross_entropy_loss_grad", reduction)
     with _call("cross_entropy_loss_grad", stream) as call:
         g, lp = call.tensor(grad_loss, "grad_loss"), call.tensor(log_prob, "log_prob")
         t, w = call.tensor(target, "target"), call.tensor(weight, "weight")
@@ -402,13 +465,7 @@ def cross_entropy_loss_grad(grad_loss: Any, log_prob: Any, target: Any, weight: 
 
 
 # ---------------------------------------------------------------------------- CTC loss
-def _lengths(values: Any) -> list[int]:
-    if values is None:
-        return []
-    arr = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
-    return [int(v) for v in arr.reshape(-1)]
-
-
+@_public
 def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
              zero_infinity: bool = False, *, stream: aclrtStream | None = None) -> tuple[Any, Any]:
     """CTC loss (aclnnCtcLoss): log_probs (T, N, C), targets (N, S) padded or 1-D concatenated, lengths
@@ -419,7 +476,7 @@ def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: A
         lp, tg = call.tensor(log_probs, "log_probs"), call.tensor(targets, "targets")
         il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
         tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
-        max_l = max([0, *_lengths(target_lengths)])
+        max_l = max([0, *_int_list("ctc_loss", "target_lengths", target_lengths)]) if target_lengths is not None else 0
         T, N = (lp.shape[0], lp.shape[1]) if lp is not None and len(lp.shape) == 3 else (0, 0)
         dt = dtypes.to_numpy(lp.dtype) if lp is not None else np.dtype(np.float32)
         nll, nll_host = call.output((N,), dt)
@@ -428,6 +485,7 @@ def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: A
         return call.result(nll_host), call.result(la_host)
 
 
+@_public
 def ctc_loss_backward(grad_out: Any, log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
                       neg_log_likelihood: Any, log_alpha: Any, blank: int = 0, zero_infinity: bool = False, *,
                       stream: aclrtStream | None = None) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .device.base import Device, DeviceEvent, DeviceStream
-from .errors import c_api, fail
+from .errors import NoDevice, c_api, fail
 from .status import aclError, aclrtMemcpyKind, aclSysParamOpt
 
 OK = aclError.ACL_SUCCESS
@@ -69,7 +69,7 @@ def get_device() -> Device:
             try:
                 _state.device = _make_device(_requested_kind())
             except DeviceUnavailable as e:
-                fail(aclError.ACL_ERROR_RT_NO_DEVICE, f"aclrtSetDevice: {e}")
+                raise NoDevice(aclError.ACL_ERROR_RT_NO_DEVICE, str(e)) from None
         return _state.device
 
 

@@ -73,7 +73,7 @@ class aclrtMemMallocPolicy(enum.IntEnum):
     ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7
 
 
-class aclrtMemAttr(enum.IntFlag):
+class aclrtMemAttr(enum.IntEnum):   # bit values: combine them with | (plain ints)
     ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100
     ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000
     ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000
@@ -90,7 +90,7 @@ class aclrtMemcpyKind(enum.IntEnum):
     ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7
 
 
-class aclrtEventFlag(enum.IntFlag):
+class aclrtEventFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
     ACL_EVENT_SYNC = 0x1
     ACL_EVENT_CAPTURE_STREAM_PROGRESS = 0x2
     ACL_EVENT_TIME_LINE = 0x8
@@ -110,7 +110,7 @@ class aclrtEventStatus(enum.IntEnum):
     ACL_EVENT_STATUS_RESERVED = 2
 
 
-class aclrtStreamFlag(enum.IntFlag):
+class aclrtStreamFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
     ACL_STREAM_FAST_LAUNCH = 0x1
     ACL_STREAM_FAST_SYNC = 0x2
     ACL_STREAM_PERSISTENT = 0x4
@@ -213,10 +213,11 @@ class aclError(enum.IntEnum):
 ACL_ERROR_NONE = aclError.ACL_SUCCESS
 
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
-         aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, aclnnStatus, aclError)
+         aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
+         aclError)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})
 
-__all__ = [e.__name__ for e in ENUMS] + ["cubeMathType", "ACL_ERROR_NONE"] + [
+__all__ = [e.__name__ for e in ENUMS] + ["ACL_ERROR_NONE"] + [
     name for enum_type in ENUMS for name in enum_type.__members__]

@@ -165,6 +165,23 @@ def test_input_too_short(session, rng, zero_inf):
     assert nll[0] == (0 if zero_inf else np.inf)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.name)
+def test_minus_inf_log_probs(session, rng, dtype):
+    """lp = -inf (probability 0) at a label, at the blank and at a column outside the target: the
+    formula gives NaN there for t < Lin, as PyTorch does (-inf - -inf in its exponent), 0 for
+    t >= Lin, and every other entry stays exact."""
+    lp, tg, il, tl = make_case(rng, 9, 3, 6, 2, dtype=dtype, short=0)
+    tl[:], il[:] = 2, [9, 7, 9]
+    tg[2] = [1, 2]
+    lp[2, 0, tg[0, 0]] = -np.inf     # a label
+    lp[3, 1, 0] = -np.inf            # the blank
+    lp[1, 2, 5] = -np.inf            # a column without states
+    lp[8, 1, 4] = -np.inf            # past sample 1's input length
+    got = check_case(session, lp, tg, il, tl, 0, False, rng.standard_normal(3))
+    assert np.isnan(f64(got)[[2, 3, 1], [0, 1, 2], [tg[0, 0], 0, 5]]).all()
+    assert f64(got)[8, 1, 4] == 0
+
+
 def test_zero_infinity_uses_given_nll(session, rng):
     """Spec 1.2 step 1: the backward zeroes a sample only when the nll it is given is +inf."""
     lp, tg, il, tl = make_case(rng, 4, 1, 4, 3, dtype=np.float64)

@@ -33,10 +33,15 @@ def torch_kl(self64: np.ndarray, target64: np.ndarray, reduction: int, log_targe
 
 
 def random_shapes(rng: np.random.Generator):
-    """self, target and gradOutput shapes: equal, target broadcasting beyond self, self beyond target."""
+    """self and target shapes: equal, target broadcasting beyond self, self beyond target, a 0-D
+    target, a 0-D self."""
     rank = int(rng.integers(1, 5))
     base = [int(rng.integers(1, 7)) for _ in range(rank)]
-    form = rng.integers(0, 3)
+    form = rng.integers(0, 5)
+    if form == 3:
+        return base, []
+    if form == 4:
+        return [], base
     if form == 0:
         return base, base
     if form == 1:  # target broadcasts beyond self (extra leading dim, a size-1 dim in self)

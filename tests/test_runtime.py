@@ -28,6 +28,11 @@ def test_enums_have_canns_numbers():
     assert (acl.ACL_MEMCPY_HOST_TO_HOST, acl.ACL_MEMCPY_DEVICE_TO_DEVICE, acl.ACL_MEMCPY_DEFAULT) == (0, 3, 4)
     assert acl.ACL_MEM_MALLOC_HUGE_FIRST == 0 and acl.ACL_MEM_MALLOC_NORMAL_ONLY == 2
     assert isinstance(acl.ACL_FLOAT, acl.aclDataType)
+    import enum
+    for enum_type in acl.status.ENUMS:     # every enum an IntEnum whose members are module constants
+        assert issubclass(enum_type, enum.IntEnum), enum_type
+        assert all(getattr(acl, name) is member for name, member in enum_type.__members__.items())
+    assert (acl.KEEP_DTYPE, acl.USE_HF32, acl.ACL_EVENT_TIME_LINE | acl.ACL_EVENT_SYNC) == (0, 3, 9)
 
 
 def test_init_twice_and_finalize():
@@ -54,8 +59,12 @@ def test_explicit_unavailable_device_is_not_replaced(monkeypatch):
     if cuda.cuda_available():
         pytest.skip("a GPU is present")
     assert acl.aclrtSetDevice(0) == acl.ACL_ERROR_RT_NO_DEVICE
-    assert "cuda" in acl.aclGetRecentErrMsg()
+    assert acl.aclGetRecentErrMsg().startswith("aclrtSetDevice: ") and "cuda" in acl.aclGetRecentErrMsg()
     assert acl.aclrtMalloc(16, 0) == (acl.ACL_ERROR_RT_NO_DEVICE, None)
+    assert acl.aclGetRecentErrMsg().startswith("aclrtMalloc: ")    # the call that needed the device
+    with pytest.raises(acl.AclnnError) as refused:                 # functional: AclnnError, never another kind
+        acl.functional.kl_div(np.zeros(3, np.float32), np.zeros(3, np.float32))
+    assert refused.value.status == acl.ACL_ERROR_RT_NO_DEVICE and "kl_div: " in str(refused.value)
     monkeypatch.setenv("ACLNN_GPU_DEVICE", "auto")
     assert acl.aclrtSetDevice(0) == 0 and acl.current_device_kind() == "cpu"
 

@@ -121,8 +121,14 @@ template <class M> __device__ __forceinline__ M nan_if(M nll) {
   return (nll == pos_inf<M>() || nll != nll) ? quiet_nan<M>() : M(1);
 }
 
+// PyTorch's value at a column without states, exp(lp) - exp(-inf + nll - lp), times g: NaN where lp is
+// -inf (-inf - -inf), else exp(lp) * g (g carries nan_if(nll)).
+template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
+  return lp == neg_inf<M>() ? quiet_nan<M>() : exp(lp) * g;
+}
+
 // ------------------------------------------------------------------------------ dense pass
-// out = exp(lp) * g for t < Lin, 0 for t >= Lin or (zero_inf and nll == +inf). vec != 0: the host
+// out = exp(lp) * g (NaN where lp = -inf) for t < Lin, 0 for t >= Lin or (zero_inf and nll == +inf). vec != 0: the host
 // checked that C is a multiple of 16/sizeof(T) and that lp and out are 16-byte aligned.
 template <class T>
 __global__ void ctc_dense(const T* __restrict__ lp, const T* __restrict__ grad_out, const T* __restrict__ nll,
@@ -139,7 +145,7 @@ __global__ void ctc_dense(const T* __restrict__ lp, const T* __restrict__ grad_o
       const M g = load(grad_out, n) * nan_if(nl);
       Vec16<T> x = load16(lp, p);
 #pragma unroll
-      for (int j = 0; j < V; ++j) x.v[j] = from_math<T>(zero ? M(0) : exp(to_math(x.v[j])) * g);
+      for (int j = 0; j < V; ++j) x.v[j] = from_math<T>(zero ? M(0) : dense_grad(to_math(x.v[j]), g));
       store16(out, p, x);
     }
   } else {
@@ -148,7 +154,7 @@ __global__ void ctc_dense(const T* __restrict__ lp, const T* __restrict__ grad_o
       const long long row = i / C, t = row / N, n = row - t * N;
       const M nl = load(nll, n);
       const bool zero = t >= tiling[3 * n] || (zero_inf && nl == pos_inf<M>());
-      store(out, i, zero ? M(0) : exp(load(lp, i)) * (load(grad_out, n) * nan_if(nl)));
+      store(out, i, zero ? M(0) : dense_grad(load(lp, i), load(grad_out, n) * nan_if(nl)));
     }
   }
 }

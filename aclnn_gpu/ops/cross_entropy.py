@@ -198,9 +198,14 @@ def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weigh
     grad_loss, log_prob, target_, out_ = (c.tensor(n, t) for n, t in (
         ("gradLoss", gradLoss), ("logProb", logProb), ("target", target), ("out", out)))
     weight = None if weightOptional is None else c.tensor("weightOptional", weightOptional)
-    # zloss inputs: accepted and ignored (CANN: "not supported; passing them has no effect")
+    # zloss inputs: never read (CANN: "not supported; passing them has no effect"), but a tensor given
+    # must be a live aclTensor of logProb's dtype, as CANN's dtype table requires
+    same_as_log_prob = {"gradLoss": grad_loss, "out": out_}
+    for name, value in (("gradZlossOptional", gradZlossOptional), ("lseForZlossOptional", lseForZlossOptional)):
+        if value is not None:
+            same_as_log_prob[name] = c.tensor(name, value)
     reduction, ignore_index, label_smoothing, N, C = _check_dtypes_scalars_shapes(
-        c, "logProb", log_prob, {"gradLoss": grad_loss, "out": out_}, target_, weight, reductionOptional,
+        c, "logProb", log_prob, same_as_log_prob, target_, weight, reductionOptional,
         ignoreIndex, labelSmoothing, lseSquareScaleForZloss)
     _check_loss_shape(c, "gradLoss", grad_loss, reduction, N)
     if tuple(out_.shape) != (N, C):

@@ -310,9 +310,9 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
     blank = _blank(c, blank, C)
     max_length = max([0, *target_lengths])
     X = log_alpha.shape[2]
-    if max_length > (X - 1) // 2:
-        c.fail(INVALID, f"max(targetLengths) = {max_length} must be <= (logAlpha.shape[2] - 1) / 2 = {(X - 1) // 2} "
-                        f"(logAlpha shape {list(log_alpha.shape)})")
+    if max_length > (X - 1) // 2:   # floor division: X = 0 is refused (CANN's C division accepts it)
+        c.fail(INVALID, f"logAlpha.shape[2] = {X} must be >= 2 * max(targetLengths) + 1 = {2 * max_length + 1} "
+                        f"(logAlpha shape {list(log_alpha.shape)}; the gradient reads its states 0 .. 2L)")
     _check_batch_lengths_time(
         c, targets_, input_lengths, target_lengths, T, N, max_length,
         batch_extra=[("gradOut.shape[0]", grad_out.shape[0]), ("out.shape[1]", out_.shape[1]),

@@ -16,7 +16,8 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   an impossible alignment gives an infinite loss, returned as 0 with `zero_infinity` (CANN's
   forward rule); Lin == 0 gives loss 0 when L == 0, else inf.
 * backward: out[t,b,c] = (exp(lp) - exp(lcab + nll - lp)) * g for t < Lin, 0 for t >= Lin; the whole
-  sample is 0 when `zero_infinity` and nll == +inf. log_alpha is read only at t < Lin, s <= 2L
+  sample is 0 when `zero_infinity` and nll == +inf; NaN where lp = -inf (t < Lin), as the formula
+  gives. log_alpha is read only at t < Lin, s <= 2L
   (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
   occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
   that could underflow labels with tiny probability.
@@ -340,6 +341,9 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
         lp_nf = lp[:tmax, b0:b0 + n][:, nf, :]
         out[:, nf, :] = np.exp(lp_nf) - np.exp(np.log(sums[:, nf, :]) + (nll - nll_eff)[None, nf, None])
     out *= g[None, :, None]
+    # PyTorch's formula where lp = -inf: exp(-inf) - exp(lcab + nll + inf) is NaN (-inf - -inf in the
+    # exponent) at every column, label or not; the occupancy recursion would give its limit, 0
+    np.copyto(out, md.type(np.nan), where=lp[:tmax, b0:b0 + n] == -np.inf)
     for b in range(n):
         if il[b] < tmax:
             out[il[b]:, b, :] = 0

@@ -82,7 +82,7 @@ def kl_div(self: np.ndarray, target: np.ndarray, reduction: int, log_target: boo
         loss = np.exp(t) * (t - x)
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
-            log_t = np.log(t)
+            log_t = np.asarray(np.log(t))         # asarray: a 0-D target gives a NumPy scalar
         log_t[t == 0] = 0                         # xlogy: 0 * log 0 = 0
         loss = t * (log_t - x)
     broadcast = loss.shape
