@@ -39,13 +39,22 @@ Semantics, and where they differ from PyTorch:
     dim 0). No gradient for target: a target that requires grad is refused.
   * conv_tbc / scaled_masked_softmax: FLOAT, FLOAT16, BFLOAT16 only (the operators refuse DOUBLE).
     The mask is bool, true = masked out; a fully masked row gives zeros (PyTorch's softmax gives NaN).
-Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`).
+  * Zeros where PyTorch gives NaN (API.md §6): cross_entropy "mean" with every target ignored,
+    kl_div "mean" / "batchmean" of an empty input. ctc_loss takes float targets and truncates them
+    (CANN casts them), where PyTorch refuses them.
+  * First derivatives only: with create_graph=True a double backward raises instead of silently
+    dropping the second-order terms.
+Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`); arguments that are not torch
+tensors raise TypeError.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import functools
+
 import torch
+from torch._C import _functions as _autograd_functions
 
 from . import functional as _F
 
@@ -59,6 +68,47 @@ def _on(result: Any, like: torch.Tensor) -> torch.Tensor:
     if not isinstance(result, torch.Tensor):
         result = torch.from_dlpack(result)
     return result if result.device == like.device else result.to(like.device)
+
+
+def _save(ctx: Any, saved: tuple, links: tuple) -> None:
+    """save_for_backward of what the backward reads, then of the inputs the gradient flows to (the
+    `links` that _first_order hangs its raising node below)."""
+    ctx.n_saved = len(saved)
+    ctx.save_for_backward(*saved, *links)
+
+
+def _saved(ctx: Any) -> tuple:
+    return ctx.saved_tensors[:ctx.n_saved]
+
+
+def _first_order(backward: Any) -> Any:
+    """The operators give first derivatives only. With create_graph=True the gradients come back
+    from a node that raises when differentiated and that hangs below the inputs they depend on, so
+    a double backward (a Hessian, a gradient penalty) fails loudly instead of silently missing the
+    second-order terms. (PyTorch's once_differentiable raises only when the incoming gradient
+    requires grad, which a loss's does not, and its node links to no input.)"""
+    @functools.wraps(backward)
+    def wrapper(ctx: Any, *grads: Any) -> Any:
+        with torch.no_grad():
+            outputs = backward(ctx, *grads)
+        links = [t for t in ctx.saved_tensors[ctx.n_saved:] if t is not None and t.requires_grad]
+        if not torch.is_grad_enabled() or not links:
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        raising = _autograd_functions.DelayedError(
+            b"aclnn_gpu.torch: the operators give first derivatives only (no double backward)",
+            len(outputs) + len(links))
+        attached = raising(*[None if o is None else o.detach() for o in outputs], *links)[:len(outputs)]
+        return attached[0] if single else attached
+    return wrapper
+
+
+def _tensors(function: str, **tensors: Any) -> None:
+    """The wrappers take torch tensors (NumPy and CuPy arrays go to aclnn_gpu.functional)."""
+    for name, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{function}: {name} must be a torch.Tensor, got {type(value).__name__}")
 
 
 def _lengths(values: Any) -> list[int]:
@@ -83,17 +133,18 @@ class CtcLossFunction(torch.autograd.Function):
         il, tl = _lengths(input_lengths), _lengths(target_lengths)
         nll, log_alpha = _F.ctc_loss(log_probs.detach(), targets.detach(), il, tl, blank, False)
         nll, log_alpha = _on(nll, log_probs), _on(log_alpha, log_probs)
-        ctx.save_for_backward(log_probs, targets, nll, log_alpha)
+        _save(ctx, (log_probs, targets, nll, log_alpha), links=(log_probs,))
         ctx.lengths, ctx.blank, ctx.zero_infinity = (il, tl), int(blank), bool(zero_infinity)
         if zero_infinity:
             return torch.where(torch.isinf(nll), torch.zeros((), dtype=nll.dtype, device=nll.device), nll)
         return nll.clone()
 
     @staticmethod
+    @_first_order
     def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None, None
-        log_probs, targets, nll, log_alpha = ctx.saved_tensors
+        log_probs, targets, nll, log_alpha = _saved(ctx)
         il, tl = ctx.lengths
         g = _F.ctc_loss_backward(_grad(grad).to(log_probs.dtype), log_probs.detach(), targets, il, tl, nll,
                                  log_alpha, ctx.blank, ctx.zero_infinity)
@@ -104,6 +155,7 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
              blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> torch.Tensor:
     """torch.nn.functional.ctc_loss through aclnnCtcLoss / aclnnCtcLossBackward. log_probs (T, N, C)
     (or (T, C) unbatched), targets (N, S) padded or 1-D concatenated, lengths as tensors or sequences."""
+    _tensors("ctc_loss", log_probs=log_probs, targets=targets)
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"ctc_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     unbatched = log_probs.dim() == 2
@@ -129,15 +181,16 @@ class CrossEntropyFunction(torch.autograd.Function):
         loss, log_prob = _F.cross_entropy_loss(input.detach(), target.detach(), weight, reduction, ignore_index,
                                                label_smoothing)
         log_prob = _on(log_prob, input)
-        ctx.save_for_backward(log_prob, target, weight)
+        _save(ctx, (log_prob, target, weight), links=(input,))
         ctx.args = (reduction, int(ignore_index), float(label_smoothing))
         return _on(loss, input)
 
     @staticmethod
+    @_first_order
     def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None, None
-        log_prob, target, weight = ctx.saved_tensors
+        log_prob, target, weight = _saved(ctx)
         reduction, ignore_index, label_smoothing = ctx.args
         g = _F.cross_entropy_loss_grad(_grad(grad).to(log_prob.dtype), log_prob, target, weight, reduction,
                                        ignore_index, label_smoothing)
@@ -148,6 +201,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
                   ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
     """torch.nn.functional.cross_entropy (class-index targets) through aclnnCrossEntropyLoss /
     aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C."""
+    _tensors("cross_entropy", input=input, target=target)
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     if target.is_floating_point():
@@ -173,15 +227,16 @@ class KlDivFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, target, reduction, log_target):
         out = _F.kl_div(input.detach(), target.detach(), reduction, log_target)
-        ctx.save_for_backward(input, target)
+        _save(ctx, (input, target), links=(input,))
         ctx.args = (reduction, bool(log_target))
         return _on(out, input)
 
     @staticmethod
+    @_first_order
     def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        input, target = ctx.saved_tensors
+        input, target = _saved(ctx)
         reduction, log_target = ctx.args
         g = _F.kl_div_backward(_grad(grad), input.detach(), target.detach(), reduction, log_target)
         return _on(g, input), None, None, None
@@ -191,6 +246,7 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", l
            ) -> torch.Tensor:
     """torch.nn.functional.kl_div through aclnnKlDiv / aclnnKlDivBackward: input holds log-probabilities,
     target probabilities (log-probabilities with log_target). Gradient for input only."""
+    _tensors("kl_div", input=input, target=target)
     if reduction not in ("none", "mean", "sum", "batchmean"):
         raise ValueError(f"kl_div: reduction must be 'none', 'mean', 'sum' or 'batchmean', got {reduction!r}")
     if target.requires_grad and torch.is_grad_enabled():
@@ -204,16 +260,20 @@ class ConvTbcFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, pad, cube_math_type):
         out = _F.conv_tbc(input.detach(), weight.detach(), bias.detach(), pad, cube_math_type)
-        ctx.save_for_backward(input, weight, bias)
+        _save(ctx, (input, weight, bias), links=(input, weight, bias))
         ctx.args = (int(pad), int(cube_math_type))
         return _on(out, input)
 
     @staticmethod
+    @_first_order
     def backward(ctx, grad):
-        input, weight, bias = ctx.saved_tensors
+        input, weight, bias = _saved(ctx)
         pad, cube_math_type = ctx.args
-        gi, gw, gb = _F.conv_tbc_backward(_grad(grad), input.detach(), weight.detach(), bias.detach(), pad,
-                                          cube_math_type)
+        if grad.numel() == 0:   # an empty output (Tout or B = 0): the operator refuses it; every gradient is 0
+            gi, gw, gb = torch.zeros_like(input), torch.zeros_like(weight), torch.zeros_like(bias)
+        else:
+            gi, gw, gb = _F.conv_tbc_backward(_grad(grad), input.detach(), weight.detach(), bias.detach(), pad,
+                                              cube_math_type)
         need = ctx.needs_input_grad
         return (_on(gi, input) if need[0] else None, _on(gw, weight) if need[1] else None,
                 _on(gb, bias) if need[2] else None, None, None)
@@ -224,6 +284,7 @@ def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad:
     """torch.conv_tbc through aclnnConvTbc / aclnnConvTbcBackward: input (T, B, Cin), weight
     (K, Cin, Cout), bias (Cout,) -> (T + 2*pad - K + 1, B, Cout). cube_math_type: CANN's
     cubeMathType (GPU matrix precision; the cpu device computes in fp32 whatever it says)."""
+    _tensors("conv_tbc", input=input, weight=weight, bias=bias)
     return ConvTbcFunction.apply(input, weight, bias, pad, cube_math_type)
 
 
@@ -232,15 +293,16 @@ class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, mask, scale, fix_triu_mask):
         y = _on(_F.scaled_masked_softmax(x.detach(), mask, scale, fix_triu_mask), x)
-        ctx.save_for_backward(y, mask)
+        _save(ctx, (y, mask), links=(x,))
         ctx.args = (float(scale), bool(fix_triu_mask))
         return y
 
     @staticmethod
+    @_first_order
     def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        y, mask = ctx.saved_tensors
+        y, mask = _saved(ctx)
         scale, fix_triu_mask = ctx.args
         g = _F.scaled_masked_softmax_backward(_grad(grad).to(y.dtype), y, mask, scale, fix_triu_mask)
         return _on(g, y), None, None, None
@@ -251,6 +313,7 @@ def scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: flo
     """softmax(scale * x) over the last axis with masked positions (mask true) excluded, through
     aclnnScaledMaskedSoftmax / aclnnScaledMaskedSoftmaxBackward. x (B, N, S1, S2); mask bool
     (Bm, Nm, S1, S2) with Bm in {B, 1}, Nm in {N, 1}, or None with fix_triu_mask=True (causal)."""
+    _tensors("scaled_masked_softmax", x=x)
     if mask is not None:
         mask = mask.detach()
         if mask.dtype != torch.bool:

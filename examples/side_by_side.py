@@ -110,3 +110,8 @@ def main(argv: list[str] | None, *, doc: str, name: str, default_steps: int,
         print("FAILED: the model did not learn")
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    print("side_by_side.py holds what the training examples share; run examples/train_ctc.py or "
+          "examples/train_attention.py")

@@ -259,3 +259,49 @@ class _no_warning:
 
     def __exit__(self, *exc):
         return False
+
+
+# ---------------------------------------------------------------------------- autograd edges
+def _wrapper_cases(gen):
+    x = torch.randn(3, 4, dtype=torch.float64, generator=gen)
+    logits, targets, il, tl = ctc_case(torch.float64, gen)
+    return [
+        ("ctc_loss", lambda z: AT.ctc_loss(z.log_softmax(-1), targets, il, tl), logits),
+        ("cross_entropy", lambda z: AT.cross_entropy(z, torch.tensor([0, 1, 3])), x),
+        ("kl_div", lambda z: AT.kl_div(z, torch.rand(3, 4, dtype=torch.float64, generator=gen), "sum"), x),
+        ("conv_tbc", lambda z: AT.conv_tbc(z.float().reshape(3, 1, 4), torch.ones(2, 4, 2), torch.zeros(2)).sum(),
+         x),
+        ("scaled_masked_softmax", lambda z: (AT.scaled_masked_softmax(z.float().reshape(1, 1, 3, 4), None, 1.0, True)
+                                             ** 2).sum(), x),
+    ]
+
+
+def test_double_backward_raises_instead_of_dropping_terms(gen):
+    """The backwards are first-order only: create_graph=True then a second backward must raise (a
+    silently graph-less gradient would give a wrong Hessian)."""
+    for name, loss_fn, x in _wrapper_cases(gen):
+        z = x.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss_fn(z), [z], create_graph=True)
+        with pytest.raises(RuntimeError, match="first derivatives only"):
+            torch.autograd.grad((g ** 2).sum(), [z])          # what a Hessian or gradient penalty does
+        with pytest.raises(RuntimeError, match="first derivatives only"):
+            torch.autograd.functional.hessian(loss_fn, x)
+
+
+@pytest.mark.parametrize("shape,pad", [((2, 1, 3), 0), ((5, 0, 3), 1)], ids=["Tout=0", "B=0"])
+def test_conv_tbc_empty_output_backward(shape, pad, gen):
+    """An empty output (the operator refuses an empty output gradient) gives zero gradients, as PyTorch."""
+    x = torch.randn(shape, generator=gen, requires_grad=True)
+    w = torch.randn(3, 3, 4, generator=gen, requires_grad=True)
+    b = torch.randn(4, generator=gen, requires_grad=True)
+    AT.conv_tbc(x, w, b, pad).sum().backward()
+    for t in (x, w, b):
+        assert t.grad is not None and t.grad.shape == t.shape and not t.grad.any()
+
+
+def test_non_tensor_arguments_raise_type_error():
+    import numpy as np
+    with pytest.raises(TypeError, match="conv_tbc: bias must be a torch.Tensor"):
+        AT.conv_tbc(torch.ones(4, 1, 2), torch.ones(3, 2, 2), None)
+    with pytest.raises(TypeError, match="kl_div: input must be a torch.Tensor"):
+        AT.kl_div(np.ones(3), torch.ones(3))

@@ -136,8 +136,15 @@ class CpuDevice(Device):
 
     # ------------------------------------------------------------------ operators
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
-        stream.worker.submit(lambda: plan.run_host(self, workspace))  # type: ignore[attr-defined]
+        stream.worker.submit(lambda: _run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
 
     def close(self) -> None:
         for stream in self.live_streams():
             stream.close()
+
+
+def _run_quietly(plan: Any, device: "CpuDevice", workspace: int) -> None:
+    """A plan on the host, with NumPy's floating-point warnings off: NaN and inf in the data give NaN
+    and inf in the results, as on a GPU, not RuntimeWarnings from inside the library."""
+    with np.errstate(all="ignore"):
+        plan.run_host(device, workspace)

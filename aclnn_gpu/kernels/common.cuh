@@ -170,9 +170,13 @@ template <class A> __device__ __forceinline__ MaxSum<A> maxsum_add(MaxSum<A> s, 
   }
   return s;
 }
+// Merge of two states, symmetric in its arguments (so a butterfly leaves the same bits in every
+// lane) and NaN-keeping: maxsum_add leaves max at -inf for a NaN element (NaN > m is false) and
+// makes sum NaN, so a state with max == -inf holds sum 0, or NaN when it saw a NaN; adding the sums
+// (rather than dropping that state) keeps the NaN for the whole row, as PyTorch's softmax does.
 template <class A> __device__ __forceinline__ MaxSum<A> maxsum_merge(MaxSum<A> a, MaxSum<A> b) {
-  if (b.max == neg_inf<A>()) return a;
-  if (a.max == neg_inf<A>()) return b;
+  if (b.max == neg_inf<A>()) return {a.max, a.sum + b.sum};
+  if (a.max == neg_inf<A>()) return {b.max, b.sum + a.sum};
   if (a.max >= b.max) return {a.max, a.sum + b.sum * exp(b.max - a.max)};
   return {b.max, b.sum + a.sum * exp(a.max - b.max)};
 }

@@ -28,26 +28,15 @@ __device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
 __device__ __forceinline__ float m_log(float x) { return logf(x); }
 __device__ __forceinline__ double m_log(double x) { return log(x); }
 
-// NaN-keeping merge of online-softmax states. maxsum_add leaves max at -inf for a NaN logit (NaN > m
-// is false) and makes sum NaN, so a state with max == -inf holds sum 0, or NaN when it saw a NaN:
-// adding the sums (instead of maxsum_merge's plain `return a`) keeps that NaN for the whole row
-// (PyTorch: a NaN anywhere in a row makes the log_softmax row NaN). Symmetric in its arguments.
-template <class A> __device__ __forceinline__ MaxSum<A> maxsum_merge_nan(MaxSum<A> a, MaxSum<A> b) {
-  if (b.max == neg_inf<A>()) return {a.max, a.sum + b.sum};
-  if (a.max == neg_inf<A>()) return {b.max, b.sum + a.sum};
-  if (a.max >= b.max) return {a.max, a.sum + b.sum * exp(b.max - a.max)};
-  return {b.max, b.sum + a.sum * exp(a.max - b.max)};
-}
-
 // ---- candidates for common.cuh: butterfly merge of online-softmax states (every lane / thread
-// ends with the same value: maxsum_merge_nan is symmetric in its arguments)
+// ends with the same value: maxsum_merge is symmetric in its arguments)
 template <class A> __device__ __forceinline__ MaxSum<A> warp_maxsum(MaxSum<A> s) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o >>= 1) {
     MaxSum<A> r;
     r.max = __shfl_xor_sync(kFullMask, s.max, o);
     r.sum = __shfl_xor_sync(kFullMask, s.sum, o);
-    s = maxsum_merge_nan(s, r);
+    s = maxsum_merge(s, r);
   }
   return s;
 }
@@ -194,10 +183,13 @@ ce_grad(const T* grad_loss, const T* log_prob, const I* target, const float* wei
     if (reduction == 1) G = G * (M)inv_d;
     const M wt = weight ? (M)weight[t] : M(1);
     const M b = G * one_m_ls * wt;  // nllg_i
-    const M s = G * ls_c;           // sm_i
-    const M a = b + s * W;
+    // without smoothing the smoothing terms are absent, not multiplied by 0: an infinite G or an
+    // overflowing exp(lp) must not turn into 0 * inf = NaN
+    const M s = smooth ? G * ls_c : M(0);  // sm_i
+    const M a = smooth ? b + s * W : b;
     auto f = [&](i64 j, M l) -> M {
       const M p = ce::m_exp(l);
+      if (!smooth) return j == t ? b * ce::m_expm1(l) : a * p;
       const M wj = use_w ? (M)weight[j] : M(1);
       if (j == t) return b * ce::m_expm1(l) + s * (p * W - wj);  // p - 1 kept in fp32
       return a * p - s * wj;
@@ -228,7 +220,7 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
     ce::row_read(xr, C, vec, threadIdx.x, blockDim.x, acc_max);
     st = ce::block_maxsum(st, smax, ssum);
     // Non-finite rows follow PyTorch's log_softmax, x - max - log(sum exp(x - max)): a NaN logit
-    // makes st.sum NaN (see maxsum_merge_nan); a +inf logit makes x - max NaN or -inf, so the row is
+    // makes st.sum NaN (see maxsum_merge); a +inf logit makes x - max NaN or -inf, so the row is
     // NaN: (mx - mx) is 0 for a finite max and NaN for +-inf (an all -inf row is NaN already).
     const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);
     M acc = M(0);

@@ -94,7 +94,7 @@ __device__ __forceinline__ bool is_masked(unsigned long long bits, int e, i64 j,
 
 __device__ __forceinline__ float fmax_(float a, float b) { return a > b ? a : b; }
 
-// Online (max, sum of exp) reduction over a warp / a block; maxsum_merge is commutative, so every
+// Online (max, sum of exp) reduction over a warp / a block; maxsum_merge is symmetric, so every
 // lane gets the same bits in a fixed order. scratch: 2 * 32 floats of shared memory.
 __device__ __forceinline__ MaxSum<float> warp_maxsum(MaxSum<float> s) {
 #pragma unroll
@@ -330,7 +330,9 @@ __global__ void __launch_bounds__(512) smsm_fwd_long(const T* __restrict__ x, co
     }
     ms = smsm::block_maxsum(ms, scratch);
     const float mx = ms.max == ninf ? 0.f : ms.max;
-    const float sum = ms.sum == 0.f ? 1.f : ms.sum;  // fully masked row -> zeros
+    // fully masked row -> zeros; a NaN in the row (kept by maxsum_merge) or a +inf (mx - mx is NaN)
+    // makes the whole row NaN, masked positions included, as the short-row kernels and PyTorch
+    const float sum = (ms.sum == 0.f ? 1.f : ms.sum) + (mx - mx);
     T* yrow = y + row * S2;
     for (i64 c = threadIdx.x; c < nchunks; c += blockDim.x) {
       float v[VW], o[VW];
@@ -338,7 +340,7 @@ __global__ void __launch_bounds__(512) smsm_fwd_long(const T* __restrict__ x, co
       const unsigned long long bits = mr ? smsm::load_mask_bits<VW>(mr, c) : 0ull;
 #pragma unroll
       for (int e = 0; e < VW; ++e)
-        o[e] = smsm::is_masked(bits, e, c * VW + e, i, causal) ? 0.f : exp(v[e] * scale - mx) / sum;
+        o[e] = (smsm::is_masked(bits, e, c * VW + e, i, causal) ? 0.f : exp(v[e] * scale - mx)) / sum;
       smsm::store_chunk<T, VW>(yrow, c, o);
     }
     if constexpr (STAGE) __syncthreads();

@@ -198,10 +198,13 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
         else:
             G = G * M(1.0 / D)
     G = np.where(active, G, M(0))  # ignored / bad rows: no contribution (bad rows set NaN below)
-    b = G * M(1.0 - ls) * wt                       # nllg_i
-    s = G * M(ls / C)                              # sm_i
-    W = (M(C) if w is None else M(w.sum(dtype=np.float64))) if ls != 0.0 else M(0)
-    a = b + s * W                                  # out = a*p - s*w_j - [j==t] b
+    b = G * M(1.0 - ls) * wt                       # nllg_i; out = a*p - s*w_j - [j==t] b
+    if ls != 0.0:
+        s = G * M(ls / C)                          # sm_i
+        W = M(C) if w is None else M(w.sum(dtype=np.float64))
+        a = b + s * W
+    else:   # no smoothing terms at all (not times 0: an infinite G must not give 0 * inf = NaN)
+        a = b
 
     R = max(1, min(N, _CHUNK // C))
     direct = dt == M  # fp32 / fp64: work in out itself

@@ -255,8 +255,9 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
                   axis=1).reshape(tmax, n, S)
     # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
     #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
-    # which telescopes to PyTorch's expression exactly for any given log_alpha, and whose factors are
-    # <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under/overflow.
+    # which telescopes to PyTorch's expression for any finite log_alpha (la[t+1] cancels), and whose
+    # factors are <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under-
+    # or overflow, and two NumPy calls per time step instead of the ten of a log-space recursion.
     skipadd = np.zeros((n, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
     skipadd[:, :] = ninf
     if S > 2:
@@ -318,6 +319,14 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
                 else:
                     red(tmp, 0, None, Gs[t])
             t1 = t0
+    # The factors cancel log_alpha exactly only while it is finite and of moderate size: a NaN or an
+    # infinite entry inside the valid region (garbage, an inconsistent nll) or a log-prob like -1e30
+    # (cancellation at 1e30) makes the recursion non-finite. Those samples are redone with PyTorch's
+    # log-space beta recursion, which gives the formula's own value for any input.
+    redo = np.nonzero(~np.isfinite(G[:, :, :S]).all(axis=(0, 2)))[0]
+    if redo.size:
+        G[:, redo, :S] = _occupancy_log_space(la[:, redo], lpg[:, redo], skipadd[redo], il[redo], tl[redo],
+                                           nll_eff[redo])
     # PyTorch CPU assigns (not accumulates) at t = Lin-1: with last label == blank, the blank column
     # there comes from s = 2L-1 alone
     last_lab = np.where(tl > 0, labels[bidx, np.maximum(tl - 1, 0)] if max_l else 0, -1)
@@ -347,3 +356,33 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
     for b in range(n):
         if il[b] < tmax:
             out[il[b]:, b, :] = 0
+
+
+def _occupancy_log_space(la, lpg, skipadd, il, tl, nll):
+    """exp(alpha + beta - lp + nll) of shape (tmax, m, S), with beta by PyTorch's log-space recursion
+    (spec section 1.2 step 2), for the samples the posterior recursion cannot take. la is -inf
+    outside each sample's valid region; skipadd (m, S) is 0 where s -> s+2 is allowed, else -inf."""
+    tmax, m, S = la.shape
+    md = la.dtype
+    ninf = md.type(-np.inf)
+    rows = np.arange(tmax)[:, None] < il[None, :]                          # (tmax, m): t < Lin
+    states = np.arange(S)[None, :] <= 2 * tl[:, None]                      # (m, S): s <= 2L
+    beta = np.full((tmax, m, S + 2), ninf, dtype=md)  # two -inf columns: s+1 and s+2 stay views
+    bidx = np.arange(m)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for t in range(tmax - 1, -1, -1):
+            if t + 1 < tmax:
+                nxt = beta[t + 1]
+                terms = np.stack([nxt[:, :S], nxt[:, 1:S + 1], nxt[:, 2:] + skipadd])
+                mx = terms.max(axis=0)
+                mx = np.where(mx == ninf, md.type(0), mx)                  # all -inf: stays -inf
+                beta[t, :, :S] = np.log(np.exp(terms - mx).sum(axis=0)) + mx + lpg[t]
+            first = np.nonzero(il - 1 == t)[0]                             # each sample's last step
+            if first.size:
+                beta[t, first, :S] = ninf
+                beta[t, first, 2 * tl[first]] = lpg[t, first, 2 * tl[first]]
+                odd = first[tl[first] > 0]
+                beta[t, odd, 2 * tl[odd] - 1] = lpg[t, odd, 2 * tl[odd] - 1]
+            beta[t, ~rows[t], :] = ninf
+            beta[t, :, :S][~states] = ninf
+        return np.exp(la + beta[:, :, :S] - lpg + nll[None, :, None])

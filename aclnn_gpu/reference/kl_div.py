@@ -84,7 +84,9 @@ def kl_div(self: np.ndarray, target: np.ndarray, reduction: int, log_target: boo
         with np.errstate(divide="ignore", invalid="ignore"):
             log_t = np.asarray(np.log(t))         # asarray: a 0-D target gives a NumPy scalar
         log_t[t == 0] = 0                         # xlogy: 0 * log 0 = 0
-        loss = t * (log_t - x)
+        # xlogy(t, t) - t * x, PyTorch's form (and the kernels'): t = inf gives inf - inf = NaN, where
+        # t * (log t - x) would give inf
+        loss = t * log_t - t * x
     broadcast = loss.shape
     if reduction == NONE:
         return loss

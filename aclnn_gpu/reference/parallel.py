@@ -13,6 +13,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
+import numpy as np
+
 __all__ = ["workers", "run_pieces"]
 
 P = TypeVar("P")
@@ -38,7 +40,8 @@ def run_pieces(work: Callable[[P], object], pieces: Iterable[P]) -> None:
         for piece in pieces:
             work(piece)
         return
-    futures = [_shared_pool().submit(work, piece) for piece in pieces]
+    errors_state = np.geterr()   # the caller's floating-point error handling, in every piece
+    futures = [_shared_pool().submit(_in_state, errors_state, work, piece) for piece in pieces]
     errors = [f.exception() for f in futures]
     for error in errors:
         if error is not None:
@@ -51,3 +54,8 @@ def _shared_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(workers(), thread_name_prefix="aclnn_gpu-cpu")
         return _pool
+
+
+def _in_state(errors_state: dict, work: Callable[[P], object], piece: P) -> object:
+    with np.errstate(**errors_state):
+        return work(piece)
