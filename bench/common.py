@@ -166,7 +166,9 @@ def medians_ms(*fns: Callable[[], Any], **kw: Any) -> list[float]:
 
 def gpu_event_ms(fn: Callable[[], Any], reps: int, *, warmup: int = 3, flush: bool = True) -> float:
     """Median CUDA-event time (ms) of `fn` on the current CuPy stream, after warm-up; with `flush`, a
-    buffer of 8x the L2 size is written before each run so no run finds its inputs in L2."""
+    buffer of 8x the L2 size is written before each run so no run finds its inputs in L2. The events
+    and the flush go on the legacy default stream; the library's aclrt streams are blocking streams,
+    so the end event waits for what `fn` enqueued there and the flush finishes before it starts."""
     import cupy as cp
     buf = None
     if flush:

@@ -40,7 +40,11 @@ def make_cuda_device() -> "CudaDevice":
 
 class CudaStream(DeviceStream):
     def __init__(self, cp: Any):
-        self.cupy = cp.cuda.Stream(non_blocking=True)
+        # A blocking stream (cudaStreamCreate's default): it orders with the legacy default stream,
+        # where CuPy puts its current-stream work (cupy.asarray of host data, DLPack hand-overs),
+        # where the synchronous aclrtMemcpy / aclrtMemset run and where PyTorch works by default, so
+        # an operator never starts before the data it reads has arrived.
+        self.cupy = cp.cuda.Stream(non_blocking=False)
 
     def synchronize(self) -> None:
         self.cupy.synchronize()
@@ -227,7 +231,7 @@ class CudaDevice(Device):
     def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
         """cublasGemmStridedBatchedEx on `stream` (a cupy Stream); kernels/gemm.CublasGemm."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream.ptr)(*args, **kwargs)
+        gemm.CublasGemm(stream)(*args, **kwargs)
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         plan.run_kernels(CudaKernelContext(self, stream), workspace)  # type: ignore[arg-type]

@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
+
+from ..errors import OpError
+from ..status import aclError
 
 COMPUTE_32F = "32F"
 COMPUTE_32F_FAST_TF32 = "32F_FAST_TF32"
@@ -142,17 +146,29 @@ class CublasGemm:
     (COMPUTE_32F) the handle's math mode is set to CUBLAS_DEFAULT_MATH for the call so a global
     TF32 setting (CUPY_TF32) cannot downgrade it; the previous mode is restored."""
 
-    def __init__(self, stream_ptr: int):
-        self.stream_ptr = int(stream_ptr)
+    def __init__(self, stream: Any):
+        self.stream = stream   # a cupy Stream
 
     def __call__(self, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
                  beta, c, c_type, ldc, stride_c, batch, compute=COMPUTE_32F):
-        from cupy.cuda import cublas, device
         _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
         if m == 0 or n == 0 or batch == 0:
             return
-        handle = device.get_cublas_handle()
-        cublas.setStream(handle, self.stream_ptr)
+        try:
+            from cupy.cuda import cublas, device
+        except ImportError as e:   # CuPy finds cuBLAS in a CUDA toolkit or the nvidia-cublas wheel
+            raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                          f"cuBLAS could not be loaded ({e}): install a CUDA toolkit or "
+                          "`pip install 'aclnn_gpu[cublas]'`") from None
+        # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call
+        # (overriding cublasSetStream), so the plan's stream is made current for the call.
+        with self.stream:
+            self._gemm(cublas, device.get_cublas_handle(), transa, transb, m, n, k, alpha, a, a_type, lda,
+                       stride_a, b, b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute)
+
+    def _gemm(self, cublas, handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
+              stride_b, beta, c, c_type, ldc, stride_c, batch, compute):
+        cublas.setStream(handle, self.stream.ptr)
         comp = {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
                 COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute]
         al = np.array(alpha, dtype=np.float32)

@@ -3,6 +3,7 @@ emulated device and the compile report)."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 
@@ -16,7 +17,11 @@ def kernel_files() -> list[str]:
 
 
 def source(file: str) -> str:
-    return (KERNEL_DIR / file).read_text()
+    """The kernel file's text, ending with a comment that carries the hash of the project's headers:
+    CuPy's on-disk kernel cache keys on the source text and the options, not on what the source
+    #includes, so an edited common.cuh must change the text to be compiled again."""
+    headers = hashlib.sha256(b"".join(h.read_bytes() for h in sorted(KERNEL_DIR.glob("*.cuh"))))
+    return f"{(KERNEL_DIR / file).read_text()}\n// project headers: sha256 {headers.hexdigest()[:16]}\n"
 
 
 def name_expressions(file: str) -> list[str]:
