@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 import math
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -35,8 +36,11 @@ def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Every failure of a functional call surfaces as AclnnError naming the function: a user error
     found inside the library (a device that cannot run here) keeps its status; anything else
     escaping is a library bug, reported as an internal error rather than a bare exception."""
+    signature = inspect.signature(fn)
+
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        signature.bind(*args, **kwargs)   # a call that does not fit the signature: Python's TypeError
         try:
             return fn(*args, **kwargs)
         except AclnnError:
@@ -82,7 +86,10 @@ def _reduction_name(function: str, value: str | int | None) -> str | None:
 
 def _int_list(function: str, name: str, values: Any) -> list[int]:
     """A sequence or integer array of lengths as ints (161002 for anything that is not integers)."""
-    array = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
+    try:
+        array = np.asarray(_to_numpy(values) if not isinstance(values, (list, tuple)) else values)
+    except ValueError:   # ragged nesting
+        raise AclnnError(INVALID, f"{function}: {name} must be a flat sequence of integers, got {values!r}") from None
     if array.size and array.dtype.kind not in "iu":
         if array.dtype.kind != "O" or not all(_is_integer(v) for v in array.reshape(-1)):
             raise AclnnError(INVALID, f"{function}: {name} must be integers, got {values!r}")

@@ -81,6 +81,16 @@ def _saved(ctx: Any) -> tuple:
     return ctx.saved_tensors[:ctx.n_saved]
 
 
+def _link(tensor: torch.Tensor) -> torch.Tensor | None:
+    """For a Function that does not save its input: a 0-d tensor computed from it (the sum of an
+    empty slice) when it takes part in a graph. It ties _first_order's raising node to that graph
+    without keeping the input's memory alive or pinning its version (in-place changes to the input
+    after the forward stay allowed, as with PyTorch's own softmax and cross_entropy)."""
+    if not (torch.is_grad_enabled() and tensor.requires_grad):
+        return None
+    return (tensor.reshape(1) if tensor.dim() == 0 else tensor).narrow(0, 0, 0).sum()
+
+
 def _first_order(backward: Any) -> Any:
     """The operators give first derivatives only. With create_graph=True the gradients come back
     from a node that raises when differentiated and that hangs below the inputs they depend on, so
@@ -177,11 +187,11 @@ class CrossEntropyFunction(torch.autograd.Function):
     """cross_entropy over (N, C) logits with class-index targets; log_softmax is kept for the grad."""
 
     @staticmethod
-    def forward(ctx, input, target, weight, reduction, ignore_index, label_smoothing):
+    def forward(ctx, input, target, weight, reduction, ignore_index, label_smoothing, link):
         loss, log_prob = _F.cross_entropy_loss(input.detach(), target.detach(), weight, reduction, ignore_index,
                                                label_smoothing)
         log_prob = _on(log_prob, input)
-        _save(ctx, (log_prob, target, weight), links=(input,))
+        _save(ctx, (log_prob, target, weight), links=(link,))
         ctx.args = (reduction, int(ignore_index), float(label_smoothing))
         return _on(loss, input)
 
@@ -189,12 +199,12 @@ class CrossEntropyFunction(torch.autograd.Function):
     @_first_order
     def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         log_prob, target, weight = _saved(ctx)
         reduction, ignore_index, label_smoothing = ctx.args
         g = _F.cross_entropy_loss_grad(_grad(grad).to(log_prob.dtype), log_prob, target, weight, reduction,
                                        ignore_index, label_smoothing)
-        return _on(g, log_prob), None, None, None, None, None
+        return _on(g, log_prob), None, None, None, None, None, None
 
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
@@ -218,7 +228,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
         shape = (input.shape[0],) + tuple(input.shape[2:])
         input = input.movedim(1, -1).reshape(-1, input.shape[1])
         target = target.reshape(-1)
-    loss = CrossEntropyFunction.apply(input, target, weight, reduction, ignore_index, label_smoothing)
+    loss = CrossEntropyFunction.apply(input, target, weight, reduction, ignore_index, label_smoothing, _link(input))
     return loss.reshape(shape) if reduction == "none" and shape is not None else loss
 
 
@@ -291,9 +301,9 @@ def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad:
 # ---------------------------------------------------------------------------- scaled masked softmax
 class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, mask, scale, fix_triu_mask):
+    def forward(ctx, x, mask, scale, fix_triu_mask, link):
         y = _on(_F.scaled_masked_softmax(x.detach(), mask, scale, fix_triu_mask), x)
-        _save(ctx, (y, mask), links=(x,))
+        _save(ctx, (y, mask), links=(link,))
         ctx.args = (float(scale), bool(fix_triu_mask))
         return y
 
@@ -301,11 +311,11 @@ class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
     @_first_order
     def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None
+            return None, None, None, None, None
         y, mask = _saved(ctx)
         scale, fix_triu_mask = ctx.args
         g = _F.scaled_masked_softmax_backward(_grad(grad).to(y.dtype), y, mask, scale, fix_triu_mask)
-        return _on(g, y), None, None, None
+        return _on(g, y), None, None, None, None
 
 
 def scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: float = 1.0,
@@ -318,5 +328,5 @@ def scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: flo
         mask = mask.detach()
         if mask.dtype != torch.bool:
             mask = mask.to(torch.bool)
-    return ScaledMaskedSoftmaxFunction.apply(x, mask, scale, fix_triu_mask)
+    return ScaledMaskedSoftmaxFunction.apply(x, mask, scale, fix_triu_mask, _link(x))
 

@@ -274,3 +274,18 @@ def test_nonfinite_logits_low_precision_positions(rng, dtype):
             loss, lp = cross_entropy_loss(x.astype(dtype), t, w.astype(np.float32), reduction, -100, ls)
             same_nonfinite(lp, lp64, "log_prob")
             same_nonfinite(loss, loss64, "loss")
+
+
+def test_forward_into_a_strided_output_gives_the_same_bits():
+    """log_prob_out of any strides: the same loss and log_prob bits as a fresh C-order result."""
+    from aclnn_gpu.reference.cross_entropy import cross_entropy_loss
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 9)).astype(np.float32)
+    t = rng.integers(0, 9, 16)
+    w = rng.uniform(0.5, 2, 9).astype(np.float32)
+    loss, lp = cross_entropy_loss(x, t, w, "none", -100, 0.2)
+    out = np.asfortranarray(np.full((16, 9), np.nan, np.float32))
+    loss_f, lp_f = cross_entropy_loss(x, t, w, "none", -100, 0.2, log_prob_out=out)
+    assert lp_f is out
+    np.testing.assert_array_equal(loss_f, loss)
+    np.testing.assert_array_equal(out, lp)

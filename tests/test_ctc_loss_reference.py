@@ -159,6 +159,8 @@ def test_batch_slices_give_the_same_bits(monkeypatch, dtype):
     tg[3, 0], tl[3], il[5], tl[5] = 0, max(tl[3], 1), 3, 9      # blank as a label; too short an input
     tg[7, 0], tl[7] = 99, max(tl[7], 1)                             # a label outside [0, C)
     nll, la = ctc_loss_forward(lp, tg, il, tl)
+    la = la.copy()
+    la[11, 1, 0] = np.nan        # a garbage entry: that sample takes the log-space fallback
     g = rng.standard_normal(23).astype(dtype)
 
     def backward(min_state_steps, slice_samples):
@@ -170,3 +172,15 @@ def test_batch_slices_give_the_same_bits(monkeypatch, dtype):
     assert np.isinf(nll[5]) and np.isnan(whole[:, 7]).all() and np.isfinite(whole[:, 0]).all()
     for slice_samples in (1, 4, 10):
         np.testing.assert_array_equal(backward(0, slice_samples), whole, err_msg=f"slices of {slice_samples}")
+
+
+def test_scalar_grad_out_serves_every_sample(monkeypatch):
+    """grad_out given as one value: the same as that value repeated, in one slice or many."""
+    from aclnn_gpu.reference import ctc_loss as reference
+    rng = np.random.default_rng([SEED, 98])
+    lp, tg, il, tl = make_case(rng, 20, 9, 5, 4)
+    nll, la = ctc_loss_forward(lp, tg, il, tl)
+    expected = ctc_loss_backward(np.full(9, 0.5), lp, tg, il, tl, nll, la)
+    monkeypatch.setattr(reference, "_PARALLEL_MIN_STATE_STEPS", 0)
+    monkeypatch.setattr(reference, "_SLICE_SAMPLES", 2)
+    np.testing.assert_array_equal(ctc_loss_backward(np.array(0.5), lp, tg, il, tl, nll, la), expected)

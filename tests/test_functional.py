@@ -46,6 +46,7 @@ CASES = [
     ("ctc_loss: input_lengths 'x'", _ctc(input_lengths="x"), INVALID, "input_lengths"),
     ("ctc_loss: target_lengths [1.5]", _ctc(target_lengths=[1.5]), INVALID, "target_lengths"),
     ("ctc_loss: log_probs None", _ctc(log_probs=None), NUL, "logProbs is null"),
+    ("ctc_loss: ragged input_lengths", _ctc(input_lengths=[[4], [4, 1]]), INVALID, "input_lengths"),
     ("scaled_masked_softmax: x None", lambda: F.scaled_masked_softmax(None, np.zeros((1, 1, 2, 2), bool)), NUL,
      "x is null"),
 ]
@@ -68,3 +69,11 @@ def test_kl_div_zero_d_target():
     x, t = _x(3, 4), np.array(0.25, f32)
     expected = torch.nn.functional.kl_div(torch.tensor(x), torch.tensor(t).expand(3, 4), reduction="sum")
     np.testing.assert_allclose(F.kl_div(x, t, "sum"), expected.numpy(), rtol=1e-6)
+
+
+def test_calls_that_do_not_fit_the_signature_raise_type_error():
+    """A wrong call is Python's TypeError, as for any function, not a library error."""
+    with pytest.raises(TypeError):
+        F.kl_div(_x(3))
+    with pytest.raises(TypeError):
+        F.kl_div(_x(3), _x(3), bogus=1)

@@ -264,11 +264,12 @@ class _no_warning:
 # ---------------------------------------------------------------------------- autograd edges
 def _wrapper_cases(gen):
     x = torch.randn(3, 4, dtype=torch.float64, generator=gen)
+    kl_target = torch.rand(3, 4, dtype=torch.float64, generator=gen)
     logits, targets, il, tl = ctc_case(torch.float64, gen)
     return [
         ("ctc_loss", lambda z: AT.ctc_loss(z.log_softmax(-1), targets, il, tl), logits),
         ("cross_entropy", lambda z: AT.cross_entropy(z, torch.tensor([0, 1, 3])), x),
-        ("kl_div", lambda z: AT.kl_div(z, torch.rand(3, 4, dtype=torch.float64, generator=gen), "sum"), x),
+        ("kl_div", lambda z: AT.kl_div(z, kl_target, "sum"), x),
         ("conv_tbc", lambda z: AT.conv_tbc(z.float().reshape(3, 1, 4), torch.ones(2, 4, 2), torch.zeros(2)).sum(),
          x),
         ("scaled_masked_softmax", lambda z: (AT.scaled_masked_softmax(z.float().reshape(1, 1, 3, 4), None, 1.0, True)
@@ -282,6 +283,8 @@ def test_double_backward_raises_instead_of_dropping_terms(gen):
     for name, loss_fn, x in _wrapper_cases(gen):
         z = x.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss_fn(z), [z], create_graph=True)
+        (plain,) = torch.autograd.grad(loss_fn(z), [z])         # create_graph changes no value
+        assert torch.equal(g.detach(), plain), name
         with pytest.raises(RuntimeError, match="first derivatives only"):
             torch.autograd.grad((g ** 2).sum(), [z])          # what a Hessian or gradient penalty does
         with pytest.raises(RuntimeError, match="first derivatives only"):
@@ -305,3 +308,21 @@ def test_non_tensor_arguments_raise_type_error():
         AT.conv_tbc(torch.ones(4, 1, 2), torch.ones(3, 2, 2), None)
     with pytest.raises(TypeError, match="kl_div: input must be a torch.Tensor"):
         AT.kl_div(np.ones(3), torch.ones(3))
+
+
+def test_inputs_not_kept_alive_and_in_place_changes_allowed(gen):
+    """cross_entropy and scaled_masked_softmax keep what their backward reads (log_prob, y), not
+    their input: the input may be freed or changed in place after the forward, as with PyTorch's."""
+    import weakref
+    x = torch.randn(4, 5, generator=gen, requires_grad=True)
+    logits = x * 2
+    loss = AT.cross_entropy(logits, torch.tensor([0, 1, 2, 3]))
+    logits.add_(1)                                    # no "modified by an inplace operation"
+    loss.backward()
+    s = torch.randn(1, 1, 3, 4, generator=gen, requires_grad=True)
+    scores = s * 1.0
+    alive = weakref.ref(scores)
+    y = AT.scaled_masked_softmax(scores, None, 1.0, True)
+    del scores
+    assert alive() is None
+    y.sum().backward()

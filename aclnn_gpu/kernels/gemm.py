@@ -168,7 +168,6 @@ class CublasGemm:
 
     def _gemm(self, cublas, handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
               stride_b, beta, c, c_type, ldc, stride_c, batch, compute):
-        cublas.setStream(handle, self.stream.ptr)
         comp = {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
                 COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute]
         al = np.array(alpha, dtype=np.float32)

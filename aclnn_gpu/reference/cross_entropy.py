@@ -44,10 +44,8 @@ def _parallel_rows(block, N: int, C: int, R: int) -> None:
     if N * C < _PARALLEL_MIN or N < 2:
         block(0, N)
         return
-    parts = min(parallel.workers(), N)
-    step = -(-N // parts)
-    step = -(-step // R) * R if step > R else step
-    parallel.run_pieces(lambda r0: block(r0, min(N, r0 + step)), range(0, N, step))
+    # whole blocks of R rows per piece: every block has the rows it would have in one piece
+    parallel.run_pieces(lambda rows: block(*rows), parallel.ranges(N, parallel.workers(), R))
 
 
 def _math(dt) -> type:
@@ -84,17 +82,20 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
     active, bad, tc = _rows(target, N, C, ignore_index)
     w = None if weight is None else np.asarray(weight).reshape(C).astype(M, copy=False)
 
-    if log_prob_out is None:
-        log_prob = np.empty((N, C), dt)
-    elif log_prob_out.shape != (N, C) or log_prob_out.dtype != dt:
+    if log_prob_out is not None and (log_prob_out.shape != (N, C) or log_prob_out.dtype != dt):
         raise ValueError(f"log_prob_out must be an {(N, C)} array of {dt}, got {log_prob_out.shape} "
                          f"{log_prob_out.dtype}")
-    else:
-        log_prob = log_prob_out
+    # rows are reduced in place, so a strided output would change their summation order: the work
+    # happens in a C-order array and is copied out
+    direct_out = log_prob_out is not None and log_prob_out.flags.c_contiguous
+    log_prob = log_prob_out if direct_out else np.empty((N, C), dt)
     nll = np.empty(N, M)
     smooth = np.zeros(N, M) if ls != 0.0 else None
     with np.errstate(invalid="ignore"):  # inf - inf in rows holding +-inf: NaN, as in PyTorch
         _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth)
+    if log_prob_out is not None and not direct_out:
+        np.copyto(log_prob_out, log_prob)
+        log_prob = log_prob_out
 
     wt = np.where(active, M(1) if w is None else (w[tc] if C else M(0)), M(0)).astype(M, copy=False)
     with np.errstate(invalid="ignore"):  # 0 * inf (zero-weight target on a -inf log_prob): NaN

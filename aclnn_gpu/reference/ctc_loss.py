@@ -72,16 +72,14 @@ def _labels(targets, input_lengths, target_lengths, n, c):
 
 
 def _extended(labels, tl, blank, max_l):
-    """l' (N, S) with S = 2*maxL+1, state mask s <= 2L, skip mask l'(s) != l'(s-2)."""
+    """l' (N, S) with S = 2*maxL+1, and the skip mask l'(s) != l'(s-2)."""
     n = labels.shape[0]
     S = 2 * max_l + 1
     lp_ = np.full((n, S), blank, dtype=np.int64)
     lp_[:, 1::2] = labels
-    s = np.arange(S)
-    in_state = s[None, :] <= 2 * tl[:, None]
     skip = np.zeros((n, S), dtype=bool)      # transition s-2 -> s allowed
     skip[:, 2:] = lp_[:, 2:] != lp_[:, :-2]
-    return lp_, in_state, skip
+    return lp_, skip
 
 
 # Below this many state-steps (tmax * N * S) the backward runs in one thread: it makes two NumPy
@@ -101,8 +99,7 @@ def _by_slices(work, N, state_steps):
         work(0, N)
         return
     pieces = max(parallel.workers(), -(-N // _SLICE_SAMPLES))
-    step = -(-N // pieces)
-    parallel.run_pieces(lambda b0: work(b0, min(N, b0 + step)), range(0, N, step))
+    parallel.run_pieces(lambda samples: work(*samples), parallel.ranges(N, pieces))
 
 
 def _alpha(lp_in, md, lprime, skip, tmax, lt):
@@ -163,7 +160,7 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     T, N, C = lp_in.shape
     md = math_dtype(lp_in.dtype)
     labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
-    lprime, in_state, skip = _extended(labels, tl, blank, max_l)
+    lprime, skip = _extended(labels, tl, blank, max_l)
     S = 2 * max_l + 1
     ninf = md.type(-np.inf)
     tmax = int(il.max()) if N else 0
@@ -209,10 +206,10 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     T, N, C = lp_in.shape
     md = math_dtype(lp_in.dtype)
     lp = np.ascontiguousarray(lp_in.astype(md, copy=False))
-    g = np.asarray(grad_out).astype(md).reshape(-1)
+    g = np.broadcast_to(np.asarray(grad_out).astype(md).reshape(-1), (N,))   # a scalar serves every sample
     nll = np.asarray(neg_log_likelihood).astype(md).reshape(-1)
     labels, bad, il, tl, max_l = _labels(targets, input_lengths, target_lengths, N, C)
-    lprime, in_state, skip = _extended(labels, tl, blank, max_l)
+    lprime, skip = _extended(labels, tl, blank, max_l)
     S = 2 * max_l + 1
     la_all = np.asarray(log_alpha)
     if la_all.shape[2] < S:
@@ -258,8 +255,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
     # which telescopes to PyTorch's expression for any finite log_alpha (la[t+1] cancels), and whose
     # factors are <= 1 (the exponent is <= 0 for a consistent log_alpha): no scale that could under-
     # or overflow, and two NumPy calls per time step instead of the ten of a log-space recursion.
-    skipadd = np.zeros((n, S), dtype=md)            # 0 where s -> s+2 is allowed, else -inf
-    skipadd[:, :] = ninf
+    skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s -> s+2 is allowed, else -inf
     if S > 2:
         skipadd[:, :-2][skip[:, 2:]] = 0
     # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
@@ -320,13 +316,20 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
                     red(tmp, 0, None, Gs[t])
             t1 = t0
     # The factors cancel log_alpha exactly only while it is finite and of moderate size: a NaN or an
-    # infinite entry inside the valid region (garbage, an inconsistent nll) or a log-prob like -1e30
-    # (cancellation at 1e30) makes the recursion non-finite. Those samples are redone with PyTorch's
-    # log-space beta recursion, which gives the formula's own value for any input.
-    redo = np.nonzero(~np.isfinite(G[:, :, :S]).all(axis=(0, 2)))[0]
+    # infinite entry inside the valid region (garbage) makes the recursion non-finite, and log-probs
+    # like -1e30 cancel at 1e30 into factors of exactly 1 (finite, and wrong). For consistent inputs
+    # the occupancies of every time step sum to the same mass (1: the probability of the labels), so
+    # a sample whose mass is non-finite or drifts over time is redone with PyTorch's log-space beta
+    # recursion, which gives the formula's own value for any input (an inconsistent logAlpha or nll
+    # only costs that slower path).
+    mass = G[:, :, :S].sum(axis=2)                                          # (tmax, n)
+    final = mass[last, bidx]
+    drift = np.abs(mass - final[None, :]) > md.type(1e-2 if md == np.float32 else 1e-8) * np.abs(final)
+    live = np.arange(tmax)[:, None] < il[None, :]
+    redo = np.nonzero(((drift | ~np.isfinite(mass)) & live).any(axis=0) | ~np.isfinite(final))[0]
     if redo.size:
-        G[:, redo, :S] = _occupancy_log_space(la[:, redo], lpg[:, redo], skipadd[redo], il[redo], tl[redo],
-                                           nll_eff[redo])
+        G[:, redo, :S] = _occupancy_from_log_beta(la[:, redo], lpg[:, redo], skipadd[redo], il[redo], tl[redo],
+                                                  nll_eff[redo])
     # PyTorch CPU assigns (not accumulates) at t = Lin-1: with last label == blank, the blank column
     # there comes from s = 2L-1 alone
     last_lab = np.where(tl > 0, labels[bidx, np.maximum(tl - 1, 0)] if max_l else 0, -1)
@@ -358,7 +361,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
             out[il[b]:, b, :] = 0
 
 
-def _occupancy_log_space(la, lpg, skipadd, il, tl, nll):
+def _occupancy_from_log_beta(la, lpg, skipadd, il, tl, nll):
     """exp(alpha + beta - lp + nll) of shape (tmax, m, S), with beta by PyTorch's log-space recursion
     (spec section 1.2 step 2), for the samples the posterior recursion cannot take. la is -inf
     outside each sample's valid region; skipadd (m, S) is 0 where s -> s+2 is allowed, else -inf."""
@@ -368,7 +371,6 @@ def _occupancy_log_space(la, lpg, skipadd, il, tl, nll):
     rows = np.arange(tmax)[:, None] < il[None, :]                          # (tmax, m): t < Lin
     states = np.arange(S)[None, :] <= 2 * tl[:, None]                      # (m, S): s <= 2L
     beta = np.full((tmax, m, S + 2), ninf, dtype=md)  # two -inf columns: s+1 and s+2 stay views
-    bidx = np.arange(m)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for t in range(tmax - 1, -1, -1):
             if t + 1 < tmax:

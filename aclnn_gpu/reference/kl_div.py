@@ -43,13 +43,15 @@ def kl_div_backward(grad_output: np.ndarray, target: np.ndarray, self_shape: Seq
     coef = coefficient(reduction, broadcast)
     if (out is not None and grad_output.size == 1 and target.shape == broadcast == tuple(self_shape)
             and target.dtype == out.dtype == math_dtype):
-        # the common case (a scalar loss gradient): one pass from target straight into out
-        scale = math_dtype.type(-coef) * grad_output.astype(math_dtype).reshape(())
+        # the common case (a scalar loss gradient): straight into out, no temporary, and the kernels'
+        # rounding: -(e * g) * coef (the sign flip is exact)
+        g = grad_output.astype(math_dtype).reshape(())
         if log_target:
             np.exp(target, out=out)
-            np.multiply(out, scale, out=out)
+            np.multiply(out, g, out=out)
         else:
-            np.multiply(target, scale, out=out)
+            np.multiply(target, g, out=out)
+        np.multiply(out, math_dtype.type(-coef), out=out)
         return out
     result = _kl_div_backward(grad_output, target, self_shape, coef, broadcast, log_target, math_dtype)
     if out is None:

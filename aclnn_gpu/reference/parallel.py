@@ -4,23 +4,27 @@ NumPy releases the GIL inside its loops, so independent pieces of one operator (
 slices) run on every core from plain Python threads. Each piece writes its own disjoint part of the
 output and computes it exactly as it would alone, so results never depend on the split or on the
 order the pieces finish in. The pool is created on first use and shared by every operator and
-stream; a piece must never submit work to the pool itself (that could wait on its own queue).
+stream. Pieces run inline instead where the pool cannot serve them: a piece that itself asks for
+pieces (it would wait on its own queue), a forked child (the pool's threads stay in the parent), an
+interpreter that is shutting down.
 """
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 
-__all__ = ["workers", "run_pieces"]
+__all__ = ["workers", "run_pieces", "ranges"]
 
 P = TypeVar("P")
 _MAX_WORKERS = 8
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()   # two streams may make the first call at once
+_in_piece = threading.local()
 
 
 def workers() -> int:
@@ -32,30 +36,59 @@ def workers() -> int:
     return max(1, min(cores, _MAX_WORKERS))
 
 
+def ranges(n: int, pieces: int, multiple: int = 1) -> list[tuple[int, int]]:
+    """[0, n) cut into at most `pieces` consecutive ranges whose lengths are multiples of
+    `multiple` (the last one excepted)."""
+    step = -(-n // max(pieces, 1))
+    step = max(multiple, -(-step // multiple) * multiple)
+    return [(start, min(n, start + step)) for start in range(0, n, step)]
+
+
 def run_pieces(work: Callable[[P], object], pieces: Iterable[P]) -> None:
     """work(piece) for every piece, on the pool when there are several pieces and cores, inline
     otherwise; the first exception of a piece is raised after all pieces have finished."""
     pieces = list(pieces)
-    if len(pieces) < 2 or workers() < 2:
+    pool = _shared_pool() if len(pieces) >= 2 and workers() >= 2 else None
+    if pool is None:
         for piece in pieces:
             work(piece)
         return
     errors_state = np.geterr()   # the caller's floating-point error handling, in every piece
-    futures = [_shared_pool().submit(_in_state, errors_state, work, piece) for piece in pieces]
+    try:
+        futures = [pool.submit(_in_state, errors_state, work, piece) for piece in pieces]
+    except RuntimeError:         # the interpreter is shutting down: no new threads
+        for piece in pieces:
+            work(piece)
+        return
     errors = [f.exception() for f in futures]
     for error in errors:
         if error is not None:
             raise error
 
 
-def _shared_pool() -> ThreadPoolExecutor:
+def _shared_pool() -> ThreadPoolExecutor | None:
     global _pool
+    if getattr(_in_piece, "active", False) or sys.is_finalizing():
+        return None
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(workers(), thread_name_prefix="aclnn_gpu-cpu")
         return _pool
 
 
+def _forget_pool() -> None:
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()   # the parent's threads (and lock state) are not ours
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _in_state(errors_state: dict, work: Callable[[P], object], piece: P) -> object:
-    with np.errstate(**errors_state):
-        return work(piece)
+    _in_piece.active = True
+    try:
+        with np.errstate(**errors_state):
+            return work(piece)
+    finally:
+        _in_piece.active = False

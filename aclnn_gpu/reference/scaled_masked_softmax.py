@@ -205,10 +205,10 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
     S1, S2 = g.shape[-2], g.shape[-1]
     s = _F32(scale)
     convert = g.dtype != _F32
-    # AND-masks of the whole mask, made once (a mask broadcast over heads is reused by every chunk):
-    # masked -> 0, kept -> 0xFFFFFFFF
+    # AND-masks of a broadcast mask, made once (every head's chunks reuse them; a full-size mask is
+    # converted chunk by chunk instead, as large as the data): masked -> 0, kept -> 0xFFFFFFFF
     keep_bits = None
-    if mask is not None and not fix_triu_mask:
+    if mask is not None and not fix_triu_mask and mask.size < g.size:
         keep_bits = mask.astype(np.uint32)
         keep_bits -= np.uint32(1)
 
@@ -233,8 +233,9 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
             keep = keep_bits[midx]
         elif fix_triu_mask or mask is not None:
             m = None if mask is None else mask[midx]
-            triu = np.arange(S2)[None, :] > np.arange(i0, i1)[:, None]
-            m = triu if m is None else np.logical_or(m, triu)
+            if fix_triu_mask:
+                triu = np.arange(S2)[None, :] > np.arange(i0, i1)[:, None]
+                m = triu if m is None else np.logical_or(m, triu)
             keep = m.astype(np.uint32)
             keep -= np.uint32(1)
         else:
