@@ -351,19 +351,13 @@ def kl_div_backward(grad_output: Any, self: Any, target: Any, reduction: str | i
 
 
 # ---------------------------------------------------------------------------- ConvTBC
-def _cube_math_type(function: str, value: Any) -> int:
-    if not _is_integer(value):
-        raise AclnnError(INVALID, f"{function}: cube_math_type must be an integer 0..3, got {value!r}")
-    return int(value)
-
-
 @_public
 def conv_tbc(input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
              stream: aclrtStream | None = None) -> Any:
     """ConvTBC forward (aclnnConvTbc): input (T, B, Cin), weight (K, Cin, Cout), bias (Cout) ->
     (T + 2*pad - K + 1, B, Cout) in the input's dtype."""
     from .ops.conv_tbc import aclnnConvTbc, aclnnConvTbcGetWorkspaceSize
-    pad, cube_math_type = _integer("conv_tbc", "pad", pad), _cube_math_type("conv_tbc", cube_math_type)
+    pad, cube_math_type = _integer("conv_tbc", "pad", pad), _integer("conv_tbc", "cube_math_type", cube_math_type)
     with _call("conv_tbc", stream) as call:
         x, w, b = call.tensor(input, "input"), call.tensor(weight, "weight"), call.tensor(bias, "bias")
         shape: tuple[int, ...] = ()
@@ -381,7 +375,7 @@ def conv_tbc_backward(grad: Any, input: Any, weight: Any, bias: Any, pad: int = 
     input, weight and bias."""
     from .ops.conv_tbc import aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize
     pad = _integer("conv_tbc_backward", "pad", pad)
-    cube_math_type = _cube_math_type("conv_tbc_backward", cube_math_type)
+    cube_math_type = _integer("conv_tbc_backward", "cube_math_type", cube_math_type)   # 0..3: the API checks
     with _call("conv_tbc_backward", stream) as call:
         g, x = call.tensor(grad, "grad"), call.tensor(input, "input")
         w, b = call.tensor(weight, "weight"), call.tensor(bias, "bias")

@@ -159,15 +159,8 @@ class CublasGemm:
         except ImportError as e:   # CuPy finds cuBLAS in a CUDA toolkit or the nvidia-cublas wheel
             raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                           f"cuBLAS could not be loaded ({e}): install a CUDA toolkit or "
-                          "`pip install 'aclnn_gpu[cublas]'`") from None
-        # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call
-        # (overriding cublasSetStream), so the plan's stream is made current for the call.
-        with self.stream:
-            self._gemm(cublas, device.get_cublas_handle(), transa, transb, m, n, k, alpha, a, a_type, lda,
-                       stride_a, b, b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute)
-
-    def _gemm(self, cublas, handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
-              stride_b, beta, c, c_type, ldc, stride_c, batch, compute):
+                          "`pip install 'aclnn_gpu[cuda]'` (it brings the nvidia-cublas wheel)") from None
+        handle = device.get_cublas_handle()
         comp = {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
                 COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute]
         al = np.array(alpha, dtype=np.float32)
@@ -177,13 +170,16 @@ class CublasGemm:
         cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
         cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)   # alpha/beta read at the call
         try:
-            cublas.gemmStridedBatchedEx(
-                handle, cublas.CUBLAS_OP_T if transa else cublas.CUBLAS_OP_N,
-                cublas.CUBLAS_OP_T if transb else cublas.CUBLAS_OP_N, int(m), int(n), int(k),
-                al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
-                int(b), _cuda_type(b_type), int(ldb), int(stride_b),
-                be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
-                int(batch), comp, cublas.CUBLAS_GEMM_DEFAULT)
+            # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call
+            # (overriding cublasSetStream), so the plan's stream is made current for the call
+            with self.stream:
+                cublas.gemmStridedBatchedEx(
+                    handle, cublas.CUBLAS_OP_T if transa else cublas.CUBLAS_OP_N,
+                    cublas.CUBLAS_OP_T if transb else cublas.CUBLAS_OP_N, int(m), int(n), int(k),
+                    al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
+                    int(b), _cuda_type(b_type), int(ldb), int(stride_b),
+                    be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
+                    int(batch), comp, cublas.CUBLAS_GEMM_DEFAULT)
         finally:
             cublas.setMathMode(handle, old)
             cublas.setPointerMode(handle, old_pm)

@@ -49,21 +49,22 @@ def run_pieces(work: Callable[[P], object], pieces: Iterable[P]) -> None:
     otherwise; the first exception of a piece is raised after all pieces have finished."""
     pieces = list(pieces)
     pool = _shared_pool() if len(pieces) >= 2 and workers() >= 2 else None
-    if pool is None:
-        for piece in pieces:
-            work(piece)
-        return
     errors_state = np.geterr()   # the caller's floating-point error handling, in every piece
-    try:
-        futures = [pool.submit(_in_state, errors_state, work, piece) for piece in pieces]
-    except RuntimeError:         # the interpreter is shutting down: no new threads
-        for piece in pieces:
+    futures, errors = [], []
+    for piece in pieces:
+        if pool is not None:
+            try:
+                futures.append(pool.submit(_in_state, errors_state, work, piece))
+                continue
+            except RuntimeError:   # the interpreter is shutting down: this piece and the rest run here
+                pool = None
+        try:
             work(piece)
-        return
-    errors = [f.exception() for f in futures]
-    for error in errors:
-        if error is not None:
-            raise error
+        except Exception as error:   # noqa: BLE001 - raised below, once the submitted pieces are done
+            errors.append(error)
+    errors[:0] = [error for error in (f.exception() for f in futures) if error is not None]
+    if errors:
+        raise errors[0]
 
 
 def _shared_pool() -> ThreadPoolExecutor | None:

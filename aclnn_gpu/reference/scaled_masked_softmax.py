@@ -40,6 +40,13 @@ def _combined_mask(mask, s1: int, s2: int, fix_triu_mask: bool):
     return mask
 
 
+def _keep_bits(mask: np.ndarray) -> np.ndarray:
+    """uint32 AND-masks of a bool mask: masked -> 0, kept -> 0xFFFFFFFF."""
+    keep = mask.astype(np.uint32)
+    keep -= np.uint32(1)
+    return keep
+
+
 def _as_f32(a: np.ndarray) -> np.ndarray:
     return a if a.dtype == _F32 else a.astype(_F32)
 
@@ -70,8 +77,7 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
         if cm.shape[2:] != (S1, S2) or cm.shape[0] not in (1, x.shape[0]) or cm.shape[1] not in (1, x.shape[1]):
             return _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask)
         # bit masks at the mask's own size: t = (t & keep) | ninf_bits sets -inf exactly where masked
-        keep = cm.astype(np.uint32)
-        keep -= np.uint32(1)                             # masked -> 0, kept -> 0xFFFFFFFF
+        keep = _keep_bits(cm)
         setb = np.invert(keep)
         setb &= np.uint32(0xFF800000)                    # masked -> the bits of -inf, kept -> 0
 
@@ -198,22 +204,18 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
         out = np.empty(g.shape, g.dtype)
     if g.size == 0:
         return out
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != np.bool_:
-            mask = mask != 0
     S1, S2 = g.shape[-2], g.shape[-1]
     s = _F32(scale)
     convert = g.dtype != _F32
-    # AND-masks of a broadcast mask, made once (every head's chunks reuse them; a full-size mask is
-    # converted chunk by chunk instead, as large as the data): masked -> 0, kept -> 0xFFFFFFFF
-    keep_bits = None
-    if mask is not None and not fix_triu_mask and mask.size < g.size:
-        keep_bits = mask.astype(np.uint32)
-        keep_bits -= np.uint32(1)
+    cm = _combined_mask(mask, S1, S2, fix_triu_mask)
+    if cm is not None and cm.ndim == 2:
+        cm = cm[None, None]
+    # AND-masks of a broadcast mask, made once (every head's chunks reuse them); a full-size mask is
+    # converted chunk by chunk instead (its uint32 masks would be as large as the data)
+    keep_bits = _keep_bits(cm) if cm is not None and cm.size < g.size else None
 
     def work(piece):
-        idx, midx, (i0, i1) = piece
+        idx, midx, _ = piece
         gc, yc, oc = g[idx], y[idx], out[idx]
         n = oc.size
         if convert:                                      # float16 through lowp's table / bit tricks
@@ -229,18 +231,8 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
         t *= yc
         if scale != 1.0:                                 # CANN skips the multiply for scale == 1
             t *= s
-        if keep_bits is not None:
-            keep = keep_bits[midx]
-        elif fix_triu_mask or mask is not None:
-            m = None if mask is None else mask[midx]
-            if fix_triu_mask:
-                triu = np.arange(S2)[None, :] > np.arange(i0, i1)[:, None]
-                m = triu if m is None else np.logical_or(m, triu)
-            keep = m.astype(np.uint32)
-            keep -= np.uint32(1)
-        else:
-            keep = None
-        if keep is not None:                             # exact zeros (even over inf/NaN): t &= keep bits
+        if cm is not None:                               # exact zeros (even over inf/NaN): t &= keep bits
+            keep = keep_bits[midx] if keep_bits is not None else _keep_bits(cm[midx])
             bits = t.view(np.uint32)
             np.bitwise_and(bits, keep, out=bits)
         if t is not oc:
@@ -249,7 +241,7 @@ def scaled_masked_softmax_backward(grad_output: np.ndarray, y: np.ndarray, mask,
             else:
                 lowp.from_f32(t, oc)
 
-    _run_chunks(work, list(_chunks(g.shape, None if mask is None else mask.shape)))
+    _run_chunks(work, list(_chunks(g.shape, None if cm is None else cm.shape)))
     return out
 
 
