@@ -1,0 +1,82 @@
+"""A CuPy stand-in whose launches and copies return at once, for timing the library's own Python.
+
+The `cuda` device's code (`aclnn_gpu/device/cuda.py`) runs over it unchanged: memory is host memory
+(`device/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
+record and a stream synchronize do nothing. What a call then costs is what the library's Python
+costs on a GPU before CuPy's own few microseconds per launch: the "cuda code path" table of
+`python -m bench` (bench/host_overhead.py). Never a device to compute with.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+from aclnn_gpu.device import fakecupy
+
+SM_COUNT = 132  # an H100's: grids are sized as on the GPU the figures stand for
+
+
+class Stream:
+    _ids = iter(range(1, 1 << 62))
+
+    def __init__(self, non_blocking: bool = False, null: bool = False):
+        self.ptr = next(Stream._ids)
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+
+class Event:
+    done = True
+
+    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
+        return None
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+
+class RawKernel:
+    max_dynamic_shared_size_bytes = 0
+
+    def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *, shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        return None
+
+
+class RawModule:
+    def __init__(self, code: str = "", options: Sequence[str] = (), name_expressions: Sequence[str] = ()):
+        return None
+
+    def get_function(self, expr: str) -> RawKernel:
+        return RawKernel()
+
+
+class _Runtime:
+    @staticmethod
+    def getDeviceProperties(device: int) -> dict[str, Any]:
+        return {"multiProcessorCount": SM_COUNT, "name": b"instant CuPy stand-in", "totalGlobalMem": 0}
+
+    @staticmethod
+    def deviceSynchronize() -> None:
+        return None
+
+    memcpy = memcpyAsync = memset = memsetAsync = staticmethod(lambda *args: None)
+
+
+_null = Stream()
+cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc, Stream=Stream, Event=Event,
+                       get_elapsed_time=lambda start, end: 0.0, get_current_stream=lambda: _null,
+                       runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer)
