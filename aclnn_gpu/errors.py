@@ -10,6 +10,7 @@ reported the same way with an internal-error code instead of escaping.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from typing import Any, Callable, NoReturn, TypeVar
 
@@ -41,6 +42,11 @@ class NoDevice(OpError):
     entry point that needed it puts its own name in front of the message."""
 
 
+class DeviceUnavailable(Exception):
+    """The device kind asked for cannot run on this machine (raised by the device factories; the
+    runtime turns it into `NoDevice`)."""
+
+
 class AclnnError(RuntimeError):
     """Raised by `aclnn_gpu.functional` instead of returning a status code."""
 
@@ -68,6 +74,7 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
 
     def wrap(fn: F) -> F:
         name = fn.__name__
+        bad_call = aclnnStatus.ACLNN_ERR_PARAM_INVALID if name.startswith("aclnn") else aclError.ACL_ERROR_INVALID_PARAM
 
         def on_error(status: int, message: str) -> Any:
             set_recent_error(message)
@@ -83,12 +90,30 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
                 return on_error(e.status, f"{name}: {e.message}")
             except OpError as e:
                 return on_error(e.status, e.message)
+            except TypeError as e:  # the caller's wrong arity or keyword, or else a library bug
+                message = wrong_call(fn, name, args, kwargs)
+                if message is not None:
+                    return on_error(bad_call, message)
+                return on_error(internal, f"{name}: internal error: {type(e).__name__}: {e}")
             except Exception as e:  # a library bug: report it, never let it escape the C layer
                 return on_error(internal, f"{name}: internal error: {type(e).__name__}: {e}")
 
         return entry  # type: ignore[return-value]
 
     return wrap
+
+
+def wrong_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> str | None:
+    """The message for a call whose arguments do not fit `fn`'s C parameters, or None when they do
+    (then a TypeError came from inside: a library bug). Only runs after a TypeError, so the success
+    path pays nothing for it."""
+    signature = inspect.signature(fn)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        expected = ", ".join(p.name for p in signature.parameters.values())
+        return f"{name}: wrong arguments ({e}); expected {name}({expected})"
+    return None
 
 
 def check_status(status: int) -> None:

@@ -5,11 +5,14 @@ ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 import threading
 from typing import Any
 
 from .errors import c_api, fail
+from .ops.plan import check_plan_memory
+from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
 
 NULLPTR = aclnnStatus.ACLNN_ERR_PARAM_NULLPTR
@@ -17,7 +20,8 @@ INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 
 
 class aclOpExecutor:
-    __slots__ = ("op", "plan", "device", "repeatable", "spent", "destroyed", "lock", "__weakref__")
+    __slots__ = ("op", "plan", "device", "repeatable", "spent", "destroyed", "lock", "checked_workspace",
+                 "__weakref__")
 
     def __init__(self, op: str, plan: Any, device: Any):
         self.op = op
@@ -27,6 +31,7 @@ class aclOpExecutor:
         self.spent = False
         self.destroyed = False
         self.lock = threading.Lock()
+        self.checked_workspace: tuple[Any, int] | None = None  # (workspace, registry generation) that passed
 
     def __repr__(self) -> str:
         state = "destroyed" if self.destroyed else "spent" if self.spent else "ready"
@@ -61,16 +66,8 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
-check_plan_memory = get_device = resolve_stream = None  # (see run_executor)
-
-
 def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
-    """Phase 2 of every operator: check, then enqueue the plan on the stream."""
-    global check_plan_memory, get_device, resolve_stream
-    if check_plan_memory is None:  # bound on first use (the modules import this one)
-        from .ops.plan import check_plan_memory
-        from .runtime import get_device, resolve_stream
-
+    """Phase 2 of every operator: check, then enqueue the frozen plan on the stream."""
     if executor is None:
         fail(NULLPTR, f"{op}: executor is null")
     if not isinstance(executor, aclOpExecutor):
@@ -96,7 +93,11 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
             fail(INVALID, f"{op}: workspaceSize {workspace_size} is smaller than the {plan.workspace_size} bytes "
                           "GetWorkspaceSize asked for")
         if plan.workspace_size > 0:
-            device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID, on_device=True)
+            generation = device.registry.generation  # unchanged since the last pass: nothing was freed
+            if type(workspace) is not int or executor.checked_workspace != (workspace, generation):
+                device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID,
+                                      on_device=True)
+                executor.checked_workspace = (workspace, generation)
         impl = resolve_stream(stream, op, status=INVALID)
         check_plan_memory(op, plan, device)
         if not executor.repeatable:
@@ -118,14 +119,20 @@ def make_execute(op: str):
 
 
 def make_get_workspace_size(op: str, build):
-    """Phase 1 of `op`: `build(*args)` validates and returns a plan; wrap it into an executor."""
-    from .runtime import get_device
+    """Phase 1 of `op`: `build(device, *args)` validates and returns a plan; on a kernel device the
+    plan's launches are frozen here (`ops/frozen.py`), then it is wrapped into an executor."""
 
     def get_workspace_size(*args: Any, **kwargs: Any) -> tuple[int, int, aclOpExecutor]:
         device = get_device()
         plan = build(device, *args, **kwargs)
+        sm_count = getattr(device, "sm_count", None)
+        if sm_count is not None:  # cuda and emulated: record the launcher once
+            plan.freeze_kernels(sm_count)
         return aclnnStatus.ACLNN_SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
 
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"
     get_workspace_size.__doc__ = build.__doc__
+    # the C parameters (build's, without the device): what a call with the wrong arguments is told
+    params = list(inspect.signature(build).parameters.values())[1:]
+    get_workspace_size.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return c_api(n_out=2, internal=aclnnStatus.ACLNN_ERR_INNER)(get_workspace_size)

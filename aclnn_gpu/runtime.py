@@ -14,16 +14,12 @@ from typing import Any
 import numpy as np
 
 from .device.base import Device, DeviceEvent, DeviceStream
-from .errors import NoDevice, c_api, fail
+from .errors import DeviceUnavailable, NoDevice, c_api, fail
 from .status import aclError, aclrtMemcpyKind, aclSysParamOpt
 
 OK = aclError.ACL_SUCCESS
 PARAM = aclError.ACL_ERROR_RT_PARAM_INVALID
 KINDS = ("auto", "cpu", "cuda", "emulated")
-
-
-class DeviceUnavailable(Exception):
-    """The device kind asked for cannot run on this machine."""
 
 
 def _requested_kind() -> str:

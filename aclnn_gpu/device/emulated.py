@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+from ..errors import DeviceUnavailable
 from . import fakecupy
 from .cuda import CudaDevice
 
@@ -34,7 +35,6 @@ class EmulatedDevice(CudaDevice):
 
 
 def make_emulated_device() -> EmulatedDevice:
-    from ..runtime import DeviceUnavailable
     if not emulator_available():
         raise DeviceUnavailable("ACLNN_GPU_DEVICE=emulated needs a C++ compiler (g++), none was found")
     return EmulatedDevice()

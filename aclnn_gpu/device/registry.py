@@ -3,6 +3,10 @@
 A pointer is a plain int. It is accepted only when the byte range it names lies wholly inside one
 live allocation made by this library (`aclrtMalloc` / `aclrtMallocHost`); a freed, foreign or
 too-short range is refused with a status code before anything touches memory.
+
+`generation` counts the removals: a range that passed the check while the generation was g is
+still inside a live allocation while it is g (nothing was freed since), which lets phase 2 of an
+operator skip re-checking its pointers (ops/plan.py `check_plan_memory`).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class Registry:
         self._lock = threading.Lock()
         self._bases: list[int] = []
         self._by_base: dict[int, Allocation] = {}
+        self.generation = 0  # bumped by every removal (see the module docstring)
 
     def add(self, alloc: Allocation) -> None:
         with self._lock:
@@ -38,6 +43,7 @@ class Registry:
         with self._lock:
             alloc = self._by_base.pop(base, None)
             if alloc is not None:
+                self.generation += 1
                 del self._bases[bisect.bisect_left(self._bases, base)]
             return alloc
 

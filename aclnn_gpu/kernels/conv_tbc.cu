@@ -1,5 +1,5 @@
 // conv_tbc.cu -- the non-GEMM kernels of ConvTBC forward/backward (the products run in cuBLAS; see
-// ops/conv_tbc_gpu.py for the plan).
+// ops/conv_tbc/launch.py for the plan).
 //
 //   tbc_pad_copy<Tin, Tout>   time-padded (or cropped) copy of a (rows, B, C) tensor with optional
 //                             dtype conversion and arbitrary source strides: the GEMM operands

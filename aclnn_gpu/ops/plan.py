@@ -2,7 +2,9 @@
 
 A plan is frozen when GetWorkspaceSize returns: the tensors it reads and writes, its workspace
 size, and two ways to run: `run_host(device, workspace)` (the cpu device: NumPy on host views) and
-`run_kernels(ctx, workspace)` (cuda and emulated: launches through a `KernelContext`).
+`run_kernels(ctx, workspace)` (cuda and emulated: launches through a `KernelContext`). On a kernel
+device phase 1 also records the operator's launcher (`launch_kernels`) once into `frozen`
+(`ops/frozen.py`), and `run_kernels` replays that record with the real workspace.
 `WorkspaceLayout` hands out aligned byte ranges of the workspace; `Staging` gives a kernel written
 for contiguous tensors a contiguous copy of any strided view; `StagedIo` is the usual workspace of
 a GPU plan: staging copies of its operands, then the plan's own bytes.
@@ -19,6 +21,8 @@ from ..errors import fail
 from ..kernels.context import KernelContext, ptr
 from ..status import aclnnStatus
 from ..tensor import aclTensor
+from .frozen import ALIGN as FROZEN_ALIGN
+from .frozen import FrozenLaunch, freeze
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vector loads want 16)
@@ -31,12 +35,29 @@ class Plan:
     tensors: dict[str, aclTensor | None] = {}  # C parameter name -> tensor (None: an absent optional)
     workspace_size: int = 0
     has_work: bool = True
+    frozen: FrozenLaunch | None = None         # set by `freeze_kernels` in phase 1 on kernel devices
+    checked_generation: int = -1               # registry generation of the last passed memory check
 
     def run_host(self, device: Any, workspace: int) -> None:
         raise NotImplementedError
 
-    def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
+    def launch_kernels(self, ctx: KernelContext, workspace: int) -> None:
+        """The operator's launcher: uploads, launches and GEMMs through `ctx` (recorded in phase 1)."""
         raise NotImplementedError
+
+    def freeze_kernels(self, sm_count: int) -> None:
+        """Phase 1 on a kernel device: record the launcher once (`ops/frozen.py`)."""
+        if self.has_work:
+            self.frozen = freeze(self, sm_count)
+
+    def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
+        """Phase 2 on a kernel device: replay the frozen launch on the real workspace. A workspace
+        base less aligned than the recording's reruns the launcher (its alignment choices differ)."""
+        frozen = self.frozen
+        if frozen is None or workspace % FROZEN_ALIGN:
+            self.launch_kernels(ctx, workspace)
+        else:
+            frozen.run(ctx, workspace)
 
 
 class EmptyPlan(Plan):
@@ -49,10 +70,19 @@ class EmptyPlan(Plan):
 
 
 def check_plan_memory(op: str, plan: Plan, device: Any) -> None:
-    """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since)."""
+    """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since).
+    When nothing was freed since the last check passed (the registry's generation is unchanged),
+    only the tensors' destroyed flags can have changed: O(1) per tensor, no registry look-up."""
+    generation = device.registry.generation  # read first: a free during the check invalidates it
+    if plan.checked_generation == generation:
+        for name, tensor in plan.tensors.items():
+            if tensor is not None and tensor.destroyed:
+                fail(INVALID, f"{op}: {name} was destroyed")
+        return
     for name, tensor in plan.tensors.items():
         if tensor is not None:
             check_tensor_memory(op, name, tensor, device)
+    plan.checked_generation = generation
 
 
 def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> None:

@@ -15,7 +15,7 @@ import pytest
 from aclnn_gpu.kernels import gemm as G
 from aclnn_gpu.kernels import manifest
 from aclnn_gpu.kernels.context import StandaloneEmuContext
-from aclnn_gpu.ops import conv_tbc_gpu as plan
+from aclnn_gpu.ops.conv_tbc import launch as plan
 from aclnn_gpu.reference.conv_tbc import conv_tbc, conv_tbc_backward
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

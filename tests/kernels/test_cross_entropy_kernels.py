@@ -12,7 +12,7 @@ import pytest
 
 from aclnn_gpu.kernels import manifest
 from aclnn_gpu.kernels.context import StandaloneEmuContext
-from aclnn_gpu.ops import cross_entropy_gpu as plan
+from aclnn_gpu.ops.cross_entropy import launch as plan
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss, cross_entropy_loss_grad
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

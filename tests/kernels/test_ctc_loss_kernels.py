@@ -1,4 +1,4 @@
-"""CTC kernels (ctc_loss.cu) through the GPU plan (ops/ctc_loss_gpu.py) on StandaloneEmuContext,
+"""CTC kernels (ctc_loss.cu) through the GPU plan (ops/ctc_loss/launch.py) on StandaloneEmuContext,
 vs the NumPy reference and PyTorch. Outputs are poisoned with NaN before every launch."""
 import os
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from aclnn_gpu.kernels.context import StandaloneEmuContext
-from aclnn_gpu.ops import ctc_loss_gpu as P
+from aclnn_gpu.ops.ctc_loss import launch as P
 from aclnn_gpu.reference.ctc_loss import ctc_loss_backward, ctc_loss_forward
 
 SEED = int(os.environ.get("CTC_SEED", np.random.SeedSequence().entropy % 2**32))

@@ -1,4 +1,4 @@
-"""KL divergence kernels (kernels/kl_div.cu) through their GPU plan (ops/kl_div_gpu.py), run in the
+"""KL divergence kernels (kernels/kl_div.cu) through their GPU plan (ops/kl_div/launch.py), run in the
 CPU emulator (StandaloneEmuContext, sm_count 4 -> grids of at most 16 blocks of 256), against an
 independent float64 NumPy reference written here, and PyTorch where handy.
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from aclnn_gpu.kernels.context import StandaloneEmuContext
-from aclnn_gpu.ops import kl_div_gpu as plan
+from aclnn_gpu.ops.kl_div import launch as plan
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)

@@ -16,7 +16,7 @@ import pytest
 
 from aclnn_gpu.kernels import manifest
 from aclnn_gpu.kernels.context import StandaloneEmuContext
-from aclnn_gpu.ops import scaled_masked_softmax_gpu as plan
+from aclnn_gpu.ops.scaled_masked_softmax import launch as plan
 from aclnn_gpu.reference.scaled_masked_softmax import scaled_masked_softmax, scaled_masked_softmax_backward
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.context import ptr
+from ...kernels.context import ptr
 
 FILE = "ctc_loss.cu"
 K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.context import KernelContext, ptr
+from ...kernels.context import KernelContext, ptr
 
 FILE = "cross_entropy.cu"
 REDUCE_THREADS = 256

@@ -8,8 +8,8 @@ coef 1 (none, sum), 1/numel(B) (mean), 1/B[0] (batchmean, CANN's divisor).
 Codes: 161001 for a null tensor, 161002 for dtypes, ranks over 8, shapes that do not broadcast, a
 gradOutput that would enlarge B, an out shape other than self's (backward) or than B / one element
 (forward), and (this library's decision, API.md §6) a reduction code outside 0..3.
-The cpu device runs `reference/kl_div.py`; cuda and emulated run `ops/kl_div_gpu.py`, whose kernels
-index strided and broadcast views directly (no staging). Workspace: kl_div_gpu's formulas (0 or
+The cpu device runs `reference/kl_div.py`; cuda and emulated run `ops/kl_div/launch.py`, whose kernels
+index strided and broadcast views directly (no staging). Workspace: launch.py's formulas (0 or
 its 512-byte tiling block, plus the forward's per-block partials for a reduction), asked for on
 every device.
 """
@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ..executor import make_execute, make_get_workspace_size
-from ..reference import kl_div as reference
-from ..status import aclDataType as D
-from ..tensor import aclTensor
-from . import kl_div_gpu
-from .checks import INVALID, Checks, broadcast_shapes
-from .plan import EmptyPlan, Plan, host_array, tensor_ptr, write_out
+from ...executor import make_execute, make_get_workspace_size
+from ...reference import kl_div as reference
+from ...status import aclDataType as D
+from ...tensor import aclTensor
+from . import launch
+from ..checks import INVALID, Checks, broadcast_shapes
+from ..plan import EmptyPlan, Plan, host_array, tensor_ptr, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}
@@ -37,7 +37,7 @@ def _math_dtype(*tensors: aclTensor) -> np.dtype:
 
 
 def _kernel_operand(tensor: aclTensor) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
-    """A tensor as `kl_div_gpu` takes it: (address with view offset, shape, strides, dtype code)."""
+    """A tensor as `launch` takes it: (address with view offset, shape, strides, dtype code)."""
     return tensor_ptr(tensor), tensor.shape, tensor.strides, int(tensor.dtype)
 
 
@@ -64,7 +64,7 @@ class KlDivBackwardPlan(Plan):
         self.reduction, self.log_target = reduction, log_target
         self.tensors = {"gradOutput": grad_output, "self": self_, "target": target, "out": out}
         self.math = _math_dtype(grad_output, self_, target)
-        self.workspace_size = kl_div_gpu.backward_workspace_bytes(**self._kernel_args())
+        self.workspace_size = launch.backward_workspace_bytes(**self._kernel_args())
 
     def _kernel_args(self) -> dict[str, Any]:
         return dict(grad_output=_kernel_operand(self.grad_output), target=_kernel_operand(self.target),
@@ -76,8 +76,8 @@ class KlDivBackwardPlan(Plan):
                                   self.self_shape, self.reduction, self.log_target, self.math,
                                   out=host_array(device, self.out))
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
-        kl_div_gpu.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace)
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+        launch.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace)
 
 
 class KlDivPlan(Plan):
@@ -88,7 +88,7 @@ class KlDivPlan(Plan):
         self.reduction, self.log_target = reduction, log_target
         self.tensors = {"self": self_, "target": target, "out": out}
         self.math = _math_dtype(self_, target)
-        self.workspace_size = kl_div_gpu.forward_workspace_bytes(**self._kernel_args())
+        self.workspace_size = launch.forward_workspace_bytes(**self._kernel_args())
 
     def _kernel_args(self) -> dict[str, Any]:
         return dict(self=_kernel_operand(self.self_), target=_kernel_operand(self.target),
@@ -99,8 +99,8 @@ class KlDivPlan(Plan):
                                   self.reduction, self.log_target, self.math)
         write_out(host_array(device, self.out), result)
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
-        kl_div_gpu.launch_forward(ctx, **self._kernel_args(), workspace_ptr=workspace)
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+        launch.launch_forward(ctx, **self._kernel_args(), workspace_ptr=workspace)
 
 
 def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduction: Any, logTarget: Any,

@@ -63,8 +63,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.context import KernelContext, ptr
-from ..kernels.gemm import F32, compute_mode, rm_gemm
+from ...kernels.context import KernelContext, ptr
+from ...kernels.gemm import F32, compute_mode, rm_gemm
 
 FILE = "conv_tbc.cu"
 BLOCK = 256                 # threads per block, every kernel (tbc_col_sum requires 256)
@@ -331,7 +331,7 @@ def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_m
 def all_name_expressions() -> list[str]:
     """Every instantiation this plan can launch (kernels/manifest.py lists exactly these)."""
     exprs = [f"tbc_pad_copy<{c}, {c}>" for c in _CTYPE.values()] + ["tbc_pad_copy<float, __half>"]
-    # dtype conversions of mixed-dtype operands / outputs (ops/conv_tbc.py stages them)
+    # dtype conversions of mixed-dtype operands / outputs (ops/conv_tbc/api.py stages them)
     exprs += [f"tbc_pad_copy<{a}, {b}>" for a in _CTYPE.values() for b in _CTYPE.values()
               if a != b and (a, b) != ("float", "__half")]
     exprs += [f"tbc_bias_epilogue<{c}>" for c in _CTYPE.values()]

@@ -4,7 +4,7 @@ Owns the host side of ConvTBC (spec/ops.md §4), out[t, b] = bias + sum_k input[
 with Tout = T + 2*pad - K + 1: validation (161001 for a null tensor; 161002 for
 dtypes outside FLOAT/FLOAT16/BF16, formats other than ND/NCL for the 3-D tensors or ND for
 bias/gradBias, an empty `self`, ranks and shape relations, pad < 0, Tout < 0, cubeMathType outside
-0..3), the memory/alias checks, and the staging around the GPU plan of `ops/conv_tbc_gpu.py`,
+0..3), the memory/alias checks, and the staging around the GPU plan of `ops/conv_tbc/launch.py`,
 which takes contiguous tensors of ONE dtype:
   * mixed dtypes among self/input/weight (forward: input/weight/bias) are promoted (all equal: that
     dtype; otherwise float32) and non-contiguous or converted operands are copied into the
@@ -14,7 +14,7 @@ which takes contiguous tensors of ONE dtype:
 The cpu device runs `reference/conv_tbc.py` (float32 BLAS math whatever cubeMathType says) and
 needs no workspace. GPU workspace, in this order (`WorkspaceLayout` ranges): a compute-dtype copy of
 each converted or strided input, then per output its compute-dtype buffer (other dtype) and its
-`Staging` copy (strided), then the GEMM plan's own bytes (conv_tbc_gpu.*_workspace_bytes).
+`Staging` copy (strided), then the GEMM plan's own bytes (launch.*_workspace_bytes).
 
 cubeMathType -> GPU matrix precision (kernels/gemm.compute_mode): 0 KEEP_DTYPE: fp32 inputs in true
 fp32 (CUBLAS_COMPUTE_32F); 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: TF32 tensor cores
@@ -26,7 +26,7 @@ and clipped narrow()/addmm_ per tap): gradWeight is ONE strided-batched GEMM ove
 times more tiles in flight for the small Cin x Cout outputs, one launch), and gradInput is K
 full-range GEMMs accumulating into one buffer whose first tap writes with beta = 0 (no zero fill,
 one full pass of T*B*Cin saved; fp16/bf16 accumulate in fp32 and round once); gradBias is one
-deterministic column reduction. Details: the docstring of ops/conv_tbc_gpu.py.
+deterministic column reduction. Details: the docstring of ops/conv_tbc/launch.py.
 
 Empty input/weight (T, Cin or K == 0 with a non-empty self): gradInput = gradWeight = 0 and
 gradBias = sum of self over time and batch (API.md §6; CANN writes B*Tout), on every device.
@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..executor import make_execute, make_get_workspace_size
-from ..reference import conv_tbc as reference
-from ..status import aclDataType as D
-from ..status import aclFormat as F
-from ..tensor import aclTensor
-from . import conv_tbc_gpu as gpu
-from .checks import INVALID, Checks
-from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, tensor_ptr, write_out
+from ... import dtypes
+from ...executor import make_execute, make_get_workspace_size
+from ...reference import conv_tbc as reference
+from ...status import aclDataType as D
+from ...status import aclFormat as F
+from ...tensor import aclTensor
+from . import launch as gpu
+from ..checks import INVALID, Checks
+from ..plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, tensor_ptr, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16)
 FORMATS_3D = (F.ACL_FORMAT_ND, F.ACL_FORMAT_NCL)
@@ -238,7 +238,7 @@ class ConvTbcBackwardPlan(_ConvTbcPlan):
         for view, result in zip((grad_input, grad_weight, grad_bias), results):
             write_out(view, result)
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
         gpu.launch_backward(
@@ -274,7 +274,7 @@ class ConvTbcPlan(_ConvTbcPlan):
             input_ = input_.astype(np.float32)
         write_out(out, reference.conv_tbc(input_, weight, bias, self.pad))
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
         gpu.launch_forward(

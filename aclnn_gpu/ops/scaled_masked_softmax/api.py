@@ -26,7 +26,7 @@ There is no S2 <= 4096 limit (API.md §6): any row length works on every device.
 
 Devices: cpu runs `reference/scaled_masked_softmax.py` on host views (strided views read in place,
 a broadcast mask is never expanded); cuda and emulated run the GPU plan of
-`ops/scaled_masked_softmax_gpu.py`, which wants contiguous tensors: any strided operand (the mask
+`ops/scaled_masked_softmax/launch.py`, which wants contiguous tensors: any strided operand (the mask
 included) is gathered into the workspace by `Staging` and a strided output is produced there and
 scattered back. A mask whose batch or head dim is a stride-0 broadcast view is passed to the kernels
 as Bm = 1 / Nm = 1 instead of being expanded. The workspace is zero unless something is staged.
@@ -36,15 +36,15 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from .. import dtypes
-from ..executor import make_execute, make_get_workspace_size
-from ..reference import scaled_masked_softmax as reference
-from ..status import aclDataType as D
-from ..status import aclFormat as F
-from ..tensor import aclTensor
-from . import scaled_masked_softmax_gpu as gpu
-from .checks import INVALID, Checks
-from .plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, write_out
+from ... import dtypes
+from ...executor import make_execute, make_get_workspace_size
+from ...reference import scaled_masked_softmax as reference
+from ...status import aclDataType as D
+from ...status import aclFormat as F
+from ...tensor import aclTensor
+from . import launch as gpu
+from ..checks import INVALID, Checks
+from ..plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16)
 MASK_TYPES = (D.ACL_BOOL,)
@@ -129,7 +129,7 @@ class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
         reference.scaled_masked_softmax_backward(grad_output, y, self._mask_host(device), self.scale,
                                                  self.fix_triu_mask, out=host_array(device, self.out))
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         grad_output, y = self.inputs
         self._gather(ctx, workspace)
         gpu.launch_backward(ctx, grad_ptr=self.staging.address(grad_output, workspace),
@@ -151,7 +151,7 @@ class ScaledMaskedSoftmaxPlan(_SmsmPlan):
                                                  self.scale, self.fix_triu_mask)
         write_out(host_array(device, self.out), result)
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         self._gather(ctx, workspace)
         gpu.launch_forward(ctx, x_ptr=self.staging.address(self.inputs[0], workspace),
                            y_ptr=self.staging.address(self.out, workspace), **self._launch_args(workspace))

@@ -22,7 +22,7 @@ A null reductionOptional means "mean". An empty output is a successful no-op. Th
 every tensor in a live device allocation, out neither overlapping itself nor any input.
 
 The cpu device runs `reference/cross_entropy.py` on host views (strided views are fine); cuda and
-emulated run `ops/cross_entropy_gpu.py`, whose kernels want contiguous tensors: strided operands
+emulated run `ops/cross_entropy/launch.py`, whose kernels want contiguous tensors: strided operands
 are gathered into (and strided outputs scattered from) workspace copies through `StagedIo`. The
 workspace is [staging copies][the GPU plan's own bytes].
 """
@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..executor import make_execute, make_get_workspace_size
-from ..reference import cross_entropy as reference
-from ..status import aclDataType as D
-from ..tensor import aclTensor
-from . import cross_entropy_gpu as gpu
-from .checks import INVALID, TILING, Checks
-from .plan import EmptyPlan, Plan, StagedIo, host_array, write_out
+from ... import dtypes
+from ...executor import make_execute, make_get_workspace_size
+from ...reference import cross_entropy as reference
+from ...status import aclDataType as D
+from ...tensor import aclTensor
+from . import launch as gpu
+from ..checks import INVALID, TILING, Checks
+from ..plan import EmptyPlan, Plan, StagedIo, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT16, D.ACL_FLOAT, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT64, D.ACL_INT32)
@@ -142,7 +142,7 @@ class CrossEntropyLossGradPlan(Plan):
             host_array(device, self.grad_loss), host_array(device, self.log_prob), host_array(device, self.target),
             weight, self.reduction, self.ignore_index, self.label_smoothing, out=host_array(device, self.out))
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
         at = lambda tensor: io.address(tensor, workspace)  # noqa: E731
@@ -175,7 +175,7 @@ class CrossEntropyLossPlan(Plan):
             self.ignore_index, self.label_smoothing, log_prob_out=log_prob_out)
         write_out(host_array(device, self.loss), np.reshape(loss, self.loss.shape))
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         io.gather(ctx, workspace)
         at = lambda tensor: io.address(tensor, workspace)  # noqa: E731

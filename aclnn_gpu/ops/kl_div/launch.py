@@ -1,6 +1,6 @@
 """The GPU plan of KL divergence (aclnnKlDiv forward, aclnnKlDivBackward): plain functions over a
 `KernelContext` that build the int64 tiling block, upload it to the workspace head and launch the
-kernels of `kernels/kl_div.cu`. The host side (`ops/kl_div.py`) has already validated everything.
+kernels of `kernels/kl_div.cu`. The host side (`ops/kl_div/api.py`) has already validated everything.
 
 Tensors are `(ptr, shape, strides, dtype)`: device address with the view offset already folded in,
 shape and element strides (sequences of int), ACL dtype code (FLOAT 0, FLOAT16 1, DOUBLE 11,
@@ -28,7 +28,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ..kernels.context import KernelContext, ptr
+from ...kernels.context import KernelContext, ptr
 
 FILE = "kl_div.cu"
 BLOCK = 256
@@ -57,9 +57,9 @@ def _t(x) -> Tensor:
     p, shape, strides, dtype = x
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
     if len(shape) != len(strides) or len(shape) > MAX_RANK:
-        raise ValueError("kl_div_gpu: shape/strides rank mismatch or rank > 8")
+        raise ValueError("kl_div launch: shape/strides rank mismatch or rank > 8")
     if int(dtype) not in _STORAGE:
-        raise ValueError(f"kl_div_gpu: unsupported dtype code {dtype}")
+        raise ValueError(f"kl_div launch: unsupported dtype code {dtype}")
     return Tensor(int(p), shape, strides, int(dtype))
 
 
@@ -72,7 +72,7 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple:
             k = d - (rank - len(s))
             if k >= 0 and s[k] != 1:
                 if size != 1 and size != s[k]:
-                    raise ValueError(f"kl_div_gpu: shapes {shapes} do not broadcast")
+                    raise ValueError(f"kl_div launch: shapes {shapes} do not broadcast")
                 size = s[k]
         out.append(size)
     return tuple(out)
@@ -152,10 +152,10 @@ def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
     g, t, o = _t(grad_output), _t(target), _t(out)
     self_shape = tuple(int(s) for s in self_shape)
     if o.shape != self_shape:
-        raise ValueError("kl_div_gpu: out shape must equal self shape")
+        raise ValueError("kl_div launch: out shape must equal self shape")
     b = broadcast_shape(self_shape, t.shape)
     if broadcast_shape(b, g.shape) != b:
-        raise ValueError("kl_div_gpu: gradOutput does not broadcast to B")
+        raise ValueError("kl_div launch: gradOutput does not broadcast to B")
     rank = len(b)
     lead = rank - len(self_shape)
     sg, st = _bstrides(g, b), _bstrides(t, b)
@@ -227,11 +227,11 @@ def _plan_forward(self, target, out, reduction) -> _FwdPlan:
     reduce = int(reduction) in (REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN)
     if reduce:
         if math.prod(o.shape) != 1:
-            raise ValueError("kl_div_gpu: a reduced KL output has one element")
+            raise ValueError("kl_div launch: a reduced KL output has one element")
         so = [0] * len(b)
     else:
         if o.shape != b:
-            raise ValueError("kl_div_gpu: out shape must equal broadcast(self, target)")
+            raise ValueError("kl_div launch: out shape must equal broadcast(self, target)")
         so = list(o.strides)
     space = _coalesce(list(b), [_bstrides(s, b), _bstrides(t, b), so])
     sizes, (ss, st, so2) = space

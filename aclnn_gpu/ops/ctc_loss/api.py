@@ -1,7 +1,7 @@
 """aclnnCtcLossBackward and aclnnCtcLoss: checks in CANN's order, target cast, staging, then the plan.
 
 Owns the host side of CTC loss (spec/ops.md §1, API.md §6-7). The math lives in
-`reference/ctc_loss.py` (NumPy, the cpu device) and `ops/ctc_loss_gpu.py` + `kernels/ctc_loss.cu`
+`reference/ctc_loss.py` (NumPy, the cpu device) and `ops/ctc_loss/launch.py` + `kernels/ctc_loss.cu`
 (cuda and emulated devices).
 
 Backward checks (spec §1.4 order; 161001 for a null tensor or length array, 161002 otherwise):
@@ -44,15 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..executor import make_execute, make_get_workspace_size
-from ..kernels.context import ptr
-from ..reference import ctc_loss as reference
-from ..status import aclDataType as D
-from ..tensor import aclTensor
-from . import ctc_loss_gpu as gpu
-from .checks import INVALID, Checks
-from .plan import EmptyPlan, Plan, StagedIo, grid_for, host_array, write_out
+from ... import dtypes
+from ...executor import make_execute, make_get_workspace_size
+from ...kernels.context import ptr
+from ...reference import ctc_loss as reference
+from ...status import aclDataType as D
+from ...tensor import aclTensor
+from . import launch as gpu
+from ..checks import INVALID, Checks
+from ..plan import EmptyPlan, Plan, StagedIo, grid_for, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT32, D.ACL_INT64, D.ACL_BOOL, D.ACL_FLOAT, D.ACL_FLOAT16)
@@ -245,7 +245,7 @@ class CtcLossBackwardPlan(_CtcPlan):
             host_array(device, self.log_alpha), self.blank, self.zero_infinity)
         write_out(host_array(device, self.out), grad)
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         targets_ptr = io.stage_inputs(ctx, workspace)
         gpu.launch_backward(
@@ -275,7 +275,7 @@ class CtcLossPlan(_CtcPlan):
         write_out(host_array(device, self.neg_log_likelihood), neg_log_likelihood)
         write_out(host_array(device, self.log_alpha), log_alpha)
 
-    def run_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_kernels(self, ctx: Any, workspace: int) -> None:
         io = self.io
         targets_ptr = io.stage_inputs(ctx, workspace)
         gpu.launch_forward(

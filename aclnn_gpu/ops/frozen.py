@@ -1,0 +1,123 @@
+"""Phase 1's frozen launch list: what a plan's kernels do, recorded once, replayed by every execute.
+
+`freeze(plan, sm_count)` runs the plan's launcher (`plan.launch_kernels`) once against `Recorder`,
+a KernelContext that keeps every upload, kernel launch and GEMM instead of running it, with the
+workspace at a sentinel base address. The result, a `FrozenLaunch` (a frozen dataclass), holds the
+bytes of every upload, the kernel name, geometry and argument tuple of every launch, and the
+positions of the arguments that point into the workspace. Phase 2 (`FrozenLaunch.run`) only
+rebases those few arguments on the real workspace and enqueues the steps on the stream: no shape
+arithmetic, no dtype tables, no tiling built again.
+
+The recorder also checks that every workspace range a step touches lies inside the size
+GetWorkspaceSize reported, so the workspace size and the launches cannot disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+# The workspace base while recording: far above any user-space or CUDA virtual address (47-49 bits)
+# yet below 2**63, so it survives int64 tiling words; real pointers never fall in its range.
+SENTINEL = 0x7EAD_0000_0000_0000
+SENTINEL_SPAN = 1 << 48
+ALIGN = 16  # the launchers choose vector paths on 16-byte alignment: a base this aligned keeps their choices
+
+
+def _in_workspace(value: Any) -> bool:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return SENTINEL <= int(value) < SENTINEL + SENTINEL_SPAN
+    return False
+
+
+@dataclass(frozen=True)
+class Upload:
+    offset: int            # into the workspace
+    data: np.ndarray       # read-only, C-contiguous
+
+
+@dataclass(frozen=True)
+class Launch:
+    file: str
+    expr: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[Any, ...]                    # workspace pointers hold their offsets (see `patches`)
+    patches: tuple[tuple[int, int], ...]     # (argument index, workspace offset)
+    shared_mem: int
+
+
+@dataclass(frozen=True)
+class Gemm:
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    patches: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class FrozenLaunch:
+    steps: tuple[Upload | Launch | Gemm, ...]
+    rebased: bool          # recorded against the sentinel workspace (False: workspace 0, nothing to patch)
+
+    def run(self, ctx: Any, workspace: int) -> None:
+        """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace`."""
+        for step in self.steps:
+            if type(step) is Launch:
+                args = step.args
+                if step.patches:
+                    args = list(args)
+                    for i, offset in step.patches:
+                        args[i] = np.uint64(workspace + offset)
+                ctx.launch(step.file, step.expr, step.grid, step.block, args, step.shared_mem)
+            elif type(step) is Upload:
+                ctx.upload(workspace + step.offset, step.data)
+            else:
+                args = list(step.args)
+                for i, offset in step.patches:
+                    args[i] = workspace + offset
+                ctx.gemm_strided_batched(*args, **dict(step.kwargs))
+
+
+class Recorder:
+    """A KernelContext that records instead of running (see the module docstring)."""
+
+    def __init__(self, sm_count: int, workspace_size: int):
+        self.sm_count = sm_count
+        self.size = workspace_size
+        self.steps: list[Upload | Launch | Gemm] = []
+
+    def _offset(self, address: int, nbytes: int = 0) -> int:
+        offset = int(address) - SENTINEL
+        if offset < 0 or offset + nbytes > self.size:
+            raise AssertionError(f"a kernel step uses workspace bytes [{offset}, {offset + nbytes}) outside "
+                                 f"the {self.size} bytes GetWorkspaceSize reported")
+        return offset
+
+    def _patches(self, values: Sequence[Any]) -> tuple[tuple[int, int], ...]:
+        return tuple((i, self._offset(v)) for i, v in enumerate(values) if _in_workspace(v))
+
+    def upload(self, dst: int, host: np.ndarray) -> None:
+        data = np.array(host, copy=True, order="C")
+        if data.dtype.itemsize == 8 and data.dtype.kind in "iu" and any(_in_workspace(v) for v in data.ravel()):
+            raise AssertionError("an upload holds workspace addresses; the frozen launch cannot rebase them")
+        data.setflags(write=False)
+        self.steps.append(Upload(self._offset(dst, data.nbytes), data))
+
+    def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+               shared_mem: int = 0) -> None:
+        self.steps.append(Launch(file, expr, tuple(int(g) for g in grid), tuple(int(b) for b in block),
+                                 tuple(args), self._patches(args), int(shared_mem)))
+
+    def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
+        if any(_in_workspace(v) for v in kwargs.values()):
+            raise AssertionError("GEMM workspace pointers must be positional to be rebased")
+        self.steps.append(Gemm(tuple(args), tuple(kwargs.items()), self._patches(args)))
+
+
+def freeze(plan: Any, sm_count: int) -> FrozenLaunch:
+    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors."""
+    size = plan.workspace_size
+    recorder = Recorder(sm_count, size)
+    plan.launch_kernels(recorder, SENTINEL if size else 0)
+    return FrozenLaunch(tuple(recorder.steps), rebased=bool(size))
