@@ -74,7 +74,10 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
 
     def wrap(fn: F) -> F:
         name = fn.__name__
-        bad_call = aclnnStatus.ACLNN_ERR_PARAM_INVALID if name.startswith("aclnn") else aclError.ACL_ERROR_INVALID_PARAM
+        # a wrong arity or keyword is a parameter error of the function's own status family
+        # (aclnn* and the aclnn_base helpers: ACLNN_ERR_PARAM_INVALID; the ACL runtime: ACL_ERROR_INVALID_PARAM)
+        bad_call = (aclnnStatus.ACLNN_ERR_PARAM_INVALID if isinstance(internal, aclnnStatus)
+                    else aclError.ACL_ERROR_INVALID_PARAM)
 
         def on_error(status: int, message: str) -> Any:
             set_recent_error(message)
@@ -98,6 +101,7 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
             except Exception as e:  # a library bug: report it, never let it escape the C layer
                 return on_error(internal, f"{name}: internal error: {type(e).__name__}: {e}")
 
+        entry.bad_call_status = bad_call  # type: ignore[attr-defined]
         return entry  # type: ignore[return-value]
 
     return wrap

@@ -48,7 +48,8 @@ class aclTensor:
     """A view `storage[offset + sum(i_k * stride_k)]` of `dtype` elements starting at `data`."""
 
     __slots__ = ("shape", "dtype", "strides", "offset", "format", "storage_shape", "data", "destroyed",
-                 "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "__weakref__")
+                 "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "memory_checked",
+                 "__weakref__")
 
     # A descriptor's fields are fixed at creation (CANN has no setters for them here), so the derived
     # values the checks of both phases need are computed once: rank, numel, itemsize, and the element
@@ -63,6 +64,7 @@ class aclTensor:
         self.storage_shape = storage_shape
         self.data = data
         self.destroyed = False
+        self.memory_checked: tuple | None = None  # (registry, generation) of the last passed memory check
         self.rank = len(shape)
         self.numel = math.prod(shape)
         self.negative_strides = any(s < 0 for s in strides)
@@ -147,7 +149,6 @@ def aclDestroyTensor(tensor: aclTensor | None) -> int:
 
 
 def _getter(name: str, attr: str):
-    @c_api(n_out=1, internal=aclnnStatus.ACLNN_ERR_INNER)
     def get(tensor: aclTensor) -> tuple[int, Any]:
         if tensor is None:
             fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{name}: tensor is null")
@@ -156,8 +157,8 @@ def _getter(name: str, attr: str):
         value = getattr(tensor, attr)
         return aclnnStatus.ACLNN_SUCCESS, list(value) if isinstance(value, tuple) else value
 
-    get.__name__ = get.__qualname__ = name
-    return get
+    get.__name__ = get.__qualname__ = name  # before c_api, whose messages name the function
+    return c_api(n_out=1, internal=aclnnStatus.ACLNN_ERR_INNER)(get)
 
 
 aclGetViewShape = _getter("aclGetViewShape", "shape")

@@ -95,8 +95,13 @@ def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> N
     data = tensor.data
     if data is None:
         fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{op}: {name} has no data address but {tensor.numel} elements")
+    registry = device.registry
+    passed = (registry, registry.generation)  # nothing freed since the last pass: still live
+    if tensor.memory_checked == passed:
+        return
     lo, nbytes = tensor.byte_span()
-    device.registry.check(data + lo, nbytes, f"{op}: {name} data", status=INVALID, on_device=True)
+    registry.check(data + lo, nbytes, f"{op}: {name} data", status=INVALID, on_device=True)
+    tensor.memory_checked = passed
 
 
 def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:

@@ -64,7 +64,9 @@ class KlDivBackwardPlan(Plan):
         self.reduction, self.log_target = reduction, log_target
         self.tensors = {"gradOutput": grad_output, "self": self_, "target": target, "out": out}
         self.math = _math_dtype(grad_output, self_, target)
-        self.workspace_size = launch.backward_workspace_bytes(**self._kernel_args())
+        args = self._kernel_args()
+        self.layout = launch.plan_backward(**args)  # one set of decisions for the size and the launch
+        self.workspace_size = launch.backward_workspace_bytes(**args, layout=self.layout)
 
     def _kernel_args(self) -> dict[str, Any]:
         return dict(grad_output=_kernel_operand(self.grad_output), target=_kernel_operand(self.target),
@@ -77,7 +79,7 @@ class KlDivBackwardPlan(Plan):
                                   out=host_array(device, self.out))
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        launch.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace)
+        launch.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace, layout=self.layout)
 
 
 class KlDivPlan(Plan):
@@ -88,7 +90,9 @@ class KlDivPlan(Plan):
         self.reduction, self.log_target = reduction, log_target
         self.tensors = {"self": self_, "target": target, "out": out}
         self.math = _math_dtype(self_, target)
-        self.workspace_size = launch.forward_workspace_bytes(**self._kernel_args())
+        args = self._kernel_args()
+        self.layout = launch.plan_forward(**args)  # one set of decisions for the size and the launch
+        self.workspace_size = launch.forward_workspace_bytes(**args, layout=self.layout)
 
     def _kernel_args(self) -> dict[str, Any]:
         return dict(self=_kernel_operand(self.self_), target=_kernel_operand(self.target),
@@ -100,7 +104,7 @@ class KlDivPlan(Plan):
         write_out(host_array(device, self.out), result)
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        launch.launch_forward(ctx, **self._kernel_args(), workspace_ptr=workspace)
+        launch.launch_forward(ctx, **self._kernel_args(), workspace_ptr=workspace, layout=self.layout)
 
 
 def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduction: Any, logTarget: Any,

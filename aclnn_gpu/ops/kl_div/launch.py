@@ -174,16 +174,22 @@ def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
     return _BwdPlan(n_out, fast, g_scalar, kept, red, b)
 
 
-def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> int:
-    p = _plan_backward(grad_output, target, out, self_shape)
+def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> _BwdPlan:
+    """The backward's layout decisions, made once: the workspace size and the launch both read them."""
+    return _plan_backward(grad_output, target, out, self_shape)
+
+
+def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=0, log_target=False,
+                             layout: _BwdPlan | None = None) -> int:
+    p = layout or _plan_backward(grad_output, target, out, self_shape)
     return 0 if p.n_out == 0 or p.fast else TILING_BYTES
 
 
 def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape, reduction: int,
-                    log_target: bool, workspace_ptr: int) -> None:
+                    log_target: bool, workspace_ptr: int, layout: _BwdPlan | None = None) -> None:
     """out = sum over self's broadcast axes of -(e * g) * coef, cast to out's dtype."""
     g, t, o = _t(grad_output), _t(target), _t(out)
-    p = _plan_backward(g, t, o, self_shape)
+    p = layout or _plan_backward(g, t, o, self_shape)
     if p.n_out == 0:
         return
     lt = np.int32(1 if log_target else 0)
@@ -241,8 +247,14 @@ def _plan_forward(self, target, out, reduction) -> _FwdPlan:
     return _FwdPlan(math.prod(b), fast, space, b, reduce, _math_double(s.dtype, t.dtype, o.dtype))
 
 
-def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False) -> int:
-    p = _plan_forward(self, target, out, reduction)
+def plan_forward(*, self, target, out, reduction=1, log_target=False) -> _FwdPlan:
+    """The forward's layout decisions, made once: the workspace size and the launch both read them."""
+    return _plan_forward(self, target, out, reduction)
+
+
+def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False,
+                            layout: _FwdPlan | None = None) -> int:
+    p = layout or _plan_forward(self, target, out, reduction)
     tiling = 0 if p.fast or p.n == 0 else TILING_BYTES
     if not p.reduce:
         return tiling
@@ -250,11 +262,11 @@ def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False)
 
 
 def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log_target: bool,
-                   workspace_ptr: int) -> None:
+                   workspace_ptr: int, layout: _FwdPlan | None = None) -> None:
     """none: out[B] = elementwise KL; sum/mean/batchmean: out (one element) = sum / div, by per-block
     partials (workspace + TILING_BYTES) combined in index order by one block."""
     s, t, o = _t(self), _t(target), _t(out)
-    p = _plan_forward(s, t, o, reduction)
+    p = layout or _plan_forward(s, t, o, reduction)
     lt = np.int32(1 if log_target else 0)
     m = "double" if p.double else "float"
     sizes, strides = p.space
