@@ -34,6 +34,24 @@ CUDA_TYPE = {
 
 FLOATS = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 
+# the same C names keyed by NumPy dtype name ("float32", "bfloat16", "int64" ...), for the launchers
+# that take NumPy dtypes: each restricts it to the types its kernels are instantiated for
+CUDA_TYPE_BY_NAME = {_NUMPY[code].name: c_name for code, c_name in CUDA_TYPE.items()}
+
+
+def cuda_types(*names: str) -> dict[str, str]:
+    """{NumPy dtype name: CUDA C name} for `names`, in that order (a launcher's supported types)."""
+    return {n: CUDA_TYPE_BY_NAME[n] for n in names}
+
+
+def supported_name(dtype: object, allowed: dict[str, str], refusal: str) -> str:
+    """The NumPy name of `dtype` (a dtype or its name) when `allowed` has it, else ValueError
+    `"<refusal> <name>"` (a launcher's guard; the operator's checks refused such types already)."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name  # type: ignore[call-overload]
+    if name not in allowed:
+        raise ValueError(f"{refusal} {name}")
+    return name
+
 
 def is_known(code: int) -> bool:
     return code in D._value2member_map_

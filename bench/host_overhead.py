@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class InstantDevice:
         self.state.device = InstantCudaDevice(instant_cupy, kind="cuda")
         return self.state.device
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.state.device = self.saved
 
 
@@ -65,8 +66,9 @@ def cuda_code_path(families: list, calls: int = 200, batches: int = 9) -> dict:
 def per_operator(families: list, calls: int = 200, batches: int = 9) -> dict:
     """Per-call microseconds of the five backward operators on the process's device: execute of a
     repeatable executor (queued only) and GetWorkspaceSize + execute."""
-    import aclnn_gpu as acl
     import torch
+
+    import aclnn_gpu as acl
     a, b = torch.ones(8), torch.ones(8)
     rows = []
     for fam in families:

@@ -8,8 +8,9 @@ costs on a GPU before CuPy's own few microseconds per launch: the "cuda code pat
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any
 
 from aclnn_gpu.device import fakecupy
 
@@ -22,10 +23,10 @@ class Stream:
     def __init__(self, non_blocking: bool = False, null: bool = False):
         self.ptr = next(Stream._ids)
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def synchronize(self) -> None:

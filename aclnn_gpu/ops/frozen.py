@@ -13,8 +13,9 @@ GetWorkspaceSize reported, so the workspace size and the launches cannot disagre
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,11 +9,10 @@ import inspect
 
 import numpy as np
 import pytest
+from support import DEVICE_KINDS, Session
 
 import aclnn_gpu as acl
 from aclnn_gpu.status import aclError, aclnnStatus
-
-from support import DEVICE_KINDS, Session
 
 
 def _c_functions() -> list[str]:
@@ -102,7 +101,7 @@ def _kl_backward(s: Session):
 
 
 def test_pointer_freed_after_a_passed_execute_is_refused(session):
-    (g, x, t, out), ws, ex, work = _kl_backward(session)
+    (_g, _x, t, _out), ws, ex, work = _kl_backward(session)
     for _ in range(2):   # the second execute takes the O(1) path
         assert acl.aclnnKlDivBackward(work, ws, ex, session.stream) == 0, acl.aclGetRecentErrMsg()
     other = session.malloc(64)
@@ -118,7 +117,7 @@ def test_pointer_freed_after_a_passed_execute_is_refused(session):
 
 
 def test_destroyed_tensor_after_a_passed_execute_is_refused(session):
-    (g, x, t, out), ws, ex, work = _kl_backward(session)
+    (g, _x, _t, _out), ws, ex, work = _kl_backward(session)
     assert acl.aclnnKlDivBackward(work, ws, ex, session.stream) == 0
     assert acl.aclDestroyTensor(g) == 0
     session.tensors.remove(g)
@@ -128,7 +127,7 @@ def test_destroyed_tensor_after_a_passed_execute_is_refused(session):
 
 def test_repeated_execute_reads_new_input_values(session):
     """A frozen launch holds addresses, never values: new inputs give new results."""
-    (g, x, t, out), ws, ex, work = _kl_backward(session)
+    (g, _x, _t, out), ws, ex, work = _kl_backward(session)
     results = []
     for value in (1.0, 2.0):
         assert acl.aclrtMemcpy(g.data, 4 * 32, np.full(32, value, np.float32).tobytes(), 4 * 32,

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import dtypes
 from ...kernels.context import KernelContext, ptr
 from ...kernels.gemm import F32, compute_mode, rm_gemm
 
@@ -75,7 +76,7 @@ TARGET_BLOCKS = 512         # gradBias: aim for this many (tile, chunk) blocks
 BLOCKS_PER_SM = 8
 INT32_MAX = 2**31 - 1
 
-_CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+_CTYPE = dtypes.cuda_types("float32", "float16", "bfloat16")
 
 
 def _ct(dt) -> str:

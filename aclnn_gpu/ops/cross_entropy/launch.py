@@ -21,28 +21,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes
 from ...kernels.context import KernelContext, ptr
 
 FILE = "cross_entropy.cu"
 REDUCE_THREADS = 256
 _RED_CODE = {"none": 0, "mean": 1, "sum": 2}
-_T = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-_I = {"int32": "int", "int64": "long long"}
+_T = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
+_I = dtypes.cuda_types("int32", "int64")
 _ITEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 def _tname(dtype) -> str:
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    if name not in _T:
-        raise ValueError(f"cross-entropy: unsupported dtype {name}")
-    return name
+    return dtypes.supported_name(dtype, _T, "cross-entropy: unsupported dtype")
 
 
 def _iname(dtype) -> str:
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    if name not in _I:
-        raise ValueError(f"cross-entropy: unsupported target dtype {name}")
-    return name
+    return dtypes.supported_name(dtype, _I, "cross-entropy: unsupported target dtype")
 
 
 def all_name_expressions() -> list[str]:

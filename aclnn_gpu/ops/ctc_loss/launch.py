@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes
 from ...kernels.context import ptr
 
 FILE = "ctc_loss.cu"
@@ -39,8 +40,8 @@ MAX_THREADS = 512
 SMEM_LIMIT = 48 * 1024
 DENSE_BLOCK = 256
 
-_CTYPE = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-_ITYPE = {"int32": "int", "int64": "long long"}
+_CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
+_ITYPE = dtypes.cuda_types("int32", "int64")
 _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 

@@ -28,6 +28,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from ... import dtypes
 from ...kernels.context import KernelContext, ptr
 
 FILE = "kl_div.cu"
@@ -40,7 +41,7 @@ MAX_PARTIALS = 1024
 BLOCK_REDUCE_MIN = 2 * BLOCK
 
 FLOAT, FLOAT16, DOUBLE, BF16 = 0, 1, 11, 27
-_STORAGE = {FLOAT: "float", FLOAT16: "__half", DOUBLE: "double", BF16: "__nv_bfloat16"}
+_STORAGE = {code: dtypes.CUDA_TYPE[code] for code in (FLOAT, FLOAT16, DOUBLE, BF16)}
 _ITEMSIZE = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN = 0, 1, 2, 3

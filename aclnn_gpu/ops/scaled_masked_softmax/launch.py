@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes
+
 FILE = "scaled_masked_softmax.cu"
 
 WARP_BLOCK = 128            # threads per block of the warp-per-row variant (4 rows per block)
@@ -41,15 +43,12 @@ THREADS_PER_SM = 2048
 LONG_STATIC_SMEM = 2 * 32 * 4
 STAGE_MAX_BYTES = 48 * 1024 - LONG_STATIC_SMEM
 
-_CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+_CTYPES = dtypes.cuda_types("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _dtype_name(dtype) -> str:
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    if name not in _CTYPES:
-        raise ValueError(f"scaled masked softmax: unsupported dtype {name}")
-    return name
+    return dtypes.supported_name(dtype, _CTYPES, "scaled masked softmax: unsupported dtype")
 
 
 def vec_width(dtype) -> int:
