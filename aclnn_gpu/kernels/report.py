@@ -123,7 +123,8 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
-def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: list[str]) -> tuple[str, dict, str | None]:
+def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: list[str]
+                  ) -> tuple[str, dict, str | None]:
     """-> (log, {lowered name: name expression}, error message or None)."""
     from .nvrtc import bindings
     nvrtc = bindings()
@@ -197,7 +198,8 @@ def failures(results: list[FileResult]) -> list[str]:
 
 def print_table(results: list[FileResult], out=None) -> None:
     out = out or sys.stdout
-    hdr = f"{'file:kernel':60s} {'arch':>4s} {'regs':>4s} {'spillST':>7s} {'spillLD':>7s} {'stack':>5s} {'smem':>6s} {'bars':>4s}"
+    hdr = (f"{'file:kernel':60s} {'arch':>4s} {'regs':>4s} {'spillST':>7s} {'spillLD':>7s} {'stack':>5s} "
+           f"{'smem':>6s} {'bars':>4s}")
     print(hdr, file=out)
     print("-" * len(hdr), file=out)
     for r in results:
@@ -224,6 +226,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cuda-include", metavar="DIR", help="CUDA headers (cuda_fp16.h) of that NVRTC's major, "
                     "searched first; same as ACLNN_GPU_CUDA_INCLUDE=DIR")
     a = ap.parse_args(argv)
+    from .nvrtc import version
     if a.nvrtc:
         os.environ["ACLNN_GPU_NVRTC"] = a.nvrtc
     if a.cuda_include:
@@ -240,7 +243,6 @@ def main(argv=None) -> int:
                                             "results": [asdict(r) for r in results]}, indent=1))
     for b in bad:
         print(f"FAIL {b}", file=sys.stderr)
-    from .nvrtc import version
     print(f"{len(specs)} files x {len(archs)} archs compiled by NVRTC {version()} in {total:.2f} s: "
           f"{'OK' if not bad else f'{len(bad)} failure(s)'}")
     return 1 if bad else 0
