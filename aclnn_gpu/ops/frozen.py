@@ -52,13 +52,14 @@ class Launch:
 @dataclass(frozen=True)
 class Gemm:
     args: tuple[Any, ...]
-    kwargs: tuple[tuple[str, Any], ...]
+    kwargs: dict[str, Any]                   # never mutated (no workspace pointers: see Recorder)
     patches: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
 class FrozenLaunch:
     steps: tuple[Upload | Launch | Gemm, ...]
+    sm_count: int          # the device's, which the recorded grids were sized for
     rebased: bool          # recorded against the sentinel workspace (False: workspace 0, nothing to patch)
 
     def run(self, ctx: Any, workspace: int) -> None:
@@ -77,7 +78,7 @@ class FrozenLaunch:
                 args = list(step.args)
                 for i, offset in step.patches:
                     args[i] = workspace + offset
-                ctx.gemm_strided_batched(*args, **dict(step.kwargs))
+                ctx.gemm_strided_batched(*args, **step.kwargs)
 
 
 class Recorder:
@@ -113,7 +114,7 @@ class Recorder:
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
         if any(_in_workspace(v) for v in kwargs.values()):
             raise AssertionError("GEMM workspace pointers must be positional to be rebased")
-        self.steps.append(Gemm(tuple(args), tuple(kwargs.items()), self._patches(args)))
+        self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args)))
 
 
 def freeze(plan: Any, sm_count: int) -> FrozenLaunch:
@@ -121,4 +122,4 @@ def freeze(plan: Any, sm_count: int) -> FrozenLaunch:
     size = plan.workspace_size
     recorder = Recorder(sm_count, size)
     plan.launch_kernels(recorder, SENTINEL if size else 0)
-    return FrozenLaunch(tuple(recorder.steps), rebased=bool(size))
+    return FrozenLaunch(tuple(recorder.steps), sm_count, rebased=bool(size))

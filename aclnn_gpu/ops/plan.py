@@ -174,6 +174,7 @@ class WorkspaceLayout:
 # ------------------------------------------------------------------------------ strided staging (GPU)
 MAX_RANK = 8
 COPY_BLOCK = 256
+STRIDED_COPY_EXPRESSIONS = [f"strided_{kind}<{size}>" for kind in ("gather", "scatter") for size in (1, 2, 4, 8)]
 
 
 def strided_tiling(shape: Sequence[int], *operand_strides: Sequence[int]) -> np.ndarray:

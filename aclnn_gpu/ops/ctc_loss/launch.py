@@ -42,6 +42,14 @@ DENSE_BLOCK = 256
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
+
+
+def all_name_expressions() -> list[str]:
+    """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
+    return ([f"aclg::ctc_dense<{t}>" for t in _CTYPE.values()]
+            + [f"aclg::ctc_beta<{t}, {i}>" for t in _CTYPE.values() for i in _ITYPE.values()]
+            + [f"aclg::ctc_alpha<{t}, {i}>" for t in _CTYPE.values() for i in _ITYPE.values()]
+            + ["aclg::ctc_cast_targets"])
 _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 

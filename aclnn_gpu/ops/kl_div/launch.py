@@ -47,6 +47,16 @@ _ITEMSIZE = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN = 0, 1, 2, 3
 
 
+def all_name_expressions() -> list[str]:
+    """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
+    storage = [_STORAGE[code] for code in (FLOAT, FLOAT16, BF16, DOUBLE)]
+    math_types = ["float", "double"]
+    return ([f"kl_bwd_contig<{t}>" for t in storage] + [f"kl_bwd_strided<{m}>" for m in math_types]
+            + [f"kl_bwd_strided_block<{m}>" for m in math_types] + [f"kl_fwd_contig<{t}>" for t in storage]
+            + [f"kl_fwd_strided<{m}>" for m in math_types] + [f"kl_fwd_partial_contig<{t}>" for t in storage]
+            + [f"kl_fwd_partial_strided<{m}>" for m in math_types] + [f"kl_fwd_final<{m}>" for m in math_types])
+
+
 class Tensor(NamedTuple):
     ptr: int
     shape: tuple

@@ -1,0 +1,114 @@
+"""The frozen launch (aclnn_gpu/ops/frozen.py): phase 1 records an operator's launcher once; phase 2
+replays it with the workspace rebased. The replay must issue exactly the calls the launcher itself
+would issue for the same workspace (kernel names, geometry, argument values and types, upload bytes,
+GEMM arguments), and the recorder must refuse a step outside the reported workspace."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import aclnn_gpu as acl
+from aclnn_gpu.ops.frozen import SENTINEL, Recorder, freeze
+from aclnn_gpu.ops.plan import Plan
+from support import Session
+
+
+class Calls:
+    """A KernelContext that lists what it is asked to do."""
+
+    def __init__(self, sm_count: int):
+        self.sm_count = sm_count
+        self.calls: list[tuple] = []
+
+    def upload(self, dst, host):
+        self.calls.append(("upload", dst, np.ascontiguousarray(host).tobytes()))
+
+    def launch(self, file, expr, grid, block, args, shared_mem=0):
+        self.calls.append(("launch", file, expr, tuple(grid), tuple(block),
+                           tuple((type(a), int(a) if isinstance(a, (int, np.integer)) else float(a)) for a in args),
+                           shared_mem))
+
+    def gemm_strided_batched(self, *args, **kwargs):
+        self.calls.append(("gemm", args, tuple(sorted(kwargs.items()))))
+
+
+@pytest.fixture
+def session():
+    s = Session("emulated")
+    yield s
+    s.close()
+
+
+def _kl_backward(s):
+    rng = np.random.default_rng(0)
+    g = s.tensor(rng.standard_normal((3, 5)).astype(np.float32), strided=True)
+    x = s.tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    t = s.tensor(rng.standard_normal((3, 5)).astype(np.float16), strided=True, offset=1)
+    out = s.tensor(np.zeros((3, 5), np.float32), strided=True)
+    return acl.aclnnKlDivBackwardGetWorkspaceSize(g, x, t, 3, False, out)
+
+
+def _conv_tbc_backward(s):
+    rng = np.random.default_rng(1)
+    T, B, Cin, Cout, K, pad = 5, 2, 3, 4, 3, 1
+    Tout = T + 2 * pad - K + 1
+    mk = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    grad = s.tensor(mk(Tout, B, Cout), strided=True)
+    inp, w, b = s.tensor(mk(T, B, Cin)), s.tensor(mk(K, Cin, Cout)), s.tensor(mk(Cout))
+    gi, gw, gb = (s.tensor(np.zeros(a.shape, np.float32)) for a in (mk(T, B, Cin), mk(K, Cin, Cout), mk(Cout)))
+    return acl.aclnnConvTbcBackwardGetWorkspaceSize(grad, inp, w, b, pad, 0, gi, gw, gb)
+
+
+@pytest.mark.parametrize("build", [_kl_backward, _conv_tbc_backward])
+def test_replay_issues_the_launchers_calls(session, build):
+    status, ws, ex = build(session)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    plan = ex.plan
+    assert plan.frozen is not None and plan.frozen.rebased == (ws > 0)
+    assert ws > 0  # strided operands: the workspace holds staging or tiling, so patches are exercised
+    assert any(getattr(step, "patches", ()) or hasattr(step, "data") for step in plan.frozen.steps)
+    work = session.malloc(ws)
+    for base in (work, work + 16 * 7):   # any 16-byte aligned base
+        live, replay = Calls(plan.frozen.sm_count), Calls(plan.frozen.sm_count)
+        plan.launch_kernels(live, base)
+        plan.run_kernels(replay, base)
+        assert replay.calls == live.calls
+    acl.aclDestroyAclOpExecutor(ex)
+
+
+def test_misaligned_workspace_reruns_the_launcher(session):
+    status, ws, ex = _kl_backward(session)
+    assert status == 0
+    plan = ex.plan
+    work = session.malloc(ws + 8)
+    live, replay = Calls(plan.frozen.sm_count), Calls(plan.frozen.sm_count)
+    plan.launch_kernels(live, work + 8)
+    plan.run_kernels(replay, work + 8)
+    assert replay.calls == live.calls
+
+
+class _Overrun(Plan):
+    op = "test"
+    workspace_size = 256
+
+    def __init__(self, nbytes: int, pointer_offset: int):
+        self.nbytes, self.pointer_offset = nbytes, pointer_offset
+
+    def launch_kernels(self, ctx, workspace):
+        ctx.upload(workspace, np.zeros(self.nbytes, np.uint8))
+        ctx.launch("f.cu", "k", (1,), (32,), (np.uint64(workspace + self.pointer_offset),))
+
+
+def test_recorder_refuses_steps_outside_the_workspace():
+    freeze(_Overrun(256, 256), 4)   # inside: an upload of the whole workspace, a pointer to its end
+    with pytest.raises(AssertionError, match="outside the 256 bytes"):
+        freeze(_Overrun(257, 0), 4)
+    with pytest.raises(AssertionError, match="outside the 256 bytes"):
+        freeze(_Overrun(16, 512), 4)
+
+
+def test_recorder_rebases_only_workspace_pointers():
+    recorder = Recorder(4, 1024)
+    recorder.launch("f.cu", "k", (1,), (32,), (np.uint64(SENTINEL + 512), np.uint64(0x7F00_0000_1000), np.int64(3)))
+    (launch,) = recorder.steps
+    assert launch.patches == ((0, 512),)
