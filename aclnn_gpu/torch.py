@@ -63,7 +63,7 @@ Semantics, and where they differ from PyTorch:
     (PyTorch's softmax gives NaN, apex's -10000 fill a uniform row).
   * kl_div with reduction "mean" does not repeat PyTorch's warning that "mean" is not the
     mathematical KL divergence; the value is PyTorch's.
-  * Zeros where PyTorch gives NaN (API.md §6): cross_entropy "mean" with every target ignored,
+  * Zeros where PyTorch gives NaN (docs/API.md §7): cross_entropy "mean" with every target ignored,
     kl_div "mean" / "batchmean" of an empty input. Out-of-range CTC labels are not checked on the
     host (PyTorch does not check them either): the operator's documented device behaviour applies.
   * First derivatives only: with create_graph=True a double backward raises instead of silently
