@@ -133,7 +133,8 @@ def _first_order(backward: Any) -> Any:
         raising = _autograd_functions.DelayedError(
             b"aclnn_gpu.torch: the operators give first derivatives only (no double backward)",
             len(outputs) + len(links))
-        attached = raising(*[None if o is None else o.detach() for o in outputs], *links)[:len(outputs)]
+        detached: list[Any] = [None if o is None else o.detach() for o in outputs]   # None: no gradient
+        attached = raising(*detached, *links)[:len(outputs)]
         return attached[0] if single else attached
     return wrapper
 

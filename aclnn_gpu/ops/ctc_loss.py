@@ -178,7 +178,7 @@ class _GpuIo(StagedIo):
         """Contiguous copies of strided inputs; returns the address of the (cast) targets."""
         self.gather(ctx, ws)
         src = self.address(self.targets, ws)
-        if not self.cast:
+        if not self.cast or self.cast_offset is None:
             return src
         dst = ws + self.cast_offset
         count = self.targets.numel

@@ -96,7 +96,7 @@ class _SmsmPlan(Plan):
         for tensor in inputs:
             staging.need_in(tensor)
         mask_view, self.Bm, self.Nm, self.mask_staged = _mask_view(mask)
-        if self.mask_staged:  # the staged copy is the whole contiguous mask: no broadcast dims left
+        if mask_view is not None and self.mask_staged:  # the staged copy is the whole contiguous mask
             staging.need_in(mask_view)
             self.Bm, self.Nm = mask_view.shape[0], mask_view.shape[1]
         staging.need_out(out)

@@ -28,6 +28,8 @@ Rules (docs/OPERATORS.md §2, §2, docs/API.md §7):
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import lowp, parallel
@@ -134,10 +136,11 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
 
     def _block(r0: int, r1: int) -> None:
         n = min(R, r1 - r0)
-        buf = None if direct else np.empty((n, C), M)
+        buf: Any = None if direct else np.empty((n, C), M)
         ex = np.empty((n, C), M)
         mx = np.empty((n, 1), M)
-        sa = sc = None
+        sa: Any = None   # set (and read) only for half-precision input
+        sc: Any = None
         if half:
             sa, sc = ex.reshape(-1), np.empty(n * C, M)
         for q0 in range(r0, r1, R):
@@ -214,7 +217,9 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
 
     def block(r0: int, r1: int) -> None:
         if direct:
-            buf = sa = sc = None
+            buf: Any = None   # the output itself is the scratch
+            sa: Any = None
+            sc: Any = None
         else:
             n = min(R, r1 - r0) * C
             buf = np.empty((n // C, C), M)
