@@ -221,3 +221,9 @@ def test_sphinx_reference_builds_without_warnings_and_covers_every_public_name(t
     assert len(public) > 50
     missing = [n for n in public if n not in documented]
     assert not missing, missing
+
+
+def test_readme_says_where_bench_runs():
+    """`python -m bench` runs from the repository root (bench/ is not installed): the README says so."""
+    text = " ".join(README.split())
+    assert "`python -m bench` (run it from the repository root" in text
