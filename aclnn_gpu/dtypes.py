@@ -27,7 +27,7 @@ _NUMPY: dict[int, np.dtype] = {
 }
 _ACL = {dtype: code for code, dtype in _NUMPY.items()}
 
-CUDA_TYPE = {
+CUDA_TYPE: dict[int, str] = {
     D.ACL_FLOAT: "float", D.ACL_FLOAT16: "__half", D.ACL_BF16: "__nv_bfloat16", D.ACL_DOUBLE: "double",
     D.ACL_INT32: "int", D.ACL_INT64: "long long", D.ACL_BOOL: "bool", D.ACL_UINT8: "unsigned char",
 }

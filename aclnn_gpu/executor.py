@@ -86,6 +86,7 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         if type(workspace_size) is not int and (not isinstance(workspace_size, numbers.Integral)
                                                 or isinstance(workspace_size, bool)) or workspace_size < 0:
             fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
+        workspace_size = int(workspace_size)
         plan = executor.plan
         if workspace_size > 0 and workspace is None:
             fail(NULLPTR, f"{op}: workspace is null but workspaceSize is {workspace_size}")

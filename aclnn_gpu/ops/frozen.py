@@ -65,20 +65,21 @@ class FrozenLaunch:
     def run(self, ctx: Any, workspace: int) -> None:
         """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace`."""
         for step in self.steps:
-            if type(step) is Launch:
-                args = step.args
+            if isinstance(step, Launch):
+                args: Sequence[Any] = step.args
                 if step.patches:
-                    args = list(args)
+                    patched = list(args)
                     for i, offset in step.patches:
-                        args[i] = np.uint64(workspace + offset)
+                        patched[i] = np.uint64(workspace + offset)
+                    args = patched
                 ctx.launch(step.file, step.expr, step.grid, step.block, args, step.shared_mem)
-            elif type(step) is Upload:
+            elif isinstance(step, Upload):
                 ctx.upload(workspace + step.offset, step.data)
             else:
-                args = list(step.args)
+                gemm_args = list(step.args)
                 for i, offset in step.patches:
-                    args[i] = workspace + offset
-                ctx.gemm_strided_batched(*args, **step.kwargs)
+                    gemm_args[i] = workspace + offset
+                ctx.gemm_strided_batched(*gemm_args, **step.kwargs)
 
 
 class Recorder:
