@@ -47,6 +47,9 @@ from . import launch as gpu
 from ..checks import INVALID, Checks
 from ..plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, tensor_ptr, write_out
 
+__all__ = ["aclnnConvTbc", "aclnnConvTbcGetWorkspaceSize",
+           "aclnnConvTbcBackward", "aclnnConvTbcBackwardGetWorkspaceSize"]
+
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16)
 FORMATS_3D = (F.ACL_FORMAT_ND, F.ACL_FORMAT_NCL)
 FORMATS_1D = (F.ACL_FORMAT_ND,)

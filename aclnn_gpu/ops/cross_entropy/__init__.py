@@ -1,16 +1,4 @@
-"""The cross-entropy loss operator package: `api.py` holds the public names, the checks in CANN's order and
-the plans; `launch.py` the GPU launcher (kernels in `aclnn_gpu/kernels/cross_entropy.cu`); the cpu device runs
-`aclnn_gpu/reference/cross_entropy.py`."""
-from .api import (
-    aclnnCrossEntropyLoss,
-    aclnnCrossEntropyLossGetWorkspaceSize,
-    aclnnCrossEntropyLossGrad,
-    aclnnCrossEntropyLossGradGetWorkspaceSize,
-)
-
-__all__ = [
-    "aclnnCrossEntropyLoss",
-    "aclnnCrossEntropyLossGetWorkspaceSize",
-    "aclnnCrossEntropyLossGrad",
-    "aclnnCrossEntropyLossGradGetWorkspaceSize",
-]
+"""The cross-entropy loss operator package: `api.py` (public names, checks in CANN's order, plans), `launch.py`
+(GPU launcher; kernels in `kernels/cross_entropy.cu`); the cpu device runs `reference/cross_entropy.py`."""
+from .api import *  # noqa: F403 - the public names, listed in api.__all__
+from .api import __all__  # noqa: F401

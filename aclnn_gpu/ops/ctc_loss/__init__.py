@@ -1,16 +1,4 @@
-"""The CTC loss operator package: `api.py` holds the public names, the checks in CANN's order and
-the plans; `launch.py` the GPU launcher (kernels in `aclnn_gpu/kernels/ctc_loss.cu`); the cpu device runs
-`aclnn_gpu/reference/ctc_loss.py`."""
-from .api import (
-    aclnnCtcLoss,
-    aclnnCtcLossGetWorkspaceSize,
-    aclnnCtcLossBackward,
-    aclnnCtcLossBackwardGetWorkspaceSize,
-)
-
-__all__ = [
-    "aclnnCtcLoss",
-    "aclnnCtcLossGetWorkspaceSize",
-    "aclnnCtcLossBackward",
-    "aclnnCtcLossBackwardGetWorkspaceSize",
-]
+"""The CTC loss operator package: `api.py` (public names, checks in CANN's order, plans), `launch.py`
+(GPU launcher; kernels in `kernels/ctc_loss.cu`); the cpu device runs `reference/ctc_loss.py`."""
+from .api import *  # noqa: F403 - the public names, listed in api.__all__
+from .api import __all__  # noqa: F401

@@ -54,6 +54,9 @@ from . import launch as gpu
 from ..checks import INVALID, Checks
 from ..plan import EmptyPlan, Plan, StagedIo, grid_for, host_array, write_out
 
+__all__ = ["aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize",
+           "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize"]
+
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT32, D.ACL_INT64, D.ACL_BOOL, D.ACL_FLOAT, D.ACL_FLOAT16)
 CAST_TYPES = (D.ACL_BOOL, D.ACL_FLOAT, D.ACL_FLOAT16)

@@ -1,16 +1,4 @@
-"""The KL divergence operator package: `api.py` holds the public names, the checks in CANN's order and
-the plans; `launch.py` the GPU launcher (kernels in `aclnn_gpu/kernels/kl_div.cu`); the cpu device runs
-`aclnn_gpu/reference/kl_div.py`."""
-from .api import (
-    aclnnKlDiv,
-    aclnnKlDivGetWorkspaceSize,
-    aclnnKlDivBackward,
-    aclnnKlDivBackwardGetWorkspaceSize,
-)
-
-__all__ = [
-    "aclnnKlDiv",
-    "aclnnKlDivGetWorkspaceSize",
-    "aclnnKlDivBackward",
-    "aclnnKlDivBackwardGetWorkspaceSize",
-]
+"""The KL divergence operator package: `api.py` (public names, checks in CANN's order, plans), `launch.py`
+(GPU launcher; kernels in `kernels/kl_div.cu`); the cpu device runs `reference/kl_div.py`."""
+from .api import *  # noqa: F403 - the public names, listed in api.__all__
+from .api import __all__  # noqa: F401

@@ -160,3 +160,5 @@ aclnnKlDivBackwardGetWorkspaceSize = make_get_workspace_size("aclnnKlDivBackward
 aclnnKlDivBackward = make_execute("aclnnKlDivBackward")
 aclnnKlDivGetWorkspaceSize = make_get_workspace_size("aclnnKlDiv", _build_forward)
 aclnnKlDiv = make_execute("aclnnKlDiv")
+
+__all__ = ["aclnnKlDiv", "aclnnKlDivGetWorkspaceSize", "aclnnKlDivBackward", "aclnnKlDivBackwardGetWorkspaceSize"]

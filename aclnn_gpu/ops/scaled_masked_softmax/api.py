@@ -234,3 +234,6 @@ aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize = make_get_workspace_size("acln
 aclnnScaledMaskedSoftmaxBackward = make_execute("aclnnScaledMaskedSoftmaxBackward")
 aclnnScaledMaskedSoftmaxGetWorkspaceSize = make_get_workspace_size("aclnnScaledMaskedSoftmax", _build_forward)
 aclnnScaledMaskedSoftmax = make_execute("aclnnScaledMaskedSoftmax")
+
+__all__ = ["aclnnScaledMaskedSoftmax", "aclnnScaledMaskedSoftmaxGetWorkspaceSize",
+           "aclnnScaledMaskedSoftmaxBackward", "aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize"]
