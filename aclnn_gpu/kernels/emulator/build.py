@@ -112,6 +112,7 @@ def kernel_names(code: str) -> list[str]:
 
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\(")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def _closing_paren(code: str, open_at: int) -> int:
@@ -145,18 +146,19 @@ def rewrite_launch_bounds(code: str) -> str:
     its `{` (same line, so #line numbers stay right): a launch with more threads per block than N fails
     as on a GPU. N may name template parameters: the check is evaluated in the kernel's scope."""
     out, pos = [], 0
-    for m in _LAUNCH_BOUNDS.finditer(code):
-        if m.start() < pos:
+    scan = _COMMENT.sub(lambda c: re.sub(r"[^\n]", " ", c.group(0)), code)  # same offsets, no comments
+    for m in _LAUNCH_BOUNDS.finditer(scan):
+        if m.start() < pos or "__global__" not in scan[max(0, m.start() - 200):m.start()]:
             continue
-        close = _closing_paren(code, m.end() - 1)
+        close = _closing_paren(scan, m.end() - 1)
         if close < 0:
             break
         bound = _top_level_first_arg(code[m.end():close]).strip()
-        params = code.find("(", close + 1)
-        params_end = _closing_paren(code, params) if params >= 0 else -1
+        params = scan.find("(", close + 1)
+        params_end = _closing_paren(scan, params) if params >= 0 else -1
         if params_end < 0:
             break
-        brace, semi = code.find("{", params_end), code.find(";", params_end)
+        brace, semi = scan.find("{", params_end), scan.find(";", params_end)
         if brace < 0 or (0 <= semi < brace):
             continue  # a declaration without a body
         out.append(code[pos:brace + 1])

@@ -225,6 +225,14 @@ class EmuKernel:
             recording.commit(self, grid, block, shared_mem, snapshot, self.last_stats)
 
 
+def _kernel_file_of(code: str) -> str:
+    """The project kernel file a source was read from (messages and profiles name it), else kernel.cu."""
+    for path in sorted(_build.KERNEL_DIR.glob("*.cu")):
+        if code.startswith(path.read_text()):
+            return str(path)
+    return "kernel.cu"
+
+
 class EmuModule:
     """Like cupy.RawModule: compiles `code` for the CPU emulator (cached) and hands out kernels.
 
@@ -238,7 +246,7 @@ class EmuModule:
         self.code = code
         self.options = tuple(str(o) for o in options)
         self.name_expressions = list(name_expressions)
-        self.filename = str(filename)
+        self.filename = str(filename) if filename != "kernel.cu" else _kernel_file_of(code)
         self.mode = mode or _build.sanitize_mode()
         self.record = record
         built = _build.build(code, self.name_expressions, self.options, self.filename, self.mode)
