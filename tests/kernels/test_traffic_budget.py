@@ -1,0 +1,81 @@
+"""The GPU memory-traffic budget: the profiler's checks catch an uncoalesced kernel (fixture), and every
+operator kernel stays within kernels/traffic_budget.json (the profile command in a subprocess: the
+profiling build must be selected before the device builds its kernels). Needs clang++ and
+llvm-symbolizer (CI installs Debian's clang and llvm)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aclnn_gpu.kernels.emulator import EmuModule, profiling
+from aclnn_gpu.profile.budget import check_launch
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not shutil.which("clang++") or not (shutil.which("llvm-symbolizer") or
+                                shutil.which("llvm-symbolizer-14")),
+                                reason="the profiler needs clang++ and llvm-symbolizer (apt-get install clang llvm)")
+
+
+def _aligned(n: int) -> np.ndarray:
+    raw = np.zeros(n * 4 + 256, np.uint8)
+    start = (-raw.ctypes.data) % 256
+    return raw[start:start + n * 4].view(np.float32)
+
+
+@pytest.fixture(scope="module")
+def fixture_profiles(fixtures_dir):
+    mod = EmuModule.from_file(fixtures_dir / "uncoalesced.cu", mode="profile")
+    n = 1 << 14
+    out = {}
+    for name in ("copy_coalesced", "copy_uncoalesced"):
+        x, y = _aligned(n), _aligned(n)
+        x[:] = np.arange(n)
+        with profiling.collect() as launches:
+            mod.get_function(name)((n // 256,), (256,), (x, y, np.int32(n)))
+        assert (y == x).all()
+        out[name] = launches[0]
+    return out, 2 * n * 4
+
+
+RULE = {"max_dram_ratio": 1.05, "min_main_efficiency": 0.9}
+
+
+def test_coalesced_fixture_within_budget(fixture_profiles):
+    profiles, min_bytes = fixture_profiles
+    p = profiles["copy_coalesced"]
+    assert p.dram_bytes == min_bytes
+    assert {(s.site.kind, s.requests, s.sectors) for s in p.global_sites()} == {("load", 512, 2048), ("store", 512, 2048)}
+    assert check_launch(p, RULE, min_bytes) == []
+
+
+def test_uncoalesced_fixture_fails_budget(fixture_profiles):
+    profiles, min_bytes = fixture_profiles
+    p = profiles["copy_uncoalesced"]
+    assert p.dram_bytes == min_bytes          # same bytes in the end (cold cache, every sector once) ...
+    for s in p.global_sites():                # ... but 32 sectors per 4-byte warp request
+        assert s.sectors == 32 * s.requests and s.sector_efficiency == pytest.approx(0.125)
+    bad = check_launch(p, RULE, min_bytes)
+    assert len(bad) == 2 and all("sector efficiency 12.5% < 90%" in b for b in bad)
+
+
+def test_operator_kernels_within_budget(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--check-budget"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "traffic budget: 10 case(s), OK" in r.stdout
+
+
+def test_budget_failure_exits_nonzero(tmp_path):
+    budget = tmp_path / "tight.json"
+    budget.write_text('{"cases": [{"op": "CtcLossBackward", "kernels": {"aclg::ctc_beta": {"max_dram_bytes": 1000}}}]}')
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--check-budget", str(budget)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "BUDGET EXCEEDED CtcLossBackward: aclg::ctc_beta" in r.stderr
