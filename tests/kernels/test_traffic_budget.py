@@ -17,9 +17,13 @@ from aclnn_gpu.kernels.emulator import EmuModule, profiling
 from aclnn_gpu.profile.budget import check_launch
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not shutil.which("clang++") or not (shutil.which("llvm-symbolizer") or
-                                shutil.which("llvm-symbolizer-14")),
-                                reason="the profiler needs clang++ and llvm-symbolizer (apt-get install clang llvm)")
+pytestmark = [
+    pytest.mark.skipif(not shutil.which("clang++") or not (shutil.which("llvm-symbolizer") or
+                       shutil.which("llvm-symbolizer-14")),
+                       reason="the profiler needs clang++ and llvm-symbolizer (apt-get install clang llvm)"),
+    # the AddressSanitizer rerun of the kernel tests (scripts/ci_kernels.sh) has nothing to add here
+    pytest.mark.skipif(bool(os.environ.get("ACLNN_GPU_EMU_SANITIZE")), reason="profiling build, not sanitized"),
+]
 
 
 def _aligned(n: int) -> np.ndarray:
