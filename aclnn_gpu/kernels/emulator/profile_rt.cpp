@@ -18,6 +18,9 @@
 //  * at the end of each block its requests are aggregated per site: requests, distinct 32-byte
 //    sectors, the ideal sector count for the width, distinct bytes; shared memory: wavefronts (the
 //    most distinct 4-byte words any bank must serve) against the ideal;
+//  * global addresses are taken relative to a 256-byte aligned base per allocation, as cudaMalloc
+//    aligns (host allocations of the emulated device and NumPy's arrays are only 16- or 64-aligned,
+//    which would make a warp's 512-byte request straddle one sector more than on a GPU);
 //  * per launch: bitmaps of the 32-byte sectors read and written in each allocation (cold-cache DRAM
 //    traffic = sectors read + sectors written), and an LRU model of the L2 over 32-byte sectors that
 //    persists across launches until reset (read misses + sectors newly made dirty = DRAM traffic).
@@ -32,13 +35,14 @@ namespace {
 
 struct Range {
   uint64_t lo = 0, hi = 0;
+  uint64_t gpu_base = 0;  // lo rounded up to 256 bytes: where cudaMalloc would have put the allocation
   std::vector<uint64_t> read_bits, write_bits;  // one bit per 32-byte sector (global memory only)
 };
 
 struct Event {
-  uint64_t addr;
+  uint64_t addr;          // global: the address in the allocation moved to its 256-aligned GPU base
   uint32_t site, k, tid;
-  uint16_t size;
+  uint16_t size, range;   // range: index in g_global (global accesses)
   uint8_t store, shared;
 };
 
@@ -118,8 +122,11 @@ inline uint64_t pow2_ceil(uint64_t v) { uint64_t p = 1; while (p < v) p <<= 1; r
 inline void record(uint64_t a, unsigned size, bool store, uintptr_t pc) {
   if (g_tid < 0 || !g_trace_block) return;
   bool shared = false, found = false;
-  for (const Range& r : g_global)
-    if (a >= r.lo && a < r.hi) { found = true; break; }
+  uint16_t range = 0;
+  for (const Range& r : g_global) {
+    if (a >= r.lo && a < r.hi) { found = true; a = a - r.lo + r.gpu_base; break; }
+    ++range;
+  }
   if (!found) {
     for (const auto& r : g_shared)
       if (a >= r.first && a < r.second) { found = shared = true; break; }
@@ -140,17 +147,14 @@ inline void record(uint64_t a, unsigned size, bool store, uintptr_t pc) {
   std::vector<uint32_t>& counts = g_exec_count[site];
   if (counts.empty()) counts.assign(g_nthreads, 0);
   last = (int64_t)g_events.size();
-  g_events.push_back(Event{a, site, counts[tid]++, tid, (uint16_t)size, (uint8_t)store, (uint8_t)shared});
+  g_events.push_back(Event{a, site, counts[tid]++, tid, (uint16_t)size, range, (uint8_t)store, (uint8_t)shared});
 }
 
 void mark_sectors(const Event& e) {
-  for (Range& r : g_global)
-    if (e.addr >= r.lo && e.addr < r.hi) {
-      const uint64_t first = (e.addr - (r.lo & ~31ull)) >> 5, last = (e.addr + e.size - 1 - (r.lo & ~31ull)) >> 5;
-      auto& bits = e.store ? r.write_bits : r.read_bits;
-      for (uint64_t s = first; s <= last && (s >> 6) < bits.size(); ++s) bits[s >> 6] |= 1ull << (s & 63);
-      break;
-    }
+  Range& r = g_global[e.range];
+  const uint64_t first = (e.addr - r.gpu_base) >> 5, last = (e.addr + e.size - 1 - r.gpu_base) >> 5;
+  auto& bits = e.store ? r.write_bits : r.read_bits;
+  for (uint64_t s = first; s <= last && (s >> 6) < bits.size(); ++s) bits[s >> 6] |= 1ull << (s & 63);
   for (uint64_t s = e.addr >> 5; s <= (e.addr + e.size - 1) >> 5; ++s) g_l2.touch(s, e.store);
 }
 
@@ -284,7 +288,8 @@ EMU_RT void emu_prof_set_global(const uint64_t* lo, const uint64_t* size, int n)
     Range r;
     r.lo = lo[i];
     r.hi = lo[i] + size[i];
-    const uint64_t sectors = ((r.hi + 31) >> 5) - (r.lo >> 5) + 1;
+    r.gpu_base = (r.lo + 255) & ~255ull;
+    const uint64_t sectors = (size[i] + 31) / 32 + 1;
     r.read_bits.assign((sectors + 63) / 64, 0);
     r.write_bits.assign((sectors + 63) / 64, 0);
     g_global.push_back(std::move(r));
