@@ -25,22 +25,19 @@ def launch_table(i: int, launch, out: list[str]) -> None:
     out.append(f"launch {i}: {launch.kernel}  [{launch.file.rsplit('/', 1)[-1]}] grid {launch.grid} block {launch.block}"
                f"  DRAM cold {mb(launch.dram_bytes)} (read {mb(32 * launch.sectors_read * launch.sample_scale)}, "
                f"written {mb(32 * launch.sectors_written * launch.sample_scale)}), L2 model {mb(launch.l2_dram_bytes)}{sampled}")
-    g = launch.global_sites()
-    if g:
-        out.append(f"  {'global site':44s} {'kind':5s} {'width':>5s} {'requests':>9s} {'sect/req':>8s} "
-                   f"{'ideal':>6s} {'eff':>5s} {'bytes':>12s}")
-        for s in g:
-            r = max(s.requests, 1)
+    tables = (("global site", "sect/req", launch.global_sites(),
+               lambda s, r: f"{s.sectors / r:8.2f} {s.ideal_sectors / r:8.2f} {100 * s.sector_efficiency:8.0f}% {s.bytes:12d}"),
+              ("shared site", "wavef/req", launch.shared_sites(),
+               lambda s, r: f"{s.wavefronts / r:8.2f} {s.ideal_wavefronts / r:8.2f} {s.bank_conflicts:9d} {s.bytes:12d}"))
+    for title, per_request, sites, cells in tables:
+        if not sites:
+            continue
+        last = "eff" if title.startswith("global") else "conflicts"
+        out.append(f"  {title:44s} {'kind':5s} {'width':>5s} {'requests':>9s} {per_request:>8s} {'ideal':>8s} "
+                   f"{last:>9s} {'bytes':>12s}")
+        for s in sites:
             out.append(f"  {s.site.label[:44]:44s} {s.site.kind:5s} {s.width:5d} {s.requests:9d} "
-                       f"{s.sectors / r:8.2f} {s.ideal_sectors / r:6.2f} {100 * s.sector_efficiency:4.0f}% {s.bytes:12d}")
-    sh = launch.shared_sites()
-    if sh:
-        out.append(f"  {'shared site':44s} {'kind':5s} {'width':>5s} {'requests':>9s} {'wavef/req':>9s} "
-                   f"{'ideal':>6s} {'conflicts':>9s}")
-        for s in sh:
-            r = max(s.requests, 1)
-            out.append(f"  {s.site.label[:44]:44s} {s.site.kind:5s} {s.width:5d} {s.requests:9d} "
-                       f"{s.wavefronts / r:9.2f} {s.ideal_wavefronts / r:6.2f} {s.bank_conflicts:9d}")
+                       f"{cells(s, max(s.requests, 1))}")
     if launch.unknown_site_accesses:
         out.append(f"  ({launch.unknown_site_accesses} accesses at sites missing from the site table)")
 

@@ -68,6 +68,59 @@ def test_uncoalesced_fixture_fails_budget(fixture_profiles):
     assert len(bad) == 2 and all("sector efficiency 12.5% < 90%" in b for b in bad)
 
 
+def _profile(fixtures_dir, name, grid, block, args):
+    mod = EmuModule.from_file(fixtures_dir / "uncoalesced.cu", mode="profile")
+    with profiling.collect() as launches:
+        mod.get_function(name)(grid, block, args)
+    return launches
+
+
+def test_vector_width_recovered(fixtures_dir):
+    n = 1 << 12
+    x, y = _aligned(n), _aligned(n)
+    x[:] = np.arange(n)
+    (p,) = _profile(fixtures_dir, "copy_vec4", (n // 4 // 128,), (128,), (x, y, np.int32(n // 4)))
+    assert (y == x).all()
+    sites = p.global_sites()
+    assert {(s.site.kind, s.width) for s in sites} == {("load", 16), ("store", 16)}
+    assert all(s.requests == n // 4 // 32 and s.sectors == 16 * s.requests == s.ideal_sectors for s in sites)
+
+
+def test_shared_bank_conflicts(fixtures_dir):
+    x, y = _aligned(1024), _aligned(1024)
+    x[:] = np.arange(1024)
+    (plain,) = _profile(fixtures_dir, "transpose_tile", (1,), (1024,), (x, y, np.int32(0)))
+    assert (y.reshape(32, 32) == x.reshape(32, 32).T).all()
+    (padded,) = _profile(fixtures_dir, "transpose_tile", (1,), (1024,), (x, y, np.int32(1)))
+    # the column write of the unpadded tile: 32 lanes, one bank, 32 wavefronts per request
+    writes = [s for s in plain.shared_sites() if s.site.kind == "store"]
+    assert len(writes) == 1 and writes[0].requests == 32 and writes[0].wavefronts == 32 * 32
+    assert writes[0].bank_conflicts == 31 * 32
+    assert all(s.bank_conflicts == 0 for s in padded.shared_sites())
+    assert all(s.bank_conflicts == 0 for s in plain.shared_sites() if s.site.kind == "load")
+
+
+def test_l2_model_spans_launches(fixtures_dir):
+    n = 1 << 14
+    x, y = _aligned(n), _aligned(n)
+    mod = EmuModule.from_file(fixtures_dir / "uncoalesced.cu", mode="profile")
+    with profiling.collect() as launches:
+        for _ in range(2):
+            mod.get_function("copy_coalesced")((n // 256,), (256,), (x, y, np.int32(n)))
+    first, second = launches
+    assert first.dram_bytes == second.dram_bytes == 2 * n * 4    # cold: each launch on its own
+    assert first.l2_dram_bytes == 2 * n * 4 and second.l2_dram_bytes == 0   # 128 KiB stay in the L2
+
+
+def test_profile_help_lists_every_operator():
+    from aclnn_gpu.profile.operators import OPERATORS
+    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--help"], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    assert len(OPERATORS) == 10 and all(name in r.stdout for name in OPERATORS)
+    assert "--check-budget" in r.stdout and "not a" in r.stdout and "measurement" in r.stdout
+
+
 def test_operator_kernels_within_budget(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--check-budget"], cwd=ROOT, env=env,
