@@ -29,6 +29,7 @@ def _epilog() -> str:
               "", "examples:",
               "  python -m aclnn_gpu.profile KlDivBackward -D N=1024 -D C=4096",
               "  python -m aclnn_gpu.profile all --json profile.json",
+              "  python -m aclnn_gpu.profile --coverage            # every kernel of the ten operators",
               "  python -m aclnn_gpu.profile --check-budget       # CI: fails when a kernel exceeds its budget"]
     return "\n".join(lines)
 
@@ -56,9 +57,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check-budget", nargs="?", const="", metavar="FILE",
                     help="profile every case of the traffic budget (default aclnn_gpu/kernels/traffic_budget.json) "
                          "and exit 1 when a kernel exceeds it")
+    ap.add_argument("--coverage", action="store_true",
+                    help="profile the cases that together launch every kernel of the ten operators (defaults plus "
+                         "layout variants) and exit 1 if a kernel of kernels/manifest.py was not launched")
     a = ap.parse_args(argv)
     if a.check_budget is not None:
         return _check_budget(a.check_budget or None, a.json)
+    if a.coverage:
+        return _coverage(a.json)
     if not a.op:
         ap.error("give an operator (or 'all', or --check-budget)")
     names = list(OPERATORS) if a.op == "all" else [a.op]
@@ -83,6 +89,32 @@ def main(argv=None) -> int:
         with open(a.json, "w") as f:
             json.dump([to_json(p) for p in results], f, indent=1)
     return 0
+
+
+def _family(kernel: str) -> str:
+    return kernel.split("<")[0].split("::")[-1]
+
+
+def _coverage(json_path) -> int:
+    from ..kernels import manifest
+    from . import GemmLaunch
+    from .operators import COVERAGE
+    from .report import render, to_json
+    want = {_family(k) for names in manifest.KERNELS.values() for k in names}
+    seen: set[str] = set()
+    results = []
+    for op, dims in COVERAGE:
+        p = profile_call(op, dims)
+        print(render(p) + "\n")
+        results.append(to_json(p))
+        seen |= {_family(x.kernel) for x in p.launches if not isinstance(x, GemmLaunch)}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+    missing = sorted(want - seen)
+    print(f"kernel coverage: {len(want & seen)} of {len(want)} kernel templates of kernels/manifest.py launched (each at one or more of its type instantiations)"
+          + (f"; never launched: {', '.join(missing)}" if missing else ""))
+    return 1 if missing else 0
 
 
 def _check_budget(path, json_path) -> int:

@@ -121,6 +121,14 @@ def test_profile_help_lists_every_operator():
     assert "--check-budget" in r.stdout and "not a" in r.stdout and "measurement" in r.stdout
 
 
+def test_profile_covers_every_kernel():
+    """The profile command reaches every kernel of kernels/manifest.py (defaults plus layout variants)."""
+    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--coverage"], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "never launched" not in r.stdout and "kernel coverage:" in r.stdout
+
+
 def test_operator_kernels_within_budget(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--check-budget"], cwd=ROOT, env=env,
