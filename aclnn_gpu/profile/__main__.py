@@ -112,7 +112,8 @@ def _coverage(json_path) -> int:
         with open(json_path, "w") as f:
             json.dump(results, f, indent=1)
     missing = sorted(want - seen)
-    print(f"kernel coverage: {len(want & seen)} of {len(want)} kernel templates of kernels/manifest.py launched (each at one or more of its type instantiations)"
+    print(f"kernel coverage: {len(want & seen)} of {len(want)} kernel templates of kernels/manifest.py launched "
+          "(each at one or more of its type instantiations)"
           + (f"; never launched: {', '.join(missing)}" if missing else ""))
     return 1 if missing else 0
 

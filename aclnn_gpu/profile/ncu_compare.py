@@ -44,13 +44,12 @@ def _ncu(case: dict) -> dict[str, dict[str, float]]:
                         json.dumps(case)], env=env, capture_output=True, text=True, check=True)
     text = r.stdout[r.stdout.find('"ID"'):]
     first: dict[str, dict[str, float]] = {}
+    first_id: dict[str, str] = {}
     for row in csv.DictReader(io.StringIO(text)):
         name = row.get("Kernel Name", "")
-        per = first.setdefault(name, {})
-        if row.get("ID") != per.get("_id", row.get("ID")):
+        if first_id.setdefault(name, row.get("ID", "")) != row.get("ID", ""):
             continue       # keep the first launch of each kernel only
-        per["_id"] = row.get("ID")
-        per[row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
+        first.setdefault(name, {})[row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
     return first
 
 
@@ -77,7 +76,8 @@ def main(argv=None) -> int:
                          "ncu_sectors": match.get(METRICS[2], 0) + match.get(METRICS[3], 0)})
             r = rows[-1]
             print(f"{r['op']:28s} {r['kernel'][:40]:40s} DRAM {r['profiler_dram_bytes']:>12d} vs ncu "
-                  f"{r['ncu_dram_bytes']:>14.0f}   sectors {r['profiler_sectors']:>10d} vs ncu {r['ncu_sectors']:>12.0f}")
+                  f"{r['ncu_dram_bytes']:>14.0f}   sectors {r['profiler_sectors']:>10d} "
+                  f"vs ncu {r['ncu_sectors']:>12.0f}")
     (out / "comparison.json").write_text(json.dumps(rows, indent=1))
     return 0
 

@@ -22,13 +22,17 @@ def launch_table(i: int, launch, out: list[str]) -> None:
         return
     sampled = f", {launch.blocks_traced} of {launch.blocks} blocks traced (counts scaled)" \
         if launch.blocks_traced != launch.blocks else ""
-    out.append(f"launch {i}: {launch.kernel}  [{launch.file.rsplit('/', 1)[-1]}] grid {launch.grid} block {launch.block}"
-               f"  DRAM cold {mb(launch.dram_bytes)} (read {mb(32 * launch.sectors_read * launch.sample_scale)}, "
-               f"written {mb(32 * launch.sectors_written * launch.sample_scale)}), L2 model {mb(launch.l2_dram_bytes)}{sampled}")
+    out.append(f"launch {i}: {launch.kernel}  [{launch.file.rsplit('/', 1)[-1]}] grid {launch.grid} "
+               f"block {launch.block}  DRAM cold {mb(launch.dram_bytes)} "
+               f"(read {mb(32 * launch.sectors_read * launch.sample_scale)}, "
+               f"written {mb(32 * launch.sectors_written * launch.sample_scale)}), "
+               f"L2 model {mb(launch.l2_dram_bytes)}{sampled}")
     tables = (("global site", "sect/req", launch.global_sites(),
-               lambda s, r: f"{s.sectors / r:8.2f} {s.ideal_sectors / r:8.2f} {100 * s.sector_efficiency:8.0f}% {s.bytes:12d}"),
+               lambda s, r: (f"{s.sectors / r:8.2f} {s.ideal_sectors / r:8.2f} "
+                             f"{100 * s.sector_efficiency:8.0f}% {s.bytes:12d}")),
               ("shared site", "wavef/req", launch.shared_sites(),
-               lambda s, r: f"{s.wavefronts / r:8.2f} {s.ideal_wavefronts / r:8.2f} {s.bank_conflicts:9d} {s.bytes:12d}"))
+               lambda s, r: (f"{s.wavefronts / r:8.2f} {s.ideal_wavefronts / r:8.2f} "
+                             f"{s.bank_conflicts:9d} {s.bytes:12d}")))
     for title, per_request, sites, cells in tables:
         if not sites:
             continue

@@ -377,12 +377,15 @@ def _symbolizer() -> str:
 # Aggregate copies (a 16-byte struct assigned through a pointer) stay llvm.memcpy/memset intrinsics that
 # the backend expands inline, out of the coverage pass's sight: the IR gets a call to the runtime's
 # emu_prof_memcpy/emu_prof_memset before each, with the intrinsic's source location.
-_MEM_INTRINSIC = re.compile(r"^(\s*)(?:tail |notail )?call void @llvm\.(memcpy|memmove|memset)\.[\w.]+\((.*)\)([^()]*)$")
+_MEM_INTRINSIC = re.compile(
+    r"^(\s*)(?:tail |notail )?call void @llvm\.(memcpy|memmove|memset)\.[\w.]+\((.*)\)([^()]*)$")
 _DBG = re.compile(r"!dbg !\d+")
 
 
 def _split_top(args: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in args:
         if c in "([{<":
             depth += 1
@@ -442,13 +445,14 @@ def access_sites(binary: Path) -> list[list]:
     bytes, [file:line:column frames, innermost first]] (objdump finds the calls, llvm-symbolizer their
     source lines with the inline chain)."""
     dis = _run(["objdump", "-d", "--no-show-raw-insn", str(binary)], "objdump").stdout
-    calls, pending = [], None
+    calls: list[tuple[int, str, int, int]] = []
+    pending: tuple[str, int, int] | None = None
     for line in dis.splitlines():
         m = _INSN.match(line)
         if not m:
             continue
         if pending is not None:
-            calls.append([int(m.group(1), 16), *pending])
+            calls.append((int(m.group(1), 16), *pending))
             pending = None
         if c := _CALL_COV.search(m.group(2)):
             pending = (c.group(1), int(c.group(2)), int(m.group(1), 16))

@@ -44,7 +44,8 @@ class Site:
     def label(self) -> str:
         """file:line of the innermost frame in kernel source (not emu.h, not the C++ library), with the
         kernel-source frame it was inlined into when that is another line."""
-        src = [f for f in self.frames if not f.startswith(_EMU_DIR) and "/include/c++/" not in f and "<emu glue>" not in f]
+        src = [f for f in self.frames
+               if not f.startswith(_EMU_DIR) and "/include/c++/" not in f and "<emu glue>" not in f]
         if not src:
             return _short(self.frames[0]) if self.frames else "?"
         inner = _short(src[0])
