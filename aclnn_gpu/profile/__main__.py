@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("-D", dest="dims", action="append", metavar="NAME=VALUE", help="a dimension (repeatable)")
     ap.add_argument("--dtype", choices=sorted(DTYPES), help="element type (default: the operator's)")
     ap.add_argument("--sample", type=int, default=1, metavar="N",
-                    help="trace every N-th block only (counts scaled; for large shapes; default 1)")
+                    help="trace every N-th block only (DRAM bytes scaled to the grid, site counts are those "
+                         "of the traced blocks; default 1)")
     ap.add_argument("--l2-mib", type=float, default=50, help="L2 size of the cache model (default 50 MiB, H100)")
     ap.add_argument("--json", metavar="PATH", help="also write the profiles as JSON")
     ap.add_argument("--check-budget", nargs="?", const="", metavar="FILE",

@@ -20,8 +20,8 @@ def launch_table(i: int, launch, out: list[str]) -> None:
         out.append(f"launch {i}: {launch.kernel} ({launch.dtype}; not emulated: traffic modelled from the shape, "
                    f"operands read once) DRAM {mb(launch.dram_bytes)}, {launch.flops / 1e9:.3f} GFLOP")
         return
-    sampled = f", {launch.blocks_traced} of {launch.blocks} blocks traced (counts scaled)" \
-        if launch.blocks_traced != launch.blocks else ""
+    sampled = (f", {launch.blocks_traced} of {launch.blocks} blocks traced (DRAM bytes scaled; site rows: traced "
+               f"blocks)") if launch.blocks_traced != launch.blocks else ""
     out.append(f"launch {i}: {launch.kernel}  [{launch.file.rsplit('/', 1)[-1]}] grid {launch.grid} "
                f"block {launch.block}  DRAM cold {mb(launch.dram_bytes)} "
                f"(read {mb(32 * launch.sectors_read * launch.sample_scale)}, "
@@ -60,7 +60,8 @@ def summary_line(p: CallProfile) -> str:
 def render(p: CallProfile) -> str:
     out: list[str] = [f"== {p.op} " + "=" * 60]
     if p.sample_every > 1:
-        out.append(f"(block sampling: every {p.sample_every}th block traced; sector and byte counts scaled)")
+        out.append(f"(block sampling: every {p.sample_every}th block traced; DRAM bytes scaled to the whole grid, "
+                   "site rows count the traced blocks)")
     for i, launch in enumerate(p.launches, 1):
         launch_table(i, launch, out)
     out.append(summary_line(p))

@@ -112,6 +112,18 @@ def test_l2_model_spans_launches(fixtures_dir):
     assert first.l2_dram_bytes == 2 * n * 4 and second.l2_dram_bytes == 0   # 128 KiB stay in the L2
 
 
+def test_block_sampling_scales_counts(fixtures_dir):
+    n = 1 << 14
+    x, y = _aligned(n), _aligned(n)
+    mod = EmuModule.from_file(fixtures_dir / "uncoalesced.cu", mode="profile")
+    with profiling.collect(sample_every=4) as launches:
+        mod.get_function("copy_coalesced")((n // 256,), (256,), (x, y, np.int32(n)))
+    (p,) = launches
+    assert (p.blocks, p.blocks_traced) == (64, 16) and p.sample_scale == 4
+    assert p.dram_bytes == 2 * n * 4                       # scaled back to the whole grid
+    assert all(s.requests == 16 * 8 for s in p.global_sites())   # what was traced: 16 blocks x 8 warps
+
+
 def test_profile_help_lists_every_operator():
     from aclnn_gpu.profile.operators import OPERATORS
     r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--help"], cwd=ROOT,
