@@ -60,7 +60,7 @@ def summary_line(p: CallProfile) -> str:
 def render(p: CallProfile) -> str:
     out: list[str] = [f"== {p.op} " + "=" * 60]
     if p.sample_every > 1:
-        out.append(f"(block sampling: every {p.sample_every}th block traced; DRAM bytes scaled to the whole grid, "
+        out.append(f"(block sampling: 1 block in {p.sample_every} traced; DRAM bytes scaled to the whole grid, "
                    "site rows count the traced blocks)")
     for i, launch in enumerate(p.launches, 1):
         launch_table(i, launch, out)
