@@ -28,7 +28,7 @@ from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
 HANDLE_STEP = 16
-TOMBSTONES = 1 << 16               # how many retired handles keep saying why they are dead
+TOMBSTONES = 1 << 14               # how many retired handles keep saying why they are dead
 
 # The codes the C layer itself returns, by return type: a NULL out-pointer, a function the Python
 # package does not have (the §8 functions until their modules land), and a bug in this layer.
@@ -64,17 +64,39 @@ class CError(Exception):
         self.status, self.message = status, message
 
 
+_stand_ins: dict[Any, Any] = {}
+
+
 def _dead_stand_in(obj: Any) -> Any:
-    """What a retired handle maps to: small, and refused by the Python API for the right reason."""
+    """What a retired handle maps to: one shared dead object per class (per operator and state for
+    executors), refused by the Python API for the reason the handle died; `obj` itself is released."""
     if isinstance(obj, aclOpExecutor):
-        dead = aclOpExecutor(obj.op, None, None)
-        dead.repeatable, dead.spent, dead.destroyed = obj.repeatable, obj.spent, obj.destroyed
+        key = (obj.op, obj.repeatable, obj.spent, obj.destroyed)
+        dead = _stand_ins.get(key)
+        if dead is None:
+            dead = _stand_ins[key] = aclOpExecutor(obj.op, None, None)
+            dead.repeatable, dead.spent, dead.destroyed = obj.repeatable, obj.spent, obj.destroyed
         return dead
-    if isinstance(obj, (acl.aclrtStream, acl.aclrtEvent)):
-        dead = type(obj).__new__(type(obj))
-        dead.impl, dead.device, dead.destroyed = None, None, True
-        return dead
-    return obj  # descriptors (tensor, int array, scalar) are small and already marked destroyed
+    cls = type(obj)
+    dead = _stand_ins.get(cls)
+    if dead is None:
+        if cls is acl.aclTensor:
+            dead = acl.aclTensor((), acl.aclDataType.ACL_FLOAT, (), 0, int(acl.ACL_FORMAT_ND), (), None)
+        elif cls is acl.aclIntArray:
+            dead = acl.aclIntArray(())
+        elif cls in (acl.aclrtStream, acl.aclrtEvent):
+            dead = cls(None, None)
+        else:
+            try:
+                dead = cls.__new__(cls)
+            except TypeError:
+                return obj
+        try:
+            dead.destroyed = True
+        except AttributeError:  # a class with no `destroyed`: remember the object itself
+            return obj
+        _stand_ins[cls] = dead
+    return dead
 
 
 class Handles:

@@ -1,6 +1,7 @@
 // aclnnConvTbcBackward: CANN's sample program flow in C++ (see kl_div_backward.cpp for the steps).
 // input (T=5, B=2, Cin=3), weight (K=2, Cin, Cout=4), bias (Cout), pad 1, so self (the gradient of
-// the output) is (Tout=6, B, Cout); cubeMathType 1 (ALLOW_FP32_DOWN_PRECISION, what the docs' sample passes).
+// the output) is (Tout=6, B, Cout); cubeMathType 0 (KEEP_DTYPE: true fp32 products; the docs' sample
+// passes 1, ALLOW_FP32_DOWN_PRECISION, which lets a GPU use TF32).
 #include <cmath>
 
 #include "acl_sample.h"
@@ -24,7 +25,7 @@ int main()
     std::vector<float> biasHostData = Uniform(Cout, -1.0f, 1.0f, 7);
     std::vector<float> gradInputHostData(T * B * Cin, 0.0f), gradWeightHostData(K * Cin * Cout, 0.0f);
     std::vector<float> gradBiasHostData(Cout, 0.0f);
-    int8_t cubeMathType = 1;
+    int8_t cubeMathType = 0;
     PrintInput("self", selfShape, selfHostData);
     PrintInput("input", inputShape, inputHostData);
     PrintInput("weight", weightShape, weightHostData);
