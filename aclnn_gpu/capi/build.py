@@ -127,10 +127,14 @@ def _init_code() -> str:
 def _python_link() -> tuple[list[str], list[str]]:
     """Include and link flags of the running interpreter's libpython (with an rpath to it)."""
     include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").exists():
+        raise CapiBuildError(f"the C ABI needs the Python headers ({include}/Python.h is missing: install "
+                             f"the interpreter's development package, e.g. python3-dev)")
     libdir = sysconfig.get_config_var("LIBDIR") or ""
+    soname = sysconfig.get_config_var("INSTSONAME") or ""
     version = sysconfig.get_config_var("LDVERSION") or f"{sys.version_info.major}.{sys.version_info.minor}"
-    link = [f"-L{libdir}", f"-Wl,-rpath,{libdir}", f"-lpython{version}"] if libdir else [f"-lpython{version}"]
-    return [f"-I{include}"], link
+    library = f"-l:{soname}" if soname and (Path(libdir) / soname).exists() else f"-lpython{version}"
+    return [f"-I{include}"], [f"-L{libdir}", f"-Wl,-rpath,{libdir}", library]
 
 
 def _compiler_version() -> str:
