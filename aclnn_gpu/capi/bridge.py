@@ -77,7 +77,7 @@ def _dead_stand_in(obj: Any) -> Any:
             dead = _stand_ins[key] = aclOpExecutor(obj.op, None, None)
             dead.repeatable, dead.spent, dead.destroyed = obj.repeatable, obj.spent, obj.destroyed
         return dead
-    cls = type(obj)
+    cls: Any = type(obj)
     dead = _stand_ins.get(cls)
     if dead is None:
         if cls is acl.aclTensor:
