@@ -64,19 +64,15 @@ class CError(Exception):
         self.status, self.message = status, message
 
 
-_stand_ins: dict[Any, Any] = {}
+_stand_ins: dict[type, Any] = {}
 
 
 def _dead_stand_in(obj: Any) -> Any:
-    """What a retired handle maps to: one shared dead object per class (per operator and state for
-    executors), refused by the Python API for the reason the handle died; `obj` itself is released."""
+    """What a retired handle remembers: for an executor its operator and state (a fresh dead executor
+    is made at each use, since the Python API may mark it destroyed), for any other class one shared
+    dead object (the API only refuses those); `obj` itself is released."""
     if isinstance(obj, aclOpExecutor):
-        key = (obj.op, obj.repeatable, obj.spent, obj.destroyed)
-        dead = _stand_ins.get(key)
-        if dead is None:
-            dead = _stand_ins[key] = aclOpExecutor(obj.op, None, None)
-            dead.repeatable, dead.spent, dead.destroyed = obj.repeatable, obj.spent, obj.destroyed
-        return dead
+        return ("executor", obj.op, obj.repeatable, obj.spent, obj.destroyed)
     cls: Any = type(obj)
     dead = _stand_ins.get(cls)
     if dead is None:
@@ -97,6 +93,15 @@ def _dead_stand_in(obj: Any) -> Any:
             return obj
         _stand_ins[cls] = dead
     return dead
+
+
+def _revive(remembered: Any) -> Any:
+    if type(remembered) is tuple:
+        _, op, repeatable, spent, destroyed = remembered
+        dead = aclOpExecutor(op, None, None)
+        dead.repeatable, dead.spent, dead.destroyed = repeatable, spent, destroyed
+        return dead
+    return remembered
 
 
 class Handles:
@@ -125,18 +130,18 @@ class Handles:
             return None
         obj = self._live.get(handle)
         if obj is None:
-            obj = self._dead.get(handle)
-            if obj is None:
-                return UnknownHandle(handle)
+            remembered = self._dead.get(handle)
+            return UnknownHandle(handle) if remembered is None else _revive(remembered)
         return obj
 
-    def retire(self, handle: int) -> None:
+    def retire(self, handle: int, obj: Any) -> None:
+        """`handle` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
         with self._lock:
-            obj = self._live.pop(handle, None)
-            if obj is None:
+            if self._live.pop(handle, None) is not None:
+                del self._of[id(obj)]
+            elif handle not in self._dead:
                 return
-            del self._of[id(obj)]
-            self._dead[handle] = _dead_stand_in(obj)
+            self._dead[handle] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
             while len(self._dead) > TOMBSTONES:
                 self._dead.popitem(last=False)
 
@@ -269,7 +274,7 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
                 for i in handle_args:
                     obj = args[inputs_index[i]]
                     if destroys or getattr(obj, "destroyed", False) or getattr(obj, "spent", False):
-                        handles.retire(_address(ffi, cargs[i]))
+                        handles.retire(_address(ffi, cargs[i]), obj)
             return status
         except CError as e:
             return failed(e.status, e.message)

@@ -56,6 +56,8 @@ int main(void)
     report("first_run_phase1", aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex));
     report("first_run", aclnnKlDivBackward(NULL, ws, ex, stream));
     report("executor_used_twice", aclnnKlDivBackward(NULL, ws, ex, stream));
+    report("destroy_spent_executor", aclDestroyAclOpExecutor(ex));
+    report("executor_used_after_destroy", aclnnKlDivBackward(NULL, ws, ex, stream));
     report("null_executor", aclnnKlDivBackward(NULL, 0, NULL, stream));
     report("never_created_executor", aclnnKlDivBackward(NULL, 0, (aclOpExecutor *)(uintptr_t)0x4560, stream));
     report("repeatable_null", aclSetAclOpExecutorRepeatable(NULL));

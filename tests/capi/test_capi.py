@@ -198,6 +198,8 @@ def _python_answers() -> dict[str, tuple[int, str]]:
     _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(g, s, t, 1, False, o)
     note("first_run", acl.aclnnKlDivBackward(None, ws, ex, stream))
     note("executor_used_twice", acl.aclnnKlDivBackward(None, ws, ex, stream))
+    note("destroy_spent_executor", acl.aclDestroyAclOpExecutor(ex))
+    note("executor_used_after_destroy", acl.aclnnKlDivBackward(None, ws, ex, stream))
     note("null_executor", acl.aclnnKlDivBackward(None, 0, None, stream))
     note("repeatable_null", acl.aclSetAclOpExecutorRepeatable(None))
     note("destroy_executor_null", acl.aclDestroyAclOpExecutor(None))
