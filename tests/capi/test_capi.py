@@ -155,6 +155,20 @@ def test_c_program(device, compile_program):
     check_against_torch("kl_div_backward_c", proc.stdout)
 
 
+def test_device_kind_that_cannot_run_is_refused(compile_program):
+    """ACLNN_GPU_DEVICE=cuda on a machine without a GPU: aclrtSetDevice returns ACL_ERROR_RT_NO_DEVICE
+    with the Python API's message, as from Python (a GPU machine runs the program instead)."""
+    from aclnn_gpu.device.cuda import cuda_available
+    proc = run(compile_program(ROOT / "examples" / "c" / "kl_div_backward.c"), "cuda")
+    if cuda_available():
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        check_against_torch("kl_div_backward_c", proc.stdout)
+        return
+    assert proc.returncode == 1
+    assert "aclrtSetDevice(0) failed. ERROR: 207004" in proc.stdout, proc.stdout
+    assert "aclGetRecentErrMsg: aclrtSetDevice: ACLNN_GPU_DEVICE=cuda" in proc.stdout, proc.stdout
+
+
 def test_sample_failure_reports_the_code_and_message(compile_program, tmp_path):
     """CHECK_RET of a C++ sample prints CANN's code and aclGetRecentErrMsg and exits non-zero (blank 7)."""
     source = (ROOT / "examples/cpp/ctc_loss_backward.cpp").read_text()
