@@ -16,7 +16,7 @@ process, `pthread_once`) initialises CPython with `program_name` set to the inte
 was built with, so CPython finds that virtual environment's site-packages the way it does when that
 interpreter runs, then puts this package's parent directory first on `sys.path` and lets cffi run
 `bridge.install`. A host program that already runs Python (a C extension loading the library) keeps
-its own interpreter.
+its own interpreter (its `sys.path` must reach this package and cffi).
 """
 from __future__ import annotations
 
@@ -89,6 +89,14 @@ static void aclnn_gpu_boot(void)
             return;
         }}
         PyEval_SaveThread();   /* cffi takes the GIL per call */
+    }}
+    else {{
+        /* A host that already runs Python: cffi's start-up lock (Python < 3.12) is
+           PyCapsule_Type.tp_version_tag, which it waits to read 0; PyType_Modified resets that tag
+           (the type cache assigns a new one on the next lookup). */
+        PyGILState_STATE gil = PyGILState_Ensure();
+        PyType_Modified(&PyCapsule_Type);
+        PyGILState_Release(gil);
     }}
     aclnn_gpu_state = cffi_start_python();
 }}
@@ -202,7 +210,8 @@ def _build_into(root: Path, verbose: bool) -> None:
         ffibuilder.emit_c_code(str(c_file))
     py_include, py_link = _python_link()
     tmp_lib = _tmp_name(lib64 / LIBRARY)
-    cmd = [CC, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-pthread", f"-I{include}", *py_include,
+    # -DNDEBUG as for any CPython extension (cffi's start-up code asserts what holds only then)
+    cmd = [CC, "-shared", "-fPIC", "-O2", "-DNDEBUG", "-fvisibility=hidden", "-pthread", f"-I{include}", *py_include,
            str(c_file), "-o", str(tmp_lib), f"-Wl,-soname,{LIBRARY}", *py_link]
     if verbose:
         print(" ".join(cmd), file=sys.stderr)

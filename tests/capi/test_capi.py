@@ -351,3 +351,27 @@ def test_functions_missing_from_the_package_are_refused(flags):
         name, code_, message = line.split(" ", 2)
         assert name == e.name and int(code_) == want[e.restype], line
         assert message.startswith(f"{e.name}: not available"), line
+
+
+def test_a_python_host_keeps_its_interpreter(flags, cpu_session):
+    """Loaded into a process that already runs Python (here: this one, through ctypes), the library uses
+    that interpreter and the objects the C calls create are this process's Python objects."""
+    import ctypes
+    from aclnn_gpu.capi.bridge import UnknownHandle, handles
+    lib = ctypes.CDLL(str(Path(next(f[2:] for f in flags if f.startswith("-L"))) / "libascendcl.so"))
+    lib.aclGetRecentErrMsg.restype = ctypes.c_char_p
+    lib.aclCreateTensor.restype = ctypes.c_void_p
+    count = ctypes.c_uint32(0)
+    assert lib.aclrtGetDeviceCount(ctypes.byref(count)) == 0 and count.value >= 1
+    _, ptr = acl.aclrtMalloc(64, 0)
+    dims = (ctypes.c_int64 * 2)(2, 3)
+    tensor = lib.aclCreateTensor(dims, ctypes.c_uint64(2), acl.ACL_FLOAT, None, ctypes.c_int64(0), acl.ACL_FORMAT_ND,
+                                 dims, ctypes.c_uint64(2), ctypes.c_void_p(ptr))
+    assert tensor, lib.aclGetRecentErrMsg()
+    obj = handles.get(tensor)
+    assert isinstance(obj, acl.aclTensor) and obj.shape == (2, 3) and obj.data == ptr
+    assert lib.aclDestroyTensor(ctypes.c_void_p(tensor)) == 0 and obj.destroyed
+    assert lib.aclDestroyTensor(ctypes.c_void_p(tensor)) == acl.ACLNN_ERR_PARAM_INVALID
+    assert lib.aclGetRecentErrMsg() == b"aclDestroyTensor: tensor was already destroyed"
+    assert isinstance(handles.get(0x1230), UnknownHandle)
+    assert acl.aclrtFree(ptr) == 0
