@@ -75,9 +75,9 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     """Join the meeting as `rank` of `n_ranks` and start the engine (every wait bounded)."""
     connect_s, exec_s = bootstrap.connect_timeout(), bootstrap.exec_timeout()
     from torch.distributed import PrefixStore
-    try:
+    try:  # one store client per user: a client is not shared between threads that wait on it
         client = bootstrap.connect(meeting.host, meeting.port, connect_s, serve_here=serve_here)
-        side = bootstrap.connect(meeting.host, meeting.port, connect_s) if not serve_here else client
+        side, engine_client = (bootstrap.connect(meeting.host, meeting.port, connect_s) for _ in range(2))
     except Exception as e:  # noqa: BLE001 - torch's DistNetworkError / RuntimeError
         fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot reach the bootstrap store at {meeting.host}:{meeting.port} "
                                             f"within HCCL_CONNECT_TIMEOUT={connect_s:g} s: {str(e).splitlines()[0]}")
@@ -98,7 +98,8 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     else:
         from .gloo import GlooEngine
         try:
-            engine = GlooEngine(store, rank, n_ranks, meeting.host, exec_s, device)
+            engine = GlooEngine(PrefixStore(f"hccl/{meeting.key}/", engine_client), rank, n_ranks, meeting.host,
+                                exec_s, device)
         except Exception as e:  # noqa: BLE001
             fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks: {str(e).splitlines()[0]}")
     rendezvous.set_timeout(exec_s, "HCCL_EXEC_TIMEOUT")
