@@ -354,15 +354,18 @@ def test_rank_table_communicator(cpu_session, tmp_path, monkeypatch):
         ret, comm = acl.HcclCommInitClusterInfo(str(table), r)
         assert ret == 0, acl.aclGetRecentErrMsg()
         buf = upload(np.full(3, r + 1, np.int64))
-        ok(acl.HcclAllReduce(buf, buf, 3, acl.HCCL_DATA_TYPE_INT64, acl.HCCL_REDUCE_PROD, comm, None))
-        ok(acl.aclrtSynchronizeStream(None))
+        stream = ok(acl.aclrtCreateStream())   # the ranks share a device here: not its one default stream
+        ok(acl.HcclAllReduce(buf, buf, 3, acl.HCCL_DATA_TYPE_INT64, acl.HCCL_REDUCE_PROD, comm, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
         out[r] = download(buf, 3, np.int64), ok(acl.HcclGetRankSize(comm))
         ok(acl.HcclCommDestroy(comm))
+        ok(acl.aclrtDestroyStream(stream))
 
     import threading
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
     for t in threads:
         t.start()
+        time.sleep(0.3)   # rank 0 listens first (a client that finds no server retries with a growing pause)
     for t in threads:
         t.join(30)
     for r in range(2):
