@@ -17,4 +17,4 @@ from .types import __all__ as _types_all
 
 __all__ = ["HcclAllGather", "HcclAllReduce", "HcclBarrier", "HcclBroadcast", "HcclComm", "HcclCommDestroy",
            "HcclCommInitClusterInfo", "HcclCommInitRootInfo", "HcclGetRankId", "HcclGetRankSize", "HcclGetRootInfo",
-           "HcclRecv", "HcclReduceScatter", "HcclSend", *_types_all]
+           "HcclRecv", "HcclReduceScatter", "HcclSend"] + [name for name in _types_all]

@@ -29,8 +29,8 @@ def hccl_api(n_out: int = 0) -> Callable:
 
 # ---------------------------------------------------------------------------- argument checks
 def _integer(value: Any, fn: str, what: str, low: int, high: int | None = None) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low or \
-            (high is not None and value > high):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < low or \
+            (high is not None and int(value) > high):
         fail(PARA, f"{fn}: {what} {value!r} must be an integer in [{low}, {'inf' if high is None else high}]")
     return int(value)
 

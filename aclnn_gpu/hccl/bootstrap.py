@@ -76,11 +76,13 @@ class Meeting:
     @staticmethod
     def decode(blob: Any, fn: str) -> "Meeting":
         if not isinstance(blob, (bytes, bytearray, memoryview)):
-            fail(HcclResult.HCCL_E_PARA, f"{fn}: rootInfo must be bytes from HcclGetRootInfo, got {type(blob).__name__}")
+            fail(HcclResult.HCCL_E_PARA,
+                 f"{fn}: rootInfo must be bytes from HcclGetRootInfo, got {type(blob).__name__}")
         blob = bytes(blob)
         if len(blob) != HCCL_ROOT_INFO_BYTES or not blob.startswith(MAGIC):
+            header = "" if blob.startswith(MAGIC) else ", wrong header"
             fail(HcclResult.HCCL_E_PARA, f"{fn}: rootInfo is not the {HCCL_ROOT_INFO_BYTES} bytes HcclGetRootInfo "
-                                         f"returns (got {len(blob)} bytes{'' if blob.startswith(MAGIC) else ', wrong header'})")
+                                         f"returns (got {len(blob)} bytes{header})")
         (length,) = struct.unpack_from("<I", blob, len(MAGIC))
         try:
             info = json.loads(blob[len(MAGIC) + 4:len(MAGIC) + 4 + length])

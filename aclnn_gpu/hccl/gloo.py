@@ -128,10 +128,10 @@ class GlooEngine:
 
     def __init__(self, store: Any, rank: int, size: int, host: str, timeout_s: float, device: Any):
         from torch.distributed import PrefixStore, ProcessGroupGloo
-        options = ProcessGroupGloo._Options()
+        options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
         options._timeout = datetime.timedelta(seconds=timeout_s)
         options._devices = [ProcessGroupGloo.create_device(hostname=host)]  # loopback unless HCCL_IF_IP
-        self.group = ProcessGroupGloo(PrefixStore("gloo/", store), rank, size, options)
+        self.group: Any = ProcessGroupGloo(PrefixStore("gloo/", store), rank, size, options)
         self.rank, self.size, self.device = rank, size, device
         self.gate = OrderGate(timeout_s)
 
