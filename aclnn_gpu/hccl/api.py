@@ -162,20 +162,28 @@ def HcclGetRankId(comm: HcclComm) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------- collectives
+def _reduction(fn: str, comm: Any, send_buf: Any, recv_buf: Any, count: Any, count_name: str, data_type: Any,
+               op: Any, stream: Any, send_blocks: int) -> tuple[HcclComm, tuple]:
+    """The checks and agreement of a reducing collective; `send_blocks` x count elements are sent."""
+    c = check_comm(comm, fn)
+
+    def local() -> tuple[dict, Any]:
+        n, dtype, reduce = _integer(count, fn, count_name, 0), _data_type(data_type, fn), _reduce_op(op, fn)
+        impl = _stream(c, stream, fn)
+        what = "sendBuf" if send_blocks == 1 else f"sendBuf ({count_name} x rank size elements)"
+        send = _buffer(c, send_buf, n * send_blocks * dtype.itemsize, fn, what)
+        recv = _buffer(c, recv_buf, n * dtype.itemsize, fn, "recvBuf")
+        return {count_name: n, "dataType": int(data_type), "op": int(op)}, (impl, send, recv, n, dtype, reduce)
+
+    return c, _agreed(fn, c, local, (count_name, "dataType", "op"))
+
+
 @hccl_api()
 def HcclAllReduce(sendBuf: int, recvBuf: int, count: int, dataType: int, op: int, comm: HcclComm,
                   stream: Any) -> int:
     fn = "HcclAllReduce"
-    c = check_comm(comm, fn)
-
-    def local() -> tuple[dict, Any]:
-        n, dtype, reduce = _integer(count, fn, "count", 0), _data_type(dataType, fn), _reduce_op(op, fn)
-        impl = _stream(c, stream, fn)
-        send = _buffer(c, sendBuf, n * dtype.itemsize, fn, "sendBuf")
-        recv = _buffer(c, recvBuf, n * dtype.itemsize, fn, "recvBuf")
-        return {"count": n, "dataType": int(dataType), "op": int(op)}, (impl, send, recv, n, dtype, reduce)
-
-    impl, send, recv, n, dtype, reduce = _agreed(fn, c, local, ("count", "dataType", "op"))
+    c, (impl, send, recv, n, dtype, reduce) = _reduction(fn, comm, sendBuf, recvBuf, count, "count", dataType, op,
+                                                         stream, 1)
     if n:
         c.engine.all_reduce(impl, send, recv, n, dtype, reduce, _what(fn, c))
     return OK
@@ -186,15 +194,8 @@ def HcclReduceScatter(sendBuf: int, recvBuf: int, recvCount: int, dataType: int,
                       stream: Any) -> int:
     fn = "HcclReduceScatter"
     c = check_comm(comm, fn)
-
-    def local() -> tuple[dict, Any]:
-        n, dtype, reduce = _integer(recvCount, fn, "recvCount", 0), _data_type(dataType, fn), _reduce_op(op, fn)
-        impl = _stream(c, stream, fn)
-        send = _buffer(c, sendBuf, n * c.size * dtype.itemsize, fn, "sendBuf (recvCount x rank size elements)")
-        recv = _buffer(c, recvBuf, n * dtype.itemsize, fn, "recvBuf")
-        return {"recvCount": n, "dataType": int(dataType), "op": int(op)}, (impl, send, recv, n, dtype, reduce)
-
-    impl, send, recv, n, dtype, reduce = _agreed(fn, c, local, ("recvCount", "dataType", "op"))
+    c, (impl, send, recv, n, dtype, reduce) = _reduction(fn, comm, sendBuf, recvBuf, recvCount, "recvCount", dataType,
+                                                         op, stream, c.size)
     if n:
         c.engine.reduce_scatter(impl, send, recv, n, dtype, reduce, _what(fn, c))
     return OK

@@ -165,16 +165,18 @@ class GlooEngine:
         source, target = self._view(send, count * dtype.itemsize), self._view(recv, count * dtype.itemsize)
 
         def work() -> None:
-            values = target.view(dtype)
             if send != recv:
                 target[:] = source
-            tensor, finish = _reducible(values, op)
-            from torch.distributed import AllreduceOptions
-            options = AllreduceOptions()
-            options.reduceOp = _torch_op(op)
-            self.group.allreduce([tensor], options).wait()
-            finish()
+            self._all_reduce_in_place(target.view(dtype), op)
         self._queue(stream, what, work)
+
+    def _all_reduce_in_place(self, values: np.ndarray, op: HcclReduceOp) -> None:
+        from torch.distributed import AllreduceOptions
+        tensor, finish = _reducible(values, op)
+        options = AllreduceOptions()
+        options.reduceOp = _torch_op(op)
+        self.group.allreduce([tensor], options).wait()
+        finish()
 
     def reduce_scatter(self, stream: Any, send: int, recv: int, count: int, dtype: np.dtype, op: HcclReduceOp,
                        what: str) -> None:
@@ -186,12 +188,7 @@ class GlooEngine:
 
         def work() -> None:
             whole = source.copy()
-            tensor, finish = _reducible(whole.view(dtype), op)
-            from torch.distributed import AllreduceOptions
-            options = AllreduceOptions()
-            options.reduceOp = _torch_op(op)
-            self.group.allreduce([tensor], options).wait()
-            finish()
+            self._all_reduce_in_place(whole.view(dtype), op)
             target[:] = whole[block]
         self._queue(stream, what, work)
 
