@@ -394,3 +394,61 @@ def test_data_parallel_training_equals_one_process(cpu_session, world):
         np.testing.assert_allclose(ranks[0][name], single[name], rtol=1e-4, atol=1e-5, err_msg=name)
         assert not np.array_equal(single[name], example.train_ctc.init_params(example.SEED)[name].numpy()) or \
             name.startswith("b"), name
+
+
+# ---------------------------------------------------------------------------- the NCCL layer
+def test_nccl_layer_maps_types_ops_and_the_stream(monkeypatch):
+    """hccl/nccl.py over a recording stand-in for cupy.cuda.nccl (no GPU here): every collective
+    reaches NCCL with NCCL's type and op numbers, byte counts for data movement, and the CuPy
+    stream's pointer; 16-bit integer reductions are refused; a failed verdict is this call's code."""
+    import types as pytypes
+
+    from aclnn_gpu.errors import OpError
+    from aclnn_gpu.hccl import nccl as layer
+
+    calls = []
+
+    class Communicator:
+        def __init__(self, size, unique_id, rank):
+            calls.append(("init", size, unique_id, rank))
+
+        def __getattr__(self, name):
+            return lambda *args: calls.append((name, *args))
+
+    fake = pytypes.SimpleNamespace(NcclCommunicator=Communicator, NcclError=RuntimeError,
+                                   get_unique_id=lambda: tuple(range(-64, 64)))
+    cupy = pytypes.ModuleType("cupy")
+    cupy.cuda = pytypes.ModuleType("cupy.cuda")
+    cupy.cuda.nccl = fake
+    for name, module in (("cupy", cupy), ("cupy.cuda", cupy.cuda), ("cupy.cuda.nccl", fake)):
+        monkeypatch.setitem(sys.modules, name, module)
+    device = pytypes.SimpleNamespace(malloc=lambda n: 0x1000, free=lambda p: calls.append(("free", p)))
+    stream = pytypes.SimpleNamespace(cupy=pytypes.SimpleNamespace(ptr=0xABC))
+
+    unique_id = layer.new_unique_id()
+    assert len(unique_id) == 128 and unique_id[0] == 256 - 64
+    engine = layer.NcclEngine(unique_id, 1, 4, device)
+    engine.all_reduce(stream, 10, 20, 5, np.dtype(np.float32), acl.HCCL_REDUCE_MAX, "t")
+    engine.all_reduce(stream, 10, 20, 5, numpy_type(acl.HCCL_DATA_TYPE_BFP16), acl.HCCL_REDUCE_PROD, "t")
+    engine.reduce_scatter(stream, 10, 20, 3, np.dtype(np.uint64), acl.HCCL_REDUCE_MIN, "t")
+    engine.all_gather(stream, 10, 20, 12, "t")
+    engine.broadcast(stream, 10, 12, 2, "t")
+    engine.send(stream, 10, 12, 3, 0, "t", lambda: None)
+    engine.recv(stream, 20, 12, 0, 0, "t")
+    engine.barrier(stream, "t")
+    engine.close()
+    assert calls == [("init", 4, unique_id, 1),
+                     ("allReduce", 10, 20, 5, 7, 2, 0xABC), ("allReduce", 10, 20, 5, 9, 1, 0xABC),
+                     ("reduceScatter", 10, 20, 3, 5, 3, 0xABC), ("allGather", 10, 20, 12, 1, 0xABC),
+                     ("broadcast", 10, 10, 12, 1, 2, 0xABC), ("send", 10, 12, 1, 3, 0xABC),
+                     ("recv", 20, 12, 1, 0, 0xABC), ("allReduce", 0x1000, 0x1000, 1, 2, 0, 0xABC),
+                     ("destroy",), ("free", 0x1000)]
+    with pytest.raises(OpError) as refused:
+        engine.all_reduce(stream, 10, 20, 5, np.dtype(np.int16), acl.HCCL_REDUCE_SUM, "HcclAllReduce")
+    assert refused.value.status == acl.HCCL_E_NOT_SUPPORT and "int16" in refused.value.message
+
+    def late():
+        raise OpError(acl.ACL_ERROR_RT_WAIT_TIMEOUT, "HcclSend: timed out")
+    with pytest.raises(OpError) as timed_out:
+        engine.send(stream, 10, 12, 3, 0, "t", late)
+    assert timed_out.value.status == acl.HCCL_E_TIMEOUT

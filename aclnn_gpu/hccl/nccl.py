@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import fail
+from ..errors import OpError, fail
+from ..status import aclError
 from .types import HcclReduceOp, HcclResult
 
 # ncclDataType_t by NumPy type; NCCL has no 16-bit integers (reductions of those are refused).
@@ -83,7 +84,11 @@ class NcclEngine:
 
     def send(self, stream: Any, buf: int, nbytes: int, peer: int, tag: int, what: str,
              before: Callable[[], None]) -> None:
-        before()  # the receiver's verdict, on the host: NCCL has no host callback in stream order here
+        try:  # the receiver's verdict, waited for on the host (NCCL work cannot wait for it in stream order)
+            before()
+        except OpError as e:   # `before` words its failure for a stream; here it is this call's result
+            timed_out = e.status == aclError.ACL_ERROR_RT_WAIT_TIMEOUT
+            fail(HcclResult.HCCL_E_TIMEOUT if timed_out else HcclResult.HCCL_E_PARA, e.message)
         self._call(what, lambda: self.comm.send(buf, nbytes, NCCL_UINT8, peer, self._stream(stream)))
 
     def recv(self, stream: Any, buf: int, nbytes: int, peer: int, tag: int, what: str) -> None:
