@@ -375,3 +375,12 @@ def test_a_python_host_keeps_its_interpreter(flags, cpu_session):
     assert lib.aclGetRecentErrMsg() == b"aclDestroyTensor: tensor was already destroyed"
     assert isinstance(handles.get(0x1230), UnknownHandle)
     assert acl.aclrtFree(ptr) == 0
+
+
+def test_hccl_through_the_c_abi(compile_program):
+    """HcclGetRootInfo / HcclCommInitRootInfo / rank queries / HcclAllReduce / HcclCommDestroy from C, one rank."""
+    if not hasattr(acl, "HcclAllReduce"):
+        pytest.skip("this aclnn_gpu has no HCCL functions (the C ABI answers HCCL_E_NOT_SUPPORT)")
+    proc = run(compile_program(HERE / "hccl.c"), "cpu", timeout=300)
+    assert proc.returncode == 0 and "hccl ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "destroyed comm -> 1 HcclGetRankSize: comm was destroyed" in proc.stdout
