@@ -30,6 +30,7 @@ sample's arithmetic, and so the result, is the same for any split.
 """
 from __future__ import annotations
 
+import threading
 from functools import partial
 
 import numpy as np
@@ -89,6 +90,26 @@ _PARALLEL_MIN_STATE_STEPS = 1 << 18
 # Samples per slice at most: the working set of a slice stays in the L2 cache, and the slices keep
 # every core busy.
 _SLICE_SAMPLES = 32
+# Bytes of the backward's per-block factor buffer (3 planes of float32 per state and step): small
+# batches take many steps per block (fewer NumPy calls per step), large ones at least 32.
+_BLOCK_BYTES = 1 << 18
+
+
+_TLS = threading.local()
+
+
+def _reused(name: str, shape: tuple, dtype) -> np.ndarray:
+    """A scratch array of `shape`, kept by the calling thread for the next call: fresh buffers of a
+    few hundred KiB come from mmap and page-fault on every call (measured 2x the work at N <= 2)."""
+    buffers = getattr(_TLS, "buffers", None)
+    if buffers is None:
+        buffers = _TLS.buffers = {}
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    buf = buffers.get((name, dtype))
+    if buf is None or buf.size < count:
+        buf = buffers[(name, dtype)] = np.empty(count, dtype)
+    return buf[:count].reshape(shape)
 
 
 def _by_slices(work, N, state_steps):
@@ -275,11 +296,12 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
     if tmax > 1:
         # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
         # steps into reused buffers, consumed right after (cache-resident)
-        nb = max(1, min(tmax - 1, 32))
-        Fb = np.empty((nb, 3, n, S), dtype=md)
-        Db = np.full((nb, n, S + 2), ninf, dtype=md)
-        mb = np.empty((nb, n, S), dtype=bool)
-        tmp = np.empty((3, n, S), dtype=md)
+        nb = max(1, min(tmax - 1, max(32, _BLOCK_BYTES // (12 * n * S))))
+        Fb = _reused("factors", (nb, 3, n, S), md)
+        Db = _reused("differences", (nb, n, S + 2), md)
+        Db[:, :, S:] = ninf                              # the s+1, s+2 neighbours past the last state
+        mb = _reused("mask", (nb, n, S), bool)
+        tmp = _reused("products", (3, n, S), md)
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
         Gs = G[:, :, :S]
