@@ -65,7 +65,8 @@ class KlDiv(Family):
     def emulated(self, e): return (_geo(2, e), 64)
     def shapes(self, p): return f"self/target {p}, batchmean"
     def size(self, p): return p[0] * p[1]
-    def work(self, p, direction, dt): return 2 * p[0] * p[1] * dt.itemsize   # fwd: read self, target; bwd: read target, write grad
+    def work(self, p, direction, dt):   # fwd: read self, target; bwd: read target, write grad
+        return 2 * p[0] * p[1] * dt.itemsize
 
     def data(self, p, dt, rng):
         return {"x": rng.standard_normal(p, dtype=np.float32).astype(dt),
@@ -604,8 +605,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "llll" + "r" * (7 + len(fastest))))
     print(f"\n## Host overhead per call, tiny tensors (microseconds; {n_calls} calls, median of batches)\n")
     print(common.markdown_table(
-        ["operator", "GetWorkspaceSize + execute + sync", "GetWorkspaceSize + execute", "reused executor: execute + sync",
-         "reused executor: execute", "PyTorch call"],
+        ["operator", "GetWorkspaceSize + execute + sync", "GetWorkspaceSize + execute",
+         "reused executor: execute + sync", "reused executor: execute", "PyTorch call"],
         [[o["operator"], o["get_ws_execute_sync_us"], o["get_ws_execute_us"], o["reused_execute_sync_us"],
           o["reused_execute_us"], o["torch_us"]] for o in overhead], "lrrrrr"))
     print("\n## Scaling of the backward operators (ms)\n")

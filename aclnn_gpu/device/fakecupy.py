@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import time
 import weakref
 from types import SimpleNamespace
 from typing import Any, Sequence
