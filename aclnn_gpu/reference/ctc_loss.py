@@ -17,7 +17,7 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   forward rule); Lin == 0 gives loss 0 when L == 0, else inf.
 * backward: out[t,b,c] = (exp(lp) - exp(lcab + nll - lp)) * g for t < Lin, 0 for t >= Lin; the whole
   sample is 0 when `zero_infinity` and nll == +inf; NaN where lp = -inf (t < Lin), as the formula
-  gives. log_alpha is read only at t < Lin, s <= 2L
+  gives. log_alpha is read only at t < Lin-1, s <= 2L and at t = Lin-1, s in {2L-1, 2L}
   (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
   occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
   that could underflow labels with tiny probability.
@@ -258,6 +258,10 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
     for b in range(n):
         la[il[b]:, b, :] = ninf
         la[:, b, 2 * tl[b] + 1:] = ninf
+        if il[b] > 0:   # PyTorch reads the last step at s = 2L-1, 2L only: garbage elsewhere there would
+            # reach the result through the factors of the next step (0 * NaN) only when the batch
+            # has longer inputs, so a sample's result would depend on the batch it came in
+            la[il[b] - 1, b, :max(2 * tl[b] - 1, 0)] = ninf
     # log-probs gathered at the extended labels: (tmax, n, S)
     lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
                   axis=1).reshape(tmax, n, S)
