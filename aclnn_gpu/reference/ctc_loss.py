@@ -95,17 +95,25 @@ _SLICE_SAMPLES = 32
 _BLOCK_BYTES = 1 << 18
 
 
+# Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
+_GATHER_STEPS = 64
+# Scratch buffers up to this size are kept by their thread between calls (larger ones are rare and
+# their work dwarfs the page faults of a fresh buffer).
+_KEEP_BYTES = 4 << 20
+
 _TLS = threading.local()
 
 
 def _reused(name: str, shape: tuple, dtype) -> np.ndarray:
     """A scratch array of `shape`, kept by the calling thread for the next call: fresh buffers of a
-    few hundred KiB come from mmap and page-fault on every call (measured 2x the work at N <= 2)."""
+    few hundred KiB come from mmap and page-fault on every call (a few per cent at N <= 5)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    if count * dtype.itemsize > _KEEP_BYTES:
+        return np.empty(shape, dtype)
     buffers = getattr(_TLS, "buffers", None)
     if buffers is None:
         buffers = _TLS.buffers = {}
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
     buf = buffers.get((name, dtype))
     if buf is None or buf.size < count:
         buf = buffers[(name, dtype)] = np.empty(count, dtype)
@@ -127,17 +135,22 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
     """The alpha recursion: lt[t, n, 2 + s] = log_alpha for t < tmax (rows past a sample's own input
     length are cleared by the caller). It stays on one thread: its eight small NumPy calls per time
     step contend for the GIL when batch slices run in parallel (measured 1.5-2x slower on 2 cores);
-    the log-probs at the extended labels are gathered for all steps in one call before the loop."""
+    the log-probs at the extended labels are gathered for _GATHER_STEPS steps in one call."""
     T, n, C = lp_in.shape
     S = lprime.shape[1]
     ninf = md.type(-np.inf)
     gidx = (np.arange(n)[:, None] * C + lprime).reshape(-1)   # gather of lp[t] at l'
-    g = np.take(lp_in[:tmax].reshape(tmax, n * C), gidx, axis=1).reshape(tmax, n, S)
-    if g.dtype == np.float16:                        # exact casts (float16: lowp's table)
-        lpg = lowp.f16_to_f32(g, np.empty((tmax, n, S), dtype=md))
-    else:
-        lpg = g.astype(md, copy=False)
+    lpf = lp_in.reshape(T, n * C)
 
+    def gather(t0: int) -> np.ndarray:
+        """lp[t, n, l'(s)] in the math dtype for _GATHER_STEPS steps from t0, in one call."""
+        t1 = min(tmax, t0 + _GATHER_STEPS)
+        g = np.take(lpf[t0:t1], gidx, axis=1).reshape(t1 - t0, n, S)
+        if g.dtype == np.float16:                    # exact casts (float16: lowp's table)
+            return lowp.f16_to_f32(g)
+        return g.astype(md, copy=False)
+
+    lpg = gather(0)
     lt[0, :, 2:] = ninf
     lt[0, :, 2:4] = lpg[0, :, :2]
     skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
@@ -156,6 +169,8 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
     rmax, red = np.maximum.reduce, np.add.reduce
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for t in range(1, tmax):
+            if t % _GATHER_STEPS == 0:
+                lpg = gather(t)
             add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
             rmax(buf, 0, None, m, False, low)
             sub(buf, m, out=buf)
@@ -163,7 +178,7 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
             red(buf, 0, None, r)
             lg(r, out=r)
             add(r, m, out=r)
-            add(r, lpg[t], out=lt[t, :, 2:])
+            add(r, lpg[t % _GATHER_STEPS], out=lt[t, :, 2:])
 
 
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
