@@ -156,7 +156,7 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
                 np.maximum.reduce(b, axis=1, keepdims=True, out=m)
                 b -= m
             np.exp(b, out=e)
-            np.einsum("ij->i", e, out=m[:, 0])   # 3x faster than add.reduce along rows (SIMD, no pairwise)
+            np.add.reduce(e, axis=1, keepdims=True, out=m)
             np.log(m, out=m)
             b -= m
             nll[q0:q1] = b[np.arange(k), tc[q0:q1]]

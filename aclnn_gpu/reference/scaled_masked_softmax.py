@@ -100,7 +100,7 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
         np.copyto(mx, _F32(0), where=mx == _F32(-np.inf))         # fully masked row: exp(-inf) = 0, no NaN
         t -= mx
         np.exp(t, out=t)
-        sm = _row_sums(t)
+        sm = t.sum(axis=-1, keepdims=True)
         np.copyto(sm, _F32(1), where=sm == 0)            # fully masked row stays all zeros
         t /= sm
         if not direct:
@@ -108,12 +108,6 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
 
     _run_chunks(work, list(_chunks(x.shape, None if cm is None else cm.shape)))
     return out
-
-
-def _row_sums(t: np.ndarray) -> np.ndarray:
-    """Sums over the last axis, keepdims: einsum's SIMD loop is about 3x faster than add.reduce's
-    pairwise one along short contiguous rows (same result up to float32 rounding)."""
-    return np.einsum("...j->...", t)[..., None]
 
 
 def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
@@ -130,7 +124,7 @@ def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
     mx[mx == -np.inf] = 0                                # fully masked row: exp(-inf) = 0, no NaN
     t -= mx
     np.exp(t, out=t)
-    s = _row_sums(t)
+    s = t.sum(axis=-1, keepdims=True)
     s[s == 0] = 1                                        # fully masked row stays all zeros
     t /= s
     return t if dtype == _F32 else t.astype(dtype)
