@@ -46,6 +46,21 @@ if [ -d examples ]; then
   done
 fi
 
+echo "::: C and C++ sample programs over the C ABI (cpu device)"
+# tests/capi compiles and checks them on both devices against PyTorch; this is the README's command line.
+capi_flags="$("$PY" -m aclnn_gpu.capi --cflags --libs)"
+capi_out="$(mktemp -d)"
+for program in examples/cpp/*.cpp examples/c/*.c; do
+  [ -e "$program" ] || continue
+  echo "--- $program"
+  case "$program" in
+    *.c) ${CC:-gcc} -std=c99 -Wall -Wextra -pedantic -Werror "$program" $capi_flags -o "$capi_out/a.out" ;;
+    *) ${CXX:-g++} -std=c++17 -Wall -Wextra -Iexamples/cpp "$program" $capi_flags -o "$capi_out/a.out" ;;
+  esac
+  ACLNN_GPU_DEVICE=cpu "$capi_out/a.out" | tail -1
+done
+rm -rf "$capi_out"
+
 echo "::: kernel proofs"
 PYTHON="$PY" bash scripts/ci_kernels.sh
 

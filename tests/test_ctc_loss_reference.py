@@ -177,6 +177,31 @@ def test_batch_slices_give_the_same_bits(monkeypatch, dtype):
         np.testing.assert_array_equal(backward(0, slice_samples), whole, err_msg=f"slices of {slice_samples}")
 
 
+def test_garbage_log_alpha_of_a_short_sample_does_not_depend_on_the_batch(monkeypatch):
+    """A NaN in a short sample's log_alpha at its last step, at a state PyTorch does not read there
+    (s < 2L-1): the sample gives the same bits alone in its slice (the recursion stops at its own
+    last step) as in a batch with longer inputs (where the next step's factors multiply it), and
+    PyTorch's finite values."""
+    from aclnn_gpu.reference import ctc_loss as reference
+    rng = np.random.default_rng([SEED, 97])
+    lp, tg, il, tl = make_case(rng, 30, 4, 5, 3)
+    il[0], tl[0] = 30, 3
+    il[2], tl[2] = 2, 1                       # two steps, one label
+    nll, la = ctc_loss_forward(lp, tg, il, tl)
+    la = la.copy()
+    la[2, 1, 0] = np.nan                      # t = Lin-1, s = 0: not read by PyTorch (only 2L-1, 2L)
+    g = np.ones(4)
+    whole = ctc_loss_backward(g, lp, tg, il, tl, nll, la)
+    monkeypatch.setattr(reference, "_PARALLEL_MIN_STATE_STEPS", 0)
+    monkeypatch.setattr(reference, "_SLICE_SAMPLES", 1)
+    np.testing.assert_array_equal(ctc_loss_backward(g, lp, tg, il, tl, nll, la), whole)
+    expected = torch.ops.aten._ctc_loss_backward(
+        torch.tensor(g), torch.tensor(lp), torch.tensor(tg), il.tolist(), tl.tolist(), torch.tensor(nll),
+        torch.tensor(la), 0, False).numpy()
+    assert np.isfinite(expected[:, 2]).all()
+    np.testing.assert_allclose(whole[:, 2], expected[:, 2], rtol=1e-10, atol=1e-12)
+
+
 def test_scalar_grad_out_serves_every_sample(monkeypatch):
     """grad_out given as one value: the same as that value repeated, in one slice or many."""
     from aclnn_gpu.reference import ctc_loss as reference

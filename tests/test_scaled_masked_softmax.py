@@ -4,6 +4,7 @@ bad-input table, phase-2 checks and the functional layer. Shapes and values are 
 seed is printed and attached to failing reports."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -60,13 +61,17 @@ def cancel_bound(g, y, scale):
 
 def check(got, expected, dtype, what="", factor=2.0, bound=0.0):
     """Within a few roundings of the output dtype, relative to the element and to the row's scale
-    (`bound`: the size of the terms that cancel, for the backward's y * (g - dot))."""
+    (`bound`: the size of the terms that cancel, for the backward's y * (g - dot)), or within the
+    dtype's subnormal spacing (the rounding of a result below the normal range is absolute: up to
+    3e-8 in float16)."""
     got64 = np.asarray(got, np.float64)
     assert got64.shape == expected.shape, (got64.shape, expected.shape)
     assert not np.isnan(got64).any(), f"NaN in the output (unwritten element?) {what}"
     rtol = RTOL[np.dtype(dtype)] * factor
     row = np.abs(expected).max(axis=-1, keepdims=True) if expected.size else 0
-    np.testing.assert_array_less(np.abs(got64 - expected), rtol * (np.abs(expected) + row + bound) + 1e-30, err_msg=what)
+    spacing = float(ml_dtypes.finfo(dtype).smallest_subnormal)
+    np.testing.assert_array_less(np.abs(got64 - expected), rtol * (np.abs(expected) + row + bound) + spacing,
+                                 err_msg=what)
 
 
 def make_mask(rng, form, B, N, S1, S2, fully_masked=True):

@@ -5,8 +5,9 @@ architecture, with ptxas's resource usage per kernel; CI fails on any spill, war
     python -m aclnn_gpu.kernels.report --json report.json    # also machine-readable
     python -m aclnn_gpu.kernels.report path/x.cu:'k<float>;k<double>' --arch 90   # explicit files
 
-Owns: the NVRTC options of the project's kernels (-std=c++17, -Xptxas=-v, the kernels directory and
-the CUDA headers of the nvidia-cuda-runtime wheel on the include path), the parsing of ptxas's
+Owns: the NVRTC options of the project's kernels as CuPy really compiles them (-std=c++17, the kernels
+directory and the CUDA headers of the nvidia-cuda-runtime wheel on the include path, plus CuPy's own
+-ftz=true and --device-as-default-execution-space; -Xptxas=-v for the log), the parsing of ptxas's
 resource lines, and the pass/fail rule. Uses cuda-python's `cuda.bindings.nvrtc`; never touches a
 driver. Files without name expressions are compiled too (only their `extern "C"` kernels appear in
 the table), so a syntax error anywhere fails the report.
@@ -123,6 +124,20 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
+# What CuPy 14 adds to a RawModule's options when it compiles with NVRTC (cupy/cuda/compiler.py:
+# _compile_with_cache_cuda appends -ftz=true; _compile_using_nvrtc appends -arch=sm_XX and
+# --device-as-default-execution-space). -ftz=true changes the code (flush-to-zero fp32 instructions,
+# hence registers), so the report compiles exactly like the loaded module; -Xptxas=-v only adds the log.
+CUPY_ADDED_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+
+
+def nvrtc_options(arch: str, includes) -> list[str]:
+    """The options of the cuda device's RawModule (the project's -std/-I) plus CuPy's own, the
+    architecture, and -Xptxas=-v for ptxas's resource lines."""
+    return ["-std=c++17", f"-I{KERNEL_DIR}", *(f"-I{d}" for d in includes), *CUPY_ADDED_OPTIONS,
+            f"-arch=sm_{arch}", "-Xptxas=-v"]
+
+
 def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: list[str]
                   ) -> tuple[str, dict, str | None]:
     """-> (log, {lowered name: name expression}, error message or None)."""
@@ -132,8 +147,7 @@ def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: li
     try:
         for e in exprs:
             _check(nvrtc.nvrtcAddNameExpression(prog, e.encode()), f"nvrtcAddNameExpression({e})")
-        opts = [f"-arch=sm_{arch}", "-std=c++17", "-Xptxas=-v", "-lineinfo", f"-I{KERNEL_DIR}"]
-        opts += [f"-I{d}" for d in includes]
+        opts = nvrtc_options(arch, includes)
         res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
         buf = b" " * size

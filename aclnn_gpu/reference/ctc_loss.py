@@ -17,7 +17,7 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   forward rule); Lin == 0 gives loss 0 when L == 0, else inf.
 * backward: out[t,b,c] = (exp(lp) - exp(lcab + nll - lp)) * g for t < Lin, 0 for t >= Lin; the whole
   sample is 0 when `zero_infinity` and nll == +inf; NaN where lp = -inf (t < Lin), as the formula
-  gives. log_alpha is read only at t < Lin, s <= 2L
+  gives. log_alpha is read only at t < Lin-1, s <= 2L and at t = Lin-1, s in {2L-1, 2L}
   (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
   occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
   that could underflow labels with tiny probability.
@@ -30,6 +30,7 @@ sample's arithmetic, and so the result, is the same for any split.
 """
 from __future__ import annotations
 
+import threading
 from functools import partial
 
 import numpy as np
@@ -89,6 +90,34 @@ _PARALLEL_MIN_STATE_STEPS = 1 << 18
 # Samples per slice at most: the working set of a slice stays in the L2 cache, and the slices keep
 # every core busy.
 _SLICE_SAMPLES = 32
+# Bytes of the backward's per-block factor buffer (3 planes of float32 per state and step): small
+# batches take many steps per block (fewer NumPy calls per step), large ones at least 32.
+_BLOCK_BYTES = 1 << 18
+
+
+# Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
+_GATHER_STEPS = 64
+# Scratch buffers up to this size are kept by their thread between calls (larger ones are rare and
+# their work dwarfs the page faults of a fresh buffer).
+_KEEP_BYTES = 4 << 20
+
+_TLS = threading.local()
+
+
+def _reused(name: str, shape: tuple, dtype) -> np.ndarray:
+    """A scratch array of `shape`, kept by the calling thread for the next call: fresh buffers of a
+    few hundred KiB come from mmap and page-fault on every call (a few per cent at N <= 5)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    if count * dtype.itemsize > _KEEP_BYTES:
+        return np.empty(shape, dtype)
+    buffers = getattr(_TLS, "buffers", None)
+    if buffers is None:
+        buffers = _TLS.buffers = {}
+    buf = buffers.get((name, dtype))
+    if buf is None or buf.size < count:
+        buf = buffers[(name, dtype)] = np.empty(count, dtype)
+    return buf[:count].reshape(shape)
 
 
 def _by_slices(work, N, state_steps):
@@ -104,30 +133,26 @@ def _by_slices(work, N, state_steps):
 
 def _alpha(lp_in, md, lprime, skip, tmax, lt):
     """The alpha recursion: lt[t, n, 2 + s] = log_alpha for t < tmax (rows past a sample's own input
-    length are cleared by the caller). It stays on one thread: its ten small NumPy calls per time
-    step contend for the GIL when batch slices run in parallel (measured 1.5-2x slower on 2 cores)."""
+    length are cleared by the caller). It stays on one thread: its eight small NumPy calls per time
+    step contend for the GIL when batch slices run in parallel (measured 1.5-2x slower on 2 cores);
+    the log-probs at the extended labels are gathered for _GATHER_STEPS steps in one call."""
     T, n, C = lp_in.shape
     S = lprime.shape[1]
     ninf = md.type(-np.inf)
     gidx = (np.arange(n)[:, None] * C + lprime).reshape(-1)   # gather of lp[t] at l'
     lpf = lp_in.reshape(T, n * C)
-    half = lp_in.dtype == np.float16
-    same = lp_in.dtype == md
-    g = np.empty((n, S), dtype=lp_in.dtype)          # gathered row lp[t, n, l'(s)] (storage dtype)
-    lpg_t = g if same else np.empty((n, S), dtype=md)
-    gflat = g.reshape(-1)
 
-    def gather(t):
-        np.take(lpf[t], gidx, out=gflat)
-        if not same:                                 # exact cast (float16: lowp's table)
-            if half:
-                lowp.f16_to_f32(g, lpg_t)
-            else:
-                np.copyto(lpg_t, g, casting="unsafe")
-        return lpg_t
+    def gather(t0: int) -> np.ndarray:
+        """lp[t, n, l'(s)] in the math dtype for _GATHER_STEPS steps from t0, in one call."""
+        t1 = min(tmax, t0 + _GATHER_STEPS)
+        g = np.take(lpf[t0:t1], gidx, axis=1).reshape(t1 - t0, n, S)
+        if g.dtype == np.float16:                    # exact casts (float16: lowp's table)
+            return lowp.f16_to_f32(g)
+        return g.astype(md, copy=False)
 
+    lpg = gather(0)
     lt[0, :, 2:] = ninf
-    lt[0, :, 2:4] = gather(0)[:, :2]
+    lt[0, :, 2:4] = lpg[0, :, :2]
     skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
     skipadd[skip] = 0
     addk = np.zeros((3, n, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
@@ -139,20 +164,21 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
     # V[t, k, n, s] = lt[t, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
     V = np.lib.stride_tricks.as_strided(lt[:, :, 2:], shape=(lt.shape[0], 3, n, S),
                                         strides=(st[0], -st[2], st[1], st[2]))
-    low = md.type(-np.finfo(md).max)
-    mx, sub, add, ex, lg = np.maximum, np.subtract, np.add, np.exp, np.log
+    low = md.type(-np.finfo(md).max)                # the max's floor: all -inf keeps -inf - m = -inf
+    sub, add, ex, lg = np.subtract, np.add, np.exp, np.log
     rmax, red = np.maximum.reduce, np.add.reduce
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for t in range(1, tmax):
+            if t % _GATHER_STEPS == 0:
+                lpg = gather(t)
             add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
-            rmax(buf, 0, None, m)
-            mx(m, low, out=m)                            # all -inf: keep -inf - m = -inf
+            rmax(buf, 0, None, m, False, low)
             sub(buf, m, out=buf)
             ex(buf, out=buf)
             red(buf, 0, None, r)
             lg(r, out=r)
             add(r, m, out=r)
-            add(r, gather(t), out=lt[t, :, 2:])
+            add(r, lpg[t % _GATHER_STEPS], out=lt[t, :, 2:])
 
 
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
@@ -247,6 +273,10 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
     for b in range(n):
         la[il[b]:, b, :] = ninf
         la[:, b, 2 * tl[b] + 1:] = ninf
+        if il[b] > 0:   # PyTorch reads the last step at s = 2L-1, 2L only: garbage elsewhere there would
+            # reach the result through the factors of the next step (0 * NaN) only when the batch
+            # has longer inputs, so a sample's result would depend on the batch it came in
+            la[il[b] - 1, b, :max(2 * tl[b] - 1, 0)] = ninf
     # log-probs gathered at the extended labels: (tmax, n, S)
     lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
                   axis=1).reshape(tmax, n, S)
@@ -285,11 +315,12 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
     if tmax > 1:
         # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
         # steps into reused buffers, consumed right after (cache-resident)
-        nb = max(1, min(tmax - 1, 32))
-        Fb = np.empty((nb, 3, n, S), dtype=md)
-        Db = np.full((nb, n, S + 2), ninf, dtype=md)
-        mb = np.empty((nb, n, S), dtype=bool)
-        tmp = np.empty((3, n, S), dtype=md)
+        nb = max(1, min(tmax - 1, max(32, _BLOCK_BYTES // (12 * n * S))))
+        Fb = _reused("factors", (nb, 3, n, S), md)
+        Db = _reused("differences", (nb, n, S + 2), md)
+        Db[:, :, S:] = ninf                              # the s+1, s+2 neighbours past the last state
+        mb = _reused("mask", (nb, n, S), bool)
+        tmp = _reused("products", (3, n, S), md)
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
         Gs = G[:, :, :S]

@@ -51,3 +51,20 @@ def test_compile_error_fails(tmp_path, capsys):
     src.write_text('extern "C" __global__ void k(float* y) { y[0] = undeclared; }\n')
     assert report.main([str(src), "--arch", "80"]) == 1
     assert "compile error" in capsys.readouterr().err
+
+
+def test_options_are_those_cupy_compiles_with():
+    """The report's registers are those of the loaded code: CuPy 14 adds -ftz=true and
+    --device-as-default-execution-space to every RawModule compile (read from CuPy's source when it is
+    installed) and the cuda device passes loader.nvrtc_options()."""
+    from aclnn_gpu.kernels import loader
+    opts = report.nvrtc_options("90", report.cuda_include_dirs())
+    assert "-ftz=true" in opts and "--device-as-default-execution-space" in opts and "-arch=sm_90" in opts
+    assert "-std=c++17" in opts and f"-I{loader.KERNEL_DIR}" in opts
+    try:
+        import cupy.cuda.compiler as cc
+    except Exception:  # noqa: BLE001 - CuPy is optional here
+        return
+    text = Path(cc.__file__).read_text()
+    for o in report.CUPY_ADDED_OPTIONS:
+        assert f"'{o}'" in text, f"CuPy no longer adds {o}: update report.CUPY_ADDED_OPTIONS"

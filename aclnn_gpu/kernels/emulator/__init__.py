@@ -8,8 +8,10 @@ Modules:
   record.py  recording launches (ACLNN_GPU_EMU_RECORD) for the ThreadSanitizer replay
   sanitize.py `python -m aclnn_gpu.kernels.emulator.sanitize [pytest args]`: ASan+UBSan test run
   tsan.py    `python -m aclnn_gpu.kernels.emulator.tsan DIR`: ThreadSanitizer replay of a recording
+  profile_rt.cpp, profiling.py  the memory profiler's trace runtime (C++) and its Python side
 
 Environment: ACLNN_GPU_CACHE (cache root, default ~/.cache/aclnn_gpu), ACLNN_GPU_EMU_SANITIZE=address,
+ACLNN_GPU_EMU_PROFILE=1 (profiling build: clang++, see build.py and profiling.py),
 ACLNN_GPU_EMU_RECORD=<dir>, EMU_SCHED_REVERSE=1 (run fibers in reverse order), EMU_STACK_KB (fiber
 stack size, default 128).
 """

@@ -12,7 +12,11 @@ and threads build a library once; results are written under a temporary name and
 
 Build modes: "default" (fibers, -O1), "address" (`-fsanitize=address,undefined`, selected by
 `ACLNN_GPU_EMU_SANITIZE=address`; a separate cache key; loading it needs libasan preloaded, see
-`sanitize.py`), and "tsan" (standalone executable with `-DEMU_THREADS -fsanitize=thread`, see `tsan.py`).
+`sanitize.py`), "tsan" (standalone executable with `-DEMU_THREADS -fsanitize=thread`, see `tsan.py`),
+and "profile" (selected by `ACLNN_GPU_EMU_PROFILE=1`: clang++ with
+`-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores -DEMU_PROFILE`, every load and store
+calls the memory-trace runtime `profile_rt.cpp`, built once without the flag; the build's metadata
+carries the table of access sites, see `access_sites`; profiling.py aggregates).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -33,6 +38,9 @@ KERNEL_DIR = HERE.parent
 INCLUDE_DIR = HERE / "include"
 EMU_H = HERE / "emu.h"
 CXX = os.environ.get("ACLNN_GPU_EMU_CXX", "g++")
+# The profiling build needs clang's -fsanitize-coverage=trace-loads,trace-stores (Debian: clang >= 14).
+PROFILE_CXX = os.environ.get("ACLNN_GPU_EMU_PROFILE_CXX", "clang++")
+PROFILE_RUNTIME = HERE / "profile_rt.cpp"
 
 BASE_FLAGS = ("-std=c++20", "-pthread", "-fPIC", "-fvisibility=hidden",
               "-Wno-unknown-pragmas", "-Wno-attributes")
@@ -43,7 +51,11 @@ MODE_FLAGS = {
     "address": ("-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
                 "-fno-sanitize-recover=undefined"),
     "tsan": ("-O1", "-g", "-DEMU_THREADS", "-fsanitize=thread"),
+    # Line tables (with inline frames) name the access sites; trace-loads needs trace-pc-guard beside it.
+    # (The coverage flags are added in the second step of the build, see _build_profiled.)
+    "profile": ("-O1", "-gline-tables-only", "-DEMU_PROFILE"),
 }
+COVERAGE_FLAGS = ("-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores",)
 
 _EXTERN_C_GLOBAL = re.compile(
     r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?(\w+)\s*\(')
@@ -64,8 +76,20 @@ def cache_dir() -> Path:
     return d
 
 
+def compiler_of(mode: str) -> str:
+    return PROFILE_CXX if mode == "profile" else CXX
+
+
+def profiling_enabled() -> bool:
+    return os.environ.get("ACLNN_GPU_EMU_PROFILE", "").strip().lower() not in ("", "0", "off", "none")
+
+
 def sanitize_mode() -> str:
-    """The in-process build mode selected by the environment: "default" or "address"."""
+    """The in-process build mode selected by the environment: "default", "address" or "profile"."""
+    if profiling_enabled():
+        if os.environ.get("ACLNN_GPU_EMU_SANITIZE", "").strip().lower() not in ("", "0", "none", "off"):
+            raise ValueError("ACLNN_GPU_EMU_PROFILE and ACLNN_GPU_EMU_SANITIZE cannot be combined")
+        return "profile"
     v = os.environ.get("ACLNN_GPU_EMU_SANITIZE", "").strip().lower()
     if v in ("", "0", "none", "off"):
         return "default"
@@ -76,8 +100,8 @@ def sanitize_mode() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_version() -> str:
-    return subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+def compiler_version(cxx: str = CXX) -> str:
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
 
 
 def kernel_names(code: str) -> list[str]:
@@ -86,7 +110,65 @@ def kernel_names(code: str) -> list[str]:
     return _EXTERN_C_GLOBAL.findall(code)
 
 
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\(")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def _closing_paren(code: str, open_at: int) -> int:
+    """Index of the parenthesis closing the one at `open_at` (-1 if unbalanced)."""
+    depth = 0
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _top_level_first_arg(args: str) -> str:
+    depth = 0
+    for i, c in enumerate(args):
+        if c in "(<[":
+            depth += 1
+        elif c in ")>]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            return args[:i]
+    return args
+
+
+def rewrite_launch_bounds(code: str) -> str:
+    """`__global__ void __launch_bounds__(N[, M]) k(...) {` gets `emu::launch_bounds((N));` right after
+    its `{` (same line, so #line numbers stay right): a launch with more threads per block than N fails
+    as on a GPU. N may name template parameters: the check is evaluated in the kernel's scope."""
+    out, pos = [], 0
+    scan = _COMMENT.sub(lambda c: re.sub(r"[^\n]", " ", c.group(0)), code)  # same offsets, no comments
+    for m in _LAUNCH_BOUNDS.finditer(scan):
+        if m.start() < pos or "__global__" not in scan[max(0, m.start() - 200):m.start()]:
+            continue
+        close = _closing_paren(scan, m.end() - 1)
+        if close < 0:
+            break
+        bound = _top_level_first_arg(code[m.end():close]).strip()
+        params = scan.find("(", close + 1)
+        params_end = _closing_paren(scan, params) if params >= 0 else -1
+        if params_end < 0:
+            break
+        brace, semi = scan.find("{", params_end), scan.find(";", params_end)
+        if brace < 0 or (0 <= semi < brace):
+            continue  # a declaration without a body
+        out.append(code[pos:brace + 1])
+        out.append(f" emu::launch_bounds(({bound}));")
+        pos = brace + 1
+    out.append(code[pos:])
+    return "".join(out)
+
+
 def rewrite_source(code: str) -> str:
+    code = rewrite_launch_bounds(code)
     return _EXTERN_SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = emu::dyn_smem<{m.group(1)}>();", code)
 
 
@@ -235,9 +317,10 @@ def build(code: str, name_expressions=(), options=(), filename: str = "kernel.cu
     src = generate_source(code, entries, filename)
     passthru = passthrough_options(options)
     exe = mode == "tsan"
+    cxx = compiler_of(mode)
     flags = (*BASE_FLAGS, *MODE_FLAGS[mode], *passthru)
     extra = [Path(p) for p in extra_sources]
-    key = _key(mode, src, *flags, EMU_H.read_text(), _dependency_text(passthru), compiler_version(),
+    key = _key(mode, src, *flags, EMU_H.read_text(), _dependency_text(passthru), compiler_version(cxx),
                *(p.read_text() for p in extra))
     d = cache_dir()
     out = d / (f"emu_{key}" + ("" if exe else ".so"))
@@ -255,18 +338,155 @@ def build(code: str, name_expressions=(), options=(), filename: str = "kernel.cu
         if exe:  # no PCH: one-off builds, and TSan builds are rare enough
             include = [str(EMU_H)]
             link = []
+        elif mode == "profile":  # clang: no g++ PCH; coverage callbacks resolve to profile_rt at load
+            include = [str(EMU_H)]
+            link = ["-shared"]
         else:
             include = [str(precompiled_header(flags))]
             link = ["-shared"]
         tmp_out = _tmp_name(out)
-        cmd = [CXX, *flags, *link, "-include", *include, "-I", str(INCLUDE_DIR), "-I", str(KERNEL_DIR),
+        cmd = [cxx, *flags, *link, "-include", *include, "-I", str(INCLUDE_DIR), "-I", str(KERNEL_DIR),
                "-x", "c++", str(cpp), *(["-x", "c++", *map(str, extra)] if extra else []), "-o", str(tmp_out)]
-        _run(cmd, f"emulator build of {filename}")
+        if mode == "profile":
+            _build_profiled(cmd, tmp_out, filename)
+        else:
+            _run(cmd, f"emulator build of {filename}")
         meta = static_shared_symbols(tmp_out)
         meta["entries"] = [[e.name, e.expr, e.index] for e in entries]
         meta["filename"] = filename
+        if mode == "profile":
+            meta["sites"] = access_sites(tmp_out)
         tmp_meta = _tmp_name(meta_path)
         tmp_meta.write_text(json.dumps(meta))
         os.replace(tmp_out, out)
         os.replace(tmp_meta, meta_path)
         return Built(out, meta, time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------ profiling build
+_CALL_COV = re.compile(r"call\s+\S+\s+<__sanitizer_cov_(load|store)(\d+)(?:@plt)?>")
+_INSN = re.compile(r"^\s*([0-9a-f]+):\s+(.*)$")
+
+
+def _symbolizer() -> str:
+    for name in ("llvm-symbolizer", "llvm-symbolizer-14", "llvm-symbolizer-15", "llvm-symbolizer-16"):
+        if shutil.which(name):
+            return name
+    raise EmuBuildError("the profiling build needs llvm-symbolizer (Debian: apt-get install -y llvm)")
+
+
+# Aggregate copies (a 16-byte struct assigned through a pointer) stay llvm.memcpy/memset intrinsics that
+# the backend expands inline, out of the coverage pass's sight: the IR gets a call to the runtime's
+# emu_prof_memcpy/emu_prof_memset before each, with the intrinsic's source location.
+_MEM_INTRINSIC = re.compile(
+    r"^(\s*)(?:tail |notail )?call void @llvm\.(memcpy|memmove|memset)\.[\w.]+\((.*)\)([^()]*)$")
+_DBG = re.compile(r"!dbg !\d+")
+
+
+def _split_top(args: str) -> list[str]:
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for c in args:
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        if c == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    out.append("".join(cur).strip())
+    return out
+
+
+def instrument_mem_intrinsics(ir: str) -> str:
+    out = []
+    for line in ir.splitlines():
+        m = _MEM_INTRINSIC.match(line)
+        if m:
+            indent, what, args, tail = m.groups()
+            parts = _split_top(args)
+            dbg = _DBG.search(tail)
+            loc = f", {dbg.group(0)}" if dbg else ""
+            val = [p.split()[-1] if p.split() and p.split()[-1].startswith("%") else None for p in parts]
+            size = parts[2] if len(parts) > 2 else ""
+            if what in ("memcpy", "memmove") and val[0] and val[1] and size.startswith("i64 "):
+                out.append(f"{indent}call void @emu_prof_memcpy(i8* {val[0]}, i8* {val[1]}, {size}){loc}")
+            elif what == "memset" and val[0] and size.startswith("i64 "):
+                out.append(f"{indent}call void @emu_prof_memset(i8* {val[0]}, {size}){loc}")
+        out.append(line)
+    out.append("declare void @emu_prof_memcpy(i8*, i8*, i64)")
+    out.append("declare void @emu_prof_memset(i8*, i64)")
+    return "\n".join(out) + "\n"
+
+
+def _build_profiled(cmd: list, out: Path, filename: str) -> None:
+    """clang++ -> LLVM IR (optimised, not instrumented); memcpy/memset calls added; IR -> instrumented
+    shared library (no further optimisation, so the traced accesses are those of the -O1 code)."""
+    ir, ir2 = _tmp_name(out.with_suffix(".ll")), _tmp_name(out.with_suffix(".i.ll"))
+    try:
+        i = cmd.index("-o")
+        first = [c for c in cmd[:i] if c != "-shared"] + ["-S", "-emit-llvm", "-o", str(ir)]
+        _run(first, f"profiling build of {filename} (IR)")
+        ir2.write_text(instrument_mem_intrinsics(ir.read_text()))
+        _run([cmd[0], "-O0", "-fPIC", "-shared", *COVERAGE_FLAGS, "-x", "ir", str(ir2), "-o", str(out)],
+             f"profiling build of {filename} (instrumented)")
+    finally:
+        for f in (ir, ir2):
+            f.unlink(missing_ok=True)
+
+
+_CALL_MEM = re.compile(r"call\s+\S+\s+<emu_prof_(memcpy|memset)(?:@plt)?>")
+
+
+def access_sites(binary: Path) -> list[list]:
+    """Every instrumented load/store call of a profiling build: [return-address offset, "load"|"store",
+    bytes, [file:line:column frames, innermost first]] (objdump finds the calls, llvm-symbolizer their
+    source lines with the inline chain)."""
+    dis = _run(["objdump", "-d", "--no-show-raw-insn", str(binary)], "objdump").stdout
+    calls: list[tuple[int, str, int, int]] = []
+    pending: tuple[str, int, int] | None = None
+    for line in dis.splitlines():
+        m = _INSN.match(line)
+        if not m:
+            continue
+        if pending is not None:
+            calls.append((int(m.group(1), 16), *pending))
+            pending = None
+        if c := _CALL_COV.search(m.group(2)):
+            pending = (c.group(1), int(c.group(2)), int(m.group(1), 16))
+        elif c := _CALL_MEM.search(m.group(2)):  # a copy reads at the return address, writes at +1
+            pending = ("copy" if c.group(1) == "memcpy" else "store", 0, int(m.group(1), 16))
+    if not calls:
+        return []
+    query = "".join(f"0x{call_at:x}\n" for _, _, _, call_at in calls)
+    r = subprocess.run([_symbolizer(), f"--obj={binary}", "--functions=none", "--inlining", "--relative-address"],
+                       input=query, capture_output=True, text=True, check=True)
+    chunks = r.stdout.split("\n\n")
+    out = []
+    for (ret, kind, size, _), chunk in zip(calls, chunks):
+        frames = [f.strip() for f in chunk.strip().splitlines() if f.strip()]
+        if kind == "copy":
+            out.append([ret, "load", size, frames])
+            out.append([ret + 1, "store", size, frames])
+        else:
+            out.append([ret, kind, size, frames])
+    return out
+
+
+def profile_runtime() -> Path:
+    """profile_rt.cpp built once (cached) as a shared library, without coverage instrumentation."""
+    text = PROFILE_RUNTIME.read_text()
+    flags = ("-std=c++17", "-O2", "-fPIC", "-shared")
+    d = cache_dir()
+    out = d / f"emuprof_{_key(text, *flags, compiler_version(PROFILE_CXX))}.so"
+    if out.exists():
+        return out
+    with _locked(d / f"{out.name}.lock"):
+        if not out.exists():
+            tmp = _tmp_name(out)
+            _run([PROFILE_CXX, *flags, str(PROFILE_RUNTIME), "-o", str(tmp)], "profile runtime build")
+            os.replace(tmp, out)
+    return out

@@ -24,6 +24,7 @@ with C++ linkage is reachable only when its name is listed as a name expression 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 
 from . import build as _build
 from .build import CXX  # noqa: F401  (the compiler; device/emulated.py checks that it exists)
+from . import profiling as _profiling
 from . import record as _record
 
 _DEFAULT_DYNAMIC_SMEM = 48 * 1024
@@ -63,6 +65,9 @@ class _Library:
     def __init__(self, built: _build.Built, mode: str):
         self.path = built.path
         self.meta = built.meta
+        self.profiled = mode == "profile"
+        if self.profiled:  # the coverage callbacks resolve to the trace runtime: load it first
+            _profiling.runtime()
         try:
             self.lib = ctypes.CDLL(str(built.path))
         except OSError as e:
@@ -74,13 +79,19 @@ class _Library:
         self.lib.emu_last_error.restype = ctypes.c_char_p
         self.lib.emu_last_error.argtypes = []
         self._register_static_shared()
+        if self.profiled:
+            _profiling.runtime().register_library(self._load_base(), self.meta.get("sites", []))
+
+    def _load_base(self) -> int:
+        """Where the library was loaded: symbol offsets in the file + this = addresses."""
+        return ctypes.cast(self.lib.emu_last_error, ctypes.c_void_p).value - self.meta["ref"]
 
     def _register_static_shared(self):
         shared = self.meta.get("shared", [])
         ref = self.meta.get("ref")
         if not shared or ref is None:
             return
-        base = ctypes.cast(self.lib.emu_last_error, ctypes.c_void_p).value - ref
+        base = self._load_base()
         n = len(shared)
         ptrs = (ctypes.c_void_p * n)(*[base + off for off, _, _ in shared])
         sizes = (ctypes.c_size_t * n)(*[size for _, size, _ in shared])
@@ -197,10 +208,14 @@ class EmuKernel:
             recording = None
         snapshot = recording.snapshot(self, desc) if recording else None
         lib = self.module._library
-        with lib.lock:
+        with lib.lock, (_profiling.LAUNCH_LOCK if lib.profiled else contextlib.nullcontext()):
+            if lib.profiled:
+                _profiling.runtime().set_allocations(_profiling.launch_allocations(desc, self.param_is_pointer))
             rc = self._fn(gb, shared_mem, argv, sz, n, int(self.max_dynamic_shared_size_bytes))
             err = lib.last_error() if rc else ""
             self.last_stats = lib.last_stats()
+            if lib.profiled and not rc:
+                _profiling.record_launch(_profiling.runtime().result(self.name, self.module.filename, grid, block))
         del holders
         if rc == 5:
             raise EmuDeadlockError(err)
@@ -208,6 +223,14 @@ class EmuKernel:
             raise EmuLaunchError(err or f"launch of {self.name!r} failed (code {rc})")
         if recording:
             recording.commit(self, grid, block, shared_mem, snapshot, self.last_stats)
+
+
+def _kernel_file_of(code: str) -> str:
+    """The project kernel file a source was read from (messages and profiles name it), else kernel.cu."""
+    for path in sorted(_build.KERNEL_DIR.glob("*.cu")):
+        if code.startswith(path.read_text()):
+            return str(path)
+    return "kernel.cu"
 
 
 class EmuModule:
@@ -223,7 +246,7 @@ class EmuModule:
         self.code = code
         self.options = tuple(str(o) for o in options)
         self.name_expressions = list(name_expressions)
-        self.filename = str(filename)
+        self.filename = str(filename) if filename != "kernel.cu" else _kernel_file_of(code)
         self.mode = mode or _build.sanitize_mode()
         self.record = record
         built = _build.build(code, self.name_expressions, self.options, self.filename, self.mode)

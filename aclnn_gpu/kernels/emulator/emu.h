@@ -72,6 +72,22 @@
 
 #define __CUDACC_EMU__ 1
 #define EMU_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Profiling build (build mode "profile", clang++ -fsanitize-coverage=...,trace-loads,trace-stores
+// -DEMU_PROFILE): the launch tells the memory-trace runtime (profile_rt.cpp, uninstrumented, loaded
+// once per process) where shared memory is, when blocks start and end, and which CUDA thread runs.
+#ifdef EMU_PROFILE
+extern "C" {
+void emu_prof_launch_begin(unsigned nthreads, const void* const* shared, const size_t* shared_sizes, int nshared);
+void emu_prof_block_begin();
+void emu_prof_thread(int tid);  // -1: no CUDA thread runs (scheduler code is not traced)
+void emu_prof_block_end();
+void emu_prof_launch_end();
+}
+#define EMU_PROF(call) call
+#else
+#define EMU_PROF(call) ((void)0)
+#endif
 // ---------------------------------------------------------------- qualifiers
 #define __global__
 #define __device__
@@ -81,6 +97,8 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static
+// __launch_bounds__(maxThreads[, minBlocks]) is rewritten by build.py into a check at the top of
+// the kernel body (emu::launch_bounds), so a launch with more threads per block fails as on a GPU.
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__
@@ -127,6 +145,14 @@ inline void set_error(const char* fmt, ...) {
 }
 [[noreturn]] void fail_in_kernel();  // defined below: abandons the block (fibers) or aborts (threads)
 
+// Kernels run with denormals flushed to zero (MXCSR FTZ bit 15 and DAZ bit 6 on top of the default
+// 0x1F80), as CuPy compiles every kernel with -ftz=true: fp32 arithmetic flushes subnormal inputs and
+// results like the GPU's .ftz instructions. Each fiber starts with this control word (thread mode: each
+// thread sets it); the launching thread's own MXCSR is saved and restored by the fiber switch, so host
+// code keeps IEEE semantics. (fp64 is not flushed on a GPU either way; SSE flushes it too: a known
+// difference for fp64 subnormals.)
+constexpr unsigned long long kKernelMxcsr = 0x1F80ull | 0x8000ull | 0x0040ull;
+
 // Launch statistics, read by the driver after each launch (the TSan replay filter uses them).
 struct Stats { unsigned long long block_barriers, warp_syncs, blocks; };
 inline Stats g_stats;
@@ -149,11 +175,14 @@ void fiber_yield();
 #endif
 
 // ---------------------------------------------------------------- warps
-// A warp = exchange slots + barriers keyed by the participating-lane mask. Lanes that have exited
-// no longer count (a shuffle naming an exited lane is undefined on the GPU; here it just proceeds).
+// A warp = exchange slots + barriers keyed by the participating-lane mask. A shuffle, vote or
+// __syncwarp whose mask names a lane that has exited is undefined behaviour on a GPU (a full-mask
+// reduction after an early `return` of some lanes): it is an error here, whether the lane exited
+// before the call or exits while others wait in it. Lanes beyond the block's last thread (a partial
+// last warp) were never launched and are simply not waited for.
 struct Warp {
   uint64_t slot[32] = {};
-  unsigned live = 0;
+  unsigned live = 0, launched = 0;
   struct Phase { unsigned mask = 0, arrived = 0, gen = 0; bool used = false; };
   static constexpr int kPhases = 8;   // distinct masks in flight at once; more is an error
   Phase phases[kPhases];
@@ -176,6 +205,11 @@ struct Warp {
   void sync(unsigned mask) {
     if (!(mask & (1u << tl_lane))) {
       set_error("warp sync/shuffle with mask %08x called by lane %d, which the mask does not name", mask, tl_lane);
+      fail_in_kernel();
+    }
+    if (unsigned gone = mask & launched & ~live) {
+      set_error("warp shuffle/vote/__syncwarp with mask %08x called by lane %d names lanes %08x that have already "
+                "exited (undefined behaviour on a GPU: use __activemask() or keep the lanes alive)", mask, tl_lane, gone);
       fail_in_kernel();
     }
 #ifdef EMU_THREADS
@@ -206,6 +240,12 @@ struct Warp {
 #endif
   }
   void exit_lane(int lane) {
+    for (auto& ph : phases)
+      if (ph.used && ph.arrived && (ph.mask & (1u << lane))) {
+        set_error("lane %d exits while other lanes wait in a warp shuffle/vote/__syncwarp with mask %08x that names "
+                  "it (undefined behaviour on a GPU)", lane, ph.mask);
+        fail_in_kernel();
+      }
 #ifdef EMU_THREADS
     std::lock_guard lk(m);
 #endif
@@ -244,7 +284,7 @@ struct Block {
   void init(unsigned n) {
     for (unsigned w = 0; w < warps.size(); ++w) {
       unsigned lanes = std::min(32u, n - 32 * w);
-      warps[w].live = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
+      warps[w].live = warps[w].launched = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
     }
   }
 };
@@ -306,6 +346,17 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp().sync(mask); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned __activemask() { return emu::warp().live; }
+namespace emu {
+// The check build.py inserts at the top of a kernel declared __launch_bounds__(max_threads, ...).
+inline void launch_bounds(long long max_threads) {
+  const unsigned long long n = (unsigned long long)blockDim.x * blockDim.y * blockDim.z;
+  if (n > (unsigned long long)max_threads) {
+    set_error("launch with %llu threads per block exceeds the kernel's __launch_bounds__(%lld) (a GPU refuses the "
+              "launch: too many resources requested)", n, max_threads);
+    fail_in_kernel();
+  }
+}
+}  // namespace emu
 [[noreturn]] inline void __trap() { emu::set_error("__trap() called"); emu::fail_in_kernel(); }
 inline long long clock64() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 inline void __nanosleep(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
@@ -656,7 +707,7 @@ inline void prepare(Fiber& f, unsigned tid, unsigned char* stack, size_t size) {
   s[-1] = 0;                                   // fake return address of fiber_entry (never used)
   s[-2] = (uint64_t)(uintptr_t)&emu_fiber_entry;  // `ret` of the first switch lands here
   for (int r = 3; r <= 8; ++r) s[-r] = 0;      // rbp rbx r12 r13 r14 r15
-  s[-9] = 0x1F80ull | (0x037Full << 32);       // default MXCSR, x87 control word
+  s[-9] = kKernelMxcsr | (0x037Full << 32);    // kernel MXCSR (FTZ+DAZ), x87 control word
   f.sp = &s[-9];
 #else
   getcontext(&f.ctx);
@@ -753,6 +804,15 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
   unsigned char* stacks = g_stacks.get(nthr);
   if (!stacks) { set_error("%s: cannot map %u fiber stacks", name, nthr); return 3; }
   std::vector<Fiber> fibers(nthr);
+#ifdef EMU_PROFILE
+  {
+    std::vector<const void*> sp;
+    std::vector<size_t> sn;
+    for (auto& r : g_static_shared) { sp.push_back(r.p); sn.push_back(r.n); }
+    if (smem) { sp.push_back(dyn.data()); sn.push_back(smem); }
+    emu_prof_launch_begin(nthr, sp.data(), sn.data(), (int)sp.size());
+  }
+#endif
   Block* cur_blk = nullptr;
   unsigned cur_bx = 0, cur_by = 0, cur_bz = 0;
   static void (*s_fn)(A...);
@@ -785,6 +845,9 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
         for (unsigned t = 0; t < nthr; ++t)
           ts.emplace_back([&, t] {
             enter(blk, t, bx, by, bz);
+#if defined(__x86_64__)
+            __builtin_ia32_ldmxcsr((unsigned)kKernelMxcsr);
+#endif
             call_unpacked(fn, args, std::index_sequence_for<A...>{});
             blk.exit_thread();
             blk.warps[tl_warp].exit_lane(tl_lane);
@@ -810,6 +873,7 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
         cur_blk = &blk;
         for (unsigned t = 0; t < nthr; ++t) prepare(fibers[t], t, g_stacks.stack(t), g_stacks.stack_bytes());
         g_failed = false;
+        EMU_PROF(emu_prof_block_begin());
         unsigned remaining = nthr;
         while (remaining && !g_failed) {
           const unsigned long long before = g_progress;
@@ -818,7 +882,9 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
             const unsigned t = reverse ? nthr - 1 - k : k;
             if (fibers[t].finished) continue;
             enter(blk, t, bx, by, bz);
+            EMU_PROF(emu_prof_thread((int)t));
             enter_fiber(fibers[t]);
+            EMU_PROF(emu_prof_thread(-1));
             if (g_failed) break;
             if (fibers[t].finished) --remaining;
           }
@@ -836,6 +902,7 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
             break;
           }
         }
+        EMU_PROF(emu_prof_block_end());
         if (rc) {
 #if defined(__SANITIZE_ADDRESS__)
           // Abandoned fibers leave poisoned frames on their stacks; the pool reuses them.
@@ -846,6 +913,9 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
 #endif
       }
   g_dyn_smem = nullptr;
+#if defined(EMU_PROFILE) && !defined(EMU_THREADS)
+  emu_prof_launch_end();
+#endif
   return rc;
 }
 }  // namespace emu

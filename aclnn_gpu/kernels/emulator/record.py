@@ -84,6 +84,24 @@ def asan_heap_resolver(address: int) -> tuple[int, int] | None:
     return base.value, size.value
 
 
+def allocation_of(addr: int, arrays=()) -> tuple[int, int] | None:
+    """[lo, hi) of the memory a pointer argument points into: one of `arrays` ([lo, hi) of the
+    launch's numpy array arguments), else the installed resolver's allocation, else ASan's heap block."""
+    found = None
+    for lo, hi in arrays:
+        if lo <= addr < hi:
+            found = (lo, hi)
+    if found is None and _resolver is not None:
+        r = _resolver(addr)
+        if r is not None:
+            found = (int(r[0]), int(r[0]) + int(r[1]))
+    if found is None:
+        r = asan_heap_resolver(addr)
+        if r is not None:
+            found = (r[0], r[0] + r[1])
+    return found
+
+
 def set_memory_resolver(fn: Resolver | None) -> None:
     """Install `fn(address) -> (base, nbytes) | None`, used to find the allocation a pointer
     argument points into. Pass None to remove it."""
@@ -179,18 +197,7 @@ class Recorder:
             if addr == 0:
                 args.append(("value", (0).to_bytes(8, "little").hex()))
                 continue
-            found = None
-            for lo, hi in arrays:
-                if lo <= addr < hi:
-                    found = (lo, hi)
-            if found is None and _resolver is not None:
-                r = _resolver(addr)
-                if r is not None:
-                    found = (int(r[0]), int(r[0]) + int(r[1]))
-            if found is None:
-                r = asan_heap_resolver(addr)
-                if r is not None:
-                    found = (r[0], r[0] + r[1])
+            found = allocation_of(addr, arrays)
             if found is None:
                 if kernel.param_is_pointer[i]:
                     why = "a pointer argument into memory no resolver knows"

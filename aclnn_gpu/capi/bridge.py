@@ -1,0 +1,318 @@
+"""The Python side of the C ABI: runs inside the interpreter that `libascendcl.so` embeds and turns
+each exported C function into a call of the Python API with the same name.
+
+Owns: the handle table (C's opaque pointers <-> Python objects), the conversions of C arguments
+(`table.Param.kind`), the writing of out-parameters, the guard for names the Python package does not
+have, and `aclGetRecentErrMsg`'s per-thread C string.
+
+Handles are integers from a counter, never Python object addresses: a handle the table does not know
+(never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
+own type checks refuse with their usual code; a recently destroyed or spent handle turns into a dead
+stand-in of its class (`destroyed` / `spent` set), so the message says what happened. Nothing a C
+program passes can make this layer dereference an object that is gone.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from typing import Any, Callable
+
+import aclnn_gpu as acl
+from aclnn_gpu import dtypes
+from aclnn_gpu.errors import set_recent_error
+from aclnn_gpu.executor import aclOpExecutor
+from aclnn_gpu.tensor import MAX_DIMS
+
+from .table import Entry, entries
+
+HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
+HANDLE_STEP = 16
+TOMBSTONES = 1 << 14               # how many retired handles keep saying why they are dead
+
+# The codes the C layer itself returns, by return type: a NULL out-pointer, a function the Python
+# package does not have (the §8 functions until their modules land), and a bug in this layer.
+NULL_OUT = {"aclError": int(acl.ACL_ERROR_RT_PARAM_INVALID), "aclnnStatus": int(acl.ACLNN_ERR_PARAM_NULLPTR),
+            "HcclResult": 2}       # HCCL_E_PTR
+UNSUPPORTED = {"aclError": int(acl.ACL_ERROR_FEATURE_UNSUPPORTED), "aclnnStatus": int(acl.ACLNN_ERR_RUNTIME_ERROR),
+               "HcclResult": 5}    # HCCL_E_NOT_SUPPORT
+INTERNAL = {"aclError": int(acl.ACL_ERROR_INTERNAL_ERROR), "aclnnStatus": int(acl.ACLNN_ERR_INNER),
+            "HcclResult": 4}       # HCCL_E_INTERNAL
+INVALID = int(acl.ACLNN_ERR_PARAM_INVALID)
+
+# C names whose Python function has another name (none today; the table's escape hatch).
+PYTHON_NAME: dict[str, str] = {}
+
+
+class UnknownHandle:
+    """What a handle the table does not know becomes: an object of no API type."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"UnknownHandle({hex(self.value)})"
+
+
+class CError(Exception):
+    """A failure the C layer detects before Python sees the call (a NULL out-pointer, a NULL array)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+_stand_ins: dict[type, Any] = {}
+
+
+def _dead_stand_in(obj: Any) -> Any:
+    """What a retired handle remembers: for an executor its operator and state (a fresh dead executor
+    is made at each use, since the Python API may mark it destroyed), for any other class one shared
+    dead object (the API only refuses those); `obj` itself is released."""
+    if isinstance(obj, aclOpExecutor):
+        return ("executor", obj.op, obj.repeatable, obj.spent, obj.destroyed)
+    cls: Any = type(obj)
+    dead = _stand_ins.get(cls)
+    if dead is None:
+        if cls is acl.aclTensor:
+            dead = acl.aclTensor((), acl.aclDataType.ACL_FLOAT, (), 0, int(acl.ACL_FORMAT_ND), (), None)
+        elif cls is acl.aclIntArray:
+            dead = acl.aclIntArray(())
+        elif cls in (acl.aclrtStream, acl.aclrtEvent):
+            dead = cls(None, None)
+        else:
+            try:
+                dead = cls.__new__(cls)
+            except TypeError:
+                return obj
+        try:
+            dead.destroyed = True
+        except AttributeError:  # a class with no `destroyed`: remember the object itself
+            return obj
+        _stand_ins[cls] = dead
+    return dead
+
+
+def _revive(remembered: Any) -> Any:
+    if type(remembered) is tuple:
+        _, op, repeatable, spent, destroyed = remembered
+        dead = aclOpExecutor(op, None, None)
+        dead.repeatable, dead.spent, dead.destroyed = repeatable, spent, destroyed
+        return dead
+    return remembered
+
+
+class Handles:
+    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+        self._live: dict[int, Any] = {}
+        self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
+        self._dead: collections.OrderedDict[int, Any] = collections.OrderedDict()
+
+    def new(self, obj: Any) -> int:
+        if obj is None:
+            return 0
+        with self._lock:
+            handle = self._of.get(id(obj))
+            if handle is None:
+                handle = HANDLE_BASE + HANDLE_STEP * next(self._counter)
+                self._live[handle] = obj
+                self._of[id(obj)] = handle
+            return handle
+
+    def get(self, handle: int) -> Any:
+        if handle == 0:
+            return None
+        obj = self._live.get(handle)
+        if obj is None:
+            remembered = self._dead.get(handle)
+            return UnknownHandle(handle) if remembered is None else _revive(remembered)
+        return obj
+
+    def retire(self, handle: int, obj: Any) -> None:
+        """`handle` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
+        with self._lock:
+            if self._live.pop(handle, None) is not None:
+                del self._of[id(obj)]
+            elif handle not in self._dead:
+                return
+            self._dead[handle] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
+            while len(self._dead) > TOMBSTONES:
+                self._dead.popitem(last=False)
+
+    def counts(self) -> tuple[int, int]:
+        """(live handles, remembered retired handles): for the leak tests."""
+        return len(self._live), len(self._dead)
+
+
+handles = Handles()
+
+
+def _address(ffi: Any, pointer: Any) -> int:
+    return int(ffi.cast("uintptr_t", pointer))
+
+
+def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callable[[tuple], Any]:
+    """The converter of C argument `index` of `entry` to its Python value."""
+    p, NULL = entry.params[index], ffi.NULL
+    if p.kind == "handle":
+        return lambda a: handles.get(_address(ffi, a[index]))
+    if p.kind == "addr":
+        return lambda a: None if a[index] == NULL else _address(ffi, a[index])
+    if p.kind == "str":
+        return lambda a: None if a[index] == NULL else ffi.string(a[index]).decode("utf-8", "surrogateescape")
+    if p.kind == "root_in":
+        size = ffi.sizeof("HcclRootInfo")
+        return lambda a: None if a[index] == NULL else bytes(ffi.buffer(a[index], size))
+    if p.kind == "array":
+        length = counts[p.name]
+        dims = entry.name == "aclCreateTensor"
+
+        def array(a: tuple) -> Any:
+            n = a[length]
+            if dims and n > MAX_DIMS:
+                raise CError(INVALID, f"{entry.name}: {entry.params[length].name} {n} exceeds {MAX_DIMS} dims")
+            if a[index] == NULL:
+                if n and p.name in ("viewDims", "storageDims"):
+                    raise CError(INVALID, f"{entry.name}: {p.name} is null but {entry.params[length].name} is {n}")
+                return None
+            return ffi.unpack(a[index], n)
+
+        return array
+    return lambda a: a[index]
+
+
+def _writer(ffi: Any, p: Any) -> Callable[[Any, Any], None]:
+    """How the value Python returned for out-parameter `p` is stored through its pointer."""
+    if p.kind == "out_handle":
+        target = ffi.typeof(p.ctype).item
+        return lambda ptr, obj: ptr.__setitem__(0, ffi.cast(target, handles.new(obj)))
+    if p.kind == "out_addr":
+        return lambda ptr, addr: ptr.__setitem__(0, ffi.cast("void *", addr or 0))
+    if p.kind == "out_root":
+        return lambda ptr, data: ffi.memmove(ptr, data, min(len(data), ffi.sizeof("HcclRootInfo")))
+    return lambda ptr, value: ptr.__setitem__(0, value)
+
+
+def _memcpy_host_sides(ffi: Any, args: list) -> list:
+    """aclrtMemcpy(Async)(dst, destMax, src, count, kind[, stream]): a C host pointer that is not an
+    allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
+    Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
+    dst, _, src, count, kind = args[:5]
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True)}.get(kind, (False, False))
+    try:
+        registry = acl.runtime.get_device().registry
+    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
+        return args
+    for position, is_host in ((0, host[0]), (2, host[1])):
+        addr = args[position]
+        if is_host and addr is not None and count > 0 and registry.find(addr, 0) is None:
+            args[position] = ffi.buffer(ffi.cast("char *", addr), count)
+    return args
+
+
+def _scalar_value(ffi: Any, args: list) -> list:
+    """aclCreateScalar(value, dataType): the value is read from host memory as `dataType`."""
+    addr, dtype = args
+    if addr is not None and dtypes.has_numpy(dtype):
+        import numpy as np
+        args[0] = np.frombuffer(ffi.buffer(ffi.cast("char *", addr), dtypes.itemsize(dtype)),
+                                dtypes.to_numpy(dtype))[0].item()
+    return args
+
+
+ADAPTERS: dict[str, Callable[[Any, list], list]] = {
+    "aclrtMemcpy": _memcpy_host_sides, "aclrtMemcpyAsync": _memcpy_host_sides, "aclCreateScalar": _scalar_value,
+}
+
+
+def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
+    """The function cffi runs for C function `entry` (a closure over precomputed converters)."""
+    name, restype, returns = entry.name, entry.restype, entry.returns
+    status_type = restype if restype in NULL_OUT else "aclError"
+    positions = {p.name: i for i, p in enumerate(entry.params)}
+    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params if p.kind == "array"}
+    inputs = [_input(ffi, entry, i, counts) for i, p in enumerate(entry.params)
+              if not p.kind.startswith("out_") and p.kind != "count"]
+    outs = [(i, p, _writer(ffi, p)) for i, p in enumerate(entry.params) if p.kind.startswith("out_")]
+    handle_args = [i for i, p in enumerate(entry.params) if p.kind == "handle"]
+    destroys = "Destroy" in name and bool(handle_args)
+    adapter = ADAPTERS.get(name)
+    NULL = ffi.NULL
+
+    def failed(status: int, message: str) -> Any:
+        set_recent_error(message)
+        return NULL if returns == "handle" else status
+
+    if target is None:
+        def unsupported(*cargs: Any) -> Any:
+            return failed(UNSUPPORTED[status_type], f"{name}: not available: this aclnn_gpu has no Python "
+                                                    f"function {PYTHON_NAME.get(name, name)} (feature unsupported)")
+        return unsupported
+
+    def call(*cargs: Any) -> Any:
+        try:
+            for i, p, _ in outs:
+                if cargs[i] == NULL:
+                    return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
+            args = [convert(cargs) for convert in inputs]
+            if adapter is not None:
+                args = adapter(ffi, args)
+            result = target(*args)
+            if returns == "handle":
+                return NULL if result is None else ffi.cast(restype, handles.new(result))
+            status = int(result[0] if outs else result)
+            if status == 0:
+                if outs:
+                    for (i, _, write), value in zip(outs, result[1:]):
+                        write(cargs[i], value)
+                for i in handle_args:
+                    obj = args[inputs_index[i]]
+                    if destroys or getattr(obj, "destroyed", False) or getattr(obj, "spent", False):
+                        handles.retire(_address(ffi, cargs[i]), obj)
+            return status
+        except CError as e:
+            return failed(e.status, e.message)
+        except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
+            return failed(INTERNAL[status_type], f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
+
+    # position of each C argument among the Python arguments (outs and counts are left out)
+    python_args = [i for i, p in enumerate(entry.params) if not p.kind.startswith("out_") and p.kind != "count"]
+    inputs_index = {c: k for k, c in enumerate(python_args)}
+    call.__name__ = name
+    return call
+
+
+def _length_name(entry: Entry, array: str) -> str:
+    from .table import ARRAY_LENGTH
+    return ARRAY_LENGTH.get(array, array + "Num")
+
+
+_recent = threading.local()
+
+
+def _recent_message(ffi: Any) -> Callable:
+    def aclGetRecentErrMsg() -> Any:
+        # the C string lives in a per-thread slot until the next call on this thread replaces it
+        _recent.buffer = ffi.new("char[]", acl.aclGetRecentErrMsg().encode("utf-8", "replace"))
+        return _recent.buffer
+    return aclGetRecentErrMsg
+
+
+def python_function(entry: Entry) -> Callable | None:
+    return getattr(acl, PYTHON_NAME.get(entry.name, entry.name), None)
+
+
+def install(ffi: Any) -> None:
+    """Attach a Python implementation to every `extern "Python"` function of the built library."""
+    for entry in entries():
+        if entry.returns == "string":
+            wrapper = _recent_message(ffi)
+        else:
+            wrapper = make_wrapper(ffi, entry, python_function(entry))
+        ffi.def_extern(name=f"_py_{entry.name}")(wrapper)

@@ -1,0 +1,103 @@
+"""Call overhead through the C ABI, beside the same calls from Python, in one run (cpu device).
+
+    python -m bench.capi [--calls N]
+
+Compiles bench/capi_bench.c against `python -m aclnn_gpu.capi --cflags --libs`, runs it (the best of
+5 batches of N calls per row), times the same calls through the Python API in this process the same
+way, and prints a Markdown table of microseconds per call. The difference is what the C ABI adds per
+call: cffi's entry into the embedded interpreter, the argument conversions and the handle table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def c_side(calls: int) -> dict[str, float]:
+    flags = subprocess.run([sys.executable, "-m", "aclnn_gpu.capi", "--cflags", "--libs"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "capi_bench"
+        subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", str(HERE / "capi_bench.c"), "-o", str(exe),
+                        *flags], check=True)
+        out = subprocess.run([str(exe), str(calls)], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, ACLNN_GPU_DEVICE="cpu")).stdout
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.strip()}
+
+
+def python_side(calls: int) -> dict[str, float]:
+    os.environ["ACLNN_GPU_DEVICE"] = "cpu"
+    import aclnn_gpu as acl
+
+    def best(body) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                body()
+            times.append((time.perf_counter() - t0) / calls * 1e6)
+        return min(times)
+
+    acl.aclInit(None)
+    acl.aclrtSetDevice(0)
+    _, stream = acl.aclrtCreateStream()
+    ones = np.full(32, 0.5, np.float32)
+    ptrs, ts = [], []
+    for i in range(4):
+        _, p = acl.aclrtMalloc(128, 0)
+        acl.aclrtMemcpy(p, 128, ones, 128, acl.ACL_MEMCPY_HOST_TO_DEVICE)
+        shape = [4, 8] if i else []
+        ptrs.append(p)
+        ts.append(acl.aclCreateTensor(shape, acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, shape, p))
+
+    def full():
+        _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(ts[0], ts[1], ts[2], 1, False, ts[3])
+        acl.aclnnKlDivBackward(None, ws, ex, stream)
+        acl.aclrtSynchronizeStream(stream)
+
+    out = {
+        "aclrtGetDeviceCount": best(acl.aclrtGetDeviceCount),
+        "aclCreateTensor+aclDestroyTensor": best(lambda: acl.aclDestroyTensor(acl.aclCreateTensor(
+            [4, 8], acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, [4, 8], ptrs[1]))),
+        "aclrtMemcpy H2D 128 B": best(lambda: acl.aclrtMemcpy(ptrs[1], 128, ones, 128, acl.ACL_MEMCPY_HOST_TO_DEVICE)),
+        "KlDivBackward GetWorkspaceSize+execute+sync": best(full),
+    }
+    _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(ts[0], ts[1], ts[2], 1, False, ts[3])
+    acl.aclSetAclOpExecutorRepeatable(ex)
+    out["KlDivBackward reused executor: execute+sync"] = best(
+        lambda: (acl.aclnnKlDivBackward(None, ws, ex, stream), acl.aclrtSynchronizeStream(stream)))
+    acl.aclDestroyAclOpExecutor(ex)
+    for t, p in zip(ts, ptrs):
+        acl.aclDestroyTensor(t)
+        acl.aclrtFree(p)
+    acl.aclrtDestroyStream(stream)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.capi", description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="calls per batch (best of 5 batches)")
+    args = parser.parse_args(argv)
+    c = c_side(args.calls)
+    py = python_side(args.calls)
+    load = os.getloadavg()
+    print(f"C ABI call overhead, cpu device, {args.calls} calls x best of 5 batches, "
+          f"load average {load[0]:.2f} on {os.cpu_count()} CPUs\n")
+    print("| call | C ABI (us) | Python API (us) | C ABI - Python (us) |\n| --- | ---: | ---: | ---: |")
+    for name, us in c.items():
+        print(f"| {name} | {us:.2f} | {py[name]:.2f} | {us - py[name]:+.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+/* Call overhead through the C ABI (bench/capi.py compiles and runs it): microseconds per call of a few
+ * calls, the best of 5 batches of argv[1] calls each, printed as "<what> <us>". The same calls from
+ * Python are timed by bench/capi.py in the same run. */
+#define _POSIX_C_SOURCE 199309L
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_kl_div_backward.h"
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+#define TIME(what, body)                                          \
+    do {                                                          \
+        double best = 1e30;                                       \
+        for (int batch = 0; batch < 5; batch++) {                 \
+            double t0 = now_us();                                 \
+            for (long i = 0; i < calls; i++) { body; }            \
+            double t = (now_us() - t0) / calls;                   \
+            if (t < best) best = t;                               \
+        }                                                         \
+        printf("%s %.3f\n", what, best);                          \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    long calls = argc > 1 ? atol(argv[1]) : 200;
+    int64_t dims[2] = {4, 8}, scalar[1] = {1};
+    void *d[4];
+    aclTensor *t[4];
+    aclrtStream stream;
+    uint32_t count;
+    float ones[32];
+    uint64_t ws;
+    aclOpExecutor *ex;
+    for (int i = 0; i < 32; i++) ones[i] = 0.5f;
+    aclInit(NULL);
+    aclrtSetDevice(0);
+    aclrtCreateStream(&stream);
+    for (int i = 0; i < 4; i++) {
+        aclrtMalloc(&d[i], 128, ACL_MEM_MALLOC_HUGE_FIRST);
+        aclrtMemcpy(d[i], 128, ones, 128, ACL_MEMCPY_HOST_TO_DEVICE);
+        t[i] = aclCreateTensor(i ? dims : scalar, i ? 2 : 0, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, i ? dims : scalar,
+                               i ? 2 : 0, d[i]);
+    }
+    TIME("aclrtGetDeviceCount", aclrtGetDeviceCount(&count));
+    TIME("aclCreateTensor+aclDestroyTensor",
+         aclDestroyTensor(aclCreateTensor(dims, 2, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, dims, 2, d[1])));
+    TIME("aclrtMemcpy H2D 128 B", aclrtMemcpy(d[1], 128, ones, 128, ACL_MEMCPY_HOST_TO_DEVICE));
+    TIME("KlDivBackward GetWorkspaceSize+execute+sync",
+         aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex);
+         aclnnKlDivBackward(NULL, ws, ex, stream); aclrtSynchronizeStream(stream));
+    aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex);
+    aclSetAclOpExecutorRepeatable(ex);
+    TIME("KlDivBackward reused executor: execute+sync",
+         aclnnKlDivBackward(NULL, ws, ex, stream); aclrtSynchronizeStream(stream));
+    aclDestroyAclOpExecutor(ex);
+    for (int i = 0; i < 4; i++) {
+        aclDestroyTensor(t[i]);
+        aclrtFree(d[i]);
+    }
+    aclrtDestroyStream(stream);
+    aclFinalize();
+    return 0;
+}
