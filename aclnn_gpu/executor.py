@@ -61,15 +61,15 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
-check_plan_memory = get_device = resolve_stream = None  # (see run_executor)
+check_plan_memory = resolve_stream = None  # (see run_executor)
 
 
 def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
     """Phase 2 of every operator: check, then enqueue the plan on the stream."""
-    global check_plan_memory, get_device, resolve_stream
+    global check_plan_memory, resolve_stream
     if check_plan_memory is None:  # bound on first use (the modules import this one)
         from .ops.plan import check_plan_memory
-        from .runtime import get_device, resolve_stream
+        from .runtime import resolve_stream
 
     if executor is None:
         fail(NULLPTR, f"{op}: executor is null")
@@ -77,15 +77,17 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         fail(INVALID, f"{op}: executor is a {type(executor).__name__}, not an aclOpExecutor")
     if executor.op != op:
         fail(INVALID, f"{op}: executor was built by {executor.op}GetWorkspaceSize, not {op}GetWorkspaceSize")
+    # the executor runs on the device it was built on; checked before its lock, which a thread of the
+    # parent may have held at fork()
+    device = executor.device
+    if device.stale is not None:
+        fail(INVALID, f"{op}: executor was built on device {device.id}, which {device.stale}")
     with executor.lock:
         if executor.destroyed:
             fail(INVALID, f"{op}: executor was destroyed")
         if executor.spent:
             fail(INVALID, f"{op}: executor was already run and is not repeatable "
                           "(call aclSetAclOpExecutorRepeatable right after GetWorkspaceSize to reuse it)")
-        device = get_device()
-        if executor.device is not device:
-            fail(INVALID, f"{op}: executor was built on a device that has since been reset")
         if type(workspace_size) is not int and (not isinstance(workspace_size, numbers.Integral)
                                                 or isinstance(workspace_size, bool)) or workspace_size < 0:
             fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
@@ -97,7 +99,7 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
                           "GetWorkspaceSize asked for")
         if plan.workspace_size > 0:
             device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID, on_device=True)
-        impl = resolve_stream(stream, op, status=INVALID)
+        impl = resolve_stream(stream, op, status=INVALID, device=device)
         check_plan_memory(op, plan, device)
         if not executor.repeatable:
             executor.spent = True

@@ -3,23 +3,37 @@
 Thin by design: every function validates its arguments (handles, sizes, pointer ranges against the
 live allocations) and delegates to the device in use (`aclnn_gpu.device`). Nothing here raises for
 a user error: `c_api` turns `OpError` into the returned code plus a recent-error message.
+
+Devices, as ACL has them: `aclrtSetDevice(id)` makes `id` the calling thread's current device (a
+thread that never called it works on device 0; `aclrtGetDevice` answers only after a SetDevice in
+that thread, as ACL). Memory, streams, events and executors belong to the device current when they
+were made. Work is enqueued only on a stream of the device that does it; another device's memory is
+used only where peer access is enabled; `aclrtMemcpy` copies between any two devices. The kind
+(`ACLNN_GPU_DEVICE`) and the number of virtual devices (`ACLNN_GPU_DEVICE_COUNT`) are read when the
+first device is made. Code built on the runtime uses `device_of(id)` and `current_device()`.
+
+Fork: the child starts with a clean runtime (`_after_fork_in_child`); the parent's handles are
+refused there, and after a CUDA parent every device call names the fix (the spawn start method).
 """
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from .device.base import Device, DeviceEvent, DeviceStream
+from .device.base import Device, DeviceEvent, DeviceStream, virtual_device_count
+from .device.registry import Allocation, Registry
 from .errors import NoDevice, c_api, fail
 from .status import aclError, aclrtMemcpyKind, aclSysParamOpt
 
 OK = aclError.ACL_SUCCESS
 PARAM = aclError.ACL_ERROR_RT_PARAM_INVALID
 KINDS = ("auto", "cpu", "cuda", "emulated")
+log = logging.getLogger("aclnn_gpu")
 
 
 class DeviceUnavailable(Exception):
@@ -31,46 +45,150 @@ def _requested_kind() -> str:
     return kind
 
 
-def _make_device(kind: str) -> Device:
+class Platform:
+    """The device kind in use, how many devices it has, and how to make device number `i`."""
+
+    def __init__(self, kind: str, count: int, make: Callable[[int], Device], fork_safe: bool):
+        self.kind = kind
+        self.count = count
+        self.make = make
+        self.fork_safe = fork_safe   # False for CUDA: a forked child cannot use its parent's CUDA
+
+    def describe_count(self) -> str:
+        if self.kind == "cuda":
+            return f"{self.count} GPU{'s' if self.count != 1 else ''} visible to CuPy"
+        return f"{self.count} {self.kind} device{'s' if self.count != 1 else ''} (ACLNN_GPU_DEVICE_COUNT)"
+
+
+def _make_platform(kind: str) -> Platform:
     if kind not in KINDS:
         raise DeviceUnavailable(f"ACLNN_GPU_DEVICE={kind!r} is not one of {', '.join(KINDS)}")
     if kind in ("auto", "cuda"):
-        from .device.cuda import cuda_available, make_cuda_device
-        if cuda_available():
-            return make_cuda_device()
+        from .device.cuda import CudaDevice, cuda_unavailable_reason
+        reason = cuda_unavailable_reason()
+        if reason is None:
+            import cupy
+            return Platform("cuda", int(cupy.cuda.runtime.getDeviceCount()),
+                            lambda i: CudaDevice(cupy, "cuda", i), fork_safe=False)
         if kind == "cuda":
-            raise DeviceUnavailable("ACLNN_GPU_DEVICE=cuda but CuPy sees no usable GPU on this machine")
+            raise DeviceUnavailable(f"ACLNN_GPU_DEVICE=cuda but CuPy cannot use a GPU here: {reason}")
+        log.info("aclnn_gpu: ACLNN_GPU_DEVICE=auto runs on the cpu device: no usable GPU (%s)", reason)
+    try:
+        count = virtual_device_count()
+    except ValueError as e:
+        raise DeviceUnavailable(str(e)) from None
     if kind == "emulated":
-        from .device.emulated import make_emulated_device
-        return make_emulated_device()
+        from .device.emulated import EmulatedDevice, emulator_unavailable_reason
+        reason = emulator_unavailable_reason()
+        if reason is not None:
+            raise DeviceUnavailable(reason)
+        return Platform("emulated", count, EmulatedDevice, fork_safe=True)
     from .device.cpu import CpuDevice
-    return CpuDevice()
+    return Platform("cpu", count, CpuDevice, fork_safe=True)
 
 
 class _State:
+    """The process's runtime. Replaced by a fresh one in a fork() child (`_after_fork_in_child`)."""
+
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.initialized = False
         self.finalized = False
-        self.device: Device | None = None
+        self.platform: Platform | None = None
+        self.devices: dict[int, Device] = {}
+        self.peers: set[tuple[int, int]] = set()   # (device, peer): device may use peer's memory
+        self.parent_devices: list[Device] = []     # a fork() child: the parent's, to explain refusals
+        self.fork_error: str | None = None         # a fork() child of a CUDA parent: why it cannot run
         self.sys_params: dict[int, int] = {aclSysParamOpt.ACL_OPT_DETERMINISTIC: 1}
 
 
 _state = _State()
+_tls = threading.local()   # per thread: .device (cached Device), .device_id (set by aclrtSetDevice)
 
 
-def get_device() -> Device:
-    """The device in use, created on first use (as CUDA creates its context lazily)."""
-    device = _state.device
+def _platform() -> Platform:
+    """The platform in use; chosen again (ACLNN_GPU_DEVICE, ACLNN_GPU_DEVICE_COUNT) while no device lives."""
+    if _state.fork_error is not None:
+        raise NoDevice(aclError.ACL_ERROR_RT_NO_DEVICE, _state.fork_error)
+    with _state.lock:
+        if _state.platform is None or not _state.devices:
+            try:
+                _state.platform = _make_platform(_requested_kind())
+            except DeviceUnavailable as e:
+                raise NoDevice(aclError.ACL_ERROR_RT_NO_DEVICE, str(e)) from None
+        return _state.platform
+
+
+def device_of(device_id: int) -> Device:
+    """The device object of ACL device id `device_id`, created on first use (raises OpError for an
+    id out of range, NoDevice when the kind cannot run here). For code built on the runtime (HCCL):
+    `.id`, `.kind`, `.registry`, `.default_stream`, `.create_stream()`, `.enqueue()`; on cuda and
+    emulated `.scope` is the `cupy.cuda.Device` context of that GPU."""
+    device = _state.devices.get(device_id)
     if device is not None:
         return device
     with _state.lock:
-        if _state.device is None:
-            try:
-                _state.device = _make_device(_requested_kind())
-            except DeviceUnavailable as e:
-                raise NoDevice(aclError.ACL_ERROR_RT_NO_DEVICE, str(e)) from None
-        return _state.device
+        platform = _platform()
+        if not 0 <= device_id < platform.count:
+            fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID,
+                 f"deviceId {device_id} is out of range [0, {platform.count}): {platform.describe_count()}")
+        device = _state.devices.get(device_id)
+        if device is None:
+            device = _state.devices[device_id] = platform.make(device_id)
+        return device
+
+
+def get_device() -> Device:
+    """The calling thread's current device: the one its last aclrtSetDevice named, else device 0
+    (created on first use, as CUDA creates its context lazily). A thread-local read on the hot path."""
+    device = getattr(_tls, "device", None)
+    if device is not None and device.stale is None:
+        return device
+    device = _tls.device = device_of(getattr(_tls, "device_id", 0))
+    return device
+
+
+current_device = get_device   # the name code built on the runtime (HCCL) uses
+
+
+def find_allocation(address: int, nbytes: int) -> Allocation | None:
+    """The live allocation holding [address, address + nbytes) on any device, or None."""
+    return _locate(address, nbytes)[1]
+
+
+def _locate(address: Any, nbytes: int) -> tuple[Device | None, Allocation | None]:
+    """(owning device, allocation) of a range on any live device, the current one first."""
+    if not isinstance(address, int) or isinstance(address, bool):
+        return None, None
+    first = getattr(_tls, "device", None)
+    if first is not None and first.stale is None:
+        alloc = first.registry.find(address, nbytes)
+        if alloc is not None:
+            return first, alloc
+    for device in list(_state.devices.values()):
+        alloc = device.registry.find(address, nbytes)
+        if alloc is not None:
+            return device, alloc
+    return None, None
+
+
+def _foreign(registry: Registry, ptr: int, nbytes: int, what: str, status: int) -> Allocation | None:
+    """Registry.foreign: another device's memory is usable where peer access is enabled."""
+    owner, alloc = _locate(ptr, nbytes)
+    if owner is not None and alloc is not None:
+        if (registry.device_id, owner.id) in _state.peers:
+            return alloc
+        fail(status, f"{what}: address {hex(ptr)} is memory of device {owner.id}, but this call runs on device "
+                     f"{registry.device_id}; copy it with aclrtMemcpy, or enable peer access "
+                     f"(aclrtDeviceEnablePeerAccess({owner.id}) with device {registry.device_id} current)")
+    for parent in _state.parent_devices:
+        if parent.registry.find(ptr, nbytes) is not None:
+            fail(status, f"{what}: address {hex(ptr)} was allocated in the parent process before fork(); memory "
+                         "does not cross fork(): allocate it again in this process")
+    return None
+
+
+Registry.foreign = _foreign
 
 
 def current_device_kind() -> str:
@@ -79,6 +197,48 @@ def current_device_kind() -> str:
         return get_device().kind
     except Exception:
         return "none"
+
+
+def release_devices() -> None:
+    """Reset every device of the process (tests switch kinds with it; aclrtResetDevice does one)."""
+    with _state.lock:
+        devices = list(_state.devices)
+    for device_id in devices:
+        _reset(device_id)
+
+
+def _reset(device_id: int) -> None:
+    with _state.lock:
+        device = _state.devices.pop(device_id, None)
+        _state.peers = {pair for pair in _state.peers if device_id not in pair}
+    if device is not None:
+        device.stale = f"was reset by aclrtResetDevice({device_id})"
+        device.close()
+
+
+def _after_fork_in_child() -> None:
+    """A fork() child starts with a clean runtime: no device, no aclInit. The parent's devices stay
+    behind as stale objects, so its streams, events, executors and pointers are refused with a code
+    (their worker threads do not exist here: waiting on them would hang). After a CUDA parent, CUDA
+    cannot work in the child at all: every device call says so and names the fix."""
+    global _state, _tls
+    parent = _state
+    _state = _State()
+    _tls = threading.local()
+    _state.sys_params = dict(parent.sys_params)
+    _state.parent_devices = list(parent.devices.values()) + parent.parent_devices
+    for device in parent.devices.values():
+        device.stale = "was created in the parent process before fork() and cannot be used in the child"
+        device.registry.reinit_after_fork()
+    if parent.fork_error is not None or (parent.platform is not None and not parent.platform.fork_safe):
+        _state.fork_error = ("CUDA cannot be used in a forked child process once the parent has initialised it; "
+                             "start worker processes with the 'spawn' start method "
+                             "(multiprocessing.get_context('spawn'), or torch DataLoader(multiprocessing_context="
+                             "'spawn')), as PyTorch requires")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------- init and devices
@@ -104,39 +264,49 @@ def aclFinalize() -> int:
     return OK
 
 
-def _check_device_id(deviceId: Any, fn: str) -> None:
-    if not isinstance(deviceId, numbers.Integral) or isinstance(deviceId, bool) or deviceId != 0:
-        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"{fn}: deviceId {deviceId!r} must be 0 (one device)")
+def _device_id(value: Any, fn: str, what: str = "deviceId", code: int = aclError.ACL_ERROR_RT_INVALID_DEVICEID) -> int:
+    """A device id of the platform in use (its range checked), or OpError(code)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+        fail(code, f"{fn}: {what} {value!r} must be a non-negative integer")
+    platform = _platform()
+    if value >= platform.count:
+        fail(code, f"{fn}: {what} {value} is out of range [0, {platform.count}): {platform.describe_count()}")
+    return int(value)
 
 
 @c_api()
 def aclrtSetDevice(deviceId: int) -> int:
-    _check_device_id(deviceId, "aclrtSetDevice")
-    get_device()
+    device = device_of(_device_id(deviceId, "aclrtSetDevice"))
+    _tls.device_id = device.id
+    _tls.device = device
     return OK
 
 
 @c_api()
 def aclrtResetDevice(deviceId: int) -> int:
-    _check_device_id(deviceId, "aclrtResetDevice")
-    with _state.lock:
-        device, _state.device = _state.device, None
-    if device is not None:
-        device.close()
+    if not isinstance(deviceId, numbers.Integral) or isinstance(deviceId, bool) or deviceId < 0:
+        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: deviceId {deviceId!r} must be a "
+                                                     "non-negative integer")
+    platform = _state.platform
+    if platform is not None and _state.devices and deviceId >= platform.count:
+        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: deviceId {deviceId} is out of range "
+                                                     f"[0, {platform.count}): {platform.describe_count()}")
+    _reset(int(deviceId))
     return OK
 
 
 @c_api(n_out=1)
 def aclrtGetDevice() -> tuple[int, int]:
-    if _state.device is None:
-        fail(aclError.ACL_ERROR_RT_CONTEXT_NULL, "aclrtGetDevice: no device set on this process (call aclrtSetDevice)")
-    return OK, 0
+    device_id = getattr(_tls, "device_id", None)
+    if device_id is None:
+        fail(aclError.ACL_ERROR_RT_CONTEXT_NULL, "aclrtGetDevice: no device set on this thread (the current device "
+                                                 "is per thread, as in ACL: call aclrtSetDevice in this thread)")
+    return OK, device_id
 
 
 @c_api(n_out=1)
 def aclrtGetDeviceCount() -> tuple[int, int]:
-    get_device()
-    return OK, 1
+    return OK, _platform().count
 
 
 @c_api()
@@ -144,6 +314,52 @@ def aclrtSynchronizeDevice() -> int:
     device = get_device()
     for stream in device.live_streams():
         _sync(stream, "aclrtSynchronizeDevice")
+    return OK
+
+
+@c_api(n_out=1)
+def aclrtDeviceCanAccessPeer(deviceId: int, peerDeviceId: int) -> tuple[int, int]:
+    fn = "aclrtDeviceCanAccessPeer"
+    first = _device_id(deviceId, fn)
+    peer = _device_id(peerDeviceId, fn, "peerDeviceId")
+    if first == peer:
+        fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peerDeviceId {peer} must differ from deviceId {first}")
+    return OK, int(device_of(first).can_access_peer(peer))
+
+
+@c_api()
+def aclrtDeviceEnablePeerAccess(peerDeviceId: int, flags: int = 0) -> int:
+    fn = "aclrtDeviceEnablePeerAccess"
+    if flags != 0 or isinstance(flags, bool) or not isinstance(flags, numbers.Integral):
+        fail(aclError.ACL_ERROR_FEATURE_UNSUPPORTED, f"{fn}: flags {flags!r} must be 0 (reserved)")
+    device = get_device()
+    peer = _device_id(peerDeviceId, fn, "peerDeviceId")
+    if peer == device.id:
+        fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peerDeviceId {peer} is the current device; it must differ")
+    with _state.lock:
+        if (device.id, peer) in _state.peers:
+            fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peer access from device {device.id} to device {peer} "
+                                                   "is already enabled")
+        if not device.can_access_peer(peer):
+            fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, f"{fn}: device {device.id} cannot access device "
+                                                            f"{peer}'s memory (aclrtDeviceCanAccessPeer is 0)")
+        device_of(peer)
+        device.enable_peer_access(peer)
+        _state.peers.add((device.id, peer))
+    return OK
+
+
+@c_api()
+def aclrtDeviceDisablePeerAccess(peerDeviceId: int) -> int:
+    fn = "aclrtDeviceDisablePeerAccess"
+    device = get_device()
+    peer = _device_id(peerDeviceId, fn, "peerDeviceId")
+    with _state.lock:
+        if (device.id, peer) not in _state.peers:
+            fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peer access from device {device.id} to device {peer} "
+                                                   "is not enabled")
+        device.disable_peer_access(peer)
+        _state.peers.discard((device.id, peer))
     return OK
 
 
@@ -177,18 +393,29 @@ class aclrtStream:
         return f"aclrtStream({self.device.kind}{', destroyed' if self.destroyed else ''})"
 
 
-def resolve_stream(stream: Any, fn: str, status: int = PARAM) -> DeviceStream:
-    """The device stream for a handle; None is the default stream."""
-    device = get_device()
+def resolve_stream(stream: Any, fn: str, status: int = PARAM, device: Device | None = None) -> DeviceStream:
+    """The device stream for a handle that enqueues work on `device` (default: the calling thread's
+    current device); None is that device's default stream. A stream of another device is refused."""
+    if device is None:
+        device = get_device()
     if stream is None:
         return device.default_stream
+    owner = _stream_owner(stream, fn, status)
+    if owner is not device:
+        fail(status, f"{fn}: stream belongs to device {owner.id}, but this work runs on device {device.id} "
+                     "(use a stream created while that device was current)")
+    return stream.impl
+
+
+def _stream_owner(stream: Any, fn: str, status: int = PARAM) -> Device:
+    """The live device of a stream handle (not None), or OpError."""
     if not isinstance(stream, aclrtStream):
         fail(status, f"{fn}: stream must be an aclrtStream or None, got {type(stream).__name__}")
     if stream.destroyed:
         fail(status, f"{fn}: stream was destroyed")
-    if stream.device is not device:
-        fail(status, f"{fn}: stream belongs to a device that was reset")
-    return stream.impl
+    if stream.device.stale is not None:
+        fail(status, f"{fn}: stream belongs to device {stream.device.id}, which {stream.device.stale}")
+    return stream.device
 
 
 def _sync(impl: DeviceStream, fn: str) -> None:
@@ -216,15 +443,20 @@ def aclrtCreateStreamWithConfig(priority: int = 0, flag: int = 0) -> tuple[int, 
 def aclrtDestroyStream(stream: aclrtStream) -> int:
     if stream is None:
         fail(PARAM, "aclrtDestroyStream: stream is null (the default stream cannot be destroyed)")
-    impl = resolve_stream(stream, "aclrtDestroyStream")
+    _stream_owner(stream, "aclrtDestroyStream")
     stream.destroyed = True
-    impl.close()
+    stream.impl.close()
     return OK
 
 
 @c_api()
 def aclrtSynchronizeStream(stream: aclrtStream | None) -> int:
-    _sync(resolve_stream(stream, "aclrtSynchronizeStream"), "aclrtSynchronizeStream")
+    if stream is None:
+        impl = get_device().default_stream
+    else:   # any thread may wait for any device's stream
+        _stream_owner(stream, "aclrtSynchronizeStream")
+        impl = stream.impl
+    _sync(impl, "aclrtSynchronizeStream")
     return OK
 
 
@@ -243,8 +475,8 @@ def _event(event: Any, fn: str, what: str = "event") -> DeviceEvent:
         fail(PARAM, f"{fn}: {what} must be an aclrtEvent, got {type(event).__name__}")
     if event.destroyed:
         fail(PARAM, f"{fn}: {what} was destroyed")
-    if event.device is not get_device():
-        fail(PARAM, f"{fn}: {what} belongs to a device that was reset")
+    if event.device.stale is not None:
+        fail(PARAM, f"{fn}: {what} belongs to device {event.device.id}, which {event.device.stale}")
     return event.impl
 
 
@@ -269,14 +501,16 @@ def aclrtDestroyEvent(event: aclrtEvent) -> int:
 @c_api()
 def aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream | None) -> int:
     impl = _event(event, "aclrtRecordEvent")
-    impl.record(resolve_stream(stream, "aclrtRecordEvent"))
+    # recorded on a stream of the event's own device (CUDA's rule); any stream may wait for it
+    impl.record(resolve_stream(stream, "aclrtRecordEvent", device=event.device))
     return OK
 
 
 @c_api()
 def aclrtStreamWaitEvent(stream: aclrtStream | None, event: aclrtEvent) -> int:
     impl = _event(event, "aclrtStreamWaitEvent")
-    get_device().stream_wait_event(resolve_stream(stream, "aclrtStreamWaitEvent"), impl)
+    device = get_device()
+    device.stream_wait_event(resolve_stream(stream, "aclrtStreamWaitEvent", device=device), impl)
     return OK
 
 
@@ -338,9 +572,10 @@ def aclrtMallocHost(size: int) -> tuple[int, int]:
 
 
 def _free(ptr: Any, fn: str, on_device: bool) -> int:
-    device = get_device()
-    alloc = device.registry.get(ptr) if isinstance(ptr, int) else None
-    if alloc is None or alloc.on_device != on_device:
+    device, alloc = _locate(ptr, 1)   # any device's memory may be freed from any thread
+    if alloc is not None and alloc.base != ptr:
+        alloc = None
+    if device is None or alloc is None or alloc.on_device != on_device:
         shown = hex(ptr) if isinstance(ptr, int) else repr(ptr)
         fail(PARAM, f"{fn}: {shown} is not the start of a live {'device' if on_device else 'host'} allocation "
                     "(freed, foreign or an interior pointer)")
@@ -385,17 +620,22 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
         fail(PARAM, f"{fn}: kind {kind!r} must be an aclrtMemcpyKind in 0..4")
     kind = aclrtMemcpyKind(int(kind))
     device = get_device()
-    impl = None if stream is False else resolve_stream(stream, fn)
+    impl = None if stream is False else resolve_stream(stream, fn, device=device)
     if dst is None or src is None:
         fail(PARAM, f"{fn}: {'dst' if dst is None else 'src'} is null")
     if count == 0:
         return OK
     want_dst_device = {1: True, 2: False, 3: True, 0: False}.get(int(kind))
     want_src_device = {1: False, 2: True, 3: True, 0: False}.get(int(kind))
+    others: list[Device] = []   # other devices whose memory a synchronous copy touches
 
     def side(obj: Any, what: str, want_device: bool | None, writable: bool) -> Any:
         if isinstance(obj, numbers.Integral) and not isinstance(obj, bool):
-            alloc = device.registry.check(int(obj), count, f"{fn}: {what}")
+            owner, alloc = _locate(int(obj), count)   # a copy may cross devices (cudaMemcpyDefault does)
+            if alloc is None:
+                alloc = device.registry.check(int(obj), count, f"{fn}: {what}")   # fails, saying why
+            if owner is not None and owner is not device:
+                others.append(owner)
             if want_device is not None and alloc.on_device != want_device:
                 fail(PARAM, f"{fn}: {what} {hex(obj)} is {'device' if alloc.on_device else 'host'} memory but "
                             f"kind {kind.name} needs {'device' if want_device else 'host'} memory")
@@ -406,6 +646,9 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
 
     d = side(dst, "dst", want_dst_device, True)
     s = side(src, "src", want_src_device, False)
+    if impl is None:
+        for other in others:   # synchronous: after the work queued on the other device too
+            other.synchronize_quietly()
     if isinstance(d, int) and isinstance(s, int):
         device.copy(d, s, count, impl)
     elif isinstance(d, int):
@@ -435,10 +678,14 @@ def _memset(fn: str, devPtr: Any, maxCount: Any, value: Any, count: Any, stream:
     if not isinstance(value, numbers.Integral):
         fail(PARAM, f"{fn}: value {value!r} must be an integer")
     device = get_device()
-    impl = None if stream is False else resolve_stream(stream, fn)
+    impl = None if stream is False else resolve_stream(stream, fn, device=device)
     if count == 0:
         return OK
-    device.registry.check(devPtr, count, f"{fn}: devPtr")
+    owner, alloc = _locate(devPtr, count)
+    if alloc is None:
+        device.registry.check(devPtr, count, f"{fn}: devPtr")   # fails, saying why
+    if impl is None and owner is not None:
+        device = owner   # synchronous: the owning device fills its own memory
     device.memset(int(devPtr), int(value), count, impl)
     return OK
 
