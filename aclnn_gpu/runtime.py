@@ -17,11 +17,12 @@ refused there, and after a CUDA parent every device call names the fix (the spaw
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
 import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -107,11 +108,15 @@ _tls = threading.local()   # per thread: .device (cached Device), .device_id (se
 
 
 def _platform() -> Platform:
-    """The platform in use; chosen again (ACLNN_GPU_DEVICE, ACLNN_GPU_DEVICE_COUNT) while no device lives."""
+    """The platform in use, chosen (ACLNN_GPU_DEVICE, ACLNN_GPU_DEVICE_COUNT) on first need and
+    again after the last device was reset."""
     if _state.fork_error is not None:
         raise NoDevice(aclError.ACL_ERROR_RT_NO_DEVICE, _state.fork_error)
+    platform = _state.platform
+    if platform is not None:
+        return platform
     with _state.lock:
-        if _state.platform is None or not _state.devices:
+        if _state.platform is None:
             try:
                 _state.platform = _make_platform(_requested_kind())
             except DeviceUnavailable as e:
@@ -149,6 +154,23 @@ def get_device() -> Device:
 
 
 current_device = get_device   # the name code built on the runtime (HCCL) uses
+
+
+@contextlib.contextmanager
+def using_device(device: Device) -> Iterator[Device]:
+    """`device` is the calling thread's current device inside the block (and, on cuda, CuPy's current
+    GPU): `functional` runs a call on the device its arrays live on this way."""
+    previous = getattr(_tls, "device", None)
+    _tls.device = device
+    try:
+        scope = getattr(device, "scope", None)
+        if scope is None:
+            yield device
+        else:
+            with scope:
+                yield device
+    finally:
+        _tls.device = previous
 
 
 def find_allocation(address: int, nbytes: int) -> Allocation | None:
@@ -211,6 +233,8 @@ def _reset(device_id: int) -> None:
     with _state.lock:
         device = _state.devices.pop(device_id, None)
         _state.peers = {pair for pair in _state.peers if device_id not in pair}
+        if not _state.devices:
+            _state.platform = None   # the next device re-reads ACLNN_GPU_DEVICE and ACLNN_GPU_DEVICE_COUNT
     if device is not None:
         device.stale = f"was reset by aclrtResetDevice({device_id})"
         device.close()
