@@ -12,13 +12,13 @@ import warnings
 
 import numpy as np
 import pytest
+from support import DEVICE_KINDS, assert_close
 
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
 from aclnn_gpu.reference.kl_div import kl_div
 from aclnn_gpu.samples import DeviceArrays
-from support import DEVICE_KINDS, assert_close
 
 P = acl.ACL_ERROR_RT_PARAM_INVALID
 INVALID = acl.ACLNN_ERR_PARAM_INVALID

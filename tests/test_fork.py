@@ -11,13 +11,13 @@ import time
 
 import numpy as np
 import pytest
+from support import DEVICE_KINDS, use_device
 
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss
 from aclnn_gpu.reference.kl_div import kl_div
-from support import DEVICE_KINDS, use_device
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX only")
 LIMIT = 120   # seconds for any child; a healthy one takes well under 10
@@ -88,6 +88,7 @@ class _KlDataset:
 
     def __getitem__(self, i):
         import torch
+
         import aclnn_gpu.torch as acl_torch
         g = torch.Generator().manual_seed(i)
         x, t = torch.randn(4, 5, generator=g), torch.rand(4, 5, generator=g)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-import time
 import weakref
 from types import SimpleNamespace
 from typing import Any, Sequence
