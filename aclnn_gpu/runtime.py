@@ -292,10 +292,10 @@ def _device_id(value: Any, fn: str, what: str = "deviceId", code: int = aclError
     """A device id of the platform in use (its range checked), or OpError(code)."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
         fail(code, f"{fn}: {what} {value!r} must be a non-negative integer")
-    platform = _platform()
-    if value >= platform.count:
-        fail(code, f"{fn}: {what} {value} is out of range [0, {platform.count}): {platform.describe_count()}")
-    return int(value)
+    device_id, platform = int(value), _platform()
+    if device_id >= platform.count:
+        fail(code, f"{fn}: {what} {device_id} is out of range [0, {platform.count}): {platform.describe_count()}")
+    return device_id
 
 
 @c_api()
