@@ -252,7 +252,7 @@ def measure_ceilings(kind: str, quick: bool = False) -> dict[str, float]:
 
         def copy():
             with stream:
-                dst[...] = src
+                dst[...] = src   # noqa: F821 - runs before the `del` below
         copy_ms = timer.cupy_ms([copy], stream, reps=5 if quick else 20)
         del src, dst
         out = {"copy_GBps": 2 * n / copy_ms / 1e6}
@@ -269,7 +269,7 @@ def measure_ceilings(kind: str, quick: bool = False) -> dict[str, float]:
         return out
     n = (64 << 20) // 4                                  # 256 MiB per array, far beyond any cache
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
-    copy_ms = min(sample_ms(lambda: np.copyto(dst, src), warmup=1, reps=5, budget_s=2.0, pause_s=0.1))
+    copy_ms = min(sample_ms(lambda: np.copyto(dst, src), warmup=1, reps=5, budget_s=2.0, pause_s=0.1))  # noqa: F821
     del src, dst
     m = 2048
     a = np.ones((m, m), np.float32)

@@ -15,7 +15,6 @@ import datetime
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -65,7 +64,8 @@ class KlDiv(Family):
     def emulated(self, e): return (_geo(2, e), 64)
     def shapes(self, p): return f"self/target {p}, batchmean"
     def size(self, p): return p[0] * p[1]
-    def work(self, p, direction, dt): return 2 * p[0] * p[1] * dt.itemsize   # fwd: read self, target; bwd: read target, write grad
+    def work(self, p, direction, dt):   # fwd: read self, target; bwd: read target, write grad
+        return 2 * p[0] * p[1] * dt.itemsize
 
     def data(self, p, dt, rng):
         return {"x": rng.standard_normal(p, dtype=np.float32).astype(dt),
@@ -584,13 +584,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([r["operator"], r["direction"], r["shapes"], r["dtype"], r["ours_ms"], r["torch_ms"],
                      f"{r['ratio']:.2f}x", fmt_work(r["metric"], r["work"]), rate,
                      f"{100 * r['ours_fraction']:.0f}%", f"{100 * r['torch_fraction']:.0f}%"])
-    print(common.markdown_table(["operator", "dir", "shapes", "dtype", "ours ms", "torch ms", "ratio", "min bytes/FLOPs",
-                                 "ours achieved", "ours % of ceiling", "torch % of ceiling"], rows,
+    print(common.markdown_table(["operator", "dir", "shapes", "dtype", "ours ms", "torch ms", "ratio",
+                                 "min bytes/FLOPs", "ours achieved", "ours % of ceiling", "torch % of ceiling"], rows,
                                 "llllrrrrrrr"))
     print(f"\n## Host overhead per call, tiny tensors (microseconds; {n_calls} calls, median of batches)\n")
     print(common.markdown_table(
-        ["operator", "GetWorkspaceSize + execute + sync", "GetWorkspaceSize + execute", "reused executor: execute + sync",
-         "reused executor: execute", "PyTorch call"],
+        ["operator", "GetWorkspaceSize + execute + sync", "GetWorkspaceSize + execute",
+         "reused executor: execute + sync", "reused executor: execute", "PyTorch call"],
         [[o["operator"], o["get_ws_execute_sync_us"], o["get_ws_execute_us"], o["reused_execute_sync_us"],
           o["reused_execute_us"], o["torch_us"]] for o in overhead], "lrrrrr"))
     print("\n## Scaling of the backward operators (ms)\n")

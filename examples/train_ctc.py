@@ -39,7 +39,7 @@ def make_batch(rng: np.random.Generator, prototypes: np.ndarray):
         length = int(rng.integers(1, 5))
         labels = rng.integers(1, C, length)
         t = int(rng.integers(0, 3))
-        for i, c in enumerate(labels):
+        for c in labels:
             hold = int(rng.integers(2, 6))
             feats[t:t + hold, n] += prototypes[c]
             t += hold + int(rng.integers(1, 3))

@@ -170,7 +170,7 @@ def test_nan_in_ignored_row_stays_zero(rng):
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
 def test_low_precision_near_one_hot_target_column(dtype_name):
     import ml_dtypes
-    dt = np.dtype(getattr(ml_dtypes, "bfloat16")) if dtype_name == "bfloat16" else np.dtype(np.float16)
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype_name == "bfloat16" else np.dtype(np.float16)
     N, C = 4, 16
     lp64 = np.full((N, C), -20.0)
     t = np.arange(N) % C

@@ -105,7 +105,9 @@ def test_unnormalised_and_bad_label():
     lp, tg, il, tl = make_case(rng, 9, 3, 5, 3, min_in=7)
     lp = lp + 0.3            # unnormalised: formula literally, exp(lp) term included
     check(lp, tg, il, tl, rng=rng)
-    tl = np.array([3, 3, 3]); tg[1, 1] = 7; tg[2, 0] = -1
+    tl = np.array([3, 3, 3])
+    tg[1, 1] = 7
+    tg[2, 0] = -1
     nll, la = ctc_loss_forward(lp, tg, il, tl)
     assert np.isfinite(nll[0]) and np.isnan(nll[1:]).all() and np.isnan(la[1:]).all()
     g = np.ones(3)

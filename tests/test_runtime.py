@@ -10,7 +10,7 @@ import pytest
 
 import aclnn_gpu as acl
 from aclnn_gpu import runtime
-from support import Session, assert_close, use_device
+from support import assert_close, use_device
 
 P = acl.ACL_ERROR_RT_PARAM_INVALID
 

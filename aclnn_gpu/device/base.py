@@ -37,7 +37,7 @@ class DeviceStream(abc.ABC):
         """Wait for queued work; raise the first failure of queued work (once)."""
 
     @abc.abstractmethod
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most devices hold nothing to release
         """Drain and release."""
 
 

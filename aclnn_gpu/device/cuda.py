@@ -24,8 +24,8 @@ import numpy as np
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
 from .registry import Allocation, Registry
+from .uploads import MEMCPY_DEFAULT, LargeUploads
 
-MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: unified addressing works the direction out
 UPLOAD_RING_BYTES = 1 << 20
 UPLOAD_SLOT_BYTES = 4096
 
@@ -114,7 +114,9 @@ class CudaEvent(DeviceEvent):
 class UploadRing:
     """Pinned host memory for tiling uploads: each upload takes a slot, copies into it, and queues an
     asynchronous copy; a slot is reused only after the copy that used it has completed (an event),
-    so uploads never block the host in steady state and never allocate."""
+    so uploads never block the host in steady state and never allocate. Tables larger than a slot
+    (CTC's per-sample table from N = 171 on) go through `LargeUploads`, the same scheme with
+    buffers of a size that grows."""
 
     def __init__(self, cp: Any):
         self.cp = cp
@@ -123,14 +125,12 @@ class UploadRing:
         self.events: list[Any] = [None] * self.slots
         self.next = 0
         self.lock = threading.Lock()
+        self.large = LargeUploads(cp)
 
     def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
         host = np.ascontiguousarray(host)
-        if host.nbytes > UPLOAD_SLOT_BYTES:  # rare: large tables get their own pinned buffer
-            pinned = self.cp.cuda.alloc_pinned_memory(host.nbytes)
-            ctypes.memmove(pinned.ptr, host.ctypes.data, host.nbytes)
-            self.cp.cuda.runtime.memcpyAsync(dst, pinned.ptr, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
-            stream.synchronize()
+        if host.nbytes > UPLOAD_SLOT_BYTES:
+            self.large.upload(dst, host, stream)
             return
         with self.lock:
             slot = self.next

@@ -138,13 +138,31 @@ def _cuda_type(dt: np.dtype) -> int:
     return {F32: 0, F16: 2, BF16: 14}[np.dtype(dt)]
 
 
+# cublasMath_t flag (cublas_api.h) that CuPy does not export: split-K reductions stay in the compute
+# type (fp32) instead of the output type
+CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+
+
+def cublas_and_handle() -> tuple[Any, Any]:
+    """CuPy's cuBLAS module and the current device's handle (tests replace this with a recorder)."""
+    try:
+        from cupy.cuda import cublas, device
+    except ImportError as e:   # CuPy finds cuBLAS in a CUDA toolkit or the nvidia-cublas wheel
+        raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      f"cuBLAS could not be loaded ({e}): install a CUDA toolkit or "
+                      "`pip install 'aclnn_gpu[cuda]'` (it brings the nvidia-cublas wheel)") from None
+    return cublas, device.get_cublas_handle()
+
+
 class CublasGemm:
     """gemm_strided_batched on a CUDA stream through cupy.cuda.cublas.gemmStridedBatchedEx.
 
     alpha/beta are host fp32 scalars (the scale type of CUBLAS_COMPUTE_32F*, pointer mode HOST: read
-    before the call returns, so temporaries are fine). For true fp32
-    (COMPUTE_32F) the handle's math mode is set to CUBLAS_DEFAULT_MATH for the call so a global
-    TF32 setting (CUPY_TF32) cannot downgrade it; the previous mode is restored."""
+    before the call returns, so temporaries are fine). The handle's math mode is, for the call,
+    CUBLAS_DEFAULT_MATH (so a global TF32 setting, CUPY_TF32, cannot downgrade true fp32: TF32 comes
+    only from the compute type) with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (without it
+    cuBLAS may reduce split-K partial sums of fp16 / bf16 outputs in the output type, so a deep
+    gradWeight product would not accumulate in fp32); the previous mode is restored."""
 
     def __init__(self, stream: Any):
         self.stream = stream   # a cupy Stream
@@ -154,20 +172,14 @@ class CublasGemm:
         _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
         if m == 0 or n == 0 or batch == 0:
             return
-        try:
-            from cupy.cuda import cublas, device
-        except ImportError as e:   # CuPy finds cuBLAS in a CUDA toolkit or the nvidia-cublas wheel
-            raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                          f"cuBLAS could not be loaded ({e}): install a CUDA toolkit or "
-                          "`pip install 'aclnn_gpu[cuda]'` (it brings the nvidia-cublas wheel)") from None
-        handle = device.get_cublas_handle()
+        cublas, handle = cublas_and_handle()
         comp = {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
                 COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute]
         al = np.array(alpha, dtype=np.float32)
         be = np.array(beta, dtype=np.float32)
         old = cublas.getMathMode(handle)
         old_pm = cublas.getPointerMode(handle)
-        cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
+        cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
         cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)   # alpha/beta read at the call
         try:
             # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call

@@ -87,11 +87,13 @@ def cuda_include_dirs() -> list[str]:
     then CUDA_PATH/CUDA_HOME, CuPy's idea of the CUDA path, /usr/local/cuda."""
     found: list[str] = []
 
-    def add(d) -> None:
+    def add(d: str | Path) -> None:
         d = str(d)
         if os.path.isfile(os.path.join(d, "cuda_fp16.h")) and d not in found:
             found.append(d)
 
+    for d in filter(None, os.environ.get("ACLNN_GPU_CUDA_INCLUDE", "").split(os.pathsep)):
+        add(d)   # first: the headers of the CUDA major whose NVRTC ACLNN_GPU_NVRTC names
     try:
         import nvidia  # namespace package of the NVIDIA wheels
         for root in getattr(nvidia, "__path__", []):
@@ -121,9 +123,11 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
-def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: list[str]) -> tuple[str, dict, str | None]:
+def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: list[str]
+                  ) -> tuple[str, dict, str | None]:
     """-> (log, {lowered name: name expression}, error message or None)."""
-    from cuda.bindings import nvrtc
+    from .nvrtc import bindings
+    nvrtc = bindings()
     prog = _check(nvrtc.nvrtcCreateProgram(src.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         for e in exprs:
@@ -194,7 +198,8 @@ def failures(results: list[FileResult]) -> list[str]:
 
 def print_table(results: list[FileResult], out=None) -> None:
     out = out or sys.stdout
-    hdr = f"{'file:kernel':60s} {'arch':>4s} {'regs':>4s} {'spillST':>7s} {'spillLD':>7s} {'stack':>5s} {'smem':>6s} {'bars':>4s}"
+    hdr = (f"{'file:kernel':60s} {'arch':>4s} {'regs':>4s} {'spillST':>7s} {'spillLD':>7s} {'stack':>5s} "
+           f"{'smem':>6s} {'bars':>4s}")
     print(hdr, file=out)
     print("-" * len(hdr), file=out)
     for r in results:
@@ -216,7 +221,16 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", action="append", help="target architecture, e.g. 90 (repeatable; default 80 and 90)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPU count)")
+    ap.add_argument("--nvrtc", metavar="LIB", help="compile with this libnvrtc.so.N (e.g. CUDA 12's, from the "
+                    "nvidia-cuda-nvrtc-cu12 wheel) instead of cuda-python's; same as ACLNN_GPU_NVRTC=LIB")
+    ap.add_argument("--cuda-include", metavar="DIR", help="CUDA headers (cuda_fp16.h) of that NVRTC's major, "
+                    "searched first; same as ACLNN_GPU_CUDA_INCLUDE=DIR")
     a = ap.parse_args(argv)
+    from .nvrtc import version
+    if a.nvrtc:
+        os.environ["ACLNN_GPU_NVRTC"] = a.nvrtc
+    if a.cuda_include:
+        os.environ["ACLNN_GPU_CUDA_INCLUDE"] = a.cuda_include
     t0 = time.perf_counter()
     specs = [parse_spec(s) for s in a.files] if a.files else manifest_specs()
     archs = tuple(x.replace("sm_", "") for x in a.arch) if a.arch else ARCHS
@@ -225,11 +239,11 @@ def main(argv=None) -> int:
     bad = failures(results)
     total = time.perf_counter() - t0
     if a.json:
-        Path(a.json).write_text(json.dumps({"ok": not bad, "failures": bad, "seconds": total,
+        Path(a.json).write_text(json.dumps({"ok": not bad, "failures": bad, "seconds": total, "nvrtc": version(),
                                             "results": [asdict(r) for r in results]}, indent=1))
     for b in bad:
         print(f"FAIL {b}", file=sys.stderr)
-    print(f"{len(specs)} files x {len(archs)} archs compiled in {total:.2f} s: "
+    print(f"{len(specs)} files x {len(archs)} archs compiled by NVRTC {version()} in {total:.2f} s: "
           f"{'OK' if not bad else f'{len(bad)} failure(s)'}")
     return 1 if bad else 0
 

@@ -8,10 +8,13 @@ Row mapping, picked by the row length S2 (E = elements one thread keeps in regis
 
 | S2                  | kernel                              | mapping                                       |
 | ------------------- | ----------------------------------- | --------------------------------------------- |
-| <= 1024             | smsm_*_rows<T, VW, C, false>        | a warp per row, 4 rows per 128-thread block, E = C*VW <= 32 |
+| <= 1024             | smsm_*_rows<T, VW, C, false>        | a warp per row, 4 rows per block, E = C*VW <= 32 |
 | 1025 .. 8192        | smsm_*_rows<T, VW, C, true>         | a block per row (<= 512 threads), E <= 16     |
-| > 8192              | smsm_*_long<T, VW, true>            | a block (512 threads) per row, two passes, the row staged in shared memory (read once) while the staged tensors fit 48 KiB: S2 <= 12288 (bwd fp16/bf16), 24576 (fwd fp16/bf16), 12288 (fwd fp32); bwd fp32 never (6144 < 8192) |
+| > 8192              | smsm_*_long<T, VW, true>            | a block (512 threads) per row, two passes (*) |
 | beyond that         | smsm_*_long<T, VW, false>           | two passes, pass 2 re-reads the row (L2)      |
+
+(*) the row staged in shared memory (read once) while the staged tensors fit 48 KiB: S2 <= 12288
+(bwd fp16/bf16), 24576 (fwd fp16/bf16), 12288 (fwd fp32); bwd fp32 never (6144 < 8192).
 
 VW = 16 / sizeof(T) (16-byte vectors) when S2 % VW == 0 and every pointer is 16-byte aligned (the mask
 VW-byte aligned), else 1. C is the smallest instantiated chunk count that covers the row. The two

@@ -22,7 +22,7 @@ import pytest
 import aclnn_gpu as acl
 from aclnn_gpu import dtypes
 from aclnn_gpu.status import aclDataType as D
-from aclnn_gpu.tensor import aclIntArray, aclTensor
+from aclnn_gpu.tensor import aclTensor
 from support import Session
 
 NULLPTR = int(acl.aclnnStatus.ACLNN_ERR_PARAM_NULLPTR)

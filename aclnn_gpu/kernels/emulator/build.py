@@ -24,7 +24,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -11,7 +11,8 @@ Which memory a pointer points into: numpy array arguments are their own memory; 
 `set_memory_resolver(fn)`, `fn(address) -> (base, nbytes) | None` (the emulated device installs one
 over its allocation registry), then, when the process runs with AddressSanitizer preloaded (the CI
 recording run is the ASan run), to ASan's allocator: `__asan_locate_address` knows the heap block of
-any address, which covers NumPy buffers passed by address. A launch with a non-null pointer nobody can resolve is recorded as
+any address, which covers NumPy buffers passed by address. A launch with a non-null pointer nobody can
+resolve is recorded as
 not replayable (the replay skips and counts it) rather than replayed with a wild pointer.
 
 Layout of <dir>: sources/<hash>.json, launches-<pid>.jsonl, blobs-<pid>.bin (region bytes).

@@ -80,7 +80,8 @@ def write_replay(path: Path, root: Path, meta: dict, recs) -> None:
             out.write(struct.pack("<QQ", off, size))
         out.write(struct.pack("<I", len(recs)))
         for rec in recs:
-            out.write(struct.pack("<I6IQQ", index[rec["name"]], *rec["grid"], *rec["block"], rec["smem"], rec["max_dyn"]))
+            out.write(struct.pack("<I6IQQ", index[rec["name"]], *rec["grid"], *rec["block"], rec["smem"],
+                                  rec["max_dyn"]))
             out.write(struct.pack("<I", len(rec["regions"])))
             for reg in rec["regions"]:
                 f = blobs.get(reg["blob"])
@@ -109,7 +110,8 @@ def replay_source(root: Path, key: str, source: dict, recs, max_blocks: int, wor
         built = _build.build(source["code"], source["name_expressions"], source["options"], source["filename"],
                              mode="tsan", extra_sources=[REPLAY_MAIN])
     except _build.EmuBuildError as e:
-        return {"source": name, "ok": False, "launches": len(recs), "output": str(e), "seconds": time.perf_counter() - t0}
+        return {"source": name, "ok": False, "launches": len(recs), "output": str(e),
+                "seconds": time.perf_counter() - t0}
     build_s = time.perf_counter() - t0
     replay = workdir / f"{key}.replay"
     write_replay(replay, root, built.meta, recs)
@@ -144,7 +146,8 @@ def main(argv=None) -> int:
         print(f"tsan: nothing to replay in {a.record_dir} ({len(launches)} recorded launches)")
         return 0
     with tempfile.TemporaryDirectory(prefix="emu_tsan_") as tmp, ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        results = list(pool.map(lambda kv: replay_source(a.record_dir, kv[0], sources[kv[0]], kv[1], a.max_blocks, Path(tmp)),
+        results = list(pool.map(lambda kv: replay_source(a.record_dir, kv[0], sources[kv[0]], kv[1], a.max_blocks,
+                                                          Path(tmp)),
                                 groups.items()))
     bad = [r for r in results if not r["ok"]]
     for r in results:

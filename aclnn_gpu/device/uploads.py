@@ -1,0 +1,65 @@
+"""Uploads of host tables larger than a slot of the cuda device's UploadRing (`device/cuda.py`):
+pinned staging buffers reused under events, so a large upload neither synchronizes the stream nor
+allocates in steady state."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: unified addressing works the direction out
+LARGE_UPLOAD_BUFFERS = 8
+
+
+class LargeUploads:
+    """Pinned staging buffers for uploads larger than a ring slot, reused without a stream
+    synchronize: each buffer carries the event recorded after the copy that last read it, and an
+    upload takes a buffer whose event has completed. A buffer is allocated (a power of two, at
+    least the table) only when none is free and big enough -- while the pool grows to the number of
+    large uploads in flight, or for a larger table than before -- so steady state allocates
+    nothing. With LARGE_UPLOAD_BUFFERS buffers all in flight the oldest copy is waited for (an
+    event: the GPU is that many uploads behind); the caller's host array is free on return."""
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self.buffers: list[_Staging] = []   # least recently used first
+        self.lock = threading.Lock()
+
+    def _take(self, nbytes: int) -> _Staging:
+        free = [b for b in self.buffers if b.event is None or b.event.done]
+        fitting = [b for b in free if b.capacity >= nbytes]
+        if fitting:
+            buffer = min(fitting, key=lambda b: b.capacity)
+            self.buffers.remove(buffer)
+        elif free or len(self.buffers) >= LARGE_UPLOAD_BUFFERS:
+            buffer = free[0] if free else self.buffers[0]
+            self.buffers.remove(buffer)
+            if buffer.event is not None:
+                buffer.event.synchronize()   # only when every buffer is in flight
+            if buffer.capacity < nbytes:     # grows a free buffer: the copy that read it is done
+                buffer = _Staging(self.cp, nbytes, buffer.event)
+        else:
+            buffer = _Staging(self.cp, nbytes, None)
+        self.buffers.append(buffer)
+        return buffer
+
+    def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
+        with self.lock:
+            buffer = self._take(host.nbytes)
+            ctypes.memmove(buffer.memory.ptr, host.ctypes.data, host.nbytes)
+            self.cp.cuda.runtime.memcpyAsync(dst, buffer.memory.ptr, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
+            buffer.event = buffer.event or self.cp.cuda.Event(disable_timing=True)
+            buffer.event.record(stream)
+
+
+class _Staging:
+    """One pinned staging buffer of LargeUploads (a power of two bytes) and its last copy's event."""
+
+    __slots__ = ("capacity", "event", "memory")
+
+    def __init__(self, cp: Any, nbytes: int, event: Any):
+        self.capacity = 1 << max(0, nbytes - 1).bit_length()
+        self.memory = cp.cuda.alloc_pinned_memory(self.capacity)
+        self.event = event
