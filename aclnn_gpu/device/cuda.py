@@ -173,7 +173,6 @@ class CudaDevice(Device):
         self.cp = cp
         self.kind = kind
         self.id = device_id
-        self.scope = cp.cuda.Device(device_id)   # reusable: `with self.scope:` makes this GPU current
         self.registry = Registry(device_id)
         self._streams: "weakref.WeakSet[CudaStream]" = weakref.WeakSet()
         self._modules: dict[str, Any] = {}
@@ -185,6 +184,13 @@ class CudaDevice(Device):
         with self.scope:
             self.default_stream = self.create_stream()
             self.uploads = UploadRing(cp)
+
+    @property
+    def scope(self) -> Any:
+        """`with device.scope:` makes this GPU CuPy's (and CUDA's) current device for the block. A
+        fresh `cupy.cuda.Device` each time: one object keeps its enter/exit stack on itself in some
+        CuPy versions, so sharing one between threads could restore the wrong device."""
+        return self.cp.cuda.Device(self.id)
 
     # ------------------------------------------------------------------ memory
     def _add(self, memory: Any, size: int, on_device: bool) -> int:
