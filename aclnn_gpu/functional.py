@@ -47,11 +47,11 @@ def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         signature.bind(*args, **kwargs)   # a call that does not fit the signature: Python's TypeError
         try:
-            if get_device().kind == "cuda":
+            device = get_device()
+            if device.kind == "cuda":   # CuPy's current GPU follows: host arrays are copied to that GPU
                 gpu = _arrays_gpu(fn.__name__, (*args, *kwargs.values()))
-                if gpu is not None:
-                    with using_device(device_of(gpu)):
-                        return fn(*args, **kwargs)
+                with using_device(device if gpu is None else device_of(gpu)):
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         except AclnnError:
             raise

@@ -303,6 +303,9 @@ def aclrtSetDevice(deviceId: int) -> int:
     device = device_of(_device_id(deviceId, "aclrtSetDevice"))
     _tls.device_id = device.id
     _tls.device = device
+    scope = getattr(device, "scope", None)
+    if scope is not None:   # cuda: the thread's CUDA / CuPy current device too (torch.cuda.set_device's rule)
+        scope.use()
     return OK
 
 

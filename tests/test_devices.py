@@ -17,6 +17,7 @@ from support import DEVICE_KINDS, assert_close
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
+from aclnn_gpu.device import fakecupy
 from aclnn_gpu.reference.kl_div import kl_div
 from aclnn_gpu.samples import DeviceArrays
 
@@ -61,9 +62,12 @@ def test_count_and_current_device_per_thread(two):
 
     def on_one():
         assert acl.aclrtSetDevice(1) == 0
-        return acl.aclrtGetDevice(), runtime.get_device().id, acl.current_device_kind()
+        # on cuda / emulated the thread's CuPy current device follows (fakecupy mirrors CuPy's)
+        cupy_device = fakecupy.cuda.runtime.getDevice() if two == "emulated" else 1
+        return acl.aclrtGetDevice(), runtime.get_device().id, acl.current_device_kind(), cupy_device
     # ... a thread's SetDevice is its own: this thread stays on device 0
-    assert _in_thread(on_one) == ((0, 1), 1, two)
+    assert _in_thread(on_one) == ((0, 1), 1, two, 1)
+    assert fakecupy.cuda.runtime.getDevice() == 0
     assert acl.aclrtGetDevice() == (0, 0) and runtime.get_device().id == 0
     assert acl.aclrtSetDevice(2) == acl.ACL_ERROR_RT_INVALID_DEVICEID
     message = acl.aclGetRecentErrMsg()
