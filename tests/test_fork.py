@@ -16,6 +16,7 @@ from support import DEVICE_KINDS, use_device
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
+from aclnn_gpu.device import current
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss
 from aclnn_gpu.reference.kl_div import kl_div
 
@@ -110,7 +111,7 @@ def test_fork_after_acl_init_only():
     os.environ["ACLNN_GPU_DEVICE"] = "cpu"
     runtime.release_devices()
     runtime._state.initialized = False
-    assert acl.aclInit(None) == 0 and not runtime._state.devices
+    assert acl.aclInit(None) == 0 and not current._state.devices
 
     def child():
         assert acl.aclInit(None) == 0   # a clean runtime: the child initialises for itself
@@ -195,7 +196,7 @@ def test_cuda_parent_child_names_spawn():
     """A parent that initialised CUDA: the child's every device call says to use spawn (checked with
     the emulated device standing in for CUDA: its platform marked fork-unsafe as cuda's is)."""
     use_device("emulated")
-    platform = runtime._state.platform
+    platform = current._state.platform
     platform.fork_safe = False
     try:
         def child():
