@@ -215,7 +215,7 @@ def max_error(results: list[np.ndarray], expected: list[np.ndarray]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aclnn_gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m aclnn_gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "emulated"], default=None,
                         help="device kind (default: ACLNN_GPU_DEVICE, else auto)")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per operator (median reported)")

@@ -61,7 +61,8 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
-check_plan_memory = resolve_stream = None  # (see run_executor)
+check_plan_memory: Any = None  # (see run_executor)
+resolve_stream: Any = None
 
 
 def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
@@ -91,6 +92,7 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         if type(workspace_size) is not int and (not isinstance(workspace_size, numbers.Integral)
                                                 or isinstance(workspace_size, bool)) or workspace_size < 0:
             fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
+        workspace_size = int(workspace_size)
         plan = executor.plan
         if workspace_size > 0 and workspace is None:
             fail(NULLPTR, f"{op}: workspace is null but workspaceSize is {workspace_size}")

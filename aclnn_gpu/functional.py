@@ -424,7 +424,7 @@ def conv_tbc_backward(grad: Any, input: Any, weight: Any, bias: Any, pad: int = 
                             else np.float32) for t in (x, w, b)]
         call.run(aclnnConvTbcBackwardGetWorkspaceSize, aclnnConvTbcBackward, g, x, w, b, pad,
                  cube_math_type, outs[0][0], outs[1][0], outs[2][0])
-        return tuple(call.result(host) for _, host in outs)  # type: ignore[return-value]
+        return tuple(call.result(host) for _, host in outs)
 
 
 # ---------------------------------------------------------------------------- scaled masked softmax

@@ -1,4 +1,4 @@
-"""CANN's enumerations and return codes, with CANN's numbers (spec/acl_runtime.md §2-3).
+"""CANN's enumerations and return codes, with CANN's numbers (docs/API.md §8).
 
 Every enum is an `IntEnum`, so members compare equal to the plain ints C code uses, and every
 member is also exported as a module constant (`ACL_FLOAT`, `ACLNN_ERR_PARAM_INVALID`, ...).

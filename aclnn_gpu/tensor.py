@@ -67,8 +67,8 @@ class aclTensor:
         self.numel = math.prod(shape)
         self.negative_strides = any(s < 0 for s in strides)
         self._itemsize = dtypes.itemsize(dtype) if dtypes.has_numpy(dtype) else None
-        self._span = None
-        self._byte_span = None
+        self._span: tuple[int, int] | None = None
+        self._byte_span: tuple[int, int] | None = None
 
     @property
     def itemsize(self) -> int:

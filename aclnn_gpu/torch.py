@@ -6,16 +6,37 @@ backward run this library's aclnn operators through `aclnn_gpu.functional`.
                               reduction="mean", zero_infinity=False)
     loss.backward()                     # aclnnCtcLossBackward computes d loss / d log_probs
 
-Importing `aclnn_gpu` never imports torch; importing this module does (the optional extra).
-The functions mirror `torch.nn.functional` (and `torch.conv_tbc`) where PyTorch has them:
+Importing `aclnn_gpu` never imports torch; importing this module does (the `torch` extra).
+Each function takes exactly the parameters (names, order, defaults) of its PyTorch counterpart, so
+a model switches by changing one import:
+
+    ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False)                                       # torch.nn.functional
+    cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0)                 # torch.nn.functional
+    nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean")                                          # torch.nn.functional
+    kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False)
+    conv_tbc(input, weight, bias, pad=0)                                # torch.conv_tbc
+    scaled_masked_softmax(inputs, mask, scale)                          # apex / Megatron fused softmax
+    scaled_upper_triang_masked_softmax(inputs, _, scale)                # apex / Megatron, causal
 
 | function | forward / backward | gradients for |
 | --- | --- | --- |
-| `ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False)` | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
-| `cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0)` | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
-| `kl_div(input, target, reduction="mean", log_target=False)` | aclnnKlDiv / aclnnKlDivBackward | input |
-| `conv_tbc(input, weight, bias, pad=0, cube_math_type=0)` | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
-| `scaled_masked_softmax(x, mask, scale=1.0, fix_triu_mask=False)` | aclnnScaledMaskedSoftmax / ...Backward | x |
+| ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
+| cross_entropy | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
+| nll_loss | PyTorch's gather (no NLL operator) / aclnnCrossEntropyLossGrad | input |
+| kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
+| conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
+| scaled_masked_softmax | aclnnScaledMaskedSoftmax / ...Backward | inputs |
+
+Errors where PyTorch raises, with the same exception type: a bad reduction string (ValueError), an
+out-of-range class label of cross_entropy / nll_loss ("Target 9 is out of bounds.", IndexError),
+floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
+size_average / reduce arguments are mapped to a reduction exactly as PyTorch maps them (with its
+deprecation warning). conv_tbc's GPU matrix precision (CANN's cubeMathType) follows PyTorch's own
+setting, torch.get_float32_matmul_precision(): "highest" keeps fp32 (KEEP_DTYPE), "high" and
+"medium" allow TF32 (ALLOW_FP32_DOWN_PRECISION); ConvTbcFunction.apply takes it explicitly.
 
 Memory: tensors cross by DLPack. On the `cpu` device (and `emulated`) torch CPU tensors are lent to
 the library zero-copy for the length of the call and the results come back as torch tensors over
@@ -38,10 +59,13 @@ Semantics, and where they differ from PyTorch:
     shape's dim 0, CANN's rule; PyTorch divides by input.size(0): equal unless input broadcasts in
     dim 0). No gradient for target: a target that requires grad is refused.
   * conv_tbc / scaled_masked_softmax: FLOAT, FLOAT16, BFLOAT16 only (the operators refuse DOUBLE).
-    The mask is bool, true = masked out; a fully masked row gives zeros (PyTorch's softmax gives NaN).
-  * Zeros where PyTorch gives NaN (API.md §6): cross_entropy "mean" with every target ignored,
-    kl_div "mean" / "batchmean" of an empty input. ctc_loss takes float targets and truncates them
-    (CANN casts them), where PyTorch refuses them.
+    The mask is bool (or uint8, as apex takes it), true = masked out; a fully masked row gives zeros
+    (PyTorch's softmax gives NaN, apex's -10000 fill a uniform row).
+  * kl_div with reduction "mean" does not repeat PyTorch's warning that "mean" is not the
+    mathematical KL divergence; the value is PyTorch's.
+  * Zeros where PyTorch gives NaN (docs/API.md §7): cross_entropy "mean" with every target ignored,
+    kl_div "mean" / "batchmean" of an empty input. Out-of-range CTC labels are not checked on the
+    host (PyTorch does not check them either): the operator's documented device behaviour applies.
   * First derivatives only: with create_graph=True a double backward raises instead of silently
     dropping the second-order terms.
 Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`); arguments that are not torch
@@ -58,9 +82,9 @@ from torch._C import _functions as _autograd_functions
 
 from . import functional as _F
 
-__all__ = ["ctc_loss", "cross_entropy", "kl_div", "conv_tbc", "scaled_masked_softmax",
-           "CtcLossFunction", "CrossEntropyFunction", "KlDivFunction", "ConvTbcFunction",
-           "ScaledMaskedSoftmaxFunction"]
+__all__ = ["ctc_loss", "cross_entropy", "nll_loss", "kl_div", "conv_tbc", "scaled_masked_softmax",
+           "scaled_upper_triang_masked_softmax", "CtcLossFunction", "CrossEntropyFunction", "NllLossFunction",
+           "KlDivFunction", "ConvTbcFunction", "ScaledMaskedSoftmaxFunction"]
 
 
 def _on(result: Any, like: torch.Tensor) -> torch.Tensor:
@@ -109,7 +133,8 @@ def _first_order(backward: Any) -> Any:
         raising = _autograd_functions.DelayedError(
             b"aclnn_gpu.torch: the operators give first derivatives only (no double backward)",
             len(outputs) + len(links))
-        attached = raising(*[None if o is None else o.detach() for o in outputs], *links)[:len(outputs)]
+        detached: list[Any] = [None if o is None else o.detach() for o in outputs]   # None: no gradient
+        attached = raising(*detached, *links)[:len(outputs)]
         return attached[0] if single else attached
     return wrapper
 
@@ -121,10 +146,41 @@ def _tensors(function: str, **tensors: Any) -> None:
             raise TypeError(f"{function}: {name} must be a torch.Tensor, got {type(value).__name__}")
 
 
-def _lengths(values: Any) -> list[int]:
+def _lengths(values: Any, name: str = "lengths") -> list[int]:
     if isinstance(values, torch.Tensor):
+        if values.is_floating_point() or values.is_complex():
+            raise RuntimeError(f"{name} must be integral")      # PyTorch's ctc_loss message
         return [int(v) for v in values.reshape(-1).tolist()]
+    if isinstance(values, int):
+        return [values]
+    values = list(values)
+    if any(isinstance(v, float) for v in values):
+        raise RuntimeError(f"{name} must be integral")
     return [int(v) for v in values]
+
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduction(reduction: str, size_average: Any = None, reduce: Any = None, allowed: tuple = _REDUCTIONS) -> str:
+    """PyTorch's rule: the deprecated size_average / reduce, when either is given, decide the reduction
+    (torch.nn._reduction.legacy_get_string, with its warning); an unknown string is a ValueError."""
+    if size_average is not None or reduce is not None:
+        from torch.nn import _reduction as legacy
+        return legacy.legacy_get_string(size_average, reduce)
+    if reduction not in allowed:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def _check_class_targets(target: torch.Tensor, classes: int, ignore_index: int) -> None:
+    """PyTorch's host check of class indices (IndexError "Target 9 is out of bounds."); the operators
+    make such rows NaN on the device instead, which a PyTorch caller does not expect."""
+    if target.numel() == 0:
+        return
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if bool(bad.any()):
+        raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
 
 
 def _grad(grad: torch.Tensor) -> torch.Tensor:
@@ -166,16 +222,14 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
     """torch.nn.functional.ctc_loss through aclnnCtcLoss / aclnnCtcLossBackward. log_probs (T, N, C)
     (or (T, C) unbatched), targets (N, S) padded or 1-D concatenated, lengths as tensors or sequences."""
     _tensors("ctc_loss", log_probs=log_probs, targets=targets)
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"ctc_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    reduction = _reduction(reduction)
+    input_lengths, target_lengths = _lengths(input_lengths, "input_lengths"), _lengths(target_lengths, "target_lengths")
     unbatched = log_probs.dim() == 2
     if unbatched:
         log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
-        input_lengths, target_lengths = [_lengths(torch.as_tensor(x).reshape(1)) for x in (input_lengths,
-                                                                                             target_lengths)]
     loss = CtcLossFunction.apply(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
     if reduction == "mean":
-        tl = torch.as_tensor(_lengths(target_lengths), dtype=loss.dtype, device=loss.device)
+        tl = torch.as_tensor(target_lengths, dtype=loss.dtype, device=loss.device)
         return (loss / tl.clamp(min=1)).mean()
     if reduction == "sum":
         return loss.sum()
@@ -207,28 +261,73 @@ class CrossEntropyFunction(torch.autograd.Function):
         return _on(g, log_prob), None, None, None, None, None, None
 
 
-def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
-                  ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
-    """torch.nn.functional.cross_entropy (class-index targets) through aclnnCrossEntropyLoss /
-    aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C."""
-    _tensors("cross_entropy", input=input, target=target)
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                  ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple | None]:
+    """cross_entropy / nll_loss arguments as the operator takes them: (N, C) input, (N,) target, float32
+    weight, and the shape of a "none" result ((), (N,), (N, d1, ...)) when it is not (N,)."""
+    _tensors(function, input=input, target=target)
     if target.is_floating_point():
-        raise NotImplementedError("cross_entropy: class-probability targets are not supported (class indices only)")
+        raise NotImplementedError(f"{function}: class-probability targets are not supported (class indices only)")
     if weight is not None:
         if weight.requires_grad and torch.is_grad_enabled():
-            raise NotImplementedError("cross_entropy: no gradient for weight (aclnnCrossEntropyLossGrad gives "
+            raise NotImplementedError(f"{function}: no gradient for weight (aclnnCrossEntropyLossGrad gives "
                                       "the input's only); pass weight.detach()")
         weight = weight.detach().to(torch.float32)   # the operator's weight dtype
-    shape = None
+    _check_class_targets(target, input.shape[1] if input.dim() > 1 else input.shape[0], ignore_index)
+    shape: tuple | None = None
     if input.dim() == 1:                              # unbatched: (C,), target ()
         input, target, shape = input.unsqueeze(0), target.reshape(1), ()
     elif input.dim() > 2:                             # (N, C, d1, ...) -> (N*d1*..., C)
         shape = (input.shape[0],) + tuple(input.shape[2:])
         input = input.movedim(1, -1).reshape(-1, input.shape[1])
         target = target.reshape(-1)
+    return input, target, weight, shape
+
+
+def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
+                  size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
+    """torch.nn.functional.cross_entropy (class-index targets) through aclnnCrossEntropyLoss /
+    aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C."""
+    reduction = _reduction(reduction, size_average, reduce)
+    input, target, weight, shape = _class_inputs("cross_entropy", input, target, weight, ignore_index)
     loss = CrossEntropyFunction.apply(input, target, weight, reduction, ignore_index, label_smoothing, _link(input))
+    return loss.reshape(shape) if reduction == "none" and shape is not None else loss
+
+
+class NllLossFunction(torch.autograd.Function):
+    """nll_loss over (N, C) log-probabilities. The backward is aclnnCrossEntropyLossGrad given a logProb
+    of -inf everywhere: its gradient (exp(logProb) - one_hot) * weight * scale then reduces to NLL's
+    own, -one_hot * weight * scale, with the operator's ignore_index and "mean" weight-sum rules."""
+
+    @staticmethod
+    def forward(ctx, input, target, weight, reduction, ignore_index, link):
+        import torch.nn.functional as TF
+        _save(ctx, (target, weight), links=(link,))
+        ctx.args = (reduction, int(ignore_index), input.shape, input.dtype)
+        w = None if weight is None else weight.to(input.dtype)
+        return TF.nll_loss(input.detach(), target, w, ignore_index=ignore_index, reduction=reduction)
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None, None
+        target, weight = _saved(ctx)
+        reduction, ignore_index, shape, dtype = ctx.args
+        no_prob = torch.full(shape, -torch.inf, dtype=dtype, device=target.device)
+        g = _F.cross_entropy_loss_grad(_grad(grad).to(dtype), no_prob, target, weight, reduction, ignore_index, 0.0)
+        return _on(g, no_prob), None, None, None, None, None
+
+
+def nll_loss(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
+             size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
+             reduction: str = "mean") -> torch.Tensor:
+    """torch.nn.functional.nll_loss on log-probabilities: input (N, C), (C,) or (N, C, d1, ...), target
+    class indices. The gradient is aclnnCrossEntropyLossGrad's (see NllLossFunction)."""
+    reduction = _reduction(reduction, size_average, reduce)
+    input, target, weight, shape = _class_inputs("nll_loss", input, target, weight, ignore_index)
+    loss = NllLossFunction.apply(input, target, weight, reduction, ignore_index, _link(input))
     return loss.reshape(shape) if reduction == "none" and shape is not None else loss
 
 
@@ -252,13 +351,12 @@ class KlDivFunction(torch.autograd.Function):
         return _on(g, input), None, None, None
 
 
-def kl_div(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", log_target: bool = False
-           ) -> torch.Tensor:
+def kl_div(input: torch.Tensor, target: torch.Tensor, size_average: bool | None = None, reduce: bool | None = None,
+           reduction: str = "mean", log_target: bool = False) -> torch.Tensor:
     """torch.nn.functional.kl_div through aclnnKlDiv / aclnnKlDivBackward: input holds log-probabilities,
     target probabilities (log-probabilities with log_target). Gradient for input only."""
     _tensors("kl_div", input=input, target=target)
-    if reduction not in ("none", "mean", "sum", "batchmean"):
-        raise ValueError(f"kl_div: reduction must be 'none', 'mean', 'sum' or 'batchmean', got {reduction!r}")
+    reduction = _reduction(reduction, size_average, reduce, _REDUCTIONS + ("batchmean",))
     if target.requires_grad and torch.is_grad_enabled():
         raise NotImplementedError("kl_div: no gradient for target (aclnnKlDivBackward gives the input's only); "
                                   "pass target.detach()")
@@ -289,13 +387,18 @@ class ConvTbcFunction(torch.autograd.Function):
                 _on(gb, bias) if need[2] else None, None, None)
 
 
-def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad: int = 0,
-             cube_math_type: int = 0) -> torch.Tensor:
+def _cube_math_type() -> int:
+    """CANN's cubeMathType from PyTorch's float32 matmul precision: "highest" -> 0 (KEEP_DTYPE, true
+    fp32), "high" / "medium" -> 1 (ALLOW_FP32_DOWN_PRECISION, TF32 on a GPU)."""
+    return 0 if torch.get_float32_matmul_precision() == "highest" else 1
+
+
+def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad: int = 0) -> torch.Tensor:
     """torch.conv_tbc through aclnnConvTbc / aclnnConvTbcBackward: input (T, B, Cin), weight
-    (K, Cin, Cout), bias (Cout,) -> (T + 2*pad - K + 1, B, Cout). cube_math_type: CANN's
-    cubeMathType (GPU matrix precision; the cpu device computes in fp32 whatever it says)."""
+    (K, Cin, Cout), bias (Cout,) -> (T + 2*pad - K + 1, B, Cout). The GPU matrix precision follows
+    torch.get_float32_matmul_precision() (the cpu device computes in fp32 whatever it says)."""
     _tensors("conv_tbc", input=input, weight=weight, bias=bias)
-    return ConvTbcFunction.apply(input, weight, bias, pad, cube_math_type)
+    return ConvTbcFunction.apply(input, weight, bias, pad, _cube_math_type())
 
 
 # ---------------------------------------------------------------------------- scaled masked softmax
@@ -318,15 +421,30 @@ class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
         return _on(g, y), None, None, None, None
 
 
-def scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: float = 1.0,
-                          fix_triu_mask: bool = False) -> torch.Tensor:
-    """softmax(scale * x) over the last axis with masked positions (mask true) excluded, through
-    aclnnScaledMaskedSoftmax / aclnnScaledMaskedSoftmaxBackward. x (B, N, S1, S2); mask bool
-    (Bm, Nm, S1, S2) with Bm in {B, 1}, Nm in {N, 1}, or None with fix_triu_mask=True (causal)."""
-    _tensors("scaled_masked_softmax", x=x)
+def _softmax(function: str, inputs: torch.Tensor, mask: torch.Tensor | None, scale: float,
+             fix_triu_mask: bool) -> torch.Tensor:
+    _tensors(function, inputs=inputs)
     if mask is not None:
+        _tensors(function, mask=mask)
         mask = mask.detach()
         if mask.dtype != torch.bool:
             mask = mask.to(torch.bool)
-    return ScaledMaskedSoftmaxFunction.apply(x, mask, scale, fix_triu_mask, _link(x))
+    return ScaledMaskedSoftmaxFunction.apply(inputs, mask, scale, fix_triu_mask, _link(inputs))
+
+
+def scaled_masked_softmax(inputs: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """apex's / Megatron's scaled_masked_softmax(inputs, mask, scale): softmax(scale * inputs) over the
+    last axis with masked positions (mask true / 1) excluded, through aclnnScaledMaskedSoftmax /
+    aclnnScaledMaskedSoftmaxBackward. inputs (B, N, S1, S2); mask bool or uint8 (Bm, Nm, S1, S2) with
+    Bm in {B, 1}, Nm in {N, 1}, or None (no mask)."""
+    return _softmax("scaled_masked_softmax", inputs, mask, scale, False)
+
+
+def scaled_upper_triang_masked_softmax(inputs: torch.Tensor, _: Any, scale: float) -> torch.Tensor:
+    """apex's / Megatron's scaled_upper_triang_masked_softmax(inputs, _, scale): the causal softmax
+    (entry j of row i masked when j > i) of inputs (attn_batches, S1, S2) or (B, N, S1, S2); the second
+    argument is ignored, as apex ignores it. Through aclnnScaledMaskedSoftmax with fixTriuMask=true."""
+    if isinstance(inputs, torch.Tensor) and inputs.dim() == 3:
+        return _softmax("scaled_upper_triang_masked_softmax", inputs.unsqueeze(0), None, scale, True).squeeze(0)
+    return _softmax("scaled_upper_triang_masked_softmax", inputs, None, scale, True)
 

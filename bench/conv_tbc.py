@@ -173,9 +173,9 @@ def bench_cuda(quick):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=("cpu", "cuda", "emulated"), default="cpu")
-    ap.add_argument("--quick", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cpu", "cuda", "emulated"), default="cpu", help="device kind")
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and runs (CI)")
     args = ap.parse_args()
     os.environ["ACLNN_GPU_DEVICE"] = args.device
     assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()

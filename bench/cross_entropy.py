@@ -183,9 +183,10 @@ def bench_cuda(quick):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None)
-    parser.add_argument("--quick", action="store_true")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None,
+                    help="device kind (default: cuda when CuPy sees a GPU, else cpu)")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and runs (CI)")
     args = parser.parse_args()
     if args.device:
         os.environ["ACLNN_GPU_DEVICE"] = args.device

@@ -116,9 +116,10 @@ def torch_runner(lp, tg, il, tl, device):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None)
-    ap.add_argument("--quick", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None,
+                    help="device kind (default: cuda when CuPy sees a GPU, else cpu)")
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and runs (CI)")
     args = ap.parse_args()
     device = common.detect_device(args.device)
     os.environ["ACLNN_GPU_DEVICE"] = device

@@ -69,9 +69,10 @@ def torch_call(torch, x, t, reduction, log_target, direction, dev):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=("cpu", "cuda", "emulated"), default=None)
-    ap.add_argument("--quick", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cpu", "cuda", "emulated"), default=None,
+                    help="device kind (default: cuda when CuPy sees a GPU, else cpu)")
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and runs (CI)")
     args = ap.parse_args()
     kind = common.setup_device(args.device)
     import torch

@@ -475,7 +475,7 @@ def machine() -> dict:
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda", "emulated"], default=None,
                     help="default: cuda when CuPy sees a GPU, else cpu")
     ap.add_argument("--quick", action="store_true", help="fewer sizes and runs (CI; under a minute on 2 cores)")

@@ -74,8 +74,9 @@ def main(argv: list[str] | None, *, doc: str, name: str, default_steps: int,
     """The command line of a training example `name` (train_<name>.py): run(steps, use_aclnn) both
     ways, print describe(steps) and the table, plot to <out>/train_<name>.png, and fail (1) if the
     curves disagree or, for 20 steps or more, the final loss is not below learn_ratio x the first."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", str(default_steps))))
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", str(default_steps))),
+                        help="training steps (default: ACLNN_EXAMPLE_STEPS, else %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="folder for the PNG (default: a temp folder)")
     parser.add_argument("--rtol", type=float, default=1e-3, help="allowed |ours - torch| / (1 + |torch|) per step")
     args = parser.parse_args(argv)

@@ -5,7 +5,7 @@ curves agree at every step, print them as a table and plot them.
 
 Model (tokens (B, T) -> next-token logits): embedding -> causal ConvTBC (K=3, left pad: pad=2, keep
 the first T outputs) + residual -> one single-head causal self-attention (scores (B, 1, T, T),
-softmax by scaled_masked_softmax with fix_triu_mask=True and a key-padding mask) + residual ->
+softmax by apex's scaled_masked_softmax with the causal and key-padding masks) + residual ->
 linear -> cross-entropy over the next token (ignore_index on padding, label smoothing 0.05).
 The aclnn run uses aclnn_gpu.torch.conv_tbc / scaled_masked_softmax / cross_entropy (forward and
 backward through aclnnConvTbc, aclnnScaledMaskedSoftmax, aclnnCrossEntropyLoss and their backward
@@ -58,7 +58,9 @@ def init_params(seed: int) -> dict[str, torch.Tensor]:
 
 class AclnnOps:
     conv_tbc = staticmethod(lambda x, w, b, pad: acl_torch.conv_tbc(x, w, b, pad))
-    softmax = staticmethod(lambda s, mask, scale: acl_torch.scaled_masked_softmax(s, mask, scale, True))
+    # apex's call, as a Megatron model makes it: one mask, causal and key padding combined
+    softmax = staticmethod(lambda s, mask, scale: acl_torch.scaled_masked_softmax(
+        s, mask | torch.ones(T, T, dtype=torch.bool).triu(1), scale))
     cross_entropy = staticmethod(lambda logits, y: acl_torch.cross_entropy(logits, y, label_smoothing=0.05))
 
 

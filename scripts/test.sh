@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command of the README (and of CI): every test on the cpu and emulated devices, the demo on
-# both, the example programs, then the kernel proofs (compile report, ASan/UBSan, TSan replay).
+# The test command of the README (and of CI): lint and type check, every test on the cpu and emulated
+# devices (with coverage when pytest-cov is installed), the API reference build, the demo on both
+# devices, the example programs, then the kernel proofs (compile report with CUDA 13's and CUDA 12's
+# NVRTC, ASan/UBSan, TSan replay).
 # PYTHON selects the interpreter (default: python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,8 +10,27 @@ PY="${PYTHON:-python}"
 export ACLNN_GPU_CACHE="${ACLNN_GPU_CACHE:-$HOME/.cache/aclnn_gpu}"
 start=$SECONDS
 
+echo "::: lint (ruff check) and type check (mypy), configured in pyproject.toml"
+t0=$SECONDS
+"$PY" -m ruff check .
+"$PY" -m mypy
+echo "::: lint and types: ok ($((SECONDS - t0)) s)"
+
 echo "::: tests (cpu and emulated devices)"
-"$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" tests
+coverage=()
+if "$PY" -c "import pytest_cov" 2>/dev/null; then   # the dev extra; CI installs it
+  export COVERAGE_FILE="${COVERAGE_FILE:-$(mktemp -d -t aclnn-cov.XXXXXX)/.coverage}"
+  coverage=(--cov=aclnn_gpu --cov-report=)
+fi
+"$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" "${coverage[@]}" tests
+if [ ${#coverage[@]} -gt 0 ]; then
+  echo "::: test coverage of aclnn_gpu: $("$PY" -m coverage report --format=total)%"
+fi
+
+echo "::: API reference (Sphinx, warnings are errors)"
+docs_out=$(mktemp -d -t aclnn-docs.XXXXXX)
+"$PY" -m sphinx -W --keep-going -q -b html docs/sphinx "$docs_out"
+echo "::: API reference built: $docs_out/index.html"
 
 echo "::: demo on the cpu and emulated devices"
 "$PY" -m aclnn_gpu --device cpu --repeat 3
@@ -27,5 +48,15 @@ fi
 
 echo "::: kernel proofs"
 PYTHON="$PY" bash scripts/ci_kernels.sh
+
+echo "::: compile report with CUDA 12's NVRTC (the cuda12 extra)"
+t0=$SECONDS
+cu12_log=$(mktemp -t aclnn-cu12.XXXXXX)
+if PYTHON="$PY" bash scripts/compile_cuda12.sh > "$cu12_log" 2>&1; then
+  tail -n 1 "$cu12_log"
+else
+  cat "$cu12_log"; echo "::: compile report, CUDA 12: FAILED"; exit 1
+fi
+echo "::: compile report, CUDA 12: ok ($((SECONDS - t0)) s)"
 
 echo "::: all checks passed in $((SECONDS - start)) s"

@@ -168,7 +168,7 @@ def test_backward_mixed_dtypes(session, rng):
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
 def test_backward_empty_input(session, rng, which, dtype):
     """Empty input or weight with a non-empty self: gradInput = gradWeight = 0 (where non-empty),
-    gradBias = sum of self over time and batch (API.md §6, not CANN's B*Tout)."""
+    gradBias = sum of self over time and batch (docs/API.md §7, not CANN's B*Tout)."""
     T, B, Cin, Cout, K, pad = {"T0": (0, 2, 3, 4, 1, 1), "Cin0": (4, 2, 0, 3, 2, 1), "K0": (3, 2, 3, 4, 0, 0)}[which]
     x, w, b, g = arrays(rng, T, B, Cin, Cout, K, pad, dtype)
     assert g.size > 0

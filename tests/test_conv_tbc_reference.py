@@ -106,7 +106,7 @@ def test_empty_input_or_weight(which):
     assert gi.shape == x.shape and gw.shape == w.shape and gb.shape == b.shape
     assert not gi.any() and not gw.any()
     np.testing.assert_allclose(gb, g.sum(axis=(0, 1), dtype=np.float64), rtol=1e-5, atol=1e-5,
-                               err_msg=f"seed={seed}")     # sum of grad, not B*Tout (API.md §6)
+                               err_msg=f"seed={seed}")     # sum of grad, not B*Tout (docs/API.md §7)
     y = conv_tbc(x, w, b, pad)
     assert y.shape == (Tout, B, Cout)
     np.testing.assert_array_equal(y, np.broadcast_to(b, y.shape))

@@ -241,7 +241,7 @@ def same_nonfinite(got, want, what):
 @pytest.mark.parametrize("C", [5, 37])
 def test_nonfinite_logits_vs_torch(rng, reduction, weighted, ls, ignore_index, C):
     """+inf / -inf / NaN logits follow PyTorch float64 exactly: log_prob, loss (inf and NaN where
-    PyTorch has them) and the gradient of the rows that count (ignored rows: zeros, API.md §6, where
+    PyTorch has them) and the gradient of the rows that count (ignored rows: zeros, docs/API.md §7, where
     autograd gives NaN for a NaN row since exp(NaN) * 0 is NaN)."""
     x, t, w, g = nonfinite_case(rng, C, weighted=weighted, ignore_index=ignore_index, reduction=reduction)
     ref_loss, ref_grad = torch_ce(x, t, w, reduction, ignore_index, ls, g)

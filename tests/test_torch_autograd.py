@@ -150,7 +150,7 @@ def test_kl_div_matches_torch(dtype, reduction, log_target, gen):
     x = torch.randn(6, 9, dtype=dtype, generator=gen).log_softmax(-1)
     t = torch.randn(6, 9, dtype=dtype, generator=gen).softmax(-1)
     t = t.log() if log_target else t
-    ours = grads(lambda z: AT.kl_div(z, t, reduction, log_target), [x])
+    ours = grads(lambda z: AT.kl_div(z, t, reduction=reduction, log_target=log_target), [x])
     with pytest.warns(UserWarning) if reduction == "mean" else _no_warning():
         theirs = grads(lambda z: TF.kl_div(z, t, reduction=reduction, log_target=log_target), [x])
     close(ours[0], theirs[0], dtype, 5)
@@ -160,11 +160,11 @@ def test_kl_div_matches_torch(dtype, reduction, log_target, gen):
 def test_kl_div_broadcast_and_gradcheck(gen):
     x = torch.randn(4, 1, 5, dtype=torch.float64, generator=gen, requires_grad=True)
     t = torch.rand(4, 3, 5, dtype=torch.float64, generator=gen)
-    ours = grads(lambda z: AT.kl_div(z, t, "sum"), [x])
+    ours = grads(lambda z: AT.kl_div(z, t, reduction="sum"), [x])
     theirs = grads(lambda z: TF.kl_div(z, t, reduction="sum"), [x])
     close(ours[0], theirs[0], torch.float64)
     close(ours[1][0], theirs[1][0], torch.float64)
-    assert torch.autograd.gradcheck(lambda z: AT.kl_div(z, t, "batchmean"), (x,))
+    assert torch.autograd.gradcheck(lambda z: AT.kl_div(z, t, reduction="batchmean"), (x,))
 
 
 def test_kl_div_refuses_target_grad(gen):
@@ -208,6 +208,16 @@ def torch_smsm(x, mask, scale, causal):
     return torch.nan_to_num(y, nan=0.0).to(x.dtype)     # fully masked rows: zeros, like the operator
 
 
+def smsm(z, mask, scale, causal):
+    """The apex-shaped wrappers, and the operator's mask + causal combination (which apex has no call
+    for) through the Function itself."""
+    if not causal:
+        return AT.scaled_masked_softmax(z, mask, scale)
+    if mask is None:
+        return AT.scaled_upper_triang_masked_softmax(z, None, scale)
+    return AT.ScaledMaskedSoftmaxFunction.apply(z, mask, scale, True, None)
+
+
 @pytest.mark.parametrize("mask_shape,causal", [((2, 3, 8, 16), False), ((2, 1, 8, 16), False),
                                                ((1, 1, 8, 16), True), (None, True)])
 def test_scaled_masked_softmax_matches_torch(mask_shape, causal, gen):
@@ -215,7 +225,7 @@ def test_scaled_masked_softmax_matches_torch(mask_shape, causal, gen):
     mask = None if mask_shape is None else torch.rand(mask_shape, generator=gen) < 0.3
     if mask is not None:
         mask[..., 2, :] = True                         # one fully masked row
-    ours = grads(lambda z: AT.scaled_masked_softmax(z, mask, 0.7, causal), [x])
+    ours = grads(lambda z: smsm(z, mask, 0.7, causal), [x])
     theirs = grads(lambda z: torch_smsm(z, mask, 0.7, causal), [x.double()])
     close(ours[0].double(), theirs[0], torch.float32, 5)
     close(ours[1][0].double(), theirs[1][0], torch.float32, 5)
@@ -243,7 +253,7 @@ def test_cpu_tensors_are_lent_without_copies(gen, monkeypatch):
     b = torch.randn(5, generator=gen, requires_grad=True)
     AT.conv_tbc(x, w, b, 1).sum().backward()
     lp = torch.randn(10, 4, generator=gen).log_softmax(-1)[:, ::2]     # a strided view
-    AT.kl_div(lp.requires_grad_(), torch.rand(10, 2, generator=gen), "sum").backward()
+    AT.kl_div(lp.requires_grad_(), torch.rand(10, 2, generator=gen), reduction="sum").backward()
     for tensor in (x, w, b, lp):
         assert tensor.data_ptr() in described, "a torch CPU tensor was copied instead of lent"
 
@@ -269,10 +279,10 @@ def _wrapper_cases(gen):
     return [
         ("ctc_loss", lambda z: AT.ctc_loss(z.log_softmax(-1), targets, il, tl), logits),
         ("cross_entropy", lambda z: AT.cross_entropy(z, torch.tensor([0, 1, 3])), x),
-        ("kl_div", lambda z: AT.kl_div(z, kl_target, "sum"), x),
+        ("kl_div", lambda z: AT.kl_div(z, kl_target, reduction="sum"), x),
         ("conv_tbc", lambda z: AT.conv_tbc(z.float().reshape(3, 1, 4), torch.ones(2, 4, 2), torch.zeros(2)).sum(),
          x),
-        ("scaled_masked_softmax", lambda z: (AT.scaled_masked_softmax(z.float().reshape(1, 1, 3, 4), None, 1.0, True)
+        ("scaled_masked_softmax", lambda z: (AT.scaled_upper_triang_masked_softmax(z.float().reshape(1, 3, 4), None, 1.0)
                                              ** 2).sum(), x),
     ]
 
@@ -322,7 +332,119 @@ def test_inputs_not_kept_alive_and_in_place_changes_allowed(gen):
     s = torch.randn(1, 1, 3, 4, generator=gen, requires_grad=True)
     scores = s * 1.0
     alive = weakref.ref(scores)
-    y = AT.scaled_masked_softmax(scores, None, 1.0, True)
+    y = AT.scaled_upper_triang_masked_softmax(scores, None, 1.0)
     del scores
     assert alive() is None
     y.sum().backward()
+
+
+# ---------------------------------------------------------------------------- PyTorch's signatures
+def _pytorch_counterparts():
+    import torch.nn.functional as TF
+    return {"ctc_loss": TF.ctc_loss, "cross_entropy": TF.cross_entropy, "nll_loss": TF.nll_loss,
+            "kl_div": TF.kl_div}
+
+
+@pytest.mark.parametrize("name", ["ctc_loss", "cross_entropy", "nll_loss", "kl_div"])
+def test_signature_is_pytorch_own(name):
+    """Same parameter names, order, kinds and defaults as torch.nn.functional: a model switches by
+    changing one import."""
+    import inspect
+    ours, theirs = inspect.signature(getattr(AT, name)), inspect.signature(_pytorch_counterparts()[name])
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == \
+        [(p.name, p.kind, p.default) for p in theirs.parameters.values()]
+
+
+def test_conv_tbc_and_softmax_signatures():
+    """torch.conv_tbc(input, weight, bias, pad=0) (a builtin: no inspect.signature, so its documented
+    schema) and apex's scaled_masked_softmax(inputs, mask, scale) /
+    scaled_upper_triang_masked_softmax(inputs, _, scale)."""
+    import inspect
+
+    def shape(f):
+        return [(p.name, p.default) for p in inspect.signature(f).parameters.values()]
+    assert "conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0)" in str(torch.ops.aten.conv_tbc.default._schema)
+    assert shape(AT.conv_tbc) == [("input", inspect.Parameter.empty), ("weight", inspect.Parameter.empty),
+                                  ("bias", inspect.Parameter.empty), ("pad", 0)]
+    x, w, b = torch.randn(6, 2, 3), torch.randn(3, 3, 4), torch.randn(4)
+    close(AT.conv_tbc(input=x, weight=w, bias=b, pad=1), torch.conv_tbc(input=x, weight=w, bias=b, pad=1),
+          torch.float32)
+    empty = inspect.Parameter.empty
+    assert shape(AT.scaled_masked_softmax) == [("inputs", empty), ("mask", empty), ("scale", empty)]
+    assert shape(AT.scaled_upper_triang_masked_softmax) == [("inputs", empty), ("_", empty), ("scale", empty)]
+
+
+def test_keyword_calls_of_pytorch_code_run_unchanged(gen):
+    """Calls written for torch.nn.functional, keywords included, give PyTorch's values."""
+    x = torch.randn(5, 4, dtype=torch.float64, generator=gen)
+    t = torch.tensor([0, 3, 1, -100, 2])
+    w = torch.rand(4, generator=gen).double()          # float32 values: the operator's weight is float32
+    for f in ("cross_entropy", "nll_loss"):
+        inp = x if f == "cross_entropy" else x.log_softmax(-1)
+        kwargs = dict(weight=w, ignore_index=-100, reduction="sum")
+        close(getattr(AT, f)(inp, t, **kwargs), getattr(TF, f)(inp, t, **kwargs), torch.float64)
+    p = torch.rand(5, 4, dtype=torch.float64, generator=gen)
+    close(AT.kl_div(x.log_softmax(-1), p, reduction="batchmean", log_target=False),
+          TF.kl_div(x.log_softmax(-1), p, reduction="batchmean", log_target=False), torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_loss_matches_torch_on_any_input(dtype, reduction, gen):
+    """nll_loss's gradient is NLL's own (-weight at the target), also for input that is not normalised
+    log-probabilities, and for (N, C, d) input."""
+    x = torch.randn(3, 5, 2, dtype=dtype, generator=gen)
+    t = torch.tensor([[0, 4], [-100, 2], [1, 1]])
+    w = torch.rand(5, dtype=torch.float32, generator=gen)
+    ours = grads(lambda z: AT.nll_loss(z, t, w, reduction=reduction), [x])
+    theirs = grads(lambda z: TF.nll_loss(z, t, w.to(dtype), reduction=reduction), [x])
+    close(ours[0], theirs[0], dtype)
+    close(ours[1][0], theirs[1][0], dtype)
+
+
+def test_pytorch_errors_are_raised_as_pytorch_raises_them():
+    x = torch.randn(3, 5)
+    for f in (AT.cross_entropy, AT.nll_loss):
+        with pytest.raises(IndexError, match="Target 9 is out of bounds"):
+            f(x, torch.tensor([0, 9, 1]))
+        with pytest.raises(IndexError, match="Target -3 is out of bounds"):
+            f(x, torch.tensor([0, -3, 1]))
+        f(x, torch.tensor([0, -3, 1]), ignore_index=-3)                  # ignored: no error
+        with pytest.raises(ValueError, match="bad is not a valid value for reduction"):
+            f(x, torch.tensor([0, 1, 1]), reduction="bad")
+    with pytest.raises(ValueError, match="bad is not a valid value for reduction"):
+        AT.kl_div(x.log_softmax(-1), x.softmax(-1), reduction="bad")
+    lp = torch.randn(10, 2, 5).log_softmax(-1)
+    tg = torch.tensor([[1, 2], [1, 2]])
+    with pytest.raises(RuntimeError, match="input_lengths must be integral"):
+        AT.ctc_loss(lp, tg, torch.tensor([10.0, 10.0]), torch.tensor([2, 2]))
+    with pytest.raises(RuntimeError, match="target_lengths must be integral"):
+        AT.ctc_loss(lp, tg, torch.tensor([10, 10]), torch.tensor([2.0, 2.0]))
+    with pytest.raises(ValueError, match="bad is not a valid value for reduction"):
+        AT.ctc_loss(lp, tg, [10, 10], [2, 2], reduction="bad")
+
+
+@pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated")
+@pytest.mark.parametrize("size_average,reduce", [(None, False), (True, None), (False, True), (True, True)])
+def test_deprecated_size_average_and_reduce_as_pytorch(size_average, reduce, gen):
+    x = torch.randn(4, 3, dtype=torch.float64, generator=gen)
+    t = torch.tensor([0, 2, 1, 1])
+    for f in ("cross_entropy", "nll_loss"):
+        close(getattr(AT, f)(x, t, size_average=size_average, reduce=reduce),
+              getattr(TF, f)(x, t, size_average=size_average, reduce=reduce), torch.float64)
+    p = torch.rand(4, 3, dtype=torch.float64, generator=gen)
+    close(AT.kl_div(x, p, size_average, reduce), TF.kl_div(x, p, size_average, reduce), torch.float64)
+
+
+def test_conv_tbc_precision_follows_pytorch_setting(monkeypatch):
+    """The cubeMathType the wrapper passes is PyTorch's float32 matmul precision, mapped."""
+    seen = []
+    monkeypatch.setattr(AT.ConvTbcFunction, "apply", staticmethod(lambda *a: seen.append(a[-1])))
+    before = torch.get_float32_matmul_precision()
+    try:
+        for precision in ("highest", "high", "medium"):
+            torch.set_float32_matmul_precision(precision)
+            AT.conv_tbc(torch.ones(4, 1, 2), torch.ones(3, 2, 2), torch.ones(2))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == [0, 1, 1]

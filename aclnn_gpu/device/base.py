@@ -37,7 +37,7 @@ class DeviceStream(abc.ABC):
         """Wait for queued work; raise the first failure of queued work (once)."""
 
     @abc.abstractmethod
-    def close(self) -> None:  # noqa: B027 - optional hook: most devices hold nothing to release
+    def close(self) -> None:
         """Drain and release."""
 
 
@@ -139,5 +139,5 @@ class Device(abc.ABC):
     def describe(self) -> str:
         return self.kind
 
-    def close(self) -> None:  # noqa: B027 - a device with nothing to release keeps this default
+    def close(self) -> None:  # noqa: B027 - optional hook: a device may hold nothing to release
         """Release everything (aclFinalize / aclrtResetDevice)."""

@@ -161,7 +161,7 @@ ce_grad(const T* grad_loss, const T* log_prob, const I* target, const float* wei
   double inv_d = 1.0;
   if (reduction == 1) {
     const double D = red[0];
-    if (D == 0.0) zero_all = true;  // every row ignored: zeros (API.md §6)
+    if (D == 0.0) zero_all = true;  // every row ignored: zeros (docs/API.md §7)
     else inv_d = 1.0 / D;
   }
   const bool smooth = label_smoothing != 0.0;

@@ -75,7 +75,7 @@ def _host_matrix(addr: int, dtype: np.dtype, rows: int, cols: int, ld: int, stri
         return np.zeros((batch, rows, cols), dtype=dtype)
     span = (batch - 1) * stride + (cols - 1) * ld + rows
     buf = (ctypes.c_char * (span * it)).from_address(addr)
-    flat = np.frombuffer(buf, dtype=dtype, count=span)
+    flat = np.frombuffer(memoryview(buf).cast("B"), dtype=dtype, count=span)
     if not writable:
         flat = flat.view()
         flat.flags.writeable = False

@@ -179,7 +179,7 @@ def run(specs, archs=ARCHS, jobs: int | None = None) -> list[FileResult]:
     work = [(path, exprs, arch) for path, exprs in specs for arch in archs]
     jobs = jobs or min(len(work), os.cpu_count() or 1) or 1
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(lambda w: _compile_one(*w, includes), work))
+        return list(pool.map(lambda w: _compile_one(w[0], w[1], w[2], includes), work))
 
 
 def failures(results: list[FileResult]) -> list[str]:

@@ -8,7 +8,7 @@ validation order, so the first broken rule is the one reported.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NoReturn, Sequence
 
 from .. import dtypes
 from ..errors import fail
@@ -43,7 +43,7 @@ class Checks:
         self.op = op
         self.device = device
 
-    def fail(self, status: int, message: str) -> None:
+    def fail(self, status: int, message: str) -> NoReturn:
         fail(status, f"{self.op}: {message}")
 
     # ------------------------------------------------------------------ presence

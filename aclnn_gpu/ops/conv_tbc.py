@@ -1,6 +1,6 @@
 """aclnnConvTbcBackward and aclnnConvTbc: checks in CANN's order, dtype/stride staging, then the plan.
 
-Owns the host side of ConvTBC (spec/ops.md §4), out[t, b] = bias + sum_k input[t + k - pad, b] @ weight[k]
+Owns the host side of ConvTBC (docs/OPERATORS.md §4), out[t, b] = bias + sum_k input[t + k - pad, b] @ weight[k]
 with Tout = T + 2*pad - K + 1: validation (161001 for a null tensor; 161002 for
 dtypes outside FLOAT/FLOAT16/BF16, formats other than ND/NCL for the 3-D tensors or ND for
 bias/gradBias, an empty `self`, ranks and shape relations, pad < 0, Tout < 0, cubeMathType outside
@@ -29,7 +29,7 @@ one full pass of T*B*Cin saved; fp16/bf16 accumulate in fp32 and round once); gr
 deterministic column reduction. Details: the docstring of ops/conv_tbc_gpu.py.
 
 Empty input/weight (T, Cin or K == 0 with a non-empty self): gradInput = gradWeight = 0 and
-gradBias = sum of self over time and batch (API.md §6; CANN writes B*Tout), on every device.
+gradBias = sum of self over time and batch (docs/API.md §7; CANN writes B*Tout), on every device.
 """
 from __future__ import annotations
 

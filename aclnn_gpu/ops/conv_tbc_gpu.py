@@ -55,7 +55,7 @@ cubeMathType 2 ("conv"), else the storage itemsize):
            S = min(ceil(R / 512), max(1, ceil(512 / ceil(Cout / 32))))  (row chunks of gradBias)
   forward = Xp + W' + Tout * B * Cout * 4 (only for fp16/bf16)
   Empty input/weight (T, Cin or K == 0): gradInput = gradWeight = 0 (tbc_fill_zero), gradBias =
-  column sums of dy (API.md §6); workspace = Part only. Forward: y = bias broadcast.
+  column sums of dy (docs/API.md §7); workspace = Part only. Forward: y = bias broadcast.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """aclnnCrossEntropyLossGrad and its forward aclnnCrossEntropyLoss: checks in CANN's order, then the plan.
 
-Backward (spec/ops.md §2.2): the gradient with respect to the logits, given logProb = log_softmax(x):
+Backward (docs/OPERATORS.md §2): the gradient with respect to the logits, given logProb = log_softmax(x):
     out[i,j] = nllg_i * (p[i,j] - [j == t_i]) + sm_i * (p[i,j] * sum_c w[c] - w[j]),  p = exp(logProb)
 with weights, ignoreIndex of any sign (a row whose target equals it gives a zero row), reductions
 none / mean / sum ("mean" divides by D = sum of w[t_i] over the rows not ignored; D == 0 gives zeros,
-API.md §6) and the full label-smoothing term. A target outside [0, C) that is not ignoreIndex makes
+docs/API.md §7) and the full label-smoothing term. A target outside [0, C) that is not ignoreIndex makes
 its row NaN and is never used as an index. zloss arguments (gradZlossOptional, lseForZlossOptional,
 lseSquareScaleForZloss) are accepted and ignored, as CANN documents.
 
@@ -12,7 +12,7 @@ Forward: (loss, logProb) of cross_entropy(input, target, weight, reduction, igno
 labelSmoothing); "mean" over no counted row gives 0. returnZloss=True is refused with
 ACLNN_ERR_PARAM_INVALID (zloss is not supported); zlossOut / lseForZlossOut are ignored.
 
-Codes (spec §2.4; CrossEntropyLossGrad is an auto-generated API, so shape problems are tiling
+Codes (docs/OPERATORS.md §2; CrossEntropyLossGrad is an auto-generated API, so shape problems are tiling
 errors): 161001 a null required tensor; 161002 dtypes (gradLoss / logProb / out one dtype among
 FLOAT16, FLOAT, BFLOAT16 and, as this library's extension, DOUBLE; weight FLOAT; target INT64 or
 INT32), a non-tensor argument, a non-integer ignoreIndex; 561002 (ACLNN_ERR_INNER_TILING_ERROR) for

@@ -1,10 +1,10 @@
 """aclnnCtcLossBackward and aclnnCtcLoss: checks in CANN's order, target cast, staging, then the plan.
 
-Owns the host side of CTC loss (spec/ops.md §1, API.md §6-7). The math lives in
+Owns the host side of CTC loss (docs/OPERATORS.md §1, docs/API.md §7). The math lives in
 `reference/ctc_loss.py` (NumPy, the cpu device) and `ops/ctc_loss_gpu.py` + `kernels/ctc_loss.cu`
 (cuda and emulated devices).
 
-Backward checks (spec §1.4 order; 161001 for a null tensor or length array, 161002 otherwise):
+Backward checks (docs/OPERATORS.md §1 order; 161001 for a null tensor or length array, 161002 otherwise):
   nulls -> logProbs.shape[0] == 0 (T == 0) -> ranks (gradOut 1, negLogLikelihood 1, logProbs 3,
   logAlpha 3, targets 1 or 2, out 3) -> blank in [0, C) -> maxTargetLength <= (X-1)//2 ->
   batch (logProbs N == gradOut == out.shape[1] == negLogLikelihood == logAlpha.shape[0] ==
@@ -22,8 +22,8 @@ The forward (`aclnnCtcLoss`, prefix "aclnnCtcLoss: ") checks the same rules in t
 its operands; logAlphaOut must be exactly (N, T, 2*maxL+1) (PyTorch's layout; the backward accepts
 any X >= 2*maxL+1, e.g. CANN's 8-aligned layout padded with -99999) and negLogLikelihoodOut (N,).
 
-zeroInfinity: the forward returns 0 for an infinite loss (CANN's forward rule, API.md §7); the
-backward zeroes a sample only when the negLogLikelihood it is GIVEN is exactly +inf (spec §1.2
+zeroInfinity: the forward returns 0 for an infinite loss (CANN's forward rule, docs/API.md §7); the
+backward zeroes a sample only when the negLogLikelihood it is GIVEN is exactly +inf (docs/OPERATORS.md §1
 step 1). So backward(forward(zero_infinity=True)) does NOT zero an infeasible sample (its nll is
 0, giving a finite but meaningless gradient): an autograd wrapper must pass the raw (inf) loss to
 the backward, as PyTorch's does internally.
@@ -106,7 +106,7 @@ def _check_batch_lengths_time(c: Checks, targets: aclTensor, input_lengths: tupl
                               target_lengths: tuple[int, ...], T: int, N: int, max_target_length: int,
                               batch_extra: list[tuple[str, int]], time_extra: list[tuple[str, int]]) -> None:
     """Batch sizes (`batch_extra` first), lengths >= 0, the 2-D targets width, then the time sizes
-    (`time_extra` first) and max(inputLengths) <= T: the middle of the spec §1.4 order."""
+    (`time_extra` first) and max(inputLengths) <= T: the middle of the docs/OPERATORS.md §1 order."""
     batch = [*batch_extra, ("len(inputLengths)", len(input_lengths)), ("len(targetLengths)", len(target_lengths))]
     if targets.rank == 2:
         batch.append(("targets.shape[0]", targets.shape[0]))
@@ -178,7 +178,7 @@ class _GpuIo(StagedIo):
         """Contiguous copies of strided inputs; returns the address of the (cast) targets."""
         self.gather(ctx, ws)
         src = self.address(self.targets, ws)
-        if not self.cast:
+        if not self.cast or self.cast_offset is None:
             return src
         dst = ws + self.cast_offset
         count = self.targets.numel

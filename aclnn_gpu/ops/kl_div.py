@@ -1,13 +1,13 @@
 """aclnnKlDiv and aclnnKlDivBackward: checks in CANN's order, then the plan.
 
-Owns the host side of KL divergence (spec/ops.md §3). On B = broadcast(self, target):
+Owns the host side of KL divergence (docs/OPERATORS.md §3). On B = broadcast(self, target):
 forward `out = reduce(target * (log(target) - self))` (logTarget: `exp(target) * (target - self)`;
 0 * log 0 = 0), none giving shape B and sum / mean / batchmean one element (0-D or [1] out);
 backward `out = sum_to(self.shape, -(e * gradOutput) * coef)`, e = target or exp(target);
 coef 1 (none, sum), 1/numel(B) (mean), 1/B[0] (batchmean, CANN's divisor).
 Codes: 161001 for a null tensor, 161002 for dtypes, ranks over 8, shapes that do not broadcast, a
 gradOutput that would enlarge B, an out shape other than self's (backward) or than B / one element
-(forward), and (this library's decision, API.md §6) a reduction code outside 0..3.
+(forward), and (this library's decision, docs/API.md §7) a reduction code outside 0..3.
 The cpu device runs `reference/kl_div.py`; cuda and emulated run `ops/kl_div_gpu.py`, whose kernels
 index strided and broadcast views directly (no staging). Workspace: kl_div_gpu's formulas (0 or
 its 512-byte tiling block, plus the forward's per-block partials for a reduction), asked for on

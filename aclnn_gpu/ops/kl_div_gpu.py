@@ -160,7 +160,8 @@ def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
     lead = rank - len(self_shape)
     sg, st = _bstrides(g, b), _bstrides(t, b)
     so = [0] * lead + list(o.strides)
-    kept_d, red_d = [], []
+    kept_d: list[int] = []
+    red_d: list[int] = []
     for d in range(rank):
         self_size = self_shape[d - lead] if d >= lead else None
         (red_d if self_size is None or (self_size == 1 and b[d] != 1) else kept_d).append(d)

@@ -85,7 +85,8 @@ def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
 
 def byte_range(tensor: aclTensor) -> tuple[int, int]:
     lo, nbytes = tensor.byte_span()
-    return tensor.data + lo, tensor.data + lo + nbytes
+    data: int = tensor.data or 0   # a null tensor never gets here: the checks refused it
+    return data + lo, data + lo + nbytes
 
 
 def check_no_alias(op: str, out_name: str, out: aclTensor, inputs: Sequence[tuple[str, aclTensor | None]]) -> None:
@@ -109,7 +110,7 @@ def host_array(device: Any, tensor: aclTensor) -> np.ndarray:
         return np.empty(tensor.shape, dtype)
     size = dtype.itemsize
     lo, nbytes = tensor.byte_span()
-    raw = device.host_view(tensor.data + lo, nbytes)
+    raw = device.host_view((tensor.data or 0) + lo, nbytes)
     return np.ndarray(tensor.shape, dtype, buffer=raw, offset=tensor.offset * size - lo,
                       strides=tuple(s * size for s in tensor.strides))
 

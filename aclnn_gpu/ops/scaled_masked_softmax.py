@@ -1,6 +1,6 @@
 """aclnnScaledMaskedSoftmaxBackward and aclnnScaledMaskedSoftmax: checks in CANN's order, then the plan.
 
-Backward (spec/ops.md §5, API.md §6-§7), per row of the last axis (length S2):
+Backward (docs/OPERATORS.md §5, docs/API.md §7), per row of the last axis (length S2):
 
     out = scale * y * (gradOutput - sum_row(gradOutput * y)), then exactly 0 wherever masked
 
@@ -10,7 +10,7 @@ BOOL, 4-D (Bm, Nm, S1, S2), Bm in {B, 1}, Nm in {N, 1}; true means "masked out".
 
 Checks (backward; the forward mirrors them with x / y), in this order:
   1. gradOutput, y, out null -> 161001; mask null -> 161001 unless fixTriuMask is true (then the
-     causal mask alone is used, API.md §7);
+     causal mask alone is used, docs/API.md §7);
   2. gradOutput / y / out dtype not FLOAT, FLOAT16, BFLOAT16, mask not BOOL -> 161002;
   3. a FRACTAL_NZ format -> 161002;
   4. gradOutput rank != 4, y / out shape != gradOutput shape, mask rank != 4, mask's last two dims
@@ -22,7 +22,7 @@ Checks (backward; the forward mirrors them with x / y), in this order:
   7. empty output -> success, workspace 0, nothing launched;
   8. memory (every range in a live device allocation) and aliasing (out overlapping itself or an
      input) -> 161002.
-There is no S2 <= 4096 limit (API.md §6): any row length works on every device.
+There is no S2 <= 4096 limit (docs/API.md §7): any row length works on every device.
 
 Devices: cpu runs `reference/scaled_masked_softmax.py` on host views (strided views read in place,
 a broadcast mask is never expanded); cuda and emulated run the GPU plan of
@@ -96,7 +96,7 @@ class _SmsmPlan(Plan):
         for tensor in inputs:
             staging.need_in(tensor)
         mask_view, self.Bm, self.Nm, self.mask_staged = _mask_view(mask)
-        if self.mask_staged:  # the staged copy is the whole contiguous mask: no broadcast dims left
+        if mask_view is not None and self.mask_staged:  # the staged copy is the whole contiguous mask
             staging.need_in(mask_view)
             self.Bm, self.Nm = mask_view.shape[0], mask_view.shape[1]
         staging.need_out(out)

@@ -1,4 +1,4 @@
-"""ConvTBC forward and backward in NumPy (the `cpu` device runs these; spec/ops.md §4.2).
+"""ConvTBC forward and backward in NumPy (the `cpu` device runs these; docs/OPERATORS.md §4).
 
 Layouts are time-batch-channel: input (T, B, Cin), weight (K, Cin, Cout), bias (Cout),
 output / grad (Tout, B, Cout) with Tout = T + 2*pad - K + 1.
@@ -16,7 +16,7 @@ for float64 arrays (tests). Results are returned in the storage dtype of the mat
 (forward: input's dtype; gradients: the dtype of input / weight / bias), rounded to nearest even.
 
 Empty input or weight (T == 0, Cin == 0 or K == 0 while grad is non-empty): gradInput and
-gradWeight are 0 and gradBias is the sum of grad (API.md §6; CANN writes B*Tout there).
+gradWeight are 0 and gradBias is the sum of grad (docs/API.md §7; CANN writes B*Tout there).
 """
 from __future__ import annotations
 

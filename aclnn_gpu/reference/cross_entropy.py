@@ -9,14 +9,14 @@ Math in float32 for float16 / bfloat16 / float32 storage, float64 for float64; r
 returned in the input's dtype. Sums over rows (the "mean"/"sum" loss and the "mean" divisor D)
 accumulate in float64, like the kernels.
 
-Rules (spec §2.2, §2.5, API.md §6):
+Rules (docs/OPERATORS.md §2, §2, docs/API.md §7):
 - row i is ignored iff target[i] == ignore_index (any sign): loss 0, gradient row 0;
 - a target outside [0, C) that is not ignore_index is never used as an index: its loss and its
   gradient row are NaN (so are "mean"/"sum" losses that include it); it adds nothing to D;
 - "mean" divides by D = sum of w[target[i]] over the rows that count; when D == 0 (every row
   ignored, or only zero-weight targets) the gradient is all zeros and the forward loss is 0
   (sum * 0: still NaN when a bad row is present). PyTorch's forward gives NaN there (0/0); we
-  give 0, consistent with the zero gradient of API.md §6;
+  give 0, consistent with the zero gradient of docs/API.md §7;
 - label smoothing ls: loss_i = (1-ls) w[t_i] (-lp[i,t_i]) + ls/C * sum_c w[c] (-lp[i,c]).
 - non-finite logits follow PyTorch's log_softmax (x - max - log(sum exp(x - max))) in float64: a NaN
   or a +inf anywhere in a row, or an all -inf row, makes the whole log_prob row and its loss NaN; a
@@ -27,6 +27,8 @@ Rules (spec §2.2, §2.5, API.md §6):
   rows near a one-hot keep fp32 accuracy until the final rounding.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -134,10 +136,11 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
 
     def _block(r0: int, r1: int) -> None:
         n = min(R, r1 - r0)
-        buf = None if direct else np.empty((n, C), M)
+        buf: Any = None if direct else np.empty((n, C), M)
         ex = np.empty((n, C), M)
         mx = np.empty((n, 1), M)
-        sa = sc = None
+        sa: Any = None   # set (and read) only for half-precision input
+        sc: Any = None
         if half:
             sa, sc = ex.reshape(-1), np.empty(n * C, M)
         for q0 in range(r0, r1, R):
@@ -169,7 +172,7 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
 
 def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction="mean",
                             ignore_index=-100, label_smoothing=0.0, out=None):
-    """Gradient of the loss w.r.t. the logits (spec §2.2), shape (N, C), log_prob's dtype.
+    """Gradient of the loss w.r.t. the logits (docs/OPERATORS.md §2), shape (N, C), log_prob's dtype.
 
     `out`: an (N, C) array of log_prob's dtype (any strides, not overlapping log_prob) to write the
     result into instead of a new array; it is returned. Large problems run their row blocks on a
@@ -194,7 +197,7 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
     wt = np.where(active, M(1) if w is None else w[tc], M(0)).astype(M, copy=False)
     if reduction == "mean":
         D = wt.sum(dtype=np.float64)
-        if D == 0:  # every row ignored (or zero-weight targets only): zeros (API.md §6)
+        if D == 0:  # every row ignored (or zero-weight targets only): zeros (docs/API.md §7)
             active = np.zeros(N, bool)
         else:
             G = G * M(1.0 / D)
@@ -214,7 +217,9 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
 
     def block(r0: int, r1: int) -> None:
         if direct:
-            buf = sa = sc = None
+            buf: Any = None   # the output itself is the scratch
+            sa: Any = None
+            sc: Any = None
         else:
             n = min(R, r1 - r0) * C
             buf = np.empty((n // C, C), M)

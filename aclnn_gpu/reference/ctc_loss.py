@@ -1,5 +1,5 @@
 """CTC loss forward and backward in NumPy: the `cpu` device's implementation and the oracle of the
-kernel tests (spec/ops.md section 1, API.md sections 6-7).
+kernel tests (docs/OPERATORS.md §1, docs/API.md §7).
 
     ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
                      zero_infinity=False) -> (neg_log_likelihood (N,), log_alpha (N, T, 2*maxL+1))
@@ -363,7 +363,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
 
 def _occupancy_from_log_beta(la, lpg, skipadd, il, tl, nll):
     """exp(alpha + beta - lp + nll) of shape (tmax, m, S), with beta by PyTorch's log-space recursion
-    (spec section 1.2 step 2), for the samples the posterior recursion cannot take. la is -inf
+    (docs/OPERATORS.md §1 step 2), for the samples the posterior recursion cannot take. la is -inf
     outside each sample's valid region; skipadd (m, S) is 0 where s -> s+2 is allowed, else -inf."""
     tmax, m, S = la.shape
     md = la.dtype

@@ -1,6 +1,6 @@
 """KL divergence in NumPy: the cpu device's implementation and the tests' second reference.
 
-Semantics (spec/ops.md §3): on B = broadcast(self, target),
+Semantics (docs/OPERATORS.md §3): on B = broadcast(self, target),
 forward  `t * (log t - x)` (0 where t == 0, as PyTorch's xlogy) or, with log_target,
 `exp(t) * (t - x)`, reduced by none / mean (1/numel B) / sum / batchmean (1/B[0]);
 backward `-(e * g) * coef` with e = t or exp(t), summed back to self's shape.

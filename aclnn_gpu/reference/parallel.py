@@ -14,7 +14,8 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, TypeVar
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -50,7 +51,8 @@ def run_pieces(work: Callable[[P], object], pieces: Iterable[P]) -> None:
     pieces = list(pieces)
     pool = _shared_pool() if len(pieces) >= 2 and workers() >= 2 else None
     errors_state = np.geterr()   # the caller's floating-point error handling, in every piece
-    futures, errors = [], []
+    futures: list[Future] = []
+    errors: list[BaseException] = []
     for piece in pieces:
         if pool is not None:
             try:
@@ -86,7 +88,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _in_state(errors_state: dict, work: Callable[[P], object], piece: P) -> object:
+def _in_state(errors_state: Any, work: Callable[[P], object], piece: P) -> object:
     _in_piece.active = True
     try:
         with np.errstate(**errors_state):

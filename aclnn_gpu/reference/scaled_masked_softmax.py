@@ -1,6 +1,6 @@
 """NumPy scaled masked softmax (forward) and its backward: what the cpu device runs.
 
-Semantics (spec/ops.md section 5, API.md sections 6 and 7):
+Semantics (docs/OPERATORS.md §5, docs/API.md §7):
 
     forward : y = softmax(scale * x) over the last axis, masked positions excluded (y == 0 there);
               a fully masked row gives zeros.

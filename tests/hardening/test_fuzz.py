@@ -250,7 +250,7 @@ def test_fuzz_cross_entropy(figures):
         want_lp = torch.log_softmax(xt, 1).numpy()
         counted = target != c["ignore_index"]
         if c["reduction"] == "mean" and (weight[target[counted]] if c["weighted"] else counted).sum() == 0:
-            want = np.float64(0.0)  # documented (reference/cross_entropy.py, API.md §6): D == 0 -> 0, torch NaN
+            want = np.float64(0.0)  # documented (reference/cross_entropy.py, docs/API.md §7): D == 0 -> 0, torch NaN
 
         def fn(r):
             loss = r.out((N,) if c["reduction"] == "none" else (), dt, p[3])
@@ -311,7 +311,7 @@ def ctc_inputs(c):
 
 
 def valid_alpha(alpha, c):
-    """logAlpha where API.md defines it: t < inputLengths[b], s < 2 * targetLengths[b] + 1."""
+    """logAlpha where docs/API.md defines it: t < inputLengths[b], s < 2 * targetLengths[b] + 1."""
     a = np.array(alpha, np.float64)
     for b in range(c["N"]):
         a[b, c["il"][b]:, :] = 0

@@ -2,7 +2,7 @@
 device / float64 reference: labels and targets out of range (negative, >= C, huge int64), NaN and Inf
 inputs, uninitialised logAlpha padding, BOOL mask bytes other than 0/1.
 
-API.md section 6: an out-of-range label makes its rows NaN (CTC: the whole sample), every other row
+docs/API.md §7: an out-of-range label makes its rows NaN (CTC: the whole sample), every other row
 stays exact. Every output lies inside a NaN guard band (its allocation is 64 elements longer on both
 sides) that must come back bit-identical: a kernel writing out of bounds shows here, and CI re-runs
 this file with the AddressSanitizer build of the emulator (marked `kernels`), which catches reads.

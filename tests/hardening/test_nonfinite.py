@@ -1,6 +1,6 @@
 """Non-finite and extreme values (NaN, +-inf, -1e30) in operator inputs: the cpu device (NumPy) and
 the emulated device (the .cu kernels) give the same result, and it is PyTorch's wherever the formula
-of spec/ops.md is PyTorch's. One row per bug found by auditing this family; each row failed before
+of docs/OPERATORS.md is PyTorch's. One row per bug found by auditing this family; each row failed before
 its fix."""
 from __future__ import annotations
 

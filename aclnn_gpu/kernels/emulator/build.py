@@ -100,7 +100,8 @@ class Entry:
 
 def entries_of(code: str, name_expressions) -> list[Entry]:
     names = [(k, k) for k in kernel_names(code)] + [(e, e) for e in name_expressions]
-    seen, out = set(), []
+    seen: set[str] = set()
+    out: list[Entry] = []
     for name, expr in names:
         if name not in seen:
             seen.add(name)

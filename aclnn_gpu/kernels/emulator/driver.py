@@ -164,8 +164,8 @@ class EmuKernel:
         holders, ptrs, sizes, desc = [], [], [], []
         for i, a in enumerate(args):
             if isinstance(a, np.ndarray):
-                holder = ctypes.c_void_p(a.ctypes.data)
-                kind = ("array", a)
+                holder: Any = ctypes.c_void_p(a.ctypes.data)
+                kind: tuple[str, Any] = ("array", a)
             elif not isinstance(a, np.generic) and isinstance(getattr(a, "ptr", None), int):
                 holder = ctypes.c_void_p(a.ptr)
                 kind = ("pointer", a.ptr)

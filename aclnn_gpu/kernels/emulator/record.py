@@ -26,7 +26,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def byte_bounds(a: np.ndarray) -> tuple[int, int]:
     return lo, hi + a.itemsize
 
 
-_asan_locate = None
+_asan_locate: Any = None   # None: not looked up yet; False: ASan absent
 
 
 def asan_heap_resolver(address: int) -> tuple[int, int] | None:
@@ -66,7 +66,7 @@ def asan_heap_resolver(address: int) -> tuple[int, int] | None:
     global _asan_locate
     if _asan_locate is None:
         try:
-            fn = ctypes.CDLL(None).__asan_locate_address
+            fn: Any = ctypes.CDLL(None).__asan_locate_address
         except AttributeError:
             fn = False
         else:
@@ -165,7 +165,8 @@ class Recorder:
             regions.append([lo, hi])
             return len(regions) - 1
 
-        args, why = [], None
+        args: list[tuple] = []
+        why = None
         for i, (kind, obj) in enumerate(desc):
             if kind == "array":
                 lo, hi = byte_bounds(obj)

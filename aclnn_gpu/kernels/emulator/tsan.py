@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,8 +48,8 @@ def load_recording(root: Path):
 
 def select(launches, only_sync: bool, max_per_kernel: int):
     """-> (chosen launches grouped by source, counts of skipped ones by reason)."""
-    skipped = defaultdict(int)
-    per_kernel = defaultdict(list)
+    skipped: defaultdict[str, int] = defaultdict(int)
+    per_kernel: defaultdict[tuple, list] = defaultdict(list)
     for rec in launches:
         if not rec["replayable"]:
             skipped["not replayable: " + (rec.get("why") or "?")] += 1
@@ -59,7 +60,9 @@ def select(launches, only_sync: bool, max_per_kernel: int):
         per_kernel[(rec["source"], rec["name"])].append(rec)
     groups = defaultdict(list)
     for (src, _), recs in per_kernel.items():
-        seen, first, rest = set(), [], []
+        seen: set = set()
+        first: list = []
+        rest: list = []
         for rec in recs:  # distinct geometries first, then the others in recorded order
             geo = (tuple(rec["grid"]), tuple(rec["block"]), rec["smem"])
             (rest if geo in seen else first).append(rec)
@@ -72,7 +75,7 @@ def select(launches, only_sync: bool, max_per_kernel: int):
 
 def write_replay(path: Path, root: Path, meta: dict, recs) -> None:
     index = {name: i for name, _, i in meta["entries"]}
-    blobs: dict[str, object] = {}
+    blobs: dict[str, Any] = {}
     with open(path, "wb") as out:
         out.write(b"EMUR0001")
         out.write(struct.pack("<QI", meta.get("ref") or 0, len(meta["shared"])))
