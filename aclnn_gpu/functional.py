@@ -66,17 +66,17 @@ def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _gpu_of(array: Any) -> int | None:
     """The GPU an array lives on (a CUDA torch tensor, a CuPy array), None for anything else."""
     kind = _array_kind(array)
+    device = getattr(array, "device", None) if kind != "numpy" else None   # (torch dtypes have none)
+    if device is None:
+        return None
     if kind == "torch":
-        device = array.device
         if device.type != "cuda":
             return None
         if device.index is None:
             import torch
             return int(torch.cuda.current_device())
         return int(device.index)
-    if kind == "cupy":
-        return int(array.device.id)
-    return None
+    return int(device.id)
 
 
 def _arrays_gpu(function: str, values: Sequence[Any]) -> int | None:

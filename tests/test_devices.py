@@ -260,7 +260,8 @@ def test_functional_refuses_arrays_on_two_gpus():
         cls = type("ndarray", (), {"__module__": "cupy", "device": types.SimpleNamespace(id=device_id)})
         return cls()
     host = np.zeros(3, np.float32)
-    assert Fn._arrays_gpu("kl_div", [host, 1, "mean"]) is None
+    import torch
+    assert Fn._arrays_gpu("kl_div", [host, 1, "mean", torch.zeros(2), torch.float32]) is None
     assert Fn._arrays_gpu("kl_div", [host, cupy_array(3), cupy_array(3), None]) == 3
     with pytest.raises(acl.AclnnError) as refused:
         Fn._arrays_gpu("kl_div", [cupy_array(0), host, cupy_array(1)])
