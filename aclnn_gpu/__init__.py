@@ -16,6 +16,7 @@ from .ops.registry import __all__ as _ops_all
 from .runtime import (
     aclFinalize, aclInit, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtCreateStream,
     aclrtCreateStreamWithConfig, aclrtCtxSetSysParamOpt, aclrtDestroyEvent, aclrtDestroyStream,
+    aclrtDeviceCanAccessPeer, aclrtDeviceDisablePeerAccess, aclrtDeviceEnablePeerAccess,
     aclrtEvent, aclrtEventElapsedTime, aclrtFree, aclrtFreeHost, aclrtGetDevice, aclrtGetDeviceCount,
     aclrtGetSysParamOpt, aclrtMalloc, aclrtMallocHost, aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset,
     aclrtMemsetAsync, aclrtQueryEventStatus, aclrtRecordEvent, aclrtResetDevice, aclrtSetDevice, aclrtStream,

@@ -74,15 +74,17 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         fail(INVALID, f"{op}: executor is a {type(executor).__name__}, not an aclOpExecutor")
     if executor.op != op:
         fail(INVALID, f"{op}: executor was built by {executor.op}GetWorkspaceSize, not {op}GetWorkspaceSize")
+    # the executor runs on the device it was built on; checked before its lock, which a thread of the
+    # parent may have held at fork()
+    device = executor.device
+    if device.stale is not None:
+        fail(INVALID, f"{op}: executor was built on device {device.id}, which {device.stale}")
     with executor.lock:
         if executor.destroyed:
             fail(INVALID, f"{op}: executor was destroyed")
         if executor.spent:
             fail(INVALID, f"{op}: executor was already run and is not repeatable "
                           "(call aclSetAclOpExecutorRepeatable right after GetWorkspaceSize to reuse it)")
-        device = get_device()
-        if executor.device is not device:
-            fail(INVALID, f"{op}: executor was built on a device that has since been reset")
         if type(workspace_size) is not int and (not isinstance(workspace_size, numbers.Integral)
                                                 or isinstance(workspace_size, bool)) or workspace_size < 0:
             fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
@@ -99,7 +101,7 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
                 device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID,
                                       on_device=True)
                 executor.checked_workspace = (workspace, generation)
-        impl = resolve_stream(stream, op, status=INVALID)
+        impl = resolve_stream(stream, op, status=INVALID, device=device)
         check_plan_memory(op, plan, device)
         if not executor.repeatable:
             executor.spent = True

@@ -7,6 +7,11 @@ stream, waits, and returns arrays of the caller's kind (NumPy, CuPy, or PyTorch 
 Failures raise `AclnnError` carrying the status and the message, whatever went wrong: a status from
 the two phases, a device that cannot run here, an argument of the wrong kind (161002), or (a bug of
 the library) an internal error. No `aclInit` is needed.
+
+Which device: on the cuda device a call runs on the GPU its arrays live on (a `cuda:3` tensor or a
+CuPy array of device 3: device 3), and arrays on two different GPUs are refused, as PyTorch refuses
+them; host arrays alone run on the calling thread's current device (`aclrtSetDevice`), which is
+also the rule on the cpu and emulated devices.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import numpy as np
 from . import dtypes
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .executor import aclOpExecutor
-from .runtime import aclrtStream, get_device, resolve_stream
+from .runtime import aclrtStream, device_of, get_device, resolve_stream, using_device
 from .status import aclError, aclFormat
 from .tensor import aclCreateIntArray, aclCreateTensor, aclIntArray, aclTensor
 
@@ -42,6 +47,11 @@ def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         signature.bind(*args, **kwargs)   # a call that does not fit the signature: Python's TypeError
         try:
+            device = get_device()
+            if device.kind == "cuda":   # CuPy's current GPU follows: host arrays are copied to that GPU
+                gpu = _arrays_gpu(fn.__name__, (*args, *kwargs.values()))
+                with using_device(device if gpu is None else device_of(gpu)):
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         except AclnnError:
             raise
@@ -51,6 +61,37 @@ def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise AclnnError(aclError.ACL_ERROR_INTERNAL_ERROR,
                              f"{fn.__name__}: internal error: {type(e).__name__}: {e}") from e
     return call
+
+
+def _gpu_of(array: Any) -> int | None:
+    """The GPU an array lives on (a CUDA torch tensor, a CuPy array), None for anything else."""
+    kind = _array_kind(array)
+    device = getattr(array, "device", None) if kind != "numpy" else None   # (torch dtypes have none)
+    if device is None:
+        return None
+    if kind == "torch":
+        if device.type != "cuda":
+            return None
+        if device.index is None:
+            import torch
+            return int(torch.cuda.current_device())
+        return int(device.index)
+    return int(device.id)
+
+
+def _arrays_gpu(function: str, values: Sequence[Any]) -> int | None:
+    """The one GPU the array arguments live on, None when all are host arrays; arrays on two GPUs
+    are refused (PyTorch's rule: "Expected all tensors to be on the same device")."""
+    found = None
+    for value in values:
+        gpu = _gpu_of(value)
+        if gpu is None:
+            continue
+        if found is not None and gpu != found:
+            raise AclnnError(INVALID, f"{function}: expected all arrays on the same device, but found at least "
+                                      f"two devices, cuda:{found} and cuda:{gpu}")
+        found = gpu
+    return found
 
 
 def _is_integer(value: Any) -> bool:

@@ -3,6 +3,18 @@
 Thin by design: every function validates its arguments (handles, sizes, pointer ranges against the
 live allocations) and delegates to the device in use (`aclnn_gpu.device`). Nothing here raises for
 a user error: `c_api` turns `OpError` into the returned code plus a recent-error message.
+
+Devices, as ACL has them: `aclrtSetDevice(id)` makes `id` the calling thread's current device (a
+thread that never called it works on device 0; `aclrtGetDevice` answers only after a SetDevice in
+that thread, as ACL). Memory, streams, events and executors belong to the device current when they
+were made. Work is enqueued only on a stream of the device that does it; another device's memory is
+used only where peer access is enabled; `aclrtMemcpy` copies between any two devices. The kind
+(`ACLNN_GPU_DEVICE`) and the number of virtual devices (`ACLNN_GPU_DEVICE_COUNT`) are read when the
+first device is made. Code built on the runtime uses `device_of(id)` and `current_device()`.
+
+Fork: the child starts with a clean runtime (`_after_fork_in_child` here and in `device/current.py`);
+the parent's handles are refused there, and after a CUDA parent every device call names the fix
+(the spawn start method). Which devices exist and which one is current: `device/current.py`.
 """
 from __future__ import annotations
 
@@ -13,68 +25,42 @@ from typing import Any
 
 import numpy as np
 
+from .device import current
 from .device.base import Device, DeviceEvent, DeviceStream
-from .errors import DeviceUnavailable, NoDevice, c_api, fail
+from .device.registry import Registry
+from .device.current import (  # noqa: F401 - re-exported: the names other code imports from here
+    current_device, current_device_kind, device_of, find_allocation, get_device, release_devices, using_device,
+)
+from .device.current import locate as _locate
+from .errors import c_api, fail
 from .status import aclError, aclrtMemcpyKind, aclSysParamOpt
 
 OK = aclError.ACL_SUCCESS
 PARAM = aclError.ACL_ERROR_RT_PARAM_INVALID
-KINDS = ("auto", "cpu", "cuda", "emulated")
-
-
-def _requested_kind() -> str:
-    kind = os.environ.get("ACLNN_GPU_DEVICE", "auto").strip().lower() or "auto"
-    return kind
-
-
-def _make_device(kind: str) -> Device:
-    if kind not in KINDS:
-        raise DeviceUnavailable(f"ACLNN_GPU_DEVICE={kind!r} is not one of {', '.join(KINDS)}")
-    if kind in ("auto", "cuda"):
-        from .device.cuda import cuda_available, make_cuda_device
-        if cuda_available():
-            return make_cuda_device()
-        if kind == "cuda":
-            raise DeviceUnavailable("ACLNN_GPU_DEVICE=cuda but CuPy sees no usable GPU on this machine")
-    if kind == "emulated":
-        from .device.emulated import make_emulated_device
-        return make_emulated_device()
-    from .device.cpu import CpuDevice
-    return CpuDevice()
 
 
 class _State:
+    """aclInit's state and the system parameters. A fork() child starts with a fresh one."""
+
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.initialized = False
         self.finalized = False
-        self.device: Device | None = None
         self.sys_params: dict[int, int] = {aclSysParamOpt.ACL_OPT_DETERMINISTIC: 1}
 
 
 _state = _State()
 
 
-def get_device() -> Device:
-    """The device in use, created on first use (as CUDA creates its context lazily)."""
-    device = _state.device
-    if device is not None:
-        return device
-    with _state.lock:
-        if _state.device is None:
-            try:
-                _state.device = _make_device(_requested_kind())
-            except DeviceUnavailable as e:
-                raise NoDevice(aclError.ACL_ERROR_RT_NO_DEVICE, str(e)) from None
-        return _state.device
+def _after_fork_in_child() -> None:
+    """A fork() child starts with a clean runtime: not initialised, no device (`device/current.py`)."""
+    global _state
+    parent, _state = _state, _State()
+    _state.sys_params = dict(parent.sys_params)
 
 
-def current_device_kind() -> str:
-    """The kind of device actually in use: 'cpu', 'cuda' or 'emulated' (creating it if needed)."""
-    try:
-        return get_device().kind
-    except Exception:
-        return "none"
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------- init and devices
@@ -100,39 +86,47 @@ def aclFinalize() -> int:
     return OK
 
 
-def _check_device_id(deviceId: Any, fn: str) -> None:
-    if not isinstance(deviceId, numbers.Integral) or isinstance(deviceId, bool) or deviceId != 0:
-        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"{fn}: deviceId {deviceId!r} must be 0 (one device)")
+def _device_id(value: Any, fn: str, what: str = "deviceId", code: int = aclError.ACL_ERROR_RT_INVALID_DEVICEID) -> int:
+    """A device id of the platform in use (its range checked), or OpError(code)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+        fail(code, f"{fn}: {what} {value!r} must be a non-negative integer")
+    device_id, platform = int(value), current.platform()
+    if device_id >= platform.count:
+        fail(code, f"{fn}: {what} {device_id} is out of range [0, {platform.count}): {platform.describe_count()}")
+    return device_id
 
 
 @c_api()
 def aclrtSetDevice(deviceId: int) -> int:
-    _check_device_id(deviceId, "aclrtSetDevice")
-    get_device()
+    current.set_current(device_of(_device_id(deviceId, "aclrtSetDevice")))
     return OK
 
 
 @c_api()
 def aclrtResetDevice(deviceId: int) -> int:
-    _check_device_id(deviceId, "aclrtResetDevice")
-    with _state.lock:
-        device, _state.device = _state.device, None
-    if device is not None:
-        device.close()
+    if not isinstance(deviceId, numbers.Integral) or isinstance(deviceId, bool) or deviceId < 0:
+        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: deviceId {deviceId!r} must be a "
+                                                     "non-negative integer")
+    platform = current.chosen_platform()
+    if platform is not None and deviceId >= platform.count:
+        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: deviceId {deviceId} is out of range "
+                                                     f"[0, {platform.count}): {platform.describe_count()}")
+    current.reset(int(deviceId))
     return OK
 
 
 @c_api(n_out=1)
 def aclrtGetDevice() -> tuple[int, int]:
-    if _state.device is None:
-        fail(aclError.ACL_ERROR_RT_CONTEXT_NULL, "aclrtGetDevice: no device set on this process (call aclrtSetDevice)")
-    return OK, 0
+    device_id = current.thread_device_id()
+    if device_id is None:
+        fail(aclError.ACL_ERROR_RT_CONTEXT_NULL, "aclrtGetDevice: no device set on this thread (the current device "
+                                                 "is per thread, as in ACL: call aclrtSetDevice in this thread)")
+    return OK, device_id
 
 
 @c_api(n_out=1)
 def aclrtGetDeviceCount() -> tuple[int, int]:
-    get_device()
-    return OK, 1
+    return OK, current.platform().count
 
 
 @c_api()
@@ -140,6 +134,53 @@ def aclrtSynchronizeDevice() -> int:
     device = get_device()
     for stream in device.live_streams():
         _sync(stream, "aclrtSynchronizeDevice")
+    return OK
+
+
+@c_api(n_out=1)
+def aclrtDeviceCanAccessPeer(deviceId: int, peerDeviceId: int) -> tuple[int, int]:
+    fn = "aclrtDeviceCanAccessPeer"
+    first = _device_id(deviceId, fn)
+    peer = _device_id(peerDeviceId, fn, "peerDeviceId")
+    if first == peer:
+        fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peerDeviceId {peer} must differ from deviceId {first}")
+    return OK, int(device_of(first).can_access_peer(peer))
+
+
+@c_api()
+def aclrtDeviceEnablePeerAccess(peerDeviceId: int, flags: int = 0) -> int:
+    fn = "aclrtDeviceEnablePeerAccess"
+    if flags != 0 or isinstance(flags, bool) or not isinstance(flags, numbers.Integral):
+        fail(aclError.ACL_ERROR_FEATURE_UNSUPPORTED, f"{fn}: flags {flags!r} must be 0 (reserved)")
+    device = get_device()
+    peer = _device_id(peerDeviceId, fn, "peerDeviceId")
+    if peer == device.id:
+        fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peerDeviceId {peer} is the current device; it must differ")
+    with current.lock():
+        if (device.id, peer) in current.peers():
+            fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peer access from device {device.id} to device {peer} "
+                                                   "is already enabled")
+        if not device.can_access_peer(peer):
+            fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, f"{fn}: device {device.id} cannot access device "
+                                                            f"{peer}'s memory (aclrtDeviceCanAccessPeer is 0)")
+        device_of(peer)
+        device.enable_peer_access(peer)
+        current.peers().add((device.id, peer))
+    return OK
+
+
+@c_api()
+def aclrtDeviceDisablePeerAccess(peerDeviceId: int) -> int:
+    fn = "aclrtDeviceDisablePeerAccess"
+    device = get_device()
+    peer = _device_id(peerDeviceId, fn, "peerDeviceId")
+    with current.lock():
+        if (device.id, peer) not in current.peers():
+            fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: peer access from device {device.id} to device {peer} "
+                                                   "is not enabled")
+        device.disable_peer_access(peer)
+        current.peers().discard((device.id, peer))
+        Registry.bump()   # checks that passed through this peer access are no longer valid
     return OK
 
 
@@ -173,18 +214,29 @@ class aclrtStream:
         return f"aclrtStream({self.device.kind}{', destroyed' if self.destroyed else ''})"
 
 
-def resolve_stream(stream: Any, fn: str, status: int = PARAM) -> DeviceStream:
-    """The device stream for a handle; None is the default stream."""
-    device = get_device()
+def resolve_stream(stream: Any, fn: str, status: int = PARAM, device: Device | None = None) -> DeviceStream:
+    """The device stream for a handle that enqueues work on `device` (default: the calling thread's
+    current device); None is that device's default stream. A stream of another device is refused."""
+    if device is None:
+        device = get_device()
     if stream is None:
         return device.default_stream
+    owner = _stream_owner(stream, fn, status)
+    if owner is not device:
+        fail(status, f"{fn}: stream belongs to device {owner.id}, but this work runs on device {device.id} "
+                     "(use a stream created while that device was current)")
+    return stream.impl
+
+
+def _stream_owner(stream: Any, fn: str, status: int = PARAM) -> Device:
+    """The live device of a stream handle (not None), or OpError."""
     if not isinstance(stream, aclrtStream):
         fail(status, f"{fn}: stream must be an aclrtStream or None, got {type(stream).__name__}")
     if stream.destroyed:
         fail(status, f"{fn}: stream was destroyed")
-    if stream.device is not device:
-        fail(status, f"{fn}: stream belongs to a device that was reset")
-    return stream.impl
+    if stream.device.stale is not None:
+        fail(status, f"{fn}: stream belongs to device {stream.device.id}, which {stream.device.stale}")
+    return stream.device
 
 
 def _sync(impl: DeviceStream, fn: str) -> None:
@@ -212,15 +264,20 @@ def aclrtCreateStreamWithConfig(priority: int = 0, flag: int = 0) -> tuple[int, 
 def aclrtDestroyStream(stream: aclrtStream) -> int:
     if stream is None:
         fail(PARAM, "aclrtDestroyStream: stream is null (the default stream cannot be destroyed)")
-    impl = resolve_stream(stream, "aclrtDestroyStream")
+    _stream_owner(stream, "aclrtDestroyStream")
     stream.destroyed = True
-    impl.close()
+    stream.impl.close()
     return OK
 
 
 @c_api()
 def aclrtSynchronizeStream(stream: aclrtStream | None) -> int:
-    _sync(resolve_stream(stream, "aclrtSynchronizeStream"), "aclrtSynchronizeStream")
+    if stream is None:
+        impl = get_device().default_stream
+    else:   # any thread may wait for any device's stream
+        _stream_owner(stream, "aclrtSynchronizeStream")
+        impl = stream.impl
+    _sync(impl, "aclrtSynchronizeStream")
     return OK
 
 
@@ -239,8 +296,8 @@ def _event(event: Any, fn: str, what: str = "event") -> DeviceEvent:
         fail(PARAM, f"{fn}: {what} must be an aclrtEvent, got {type(event).__name__}")
     if event.destroyed:
         fail(PARAM, f"{fn}: {what} was destroyed")
-    if event.device is not get_device():
-        fail(PARAM, f"{fn}: {what} belongs to a device that was reset")
+    if event.device.stale is not None:
+        fail(PARAM, f"{fn}: {what} belongs to device {event.device.id}, which {event.device.stale}")
     return event.impl
 
 
@@ -265,14 +322,16 @@ def aclrtDestroyEvent(event: aclrtEvent) -> int:
 @c_api()
 def aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream | None) -> int:
     impl = _event(event, "aclrtRecordEvent")
-    impl.record(resolve_stream(stream, "aclrtRecordEvent"))
+    # recorded on a stream of the event's own device (CUDA's rule); any stream may wait for it
+    impl.record(resolve_stream(stream, "aclrtRecordEvent", device=event.device))
     return OK
 
 
 @c_api()
 def aclrtStreamWaitEvent(stream: aclrtStream | None, event: aclrtEvent) -> int:
     impl = _event(event, "aclrtStreamWaitEvent")
-    get_device().stream_wait_event(resolve_stream(stream, "aclrtStreamWaitEvent"), impl)
+    device = get_device()
+    device.stream_wait_event(resolve_stream(stream, "aclrtStreamWaitEvent", device=device), impl)
     return OK
 
 
@@ -334,9 +393,10 @@ def aclrtMallocHost(size: int) -> tuple[int, int]:
 
 
 def _free(ptr: Any, fn: str, on_device: bool) -> int:
-    device = get_device()
-    alloc = device.registry.get(ptr) if isinstance(ptr, int) else None
-    if alloc is None or alloc.on_device != on_device:
+    device, alloc = _locate(ptr, 1)   # any device's memory may be freed from any thread
+    if alloc is not None and alloc.base != ptr:
+        alloc = None
+    if device is None or alloc is None or alloc.on_device != on_device:
         shown = hex(ptr) if isinstance(ptr, int) else repr(ptr)
         fail(PARAM, f"{fn}: {shown} is not the start of a live {'device' if on_device else 'host'} allocation "
                     "(freed, foreign or an interior pointer)")
@@ -381,17 +441,22 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
         fail(PARAM, f"{fn}: kind {kind!r} must be an aclrtMemcpyKind in 0..4")
     kind = aclrtMemcpyKind(int(kind))
     device = get_device()
-    impl = None if stream is False else resolve_stream(stream, fn)
+    impl = None if stream is False else resolve_stream(stream, fn, device=device)
     if dst is None or src is None:
         fail(PARAM, f"{fn}: {'dst' if dst is None else 'src'} is null")
     if count == 0:
         return OK
     want_dst_device = {1: True, 2: False, 3: True, 0: False}.get(int(kind))
     want_src_device = {1: False, 2: True, 3: True, 0: False}.get(int(kind))
+    others: list[Device] = []   # other devices whose memory a synchronous copy touches
 
     def side(obj: Any, what: str, want_device: bool | None, writable: bool) -> Any:
         if isinstance(obj, numbers.Integral) and not isinstance(obj, bool):
-            alloc = device.registry.check(int(obj), count, f"{fn}: {what}")
+            owner, alloc = _locate(int(obj), count)   # a copy may cross devices (cudaMemcpyDefault does)
+            if alloc is None:
+                alloc = device.registry.check(int(obj), count, f"{fn}: {what}")   # fails, saying why
+            if owner is not None and owner is not device:
+                others.append(owner)
             if want_device is not None and alloc.on_device != want_device:
                 fail(PARAM, f"{fn}: {what} {hex(obj)} is {'device' if alloc.on_device else 'host'} memory but "
                             f"kind {kind.name} needs {'device' if want_device else 'host'} memory")
@@ -402,6 +467,9 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
 
     d = side(dst, "dst", want_dst_device, True)
     s = side(src, "src", want_src_device, False)
+    if impl is None:
+        for other in others:   # synchronous: after the work queued on the other device too
+            other.synchronize_quietly()
     if isinstance(d, int) and isinstance(s, int):
         device.copy(d, s, count, impl)
     elif isinstance(d, int):
@@ -431,10 +499,14 @@ def _memset(fn: str, devPtr: Any, maxCount: Any, value: Any, count: Any, stream:
     if not isinstance(value, numbers.Integral):
         fail(PARAM, f"{fn}: value {value!r} must be an integer")
     device = get_device()
-    impl = None if stream is False else resolve_stream(stream, fn)
+    impl = None if stream is False else resolve_stream(stream, fn, device=device)
     if count == 0:
         return OK
-    device.registry.check(devPtr, count, f"{fn}: devPtr")
+    owner, alloc = _locate(devPtr, count)
+    if alloc is None:
+        device.registry.check(devPtr, count, f"{fn}: devPtr")   # fails, saying why
+    if impl is None and owner is not None:
+        device = owner   # synchronous: the owning device fills its own memory
     device.memset(int(devPtr), int(value), count, impl)
     return OK
 

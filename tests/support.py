@@ -9,7 +9,7 @@ import numpy as np
 
 import aclnn_gpu as acl
 from aclnn_gpu import dtypes
-from aclnn_gpu.runtime import aclrtResetDevice
+from aclnn_gpu.runtime import release_devices
 from aclnn_gpu.samples import DeviceArrays
 
 # ACLNN_GPU_TEST_DEVICES (comma list, default "cpu,emulated"): the device kinds the tests run on;
@@ -28,7 +28,7 @@ TOLERANCE = {
 def use_device(kind: str) -> None:
     """Switch the process to a device kind (the library reads ACLNN_GPU_DEVICE at device creation)."""
     os.environ["ACLNN_GPU_DEVICE"] = kind
-    aclrtResetDevice(0)
+    release_devices()
     assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
     assert acl.current_device_kind() == kind
 

@@ -8,11 +8,25 @@ and `emulated` (the cuda device's code over a CuPy-shaped layer that runs the ke
 from __future__ import annotations
 
 import abc
+import os
 from typing import Any
 
 import numpy as np
 
 from .registry import Registry
+
+
+def virtual_device_count() -> int:
+    """The cpu and emulated kinds' number of devices: ACLNN_GPU_DEVICE_COUNT (default 1).
+    ValueError for anything but an integer >= 1."""
+    text = os.environ.get("ACLNN_GPU_DEVICE_COUNT", "").strip() or "1"
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"ACLNN_GPU_DEVICE_COUNT={text!r} must be an integer >= 1")
+    return count
 
 
 class DeviceStream(abc.ABC):
@@ -46,7 +60,13 @@ class DeviceEvent(abc.ABC):
 
 
 class Device(abc.ABC):
+    """One device (one GPU, or one virtual device of the cpu / emulated kinds). It owns the memory,
+    streams and events made through it; `id` is its ACL device id. `stale` is set (to why) when the
+    device can no longer be used: reset by aclrtResetDevice, or inherited from the parent across fork()."""
+
     kind: str = "abstract"
+    id: int = 0
+    stale: str | None = None
     registry: Registry
     default_stream: DeviceStream
 
@@ -93,6 +113,20 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def live_streams(self) -> list[DeviceStream]: ...
+
+    @abc.abstractmethod
+    def synchronize_quietly(self) -> None:
+        """Wait for every stream without consuming their pending errors."""
+
+    # ------------------------------------------------------------------ peer access
+    @abc.abstractmethod
+    def can_access_peer(self, peer: int) -> bool: ...
+
+    @abc.abstractmethod
+    def enable_peer_access(self, peer: int) -> None: ...
+
+    @abc.abstractmethod
+    def disable_peer_access(self, peer: int) -> None: ...
 
     # ------------------------------------------------------------------ operators
     @abc.abstractmethod

@@ -62,8 +62,9 @@ class HostEvent(DeviceEvent):
 class CpuDevice(Device):
     kind = "cpu"
 
-    def __init__(self) -> None:
-        self.registry = Registry()
+    def __init__(self, device_id: int = 0) -> None:
+        self.id = device_id
+        self.registry = Registry(device_id)
         self._streams: "weakref.WeakSet[CpuStream]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self.default_stream = self.create_stream()
@@ -114,7 +115,7 @@ class CpuDevice(Device):
 
     # ------------------------------------------------------------------ streams and events
     def create_stream(self) -> CpuStream:
-        stream = CpuStream(f"cpu-stream-{len(self._streams)}")
+        stream = CpuStream(f"cpu{self.id}-stream-{len(self._streams)}")
         self._streams.add(stream)
         return stream
 
@@ -137,6 +138,18 @@ class CpuDevice(Device):
     # ------------------------------------------------------------------ operators
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         stream.worker.submit(lambda: _run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
+
+    def can_access_peer(self, peer: int) -> bool:
+        return True   # every virtual device's memory is this process's memory
+
+    def enable_peer_access(self, peer: int) -> None:
+        pass
+
+    def disable_peer_access(self, peer: int) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"cpu device {self.id}"
 
     def close(self) -> None:
         for stream in self.live_streams():

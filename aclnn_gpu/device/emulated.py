@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 
-from ..errors import DeviceUnavailable
 from . import fakecupy
 from .cuda import CudaDevice
 
@@ -16,14 +15,10 @@ def emulator_available() -> bool:
 
 
 class EmulatedDevice(CudaDevice):
-    def __init__(self) -> None:
-        super().__init__(fakecupy, kind="emulated")
+    def __init__(self, device_id: int = 0) -> None:
+        super().__init__(fakecupy, kind="emulated", device_id=device_id)
         from ..kernels.emulator import set_memory_resolver
-        set_memory_resolver(self._resolve)  # lets recorded launches be replayed (ThreadSanitizer)
-
-    def _resolve(self, address: int) -> tuple[int, int] | None:
-        alloc = self.registry.find(address, 1)
-        return None if alloc is None else (alloc.base, alloc.size)
+        set_memory_resolver(_resolve)  # lets recorded launches be replayed (ThreadSanitizer)
 
     def gemm(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm
@@ -34,7 +29,15 @@ class EmulatedDevice(CudaDevice):
         return self.registry.host_bytes(ptr, nbytes)
 
 
-def make_emulated_device() -> EmulatedDevice:
+def _resolve(address: int) -> tuple[int, int] | None:
+    """The allocation (base, size) holding `address` on any live device (a launch may read a peer's memory)."""
+    from ..runtime import find_allocation
+    alloc = find_allocation(address, 1)
+    return None if alloc is None else (alloc.base, alloc.size)
+
+
+def emulator_unavailable_reason() -> str | None:
     if not emulator_available():
-        raise DeviceUnavailable("ACLNN_GPU_DEVICE=emulated needs a C++ compiler (g++), none was found")
-    return EmulatedDevice()
+        from ..kernels.emulator import build
+        return f"ACLNN_GPU_DEVICE=emulated needs a C++ compiler ({build.CXX}), none was found"
+    return None

@@ -1,14 +1,20 @@
 """A CuPy-shaped layer over host memory and the CPU emulator: just the names `device/cuda.py`
-uses (`cuda.alloc`, `cuda.alloc_pinned_memory`, `cuda.Stream`, `cuda.Event`,
+uses (`cuda.Device`, `cuda.alloc`, `cuda.alloc_pinned_memory`, `cuda.Stream`, `cuda.Event`,
 `cuda.get_elapsed_time`, `cuda.runtime.*`, `RawModule`), so that the emulated device is the cuda
 device's own code.
 
 Device memory is host memory; each stream is a `HostStream` worker; a kernel launch compiles the
 `.cu` source for the CPU (cached by source hash) and queues its execution on the current stream.
+Several GPUs are mirrored as CuPy has them: `cuda.Device(i)` is a context manager that makes `i`
+the calling thread's current device (a per-thread stack, as CuPy's), streams belong to the device
+current when they were made, `runtime.deviceSynchronize()` drains only the current device's
+streams, and `runtime.getDeviceCount()` is `ACLNN_GPU_DEVICE_COUNT` (default 1). `SM_COUNTS` gives
+a virtual device its own SM count (tests give devices different ones to see which one a plan reads).
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 from types import SimpleNamespace
@@ -16,20 +22,65 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .base import virtual_device_count
 from .cpu import aligned_buffer
 from .hoststream import HostEventMark, HostStream
 
 SM_COUNT = 4  # small on purpose: grids sized from it keep emulated launches short
+SM_COUNTS: dict[int, int] = {}  # device id -> SM count, where it differs from SM_COUNT
+
+
+_local = threading.local()   # per thread: `stack` of current streams, `devices` stack of device ids
+
+
+def _current_device() -> int:
+    devices = getattr(_local, "devices", None)
+    return devices[-1] if devices else 0
+
+
+class Device:
+    """Like cupy.cuda.Device: `with Device(i):` makes device i current for the calling thread."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, device: int | None = None):
+        self.id = _current_device() if device is None else int(device)
+
+    def __enter__(self) -> "Device":
+        devices = getattr(_local, "devices", None)
+        if devices is None:
+            devices = _local.devices = []
+        devices.append(self.id)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.devices.pop()
+
+    def use(self) -> None:
+        devices = getattr(_local, "devices", None)
+        if devices:
+            devices[-1] = self.id
+        else:
+            _local.devices = [self.id]
+
+    def synchronize(self) -> None:
+        with self:
+            _Runtime.deviceSynchronize()
+
+    @property
+    def compute_capability(self) -> str:
+        return "90"
 
 
 class MemoryPointer:
-    """Like cupy.cuda.MemoryPointer: owns a buffer, exposes `.ptr`."""
+    """Like cupy.cuda.MemoryPointer: owns a buffer, exposes `.ptr` and the `.device_id` it was made on."""
 
-    __slots__ = ("ptr", "size", "buffer")
+    __slots__ = ("ptr", "size", "buffer", "device_id")
 
     def __init__(self, size: int):
         self.ptr, self.buffer = aligned_buffer(size)
         self.size = size
+        self.device_id = _current_device()
 
     def __getitem__(self, index: slice) -> np.ndarray:
         """Bytes of the host buffer behind the "device" memory (Registry.host_bytes slices it)."""
@@ -42,14 +93,14 @@ def alloc(size: int) -> MemoryPointer:
 
 alloc_pinned_memory = alloc
 
-_local = threading.local()
 _streams: "weakref.WeakValueDictionary[int, Stream]" = weakref.WeakValueDictionary()
 _stream_ids = iter(range(1, 1 << 62))
 
 
 class Stream:
     def __init__(self, non_blocking: bool = False, null: bool = False):
-        self.worker = HostStream("emulated-stream")
+        self.device_id = _current_device()
+        self.worker = HostStream(f"emulated-stream-dev{self.device_id}")
         self.ptr = next(_stream_ids)
         _streams[self.ptr] = self
 
@@ -84,7 +135,7 @@ class Stream:
             pass
 
 
-_null_stream: Stream | None = None
+_null_streams: dict[int, Stream] = {}   # device id -> its legacy default stream
 _null_lock = threading.Lock()
 
 
@@ -92,11 +143,12 @@ def get_current_stream() -> Stream:
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
-    global _null_stream
+    device = _current_device()
     with _null_lock:
-        if _null_stream is None:
-            _null_stream = Stream()
-        return _null_stream
+        stream = _null_streams.get(device)
+        if stream is None:
+            stream = _null_streams[device] = Stream()
+        return stream
 
 
 def _stream(ptr: int) -> Stream:
@@ -133,12 +185,35 @@ class _Runtime:
 
     @staticmethod
     def getDeviceProperties(device: int) -> dict[str, Any]:
-        return {"multiProcessorCount": SM_COUNT, "name": b"CUDA emulator (CPU)", "totalGlobalMem": 0}
+        return {"multiProcessorCount": SM_COUNTS.get(device, SM_COUNT), "name": b"CUDA emulator (CPU)",
+                "totalGlobalMem": 0, "major": 9, "minor": 0}
+
+    @staticmethod
+    def getDeviceCount() -> int:
+        return virtual_device_count()
+
+    @staticmethod
+    def getDevice() -> int:
+        return _current_device()
+
+    @staticmethod
+    def deviceCanAccessPeer(device: int, peer: int) -> int:
+        return 1   # every virtual device's memory is the same host memory
+
+    @staticmethod
+    def deviceEnablePeerAccess(peer: int) -> None:
+        pass
+
+    @staticmethod
+    def deviceDisablePeerAccess(peer: int) -> None:
+        pass
 
     @staticmethod
     def deviceSynchronize() -> None:
+        device = _current_device()
         for stream in _all_streams():
-            stream.worker.drain()
+            if stream.device_id == device:
+                stream.worker.drain()
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
@@ -183,6 +258,18 @@ class RawModule:
         return RawKernel(self.module, expr)
 
 
-cuda = SimpleNamespace(alloc=alloc, alloc_pinned_memory=alloc_pinned_memory, Stream=Stream, Event=Event,
+cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pinned_memory, Stream=Stream, Event=Event,
                        get_elapsed_time=get_elapsed_time, get_current_stream=get_current_stream,
                        runtime=_Runtime(), MemoryPointer=MemoryPointer)
+
+
+def _forget_after_fork() -> None:
+    """A fork() child: the parent's streams have no worker threads here; forget them (never drain)."""
+    global _local, _null_lock
+    _streams.clear()
+    _null_streams.clear()
+    _local, _null_lock = threading.local(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

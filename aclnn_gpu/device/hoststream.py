@@ -5,15 +5,38 @@ A `HostStream` is one worker thread draining a FIFO of callables, so enqueuing r
 work runs in submission order. The first failure of queued work is kept and re-raised by the next
 `synchronize()`; work queued after a failure is skipped (like a CUDA stream after a fault) until
 the failure has been reported.
+
+Fork: a child process has none of the parent's worker threads (and may inherit their locks held),
+so a stream made before fork() is dead in the child: submitting to it or waiting on it raises
+`StreamForked` at once instead of waiting for ever, and closing it only marks it closed.
 """
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from typing import Callable
 
 _STOP = object()
+_generation = 0   # bumped in every fork() child: streams of an older generation have no worker here
+
+
+class StreamForked(RuntimeError):
+    """A stream created in the parent process, used in a fork() child."""
+
+    def __init__(self) -> None:
+        super().__init__("the stream was created in the parent process before fork(); its worker thread "
+                         "does not exist in this child process (create new streams in the child)")
+
+
+def _forked() -> None:
+    global _generation
+    _generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class HostEventMark:
@@ -51,6 +74,7 @@ class HostStream:
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self.closed = False
+        self.generation = _generation
         self._thread = threading.Thread(target=self._run, name=f"aclnn_gpu-{name}", daemon=True)
         self._thread.start()
 
@@ -88,6 +112,8 @@ class HostStream:
             task = None  # drop the reference before sleeping
 
     def _put(self, task: object) -> None:
+        if self.generation != _generation:
+            raise StreamForked()
         with self._lock:
             if not self.closed:
                 self._tasks.append(task)
@@ -124,6 +150,8 @@ class HostStream:
 
     def drain(self) -> None:
         """Wait until everything queued so far has run, leaving a failure pending."""
+        if self.generation != _generation:
+            raise StreamForked()
         if threading.current_thread() is self._thread:
             raise RuntimeError("a stream cannot wait for itself from its own queued work")
         with self._lock:
@@ -144,6 +172,9 @@ class HostStream:
 
     def close(self) -> None:
         """Finish the queued work and stop the worker (errors still pending are dropped)."""
+        if self.generation != _generation:   # the parent's stream in a fork() child: nothing runs it
+            self.closed = True
+            return
         with self._lock:
             if self.closed:
                 return

@@ -4,19 +4,32 @@ A pointer is a plain int. It is accepted only when the byte range it names lies 
 live allocation made by this library (`aclrtMalloc` / `aclrtMallocHost`); a freed, foreign or
 too-short range is refused with a status code before anything touches memory.
 
-`generation` counts the removals: a range that passed the check while the generation was g is
-still inside a live allocation while it is g (nothing was freed since), which lets phase 2 of an
-operator skip re-checking its pointers (ops/plan.py `check_plan_memory`).
+Each device has its own registry. A range that is not in it may be another device's memory: the
+runtime installs `Registry.foreign`, which accepts it when peer access from this device to the
+owner is enabled and otherwise refuses it with a message naming the owning device.
+
+`Registry.generation` is one process-wide value that changes with every removal from any device's
+registry and every peer-access change (`Registry.bump`): a range that passed the check while it was
+g is still usable while it is g, which lets phase 2 of an operator skip re-checking its pointers
+(ops/plan.py `check_plan_memory`). It is shared by all devices because a tensor may live in a peer
+device's memory: a free there, or peer access disabled, must invalidate this device's cached checks.
 """
 from __future__ import annotations
 
 import bisect
+import ctypes
+import itertools
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, ClassVar, Optional
+
+import numpy as np
 
 from ..errors import fail
 from ..status import aclError
+
+
+_GENERATIONS = itertools.count(1)
 
 
 @dataclass(eq=False)
@@ -28,11 +41,27 @@ class Allocation:
 
 
 class Registry:
-    def __init__(self) -> None:
+    # (registry, ptr, nbytes, what, status) -> the other device's allocation when this device may use
+    # it, None when no device has it; raises OpError when another device has it but may not be used
+    foreign: ClassVar[Optional[Callable[["Registry", int, int, str, int], Optional[Allocation]]]] = None
+    generation: ClassVar[int] = 0   # see the module docstring; each value is used once
+
+    @staticmethod
+    def bump() -> None:
+        """Invalidate every cached pointer check (a removal or a peer-access change). `next` on a
+        count is atomic under the GIL, so no two bumps publish the same value, and a value never
+        comes back: a cached check equal to the current value saw no change since."""
+        Registry.generation = next(_GENERATIONS)
+
+    def __init__(self, device_id: int = 0) -> None:
+        self.device_id = device_id
         self._lock = threading.Lock()
         self._bases: list[int] = []
         self._by_base: dict[int, Allocation] = {}
-        self.generation = 0  # bumped by every removal (see the module docstring)
+
+    def reinit_after_fork(self) -> None:
+        """A fork() child: a thread of the parent may have held the lock at fork time."""
+        self._lock = threading.Lock()
 
     def add(self, alloc: Allocation) -> None:
         with self._lock:
@@ -43,7 +72,7 @@ class Registry:
         with self._lock:
             alloc = self._by_base.pop(base, None)
             if alloc is not None:
-                self.generation += 1
+                Registry.bump()
                 del self._bases[bisect.bisect_left(self._bases, base)]
             return alloc
 
@@ -65,6 +94,8 @@ class Registry:
               on_device: bool | None = None) -> Allocation:
         """The allocation holding [ptr, ptr+nbytes), or OpError(status) with a message naming `what`."""
         alloc = self.find(ptr, nbytes)
+        if alloc is None and Registry.foreign is not None:
+            alloc = Registry.foreign(self, ptr, nbytes, what, status)
         if alloc is None:
             shown = hex(ptr) if isinstance(ptr, int) and not isinstance(ptr, bool) else repr(ptr)
             fail(status, f"{what}: address {shown} with {nbytes} bytes is not inside a live allocation "
@@ -98,7 +129,9 @@ class Registry:
         """The bytes [ptr, ptr + nbytes) of a host-memory allocation, as a slice of its buffer (for
         devices whose memory is host memory; the range was validated before it got here)."""
         alloc = self.find(ptr, nbytes)
-        assert alloc is not None, "pointer ranges are validated before they reach the device"
+        if alloc is None:   # a peer device's memory (validated by the runtime): host memory all the same
+            return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)) if nbytes else \
+                np.empty(0, np.uint8)
         start = ptr - alloc.base
         return alloc.buffer[start:start + nbytes]
 

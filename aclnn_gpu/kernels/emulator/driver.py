@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -108,6 +109,19 @@ class _Library:
 
 _libraries: dict[Path, _Library] = {}
 _libraries_lock = threading.Lock()
+
+
+def _reinit_locks_in_child() -> None:
+    """A fork() child: a launch running in another thread of the parent at fork time left its library's
+    lock held, and that thread does not exist here to release it."""
+    global _libraries_lock
+    _libraries_lock = threading.Lock()
+    for lib in _libraries.values():
+        lib.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_locks_in_child)
 
 
 def _load(built: _build.Built, mode: str) -> _Library:
