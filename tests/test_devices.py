@@ -314,3 +314,42 @@ def test_cuda_failures_carry_cupys_cause(monkeypatch, caplog, cupy, cause):
         assert "runs on the cpu device" in records[0].getMessage() and cause in records[0].getMessage()
     finally:
         runtime.release_devices()
+
+
+def test_cached_pointer_checks_see_a_peer_devices_free_and_peer_access_disabled(two, rng):
+    """Phase 2 skips re-checking pointers while nothing was freed (the registry generation): that must
+    hold across devices, since a tensor may live in a peer device's memory."""
+    x_host = rng.standard_normal((4, 8)).astype(np.float32)
+    zero = DeviceArrays()
+    assert acl.aclrtSetDevice(1) == 0
+    one = DeviceArrays()
+    t1 = one.tensor(rng.random((4, 8)).astype(np.float32))     # device 1's memory
+    assert acl.aclrtSetDevice(0) == 0
+    assert acl.aclrtDeviceEnablePeerAccess(1) == 0
+    x0, out0 = zero.tensor(x_host), zero.empty((4, 8), np.float32)
+    status, executor = _kl_backward(zero, x0, t1, out0)
+    assert status == 0 and acl.aclSetAclOpExecutorRepeatable(executor) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == 0   # the cached check passes
+    # peer access disabled: the cached check no longer holds
+    assert acl.aclrtDeviceDisablePeerAccess(1) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == INVALID
+    assert "is memory of device 1" in acl.aclGetRecentErrMsg()
+    assert acl.aclrtDeviceEnablePeerAccess(1) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == 0
+    assert acl.aclrtSynchronizeStream(zero.stream) == 0
+    # the peer device frees the memory: refused, although nothing was freed on device 0
+    assert acl.aclrtSetDevice(1) == 0
+    assert acl.aclrtSynchronizeStream(one.stream) == 0
+    assert len(one.pointers) == 1          # t1's allocation
+    freed = one.pointers[0]
+    assert acl.aclrtFree(freed) == 0
+    one.pointers.remove(freed)
+    assert acl.aclrtSetDevice(0) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == INVALID
+    assert "not inside a live allocation" in acl.aclGetRecentErrMsg()
+    assert acl.aclDestroyAclOpExecutor(executor) == 0
+    assert acl.aclrtSetDevice(1) == 0
+    one.close()
+    assert acl.aclrtSetDevice(0) == 0
+    zero.close()
