@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The day a GPU is lent: everything that can only be proven on one, in one command.
-#   1. installs the cuda extra (CuPy, NVRTC, cuBLAS wheels) into the interpreter's environment;
+#   1. installs the cuda12 or cuda13 extra (CuPy, NVRTC, cuBLAS, NCCL wheels) into the interpreter's
+#      environment: ACLNN_GPU_CHECK_CUDA=12|13 picks it, else the CUDA major the driver reports
+#      (nvidia-smi); then the compile report with that NVRTC, the kernels of the code that will load;
 #   2. runs the test suite on the cuda device (ACLNN_GPU_TEST_DEVICES=cuda: tests/support.py widens
 #      the tolerances by GPU_TOLERANCE_SCALE for the GPU's expf/logf ulps and fused multiply-adds);
 #   3. runs `python -m bench` on the cuda device (quick sizes unless GPU_CHECK_FULL_BENCH=1);
@@ -18,9 +20,17 @@ start=$SECONDS
 status=0
 
 if [ "$DEV" = cuda ]; then
-  echo "::: installing the cuda extra"
-  "$PY" -m pip install -q -e ".[cuda,test,bench]"
+  MAJOR="${ACLNN_GPU_CHECK_CUDA:-}"
+  if [ -z "$MAJOR" ] && command -v nvidia-smi >/dev/null; then   # the newest CUDA the driver runs
+    MAJOR=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+  fi
+  case "${MAJOR:-13}" in 12) EXTRA=cuda12 ;; 1[3-9]) EXTRA=cuda13 ;;
+    *) echo "::: CUDA ${MAJOR} is older than 12: no extra of this library runs on this driver"; exit 1 ;; esac
+  echo "::: installing the $EXTRA extra (driver: CUDA ${MAJOR:-unknown})"
+  "$PY" -m pip install -q -e ".[$EXTRA,test,bench]"
   "$PY" -c "import cupy; assert cupy.is_available(), 'CuPy sees no GPU'; print('GPU:', cupy.cuda.runtime.getDeviceProperties(0)['name'].decode())"
+  echo "::: compile report with the $EXTRA NVRTC"
+  "$PY" -m aclnn_gpu.kernels.report --json "$OUT/kernel_report.json" || status=1
 fi
 
 echo "::: test suite on $DEV"
