@@ -5,6 +5,7 @@ ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import numbers
 import threading
@@ -59,10 +60,14 @@ def aclSetAclOpExecutorRepeatable(executor: aclOpExecutor) -> int:
 @c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     ex = _executor(executor, "aclDestroyAclOpExecutor")
-    if ex.destroyed:
-        fail(INVALID, f"aclDestroyAclOpExecutor: executor of {ex.op} was already destroyed")
-    ex.destroyed = True
-    ex.plan = None
+    # under the executor's lock, so a destroy never lands between an execute's checks and its use of
+    # the plan; not for a stale device's executor (a fork() child: a parent thread may hold the lock)
+    stale = ex.device is None or ex.device.stale is not None
+    with contextlib.nullcontext() if stale else ex.lock:
+        if ex.destroyed:
+            fail(INVALID, f"aclDestroyAclOpExecutor: executor of {ex.op} was already destroyed")
+        ex.destroyed = True
+        ex.plan = None
     return aclnnStatus.ACLNN_SUCCESS
 
 
@@ -76,8 +81,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         fail(INVALID, f"{op}: executor was built by {executor.op}GetWorkspaceSize, not {op}GetWorkspaceSize")
     # the executor runs on the device it was built on; checked before its lock, which a thread of the
     # parent may have held at fork()
-    device = executor.device
-    if device.stale is not None:
+    device = executor.device   # None: a spent or destroyed executor the C ABI re-creates (capi/bridge.py)
+    if device is not None and device.stale is not None:
         fail(INVALID, f"{op}: executor was built on device {device.id}, which {device.stale}")
     with executor.lock:
         if executor.destroyed:
@@ -100,6 +105,9 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
             if type(workspace) is not int or executor.checked_workspace != (workspace, generation):
                 device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID,
                                       on_device=True)
+                if int(workspace) % 8:   # the kernels read int64 tiling words from it: a GPU faults otherwise
+                    fail(INVALID, f"{op}: workspace {hex(int(workspace))} must be 8-byte aligned "
+                                  "(aclrtMalloc's memory is; an offset into it must keep that)")
                 executor.checked_workspace = (workspace, generation)
         impl = resolve_stream(stream, op, status=INVALID, device=device)
         check_plan_memory(op, plan, device)

@@ -353,3 +353,44 @@ def test_cached_pointer_checks_see_a_peer_devices_free_and_peer_access_disabled(
     one.close()
     assert acl.aclrtSetDevice(0) == 0
     zero.close()
+
+
+def test_reset_of_a_peer_device_voids_cached_pointer_checks(two, rng):
+    """aclrtResetDevice releases the device's memory: a tensor in it is refused afterwards, by a cached
+    executor's phase 2 and by a new phase 1, although its checks passed before the reset."""
+    zero = DeviceArrays()
+    assert acl.aclrtSetDevice(1) == 0
+    one = DeviceArrays()
+    t1 = one.tensor(rng.random((4, 8)).astype(np.float32))
+    assert acl.aclrtSynchronizeStream(one.stream) == 0
+    assert acl.aclrtSetDevice(0) == 0
+    assert acl.aclrtDeviceEnablePeerAccess(1) == 0
+    x0, out0 = zero.tensor(rng.standard_normal((4, 8)).astype(np.float32)), zero.empty((4, 8), np.float32)
+    status, executor = _kl_backward(zero, x0, t1, out0)
+    assert status == 0 and acl.aclSetAclOpExecutorRepeatable(executor) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == 0
+    assert acl.aclrtSynchronizeStream(zero.stream) == 0
+    assert acl.aclrtResetDevice(1) == 0
+    assert acl.aclnnKlDivBackward(None, 0, executor, zero.stream) == INVALID
+    assert _kl_backward(zero, x0, t1, out0) == (INVALID, None)
+    assert acl.aclDestroyAclOpExecutor(executor) == 0
+    zero.close()
+
+
+def test_a_workspace_off_8_byte_alignment_is_refused(two, rng):
+    arrays = DeviceArrays()
+    labels = np.zeros(3, np.int64)
+    status, size, executor = acl.aclnnCrossEntropyLossGradGetWorkspaceSize(
+        arrays.tensor(np.ones((), np.float32)), arrays.tensor(rng.standard_normal((3, 5)).astype(np.float32), strided=True),
+        arrays.tensor(labels), None, None, None, "mean", -100, 0.0, 0.0, arrays.empty((3, 5), np.float32))
+    assert status == 0, acl.aclGetRecentErrMsg()
+    if size == 0:
+        pytest.skip("no workspace on this device kind")
+    status, base = acl.aclrtMalloc(size + 64, 0)
+    assert status == 0
+    assert acl.aclnnCrossEntropyLossGrad(base + 4, size, executor, arrays.stream) == INVALID
+    assert "must be 8-byte aligned" in acl.aclGetRecentErrMsg()
+    assert acl.aclnnCrossEntropyLossGrad(base + 8, size, executor, arrays.stream) == 0
+    assert acl.aclrtSynchronizeStream(arrays.stream) == 0
+    assert acl.aclrtFree(base) == 0
+    arrays.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import threading
 from typing import Any, Callable
 
@@ -151,6 +152,15 @@ class Handles:
 
 
 handles = Handles()
+
+
+def _reinit_lock_in_child() -> None:
+    """A fork() child: a thread of the parent may have held the handle table's lock at fork time."""
+    handles._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_lock_in_child)
 
 
 def _address(ffi: Any, pointer: Any) -> int:

@@ -216,6 +216,11 @@ def reset(device_id: int) -> None:
     if device is not None:
         device.stale = f"was reset by aclrtResetDevice({device_id})"
         device.close()
+        # its memory is released (aclrtResetDevice frees what the device held) and every cached
+        # pointer check is void: a check that passed through this device, or through peer access
+        # to it, must be made again (Registry.generation)
+        device.registry.clear()
+    Registry.bump()
 
 
 def _after_fork_in_child() -> None:

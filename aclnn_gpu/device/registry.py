@@ -76,6 +76,13 @@ class Registry:
                 del self._bases[bisect.bisect_left(self._bases, base)]
             return alloc
 
+    def clear(self) -> None:
+        """Forget every allocation (the device was reset): their ranges are refused from now on."""
+        with self._lock:
+            self._bases.clear()
+            self._by_base.clear()
+            Registry.bump()
+
     def get(self, base: int) -> Allocation | None:
         return self._by_base.get(base)
 

@@ -118,6 +118,8 @@ def _reinit_locks_in_child() -> None:
     _libraries_lock = threading.Lock()
     for lib in _libraries.values():
         lib.lock = threading.Lock()
+    _profiling.LAUNCH_LOCK = threading.RLock()   # the profiler's and the recorder's process-wide locks
+    _record._lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
