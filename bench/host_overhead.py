@@ -38,7 +38,7 @@ def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable
 
 
 class InstantDevice:
-    """Installs the cuda device over instant_cupy as the process's device for the `with` block."""
+    """The cuda device over instant_cupy as the calling thread's current device for the `with` block."""
 
     def __enter__(self) -> Any:
         from aclnn_gpu import runtime
@@ -48,13 +48,11 @@ class InstantDevice:
             def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
                 return None  # cuBLAS is CuPy's cost, not the library's
 
-        self.state = runtime._state
-        self.saved = self.state.device
-        self.state.device = InstantCudaDevice(instant_cupy, kind="cuda")
-        return self.state.device
+        self.scope = runtime.using_device(InstantCudaDevice(instant_cupy, kind="cuda"))
+        return self.scope.__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self.state.device = self.saved
+        self.scope.__exit__(*exc)
 
 
 def cuda_code_path(families: list, calls: int = 200, batches: int = 9) -> dict:

@@ -80,4 +80,4 @@ class _Runtime:
 _null = Stream()
 cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc, Stream=Stream, Event=Event,
                        get_elapsed_time=lambda start, end: 0.0, get_current_stream=lambda: _null,
-                       runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer)
+                       runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer, Device=fakecupy.Device)
