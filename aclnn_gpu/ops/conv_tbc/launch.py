@@ -188,6 +188,16 @@ def convert_copy(ctx: KernelContext, src_dtype, dst_dtype, shape: tuple[int, int
                 np.int64(st), np.int64(sb), np.int64(sc)))
 
 
+def _operand(ctx, lay, workspace_ptr, name, tin, tout, src, rows_out, lead, rows_src, B, C) -> int:
+    """Where a GEMM reads operand `name`: its padded / converted copy in the workspace when the layout
+    made one (`_pad_copy`), else the caller's tensor itself."""
+    if name not in lay.offsets:
+        return src
+    dst = workspace_ptr + lay.offsets[name]
+    _pad_copy(ctx, tin, tout, src, dst, rows_out, lead, rows_src, B, C)
+    return dst
+
+
 def _pad_copy(ctx, tin, tout, src, dst, rows_out, lead, rows_src, B, C):
     n = rows_out * B * C
     if n == 0:
@@ -247,21 +257,9 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
     q = K - 1 - pad
 
     # operands
-    if "xp" in lay.offsets:
-        xp = ws("xp")
-        _pad_copy(ctx, dtype, odt, input, xp, T + 2 * pad, pad, T, B, Cin)
-    else:
-        xp = input
-    if "dp" in lay.offsets:
-        dp = ws("dp")
-        _pad_copy(ctx, dtype, odt, grad, dp, Tout + 2 * qp, qp, Tout, B, Cout)
-    else:
-        dp = grad
-    if "w" in lay.offsets:
-        wop = ws("w")
-        _pad_copy(ctx, dtype, odt, weight, wop, K, 0, K, Cin, Cout)
-    else:
-        wop = weight
+    xp = _operand(ctx, lay, workspace_ptr, "xp", dtype, odt, input, T + 2 * pad, pad, T, B, Cin)
+    dp = _operand(ctx, lay, workspace_ptr, "dp", dtype, odt, grad, Tout + 2 * qp, qp, Tout, B, Cout)
+    wop = _operand(ctx, lay, workspace_ptr, "w", dtype, odt, weight, K, 0, K, Cin, Cout)
     dy_op = dp + qp * B * Cout * o          # the unpadded grad inside D
 
     # gradWeight: one strided-batched GEMM over the K taps
@@ -312,16 +310,8 @@ def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_m
     odt, compute = compute_mode(cube_math_type, dtype)
     o = odt.itemsize
     gemm = ctx.gemm_strided_batched
-    if "xp" in lay.offsets:
-        xp = ws("xp")
-        _pad_copy(ctx, dtype, odt, input, xp, T + 2 * pad, pad, T, B, Cin)
-    else:
-        xp = input
-    if "w" in lay.offsets:
-        wop = ws("w")
-        _pad_copy(ctx, dtype, odt, weight, wop, K, 0, K, Cin, Cout)
-    else:
-        wop = weight
+    xp = _operand(ctx, lay, workspace_ptr, "xp", dtype, odt, input, T + 2 * pad, pad, T, B, Cin)
+    wop = _operand(ctx, lay, workspace_ptr, "w", dtype, odt, weight, K, 0, K, Cin, Cout)
     acc = ws("acc") if "acc" in lay.offsets else out
     for k in range(K):
         rm_gemm(gemm, R, Cout, Cin, xp + k * B * Cin * o, odt, Cin, False, wop + k * Cin * Cout * o, odt, Cout,
