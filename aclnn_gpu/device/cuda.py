@@ -14,7 +14,6 @@ CuPy compiles the kernels for) are read from that device.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import weakref
 from typing import Any, Sequence
@@ -24,10 +23,8 @@ import numpy as np
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
 from .registry import Allocation, Registry
-from .uploads import MEMCPY_DEFAULT, LargeUploads
+from .uploads import MEMCPY_DEFAULT, UploadRing
 
-UPLOAD_RING_BYTES = 1 << 20
-UPLOAD_SLOT_BYTES = 4096
 
 
 def _version(number: int) -> str:
@@ -109,40 +106,6 @@ class CudaEvent(DeviceEvent):
 
     def elapsed_ms(self, end: DeviceEvent) -> float:
         return float(self.cp.cuda.get_elapsed_time(self.cupy, end.cupy))  # type: ignore[attr-defined]
-
-
-class UploadRing:
-    """Pinned host memory for tiling uploads: each upload takes a slot, copies into it, and queues an
-    asynchronous copy; a slot is reused only after the copy that used it has completed (an event),
-    so uploads never block the host in steady state and never allocate. Tables larger than a slot
-    (CTC's per-sample table from N = 171 on) go through `LargeUploads`, the same scheme with
-    buffers of a size that grows."""
-
-    def __init__(self, cp: Any):
-        self.cp = cp
-        self.memory = cp.cuda.alloc_pinned_memory(UPLOAD_RING_BYTES)
-        self.slots = UPLOAD_RING_BYTES // UPLOAD_SLOT_BYTES
-        self.events: list[Any] = [None] * self.slots
-        self.next = 0
-        self.lock = threading.Lock()
-        self.large = LargeUploads(cp)
-
-    def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
-        host = np.ascontiguousarray(host)
-        if host.nbytes > UPLOAD_SLOT_BYTES:
-            self.large.upload(dst, host, stream)
-            return
-        with self.lock:
-            slot = self.next
-            self.next = (self.next + 1) % self.slots
-            if self.events[slot] is not None:
-                self.events[slot].synchronize()
-            address = self.memory.ptr + slot * UPLOAD_SLOT_BYTES
-            ctypes.memmove(address, host.ctypes.data, host.nbytes)
-            self.cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
-            event = self.events[slot] or self.cp.cuda.Event(disable_timing=True)
-            event.record(stream)
-            self.events[slot] = event
 
 
 class CudaKernelContext:

@@ -1,6 +1,7 @@
-"""Uploads of host tables larger than a slot of the cuda device's UploadRing (`device/cuda.py`):
-pinned staging buffers reused under events, so a large upload neither synchronizes the stream nor
-allocates in steady state."""
+"""Uploads of the cuda device's host tables (tiling data) into the workspace, asynchronous and without
+allocating in steady state: `UploadRing`, slots of one pinned buffer for the usual small tables, and
+`LargeUploads`, pinned staging buffers of a size that grows for tables larger than a slot; both reuse
+pinned memory only after the event of the copy that last read it has completed."""
 from __future__ import annotations
 
 import ctypes
@@ -10,6 +11,8 @@ from typing import Any
 import numpy as np
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: unified addressing works the direction out
+UPLOAD_RING_BYTES = 1 << 20
+UPLOAD_SLOT_BYTES = 4096
 LARGE_UPLOAD_BUFFERS = 8
 
 
@@ -63,3 +66,37 @@ class _Staging:
         self.capacity = 1 << max(0, nbytes - 1).bit_length()
         self.memory = cp.cuda.alloc_pinned_memory(self.capacity)
         self.event = event
+
+
+class UploadRing:
+    """Pinned host memory for tiling uploads: each upload takes a slot, copies into it, and queues an
+    asynchronous copy; a slot is reused only after the copy that used it has completed (an event),
+    so uploads never block the host in steady state and never allocate. Tables larger than a slot
+    (CTC's per-sample table from N = 171 on) go through `LargeUploads`, the same scheme with
+    buffers of a size that grows."""
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self.memory = cp.cuda.alloc_pinned_memory(UPLOAD_RING_BYTES)
+        self.slots = UPLOAD_RING_BYTES // UPLOAD_SLOT_BYTES
+        self.events: list[Any] = [None] * self.slots
+        self.next = 0
+        self.lock = threading.Lock()
+        self.large = LargeUploads(cp)
+
+    def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
+        host = np.ascontiguousarray(host)
+        if host.nbytes > UPLOAD_SLOT_BYTES:
+            self.large.upload(dst, host, stream)
+            return
+        with self.lock:
+            slot = self.next
+            self.next = (self.next + 1) % self.slots
+            if self.events[slot] is not None:
+                self.events[slot].synchronize()
+            address = self.memory.ptr + slot * UPLOAD_SLOT_BYTES
+            ctypes.memmove(address, host.ctypes.data, host.nbytes)
+            self.cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
+            event = self.events[slot] or self.cp.cuda.Event(disable_timing=True)
+            event.record(stream)
+            self.events[slot] = event

@@ -11,7 +11,7 @@ import torch
 
 import aclnn_gpu as acl
 from aclnn_gpu.device import fakecupy
-from aclnn_gpu.device.cuda import UPLOAD_SLOT_BYTES
+from aclnn_gpu.device.uploads import UPLOAD_SLOT_BYTES
 from aclnn_gpu.device.uploads import LARGE_UPLOAD_BUFFERS
 from aclnn_gpu.runtime import get_device
 from support import Session
