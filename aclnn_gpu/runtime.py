@@ -86,12 +86,14 @@ def aclFinalize() -> int:
     return OK
 
 
-def _device_id(value: Any, fn: str, what: str = "deviceId", code: int = aclError.ACL_ERROR_RT_INVALID_DEVICEID) -> int:
-    """A device id of the platform in use (its range checked), or OpError(code)."""
+def _device_id(value: Any, fn: str, what: str = "deviceId", code: int = aclError.ACL_ERROR_RT_INVALID_DEVICEID,
+               choose: bool = True) -> int:
+    """A device id of the platform in use (its range checked), or OpError(code). `choose=False`: no
+    platform is chosen for the check; with none in use yet, any non-negative id passes."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
         fail(code, f"{fn}: {what} {value!r} must be a non-negative integer")
-    device_id, platform = int(value), current.platform()
-    if device_id >= platform.count:
+    device_id, platform = int(value), current.platform() if choose else current.chosen_platform()
+    if platform is not None and device_id >= platform.count:
         fail(code, f"{fn}: {what} {device_id} is out of range [0, {platform.count}): {platform.describe_count()}")
     return device_id
 
@@ -104,14 +106,7 @@ def aclrtSetDevice(deviceId: int) -> int:
 
 @c_api()
 def aclrtResetDevice(deviceId: int) -> int:
-    if not isinstance(deviceId, numbers.Integral) or isinstance(deviceId, bool) or deviceId < 0:
-        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: deviceId {deviceId!r} must be a "
-                                                     "non-negative integer")
-    platform = current.chosen_platform()
-    if platform is not None and deviceId >= platform.count:
-        fail(aclError.ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: deviceId {deviceId} is out of range "
-                                                     f"[0, {platform.count}): {platform.describe_count()}")
-    current.reset(int(deviceId))
+    current.reset(_device_id(deviceId, "aclrtResetDevice", choose=False))   # resetting never creates one
     return OK
 
 
