@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import fail
-from ..kernels.context import KernelContext, ptr
+from ..kernels.context import KernelContext, KernelFile, ptr
 from ..status import aclnnStatus
 from ..tensor import aclTensor
 from .frozen import ALIGN as FROZEN_ALIGN
@@ -42,6 +42,7 @@ class Plan:
     set `op` and write `run_host` and `launch_kernels`."""
 
     op: ClassVar[str] = "?"
+    kernel_files: ClassVar[tuple[str, ...]] = ()   # the kernel files its launcher launches from (recorder-checked)
     has_work: ClassVar[bool] = True
     tensors: Mapping[str, aclTensor | None]   # C parameter name -> tensor (None: an absent optional)
     workspace: Workspace
@@ -180,7 +181,8 @@ def write_out(dst: np.ndarray, value: np.ndarray | float) -> None:
 # ------------------------------------------------------------------------------ the workspace builder
 MAX_RANK = 8
 COPY_BLOCK = 256
-STRIDED_COPY_EXPRESSIONS = [f"strided_{kind}<{size}>" for kind in ("gather", "scatter") for size in (1, 2, 4, 8)]
+STRIDED_COPY = KernelFile("strided_copy.cu", tuple(f"strided_{kind}<{size}>" for kind in ("gather", "scatter")
+                                                    for size in (1, 2, 4, 8)))
 
 Copy = Callable[[KernelContext, int, int], None]   # (ctx, source address, destination address)
 
@@ -220,8 +222,8 @@ class Staged:
         ctx.upload(base + self.tiling, strided_tiling(tensor.shape, tensor.strides))
         n = tensor.numel
         grid = max(1, min(-(-n // COPY_BLOCK), ctx.sm_count * 8))
-        expr = f"strided_{'scatter' if self.output else 'gather'}<{tensor.itemsize}>"
-        ctx.launch("strided_copy.cu", expr, (grid,), (COPY_BLOCK,),
+        expr = STRIDED_COPY.name("strided_scatter" if self.output else "strided_gather", tensor.itemsize)
+        ctx.launch(STRIDED_COPY.file, expr, (grid,), (COPY_BLOCK,),
                    (ptr(tensor_ptr(tensor)), ptr(base + self.offset), ptr(base + self.tiling), np.int64(n)))
 
 

@@ -47,7 +47,7 @@ from ...status import aclFormat as F
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import NO_WORKSPACE, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
+from ..plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 __all__ = ["aclnnConvTbc", "aclnnConvTbcGetWorkspaceSize",
            "aclnnConvTbcBackward", "aclnnConvTbcBackwardGetWorkspaceSize"]
@@ -165,6 +165,8 @@ def _check_gemm_limits(c: Checks, device: Any, T: int, B: int, Cin: int, Cout: i
 @dataclass(frozen=True, eq=False, kw_only=True)
 class _ConvTbcPlan(Plan):
     """What both directions pass to the GPU plan besides their operands."""
+
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
 
     T: int
     B: int

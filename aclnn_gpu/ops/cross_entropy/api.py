@@ -40,7 +40,7 @@ from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, TILING, Checks
-from ..plan import EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
+from ..plan import STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT16, D.ACL_FLOAT, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT64, D.ACL_INT32)
@@ -134,6 +134,8 @@ def _workspace(inputs: list[aclTensor | None], outputs: list[aclTensor], plan_by
 @dataclass(frozen=True, eq=False, kw_only=True)
 class _CrossEntropyPlan(Plan):
     """Both directions: the target, the optional weight, the reduction and its parameters."""
+
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
 
     target: aclTensor
     weight: aclTensor | None

@@ -54,7 +54,8 @@ from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import NO_WORKSPACE, EmptyPlan, Plan, Workspace, WorkspaceBuilder, grid_for, host_array, write_out
+from ..plan import (NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, grid_for, host_array,
+                    write_out)
 
 __all__ = ["aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize",
            "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize"]
@@ -197,6 +198,8 @@ def _dtype_name(tensor: aclTensor) -> str:
 @dataclass(frozen=True, eq=False, kw_only=True)
 class _CtcPlan(Plan):
     """What both directions keep: sizes, blank, zeroInfinity, the element types the kernels see."""
+
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
 
     log_probs: aclTensor
     targets: aclTensor

@@ -68,6 +68,8 @@ class _KlDivPlan(Plan):
     """Both directions: the target, the output, the reduction, and the launcher's layout decisions
     (`launch.plan_*`), made once for the workspace size and the launch."""
 
+    kernel_files: ClassVar[tuple[str, ...]] = (launch.FILE,)
+
     target: aclTensor
     out: aclTensor
     reduction: int

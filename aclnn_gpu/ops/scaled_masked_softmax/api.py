@@ -48,7 +48,7 @@ from ...status import aclFormat as F
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import NO_WORKSPACE, EmptyPlan, Plan, WorkspaceBuilder, host_array, write_out
+from ..plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, WorkspaceBuilder, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16)
 MASK_TYPES = (D.ACL_BOOL,)
@@ -81,6 +81,8 @@ def _mask_view(mask: aclTensor | None) -> tuple[aclTensor | None, int, int, bool
 class _SmsmPlan(Plan):
     """Shared by both directions: `inputs` are the float operands, `out` the one output; Bm, Nm the
     mask's batch and head sizes as the kernels index it (1 for a broadcast dim)."""
+
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
 
     inputs: tuple[aclTensor, ...]
     mask: aclTensor | None
