@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.occupancy import DEFAULT_ARCH
+
 # The workspace base while recording: far above any user-space or CUDA virtual address (47-49 bits)
 # yet below 2**63, so it survives int64 tiling words; real pointers never fall in its range.
 SENTINEL = 0x7EAD_0000_0000_0000
@@ -86,8 +88,10 @@ class FrozenLaunch:
 class Recorder:
     """A KernelContext that records instead of running (see the module docstring)."""
 
-    def __init__(self, sm_count: int, workspace_size: int, known: dict[str, frozenset[str]] | None = None):
+    def __init__(self, sm_count: int, workspace_size: int, known: dict[str, frozenset[str]] | None = None,
+                 arch: str = DEFAULT_ARCH):
         self.sm_count = sm_count
+        self.arch = arch      # the device's, for grids sized from occupancy (kernels/occupancy.py)
         self.size = workspace_size
         self.known = known    # file -> the instantiations the plan may launch (None: not checked)
         self.steps: list[Upload | Launch | Gemm] = []
@@ -123,14 +127,14 @@ class Recorder:
         self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args)))
 
 
-def freeze(plan: Any, sm_count: int) -> FrozenLaunch:
-    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors."""
+def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
+    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors of `arch`."""
     size = plan.workspace_size
     files = getattr(plan, "kernel_files", ())
     known = None
     if files:
         from ..kernels import manifest   # here: the manifest imports the operator packages
         known = {file: manifest.KNOWN[file] for file in files}
-    recorder = Recorder(sm_count, size, known)
+    recorder = Recorder(sm_count, size, known, arch)
     plan.launch_kernels(recorder, SENTINEL if size else 0)
     return FrozenLaunch(tuple(recorder.steps), sm_count, rebased=bool(size))

@@ -16,7 +16,6 @@ one object both the size GetWorkspaceSize reports and the launches' addresses co
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -26,6 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import fail
 from ..kernels.context import KernelContext, KernelFile, ptr
+from ..kernels.occupancy import wave_grid
 from ..status import aclnnStatus
 from ..tensor import aclTensor
 from .frozen import ALIGN as FROZEN_ALIGN
@@ -59,9 +59,10 @@ class Plan:
         """The operator's launcher: uploads, launches and GEMMs through `ctx` (recorded in phase 1)."""
         raise NotImplementedError
 
-    def with_frozen_launch(self, sm_count: int) -> Plan:
-        """Phase 1 on a kernel device: this plan with its launcher recorded once (`ops/frozen.py`)."""
-        return replace(self, frozen=freeze(self, sm_count))
+    def with_frozen_launch(self, sm_count: int, arch: str) -> Plan:
+        """Phase 1 on a kernel device: this plan with its launcher recorded once (`ops/frozen.py`) for a
+        device of `sm_count` multiprocessors of architecture `arch`."""
+        return replace(self, frozen=freeze(self, sm_count, arch))
 
     def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
         """Phase 2 on a kernel device: replay the frozen launch on the real workspace. A workspace
@@ -83,7 +84,7 @@ class EmptyPlan:
     has_work: ClassVar[bool] = False
     frozen: ClassVar[None] = None
 
-    def with_frozen_launch(self, sm_count: int) -> EmptyPlan:
+    def with_frozen_launch(self, sm_count: int, arch: str) -> EmptyPlan:
         return self
 
 
@@ -221,8 +222,8 @@ class Staged:
         tensor = self.tensor
         ctx.upload(base + self.tiling, strided_tiling(tensor.shape, tensor.strides))
         n = tensor.numel
-        grid = max(1, min(-(-n // COPY_BLOCK), ctx.sm_count * 8))
         expr = STRIDED_COPY.name("strided_scatter" if self.output else "strided_gather", tensor.itemsize)
+        grid = wave_grid(ctx, STRIDED_COPY.file, expr, -(-n // COPY_BLOCK), COPY_BLOCK)
         ctx.launch(STRIDED_COPY.file, expr, (grid,), (COPY_BLOCK,),
                    (ptr(tensor_ptr(tensor)), ptr(base + self.offset), ptr(base + self.tiling), np.int64(n)))
 
@@ -333,6 +334,3 @@ class WorkspaceBuilder:
             return NO_WORKSPACE
         return Workspace(self.size, tuple(self._staged), tuple(self._converted), dict(self._ranges))
 
-
-def grid_for(n: int, block: int, sm_count: int, waves: int = 8) -> int:
-    return max(1, min(math.ceil(n / block), sm_count * waves))

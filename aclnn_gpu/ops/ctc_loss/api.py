@@ -49,13 +49,13 @@ import numpy as np
 from ... import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...kernels.context import ptr
+from ...kernels.occupancy import wave_grid
 from ...reference import ctc_loss as reference
 from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import (NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, grid_for, host_array,
-                    write_out)
+from ..plan import NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 __all__ = ["aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize",
            "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize"]
@@ -170,7 +170,8 @@ def _check_gpu_limit(c: Checks, device: Any, max_target_length: int, log_probs: 
 def _cast_targets(targets: aclTensor, ctx: Any, src: int, dst: int) -> None:
     """The int64 copy of BOOL / FLOAT / FLOAT16 targets (kernel ctc_cast_targets, CANN's cast)."""
     count = targets.numel
-    ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid_for(count, CAST_BLOCK, ctx.sm_count),), (CAST_BLOCK,),
+    grid = wave_grid(ctx, gpu.FILE, "aclg::ctc_cast_targets", -(-count // CAST_BLOCK), CAST_BLOCK)
+    ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid,), (CAST_BLOCK,),
                (ptr(src), ptr(dst), np.int64(count), np.int32(int(targets.dtype)),
                 np.int32(targets.dtype == D.ACL_BOOL)))
 
