@@ -23,6 +23,7 @@ Layout: tiling at offset 0, the forward's per-block partials at offset TILING_BY
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -194,8 +195,14 @@ def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
 
 
 def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> BackwardLayout:
-    """The backward's layout decisions, made once: the workspace size and the launch both read them."""
-    return _plan_backward(grad_output, target, out, self_shape)
+    """The backward's layout decisions, made once: the workspace size and the launch both read them
+    (memoised: phase 1 of a training loop meets the same operands again)."""
+    return _cached_backward(_t(grad_output), _t(target), _t(out), tuple(int(s) for s in self_shape))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_backward(g: Operand, t: Operand, o: Operand, self_shape: tuple[int, ...]) -> BackwardLayout:
+    return _plan_backward(g, t, o, self_shape)
 
 
 def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=0, log_target=False,
@@ -265,8 +272,14 @@ def _plan_forward(self, target, out, reduction) -> ForwardLayout:
 
 
 def plan_forward(*, self, target, out, reduction=1, log_target=False) -> ForwardLayout:
-    """The forward's layout decisions, made once: the workspace size and the launch both read them."""
-    return _plan_forward(self, target, out, reduction)
+    """The forward's layout decisions, made once: the workspace size and the launch both read them
+    (memoised like `plan_backward`)."""
+    return _cached_forward(_t(self), _t(target), _t(out), int(reduction))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_forward(s: Operand, t: Operand, o: Operand, reduction: int) -> ForwardLayout:
+    return _plan_forward(s, t, o, reduction)
 
 
 def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False,
