@@ -101,9 +101,10 @@ _KEY_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _key_of(value: Any) -> Any:
-    if isinstance(value, aclTensor):   # a descriptor's fields are fixed at creation
+    kind = type(value)
+    if kind is aclTensor:   # a descriptor's fields are fixed at creation
         return value.data, value.offset, value.shape, value.strides, value.dtype
-    if type(value) is tuple:
+    if kind is tuple:
         return tuple(_key_of(v) for v in value)
     return value
 
