@@ -138,3 +138,17 @@ def test_a_second_plan_with_the_same_launch_key_reuses_the_record(session):
     # a different reduction changes the key too
     status, _, third = acl.aclnnKlDivBackwardGetWorkspaceSize(g, x, t, 1, False, out)
     assert status == 0 and third.plan.frozen is not second.plan.frozen
+
+
+def test_plans_are_frozen_dataclasses_with_declared_kernel_files(session):
+    import dataclasses
+    for build in (_kl_backward, _conv_tbc_backward):
+        status, _, ex = build(session)
+        assert status == 0
+        plan = ex.plan
+        assert dataclasses.is_dataclass(plan) and plan.kernel_files
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            plan.frozen = None
+        launched = {step.file for step in plan.frozen.steps if hasattr(step, "expr")}
+        assert launched <= set(plan.kernel_files)
+        acl.aclDestroyAclOpExecutor(ex)
