@@ -117,7 +117,8 @@ def render(rows: list[dict], cpu: dict | None) -> str:
         t = r["torch"]
         c = by_case.get((case[3], case[4]))
         cpu_cells = ["", "", "", ""] if c is None else [
-            c["shapes"], f"{c['ours_min_ms']:.3g} / {c['ours_ms']:.3g}", f"{c['torch_min_ms']:.3g} / {c['torch_ms']:.3g}",
+            c["shapes"], f"{c['ours_min_ms']:.3g} / {c['ours_ms']:.3g}",
+            f"{c['torch_min_ms']:.3g} / {c['torch_ms']:.3g}",
             f"{c['ours_min_ms'] / c['torch_min_ms']:.2f}x ({c['ours_ms'] / c['torch_ms']:.2f}x)"]
         lines.append("| " + " | ".join([
             f"aclnn{r['op']}", f"{_dims(r['dims'])} {r['dtype']}", str(r["launches"]), _bytes(r["l2_dram_bytes"]),
