@@ -99,6 +99,9 @@ _VECDOT_MAX_STATES = 256
 _BLOCK_BYTES = 1 << 18
 
 
+# Up to this many samples the forward clears each sample's rows past its input length and states past
+# 2L by slices (two calls per sample), above by one masked copy over a mask of the log_alpha's size.
+_CUT_LOOP_SAMPLES = 128
 # Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
 _GATHER_STEPS = 64
 # Scratch buffers up to this size are kept by their thread between calls (larger ones are rare and
@@ -194,22 +197,24 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     S = 2 * max_l + 1
     ninf = md.type(-np.inf)
     tmax = int(il.max()) if N else 0
-    # log_alpha as (t, n, 2 + s): two leading -inf columns make the s-1 / s-2 predecessors plain views.
-    # Only rows t < tmax are computed; everything else is cleared when la is built below.
-    lt = np.empty((max(tmax, 1), N, S + 2), dtype=md)
-    lt[:, :, :2] = ninf
+    # log_alpha (n, t, s) lives in ext (n, t, 2 + s), whose two leading -inf columns make the s-1 / s-2
+    # predecessors plain views; the recursion writes it through the (t, n, 2 + s) view, so no copy or
+    # transposition follows. Only rows t < tmax are computed.
+    ext = np.empty((N, T, S + 2), dtype=md)
+    ext[:, :, :2] = ninf
     if tmax:
-        _alpha(lp_in, md, lprime, skip, tmax, lt)
-    # la (n, t, s): -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only
-    # feed higher states), in one pass
-    tt = np.arange(T)
-    cut = (tt[None, :] >= il[:, None])[:, :, None] | (np.arange(S)[None, :] > 2 * tl[:, None])[:, None, :]
-    if T > lt.shape[0]:
-        src = np.full((N, T, S), ninf, dtype=md)
-        src[:, :lt.shape[0]] = lt[:, :, 2:].transpose(1, 0, 2)
+        _alpha(lp_in, md, lprime, skip, tmax, ext.transpose(1, 0, 2))
+    la = ext[:, :, 2:]
+    la[:, tmax:] = ninf
+    # -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only feed higher
+    # states): per sample while that is a few calls, else by one masked copy
+    if N <= _CUT_LOOP_SAMPLES:
+        for b in range(N):
+            la[b, il[b]:tmax] = ninf
+            la[b, :il[b], 2 * tl[b] + 1:] = ninf
     else:
-        src = lt[:T, :, 2:].transpose(1, 0, 2)
-    la = np.where(cut, ninf, src)
+        cut = (np.arange(T)[None, :] >= il[:, None])[:, :, None] | (np.arange(S)[None, :] > 2 * tl[:, None])[:, None, :]
+        np.copyto(la, ninf, where=cut)
     # loss from the last row t = Lin-1
     last = np.clip(il - 1, 0, max(T - 1, 0))
     row = la[np.arange(N), last]                      # (N, S)
