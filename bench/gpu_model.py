@@ -128,12 +128,12 @@ def render(rows: list[dict], cpu: dict | None) -> str:
              f"{_us(r['apex']['seconds'])} (ours / apex {r['seconds'] / r['apex']['seconds']:.2f}x)"
              for r in rows if r.get("apex")]
     seqs = [f"- {r['op']}: " + "; ".join(r["torch"]["names"]) for r in rows]
-    head = []
+    head = [f"Generated {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC."]
     if cpu:
         head.append(f"cpu columns: one `bench.cpu_gap --sizes mid` run, load average {cpu['load_start']:.1f} at "
                     f"its start (2 cores), fastest and median of each library's blocks; cpu FASTEST-RUN GOAL "
                     f"geomean {cpu['goal']['geomean']:.2f} (<= 0.6).")
-    return "\n".join(head + [""] + lines + ["", "PyTorch sequences priced (bench/torch_launches.py):"] + seqs
+    return "\n".join([" ".join(head), ""] + lines + ["", "PyTorch sequences priced (bench/torch_launches.py):"] + seqs
                      + ([""] + notes if notes else []))
 
 
