@@ -30,7 +30,6 @@ sample's arithmetic, and so the result, is the same for any split.
 """
 from __future__ import annotations
 
-import threading
 from functools import partial
 
 import numpy as np
@@ -104,29 +103,6 @@ _BLOCK_BYTES = 1 << 18
 _CUT_LOOP_SAMPLES = 128
 # Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
 _GATHER_STEPS = 64
-# Scratch buffers up to this size are kept by their thread between calls (larger ones are rare and
-# their work dwarfs the page faults of a fresh buffer).
-_KEEP_BYTES = 4 << 20
-
-_TLS = threading.local()
-
-
-def _reused(name: str, shape: tuple, dtype) -> np.ndarray:
-    """A scratch array of `shape`, kept by the calling thread for the next call: fresh buffers of a
-    few hundred KiB come from mmap and page-fault on every call (a few per cent at N <= 5)."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    if count * dtype.itemsize > _KEEP_BYTES:
-        return np.empty(shape, dtype)
-    buffers = getattr(_TLS, "buffers", None)
-    if buffers is None:
-        buffers = _TLS.buffers = {}
-    buf = buffers.get((name, dtype))
-    if buf is None or buf.size < count:
-        buf = buffers[(name, dtype)] = np.empty(count, dtype)
-    return buf[:count].reshape(shape)
-
-
 def _by_slices(work, N, state_steps):
     """work(b0, b1) over slices of the batch, in parallel when the problem is large enough. Samples
     are independent and every slice keeps the global state count S, so each sample's arithmetic,
@@ -329,11 +305,11 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
         # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
         # steps into reused buffers, consumed right after (cache-resident)
         nb = max(1, min(tmax - 1, max(32, _BLOCK_BYTES // (12 * n * S))))
-        Fb = _reused("factors", (nb, 3, n, S), md)
-        Db = _reused("differences", (nb, n, S + 2), md)
+        Fb = parallel.kept("ctc_factors", (nb, 3, n, S), md)
+        Db = parallel.kept("ctc_differences", (nb, n, S + 2), md)
         Db[:, :, S:] = ninf                              # the s+1, s+2 neighbours past the last state
-        mb = _reused("mask", (nb, n, S), bool)
-        tmp = _reused("products", (3, n, S), md)
+        mb = parallel.kept("ctc_mask", (nb, n, S), bool)
+        tmp = parallel.kept("ctc_products", (3, n, S), md)
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
         Gs = G[:, :, :S]
