@@ -230,7 +230,7 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     if tmax:
         # the step's three-term sums by one np.vecdot call for tiny batches (two calls otherwise, faster
         # from a few samples on); chosen for the whole batch, so every split rounds alike
-        by_vecdot = N * S <= _VECDOT_MAX_STATES
+        by_vecdot = N * S <= _VECDOT_MAX_STATES and hasattr(np, "vecdot")   # NumPy >= 2.0
         _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad), N,
                    tmax * N * S)
     zero = zero_infinity & (nll == np.inf)
@@ -313,7 +313,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
         Gs = G[:, :, :S]
-        mul, red, vecdot = np.multiply, np.add.reduce, np.vecdot
+        mul, red, vecdot = np.multiply, np.add.reduce, getattr(np, "vecdot", None)
         big = md.type(np.finfo(md).max)
         t1 = tmax - 1
         while t1 > 0:
