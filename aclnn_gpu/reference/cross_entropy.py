@@ -137,13 +137,13 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
 
     def _block(r0: int, r1: int) -> None:
         n = min(R, r1 - r0)
-        buf: Any = None if direct else np.empty((n, C), M)
-        ex = np.empty((n, C), M)
-        mx = np.empty((n, 1), M)
+        buf: Any = None if direct else parallel.kept("ce_forward_f32", (n, C), M)
+        ex = parallel.kept("ce_forward_exp", (n, C), M)
+        mx = parallel.kept("ce_forward_rows", (n, 1), M)
         sa: Any = None   # set (and read) only for half-precision input
         sc: Any = None
         if half:
-            sa, sc = ex.reshape(-1), np.empty(n * C, M)
+            sa, sc = ex.reshape(-1), parallel.kept("ce_forward_round", (n * C,), M)
         for q0 in range(r0, r1, R):
             q1 = min(r1, q0 + R)
             k = q1 - q0
@@ -223,8 +223,9 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
             sc: Any = None
         else:
             n = min(R, r1 - r0) * C
-            buf = np.empty((n // C, C), M)
-            sa, sc = (np.empty(n, M), np.empty(n, M)) if half else (None, None)  # rounding scratch
+            buf = parallel.kept("ce_grad_f32", (n // C, C), M)
+            sa, sc = ((parallel.kept("ce_grad_round_a", (n,), M), parallel.kept("ce_grad_round_b", (n,), M))
+                      if half else (None, None))  # rounding scratch
         for q0 in range(r0, r1, R):
             q1 = min(r1, q0 + R)
             p = out[q0:q1] if direct else buf[: q1 - q0]

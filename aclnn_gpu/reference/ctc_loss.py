@@ -30,7 +30,6 @@ sample's arithmetic, and so the result, is the same for any split.
 """
 from __future__ import annotations
 
-import threading
 from functools import partial
 
 import numpy as np
@@ -90,36 +89,20 @@ _PARALLEL_MIN_STATE_STEPS = 1 << 18
 # Samples per slice at most: the working set of a slice stays in the L2 cache, and the slices keep
 # every core busy.
 _SLICE_SAMPLES = 32
+# Batches of at most this many states (N * (2*maxL+1)) sum the backward's three terms per step with
+# np.vecdot (one call, 1.5 us at N = 1) instead of a multiply and a reduction (two calls, 3 us); from a few
+# samples on the two calls are faster (measured on the 2-core bench machine).
+_VECDOT_MAX_STATES = 256
 # Bytes of the backward's per-block factor buffer (3 planes of float32 per state and step): small
 # batches take many steps per block (fewer NumPy calls per step), large ones at least 32.
 _BLOCK_BYTES = 1 << 18
 
 
+# Up to this many samples the forward clears each sample's rows past its input length and states past
+# 2L by slices (two calls per sample), above by one masked copy over a mask of the log_alpha's size.
+_CUT_LOOP_SAMPLES = 128
 # Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
 _GATHER_STEPS = 64
-# Scratch buffers up to this size are kept by their thread between calls (larger ones are rare and
-# their work dwarfs the page faults of a fresh buffer).
-_KEEP_BYTES = 4 << 20
-
-_TLS = threading.local()
-
-
-def _reused(name: str, shape: tuple, dtype) -> np.ndarray:
-    """A scratch array of `shape`, kept by the calling thread for the next call: fresh buffers of a
-    few hundred KiB come from mmap and page-fault on every call (a few per cent at N <= 5)."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    if count * dtype.itemsize > _KEEP_BYTES:
-        return np.empty(shape, dtype)
-    buffers = getattr(_TLS, "buffers", None)
-    if buffers is None:
-        buffers = _TLS.buffers = {}
-    buf = buffers.get((name, dtype))
-    if buf is None or buf.size < count:
-        buf = buffers[(name, dtype)] = np.empty(count, dtype)
-    return buf[:count].reshape(shape)
-
-
 def _by_slices(work, N, state_steps):
     """work(b0, b1) over slices of the batch, in parallel when the problem is large enough. Samples
     are independent and every slice keeps the global state count S, so each sample's arithmetic,
@@ -190,22 +173,24 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     S = 2 * max_l + 1
     ninf = md.type(-np.inf)
     tmax = int(il.max()) if N else 0
-    # log_alpha as (t, n, 2 + s): two leading -inf columns make the s-1 / s-2 predecessors plain views.
-    # Only rows t < tmax are computed; everything else is cleared when la is built below.
-    lt = np.empty((max(tmax, 1), N, S + 2), dtype=md)
-    lt[:, :, :2] = ninf
+    # log_alpha (n, t, s) lives in ext (n, t, 2 + s), whose two leading -inf columns make the s-1 / s-2
+    # predecessors plain views; the recursion writes it through the (t, n, 2 + s) view, so no copy or
+    # transposition follows. Only rows t < tmax are computed.
+    ext = np.empty((N, T, S + 2), dtype=md)
+    ext[:, :, :2] = ninf
     if tmax:
-        _alpha(lp_in, md, lprime, skip, tmax, lt)
-    # la (n, t, s): -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only
-    # feed higher states), in one pass
-    tt = np.arange(T)
-    cut = (tt[None, :] >= il[:, None])[:, :, None] | (np.arange(S)[None, :] > 2 * tl[:, None])[:, None, :]
-    if T > lt.shape[0]:
-        src = np.full((N, T, S), ninf, dtype=md)
-        src[:, :lt.shape[0]] = lt[:, :, 2:].transpose(1, 0, 2)
+        _alpha(lp_in, md, lprime, skip, tmax, ext.transpose(1, 0, 2))
+    la = ext[:, :, 2:]
+    la[:, tmax:] = ninf
+    # -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only feed higher
+    # states): per sample while that is a few calls, else by one masked copy
+    if N <= _CUT_LOOP_SAMPLES:
+        for b in range(N):
+            la[b, il[b]:tmax] = ninf
+            la[b, :il[b], 2 * tl[b] + 1:] = ninf
     else:
-        src = lt[:T, :, 2:].transpose(1, 0, 2)
-    la = np.where(cut, ninf, src)
+        cut = (np.arange(T)[None, :] >= il[:, None])[:, :, None] | (np.arange(S)[None, :] > 2 * tl[:, None])[:, None, :]
+        np.copyto(la, ninf, where=cut)
     # loss from the last row t = Lin-1
     last = np.clip(il - 1, 0, max(T - 1, 0))
     row = la[np.arange(N), last]                      # (N, S)
@@ -243,22 +228,26 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     grad = np.zeros((T, N, C), dtype=md)
     tmax = int(il.max()) if N else 0
     if tmax:
-        _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad), N, tmax * N * S)
+        # the step's three-term sums by one np.vecdot call for tiny batches (two calls otherwise, faster
+        # from a few samples on); chosen for the whole batch, so every split rounds alike
+        by_vecdot = N * S <= _VECDOT_MAX_STATES and hasattr(np, "vecdot")   # NumPy >= 2.0
+        _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad), N,
+                   tmax * N * S)
     zero = zero_infinity & (nll == np.inf)
     grad[:, zero, :] = 0
     grad[:, bad & ~zero, :] = np.nan
     return grad.astype(lp_in.dtype, copy=False)
 
 
-def _gradient(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad, b0, b1):
+def _gradient(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad, b0, b1):
     """The gradient of the samples [b0, b1), written into grad[:, b0:b1] (rows t >= Lin stay 0; the
     caller applies zero_infinity and bad labels afterwards)."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         _gradient_samples(lp, g[b0:b1], nll[b0:b1], labels[b0:b1], lprime[b0:b1], skip[b0:b1], il[b0:b1],
-                      tl[b0:b1], la_all[b0:b1], blank, grad[:, b0:b1], b0)
+                      tl[b0:b1], la_all[b0:b1], blank, by_vecdot, grad[:, b0:b1], b0)
 
 
-def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, grad, b0):
+def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad, b0):
     C = lp.shape[2]
     md = lp.dtype
     ninf = md.type(-np.inf)
@@ -316,15 +305,15 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
         # factors F[t, k, n, s] = exp(la[t, s] + lp[t+1, s+k] - la[t+1, s+k]), built per block of time
         # steps into reused buffers, consumed right after (cache-resident)
         nb = max(1, min(tmax - 1, max(32, _BLOCK_BYTES // (12 * n * S))))
-        Fb = _reused("factors", (nb, 3, n, S), md)
-        Db = _reused("differences", (nb, n, S + 2), md)
+        Fb = parallel.kept("ctc_factors", (nb, 3, n, S), md)
+        Db = parallel.kept("ctc_differences", (nb, n, S + 2), md)
         Db[:, :, S:] = ninf                              # the s+1, s+2 neighbours past the last state
-        mb = _reused("mask", (nb, n, S), bool)
-        tmp = _reused("products", (3, n, S), md)
+        mb = parallel.kept("ctc_mask", (nb, n, S), bool)
+        tmp = parallel.kept("ctc_products", (3, n, S), md)
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
         Gs = G[:, :, :S]
-        mul, red = np.multiply, np.add.reduce
+        mul, red, vecdot = np.multiply, np.add.reduce, getattr(np, "vecdot", None)
         big = md.type(np.finfo(md).max)
         t1 = tmax - 1
         while t1 > 0:
@@ -339,12 +328,19 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, g
                 np.add(la[t0:t1], Db[:steps, :, k:k + S], out=Fx[:, k])
             np.add(Fx[:, 2], skipadd, out=Fx[:, 2])
             np.exp(Fx, out=Fx)
-            for t in range(t1 - 1, t0 - 1, -1):
-                mul(Fx[t - t0], V[t + 1], out=tmp)
-                if t in starts:
-                    Gs[t] += red(tmp, 0)
-                else:
-                    red(tmp, 0, None, Gs[t])
+            if by_vecdot:
+                for t in range(t1 - 1, t0 - 1, -1):
+                    if t in starts:
+                        Gs[t] += vecdot(Fx[t - t0], V[t + 1], axis=0)
+                    else:
+                        vecdot(Fx[t - t0], V[t + 1], axis=0, out=Gs[t])
+            else:
+                for t in range(t1 - 1, t0 - 1, -1):
+                    mul(Fx[t - t0], V[t + 1], out=tmp)
+                    if t in starts:
+                        Gs[t] += red(tmp, 0)
+                    else:
+                        red(tmp, 0, None, Gs[t])
             t1 = t0
     # The factors cancel log_alpha exactly only while it is finite and of moderate size: a NaN or an
     # infinite entry inside the valid region (garbage) makes the recursion non-finite, and log-probs

@@ -19,13 +19,17 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
-__all__ = ["workers", "run_pieces", "ranges"]
+__all__ = ["workers", "run_pieces", "ranges", "kept"]
 
 P = TypeVar("P")
 _MAX_WORKERS = 8
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()   # two streams may make the first call at once
 _in_piece = threading.local()
+_kept = threading.local()
+# Scratch buffers up to this size are kept by their thread between calls (larger ones are rare and
+# their work dwarfs the page faults of a fresh buffer).
+_KEEP_BYTES = 4 << 20
 
 
 def workers() -> int:
@@ -43,6 +47,25 @@ def ranges(n: int, pieces: int, multiple: int = 1) -> list[tuple[int, int]]:
     step = -(-n // max(pieces, 1))
     step = max(multiple, -(-step // multiple) * multiple)
     return [(start, min(n, start + step)) for start in range(0, n, step)]
+
+
+def kept(name: str, shape: tuple, dtype) -> np.ndarray:
+    """A scratch array of `shape`, kept by the calling thread for its next call under the same name:
+    fresh buffers of a few hundred KiB come from mmap (the pool's threads allocate from their own
+    arenas) and page-fault on every call. Contents are undefined; arrays over _KEEP_BYTES are fresh."""
+    dtype = np.dtype(dtype)
+    count = 1
+    for n in shape:
+        count *= int(n)
+    if count * dtype.itemsize > _KEEP_BYTES:
+        return np.empty(shape, dtype)
+    buffers = getattr(_kept, "buffers", None)
+    if buffers is None:
+        buffers = _kept.buffers = {}
+    buf = buffers.get((name, dtype))
+    if buf is None or buf.size < count:
+        buf = buffers[(name, dtype)] = np.empty(count, dtype)
+    return buf[:count].reshape(shape)
 
 
 def run_pieces(work: Callable[[P], object], pieces: Iterable[P]) -> None:
