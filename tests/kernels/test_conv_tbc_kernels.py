@@ -183,19 +183,26 @@ def test_forward_empty_is_bias(ctx):
 
 
 def test_workspace_formula():
-    # fp32, pad 1, K 3: padded x (T+2)*B*Cin*4; q+ = 1 -> padded dy (Tout+2)*B*Cout*4; nothing else
+    # batch-major copy of dy + the tap-reversed transposed weights, nothing else (no padded copies,
+    # no fp32 accumulator: the taps add up inside one GEMM's depth)
     T, B, Cin, Cout, K, pad = 100, 4, 8, 16, 3, 1
     al = lambda n: -(-n // 256) * 256  # noqa: E731
-    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 0) == \
-        al((T + 2) * B * Cin * 4) + al((T + 2) * B * Cout * 4)
-    # bf16 adds the fp32 gradInput accumulator
-    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, BF16, 0) == \
-        al((T + 2) * B * Cin * 2) + al((T + 2) * B * Cout * 2) + al(T * B * Cin * 4)
-    # fp32 + USE_FP16: fp16 copies of x, dy and w
+    for dtype in DTYPES:
+        e = dtype.itemsize
+        assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == \
+            al(T * B * Cout * e) + al(K * Cin * Cout * e)
+        assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == al(T * B * Cin * e)
+    # fp32 + USE_FP16: fp16 batch-major copy and weights, fp16 copies of x and dy for gradWeight
     assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
-        al((T + 2) * B * Cin * 2) + al((T + 2) * B * Cout * 2) + al(K * Cin * Cout * 2)
-    # pad 0, K 1, fp32: everything in place
-    assert plan.backward_workspace_bytes(T, B, Cin, Cout, 1, 0, np.float32, 0) == 0
+        al(T * B * Cout * 2) + al(K * Cin * Cout * 2) + al(T * B * Cin * 2) + al(T * B * Cout * 2)
+    assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
+        al(T * B * Cin * 2) + al(K * Cin * Cout * 2)
+    # many rows: the fp32 partial sums of gradBias
+    S, _ = plan.bias_chunks(T * B, Cout, 16)
+    assert S > 1 and plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 0, min_chunk_rows=16) == \
+        al(T * B * Cout * 4) + al(K * Cin * Cout * 4) + al(S * Cout * 4)
+    # empty input: the partials only
+    assert plan.backward_workspace_bytes(0, B, Cin, Cout, K, 2, np.float32, 0) == 0
 
 
 # ------------------------------------------------------------------------------ the NumPy GEMM itself
