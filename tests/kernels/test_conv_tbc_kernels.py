@@ -260,3 +260,40 @@ def test_compute_mode_mapping():
     for cmt in range(4):
         assert G.compute_mode(cmt, np.float16) == (G.F16, G.COMPUTE_32F)
         assert G.compute_mode(cmt, BF16) == (BF16, G.COMPUTE_32F)
+
+
+# ------------------------------------------------------------------------------ tbc_batch_major itself
+def _aligned(shape, dtype, offset_bytes=0):
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    raw = np.zeros(n * dtype.itemsize + 512, np.uint8)
+    start = (-raw.ctypes.data) % 256 + offset_bytes
+    return raw[start:start + n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("C,offset", [(40, 0), (40, 1), (13, 0)], ids=["vec", "not16aligned", "scalar"])
+def test_batch_major_copy_and_column_sums(ctx, dtype, C, offset):
+    """The batch-major copy is exact, the column sums match float64 within fp32 accumulation, several
+    row chunks (fp32 partials + second pass) give the same bits on every run (fixed order)."""
+    seed = secrets.randbits(32)
+    rng = np.random.default_rng(seed)
+    Tn, B = 37, 3
+    src = _aligned((Tn, B, C), dtype, offset * dtype.itemsize)   # offset elements: the scalar path
+    src[...] = rng.standard_normal((Tn, B, C)).astype(dtype)
+    runs = []
+    for _ in range(2):
+        dst = _aligned((B, Tn, C), dtype)
+        dst[...] = np.nan
+        sums = _aligned((C,), dtype)
+        sums[...] = np.nan
+        part = _aligned((64, C), np.float32)
+        plan._batch_major(ctx, dtype, dtype, src.ctypes.data, dst.ctypes.data, Tn, B, C, sums=sums.ctypes.data,
+                          part=part.ctypes.data, min_chunk_rows=8)
+        np.testing.assert_array_equal(dst, src.transpose(1, 0, 2), err_msg=f"seed={seed}")
+        ref = src.astype(np.float64).sum(axis=(0, 1))
+        bound = np.abs(src.astype(np.float64)).sum(axis=(0, 1))
+        _close("sums", sums, ref, bound, 2e-6, _eps(dtype, 0)[1], f"seed={seed}")
+        runs.append(sums.copy())
+    assert plan.bias_chunks(Tn * B, C, 8)[0] > 1
+    np.testing.assert_array_equal(runs[0].view(np.uint8), runs[1].view(np.uint8))
