@@ -138,6 +138,65 @@ def test_backward_shapes(session, rng, name):
     check_backward(session, rng, SHAPES[name], F32, 0)
 
 
+GEMM_SHAPES = {   # T, B, Cin, Cout, K, pad: several interior rows per tap residue, boundary rows
+    "same_c16": (11, 3, 16, 24, 3, 1),       # C multiples of 8: the 16-byte path of tbc_batch_major
+    "same_c_odd": (10, 2, 13, 7, 3, 1),      # C not a multiple of 8: the scalar path
+    "pad0_k5": (12, 2, 8, 16, 5, 0),         # no padding: 4 boundary rows at each end for gradInput
+    "pad_ge_K": (6, 2, 16, 8, 3, 3),         # output rows that read padding only (forward: bias)
+    "T_lt_K": (2, 3, 8, 16, 5, 2),           # no interior row at all
+    "B1_k2": (9, 1, 24, 16, 2, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(GEMM_SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_backward_and_forward_gemm_shapes(session, rng, name, dtype):
+    """Every dtype over shapes that exercise the GPU plan's pieces: taps summed by residue over the
+    batch-major copy, boundary rows over their valid taps, per-tap gradWeight row ranges."""
+    shape = GEMM_SHAPES[name]
+    check_backward(session, rng, shape, dtype, 0)
+    x, w, b, _ = arrays(rng, *shape, dtype)
+    (ey, *_), (my, *_) = torch_conv_tbc(x, w, b, None, shape[5])
+    check(run_forward(session, x, w, b, shape[5], 0), ey, my + np.abs(ey), tolerance(dtype, 0, session.kind),
+          f"y {shape}")
+
+
+def _same_nonfinite(actual, expected, mag, rtol, what):
+    """NaN where PyTorch has NaN, the same infinities, the finite values within tolerance."""
+    actual = np.asarray(actual, np.float64)
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected), err_msg=f"{what}: NaN pattern")
+    np.testing.assert_array_equal(np.isposinf(actual), np.isposinf(expected), err_msg=f"{what}: +inf pattern")
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected), err_msg=f"{what}: -inf pattern")
+    finite = np.isfinite(expected)
+    err = np.abs(actual[finite] - expected[finite])
+    assert np.all(err <= rtol * mag[finite] + 1e-6), f"{what}: max err {err.max() if err.size else 0}"
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan], ids=["inf", "nan"])
+@pytest.mark.parametrize("where", ["weight", "grad"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_nonfinite_like_pytorch(session, rng, value, where, dtype):
+    """An inf / NaN in the weight or the output gradient reaches exactly the outputs it reaches in
+    PyTorch: taps that would read time padding are skipped, never multiplied by zeros."""
+    for shape in ((7, 2, 3, 4, 3, 1), (5, 2, 4, 3, 2, 3), (6, 1, 3, 2, 4, 0)):
+        x, w, b, g = arrays(rng, *shape, dtype)
+        pad = shape[5]
+        if where == "weight":
+            w[0, 1, 1] = value              # the first tap: rows at the end only read padding
+        else:
+            g[0, 0, 1] = value              # the first output row: with pad > 0 it reads padding
+        (ey, egi, egw, egb), _ = torch_conv_tbc(x, w, b, g, pad)
+        clean = [np.where(np.isfinite(a.astype(np.float64)), a.astype(np.float64), 0) for a in (x, w, b, g)]
+        _, (my, mgi, mgw, mgb) = torch_conv_tbc(*clean[:3], clean[3], pad)
+        rtol = tolerance(dtype, 0, session.kind)
+        gi, gw, gb = run_backward(session, g, x, w, b, pad, 0)
+        for what, a, e, m in (("gradInput", gi, egi, mgi), ("gradWeight", gw, egw, mgw), ("gradBias", gb, egb, mgb)):
+            _same_nonfinite(a, e, m, rtol, f"{what} {shape} {where}={value}")
+        if where == "weight":
+            _same_nonfinite(run_forward(session, x, w, b, pad, 0), ey, my + np.abs(b.astype(np.float64)), rtol,
+                            f"y {shape}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_backward_strided_ncl(session, rng, dtype):
     """Strided views with a view offset in and out (outputs through scatter), NCL format labels."""

@@ -1,18 +1,21 @@
 // conv_tbc.cu -- the non-GEMM kernels of ConvTBC forward/backward (the products run in cuBLAS; see
 // ops/conv_tbc/launch.py for the plan).
 //
-//   tbc_pad_copy<Tin, Tout>   time-padded (or cropped) copy of a (rows, B, C) tensor with optional
-//                             dtype conversion and arbitrary source strides: the GEMM operands
-//                             (padded input, padded grad, fp16 copies for cubeMathType 2).
-//   tbc_bias_epilogue<T>      y = acc (fp32) + bias[c] (bias may be null) -> storage type; in place
-//                             when T is float and acc == y.
-//   tbc_col_sum<Tin, Tout>    deterministic column sums of a row-major (R, C) matrix: block
-//                             (tile of 32 columns, chunk of rows); fixed per-thread order, fixed
-//                             order across the 8 warps; a second launch over the (S, C) partials
-//                             finishes (no atomics).
-//   tbc_fill_zero<T>          zeros (empty-input path).
+//   tbc_batch_major<Tin, Tout, Tsum>  one pass over a time-major (Tn, B, C) tensor: its batch-major
+//                             copy (B, Tn, C) (the operand whose K consecutive time rows of one
+//                             sample are one contiguous GEMM row), optional, and its column sums
+//                             over the Tn*B rows (gradBias), optional. 16-byte loads and stores when
+//                             the host says so. Deterministic: block = (tile of columns, chunk of
+//                             rows), fixed per-thread order, fixed order across the 8 warps; with
+//                             S > 1 row chunks the block writes an fp32 partial row and a second
+//                             launch (Tn = S, B = 1, no copy) sums the (S, C) partials. No atomics.
+//   tbc_copy<Tin, Tout>       dst (R, B, C) contiguous = a strided (R, B, C) view of src (any strides,
+//                             negative too) with dtype conversion: operand staging, fp16 copies for
+//                             cubeMathType 2, the tap-reversed transposed weights, bias broadcast.
+//   tbc_fill_zero<T>          zeros (a gradWeight tap without valid rows; the empty-input path).
 //
-// Sizes are long long, grids are grid-stride, block size 256 (col_sum: exactly 256 = 8 warps).
+// Sizes are long long; copy/fill are grid-stride with block size 256; tbc_batch_major needs
+// exactly 256 threads (8 warps).
 #include "common.cuh"
 
 using aclg::i64;
@@ -22,72 +25,88 @@ template <class To, class From> __device__ __forceinline__ To cvt(From v) {
   return aclg::from_math<To>(aclg::to_math(v));
 }
 template <class T> __device__ __forceinline__ T zero() { return aclg::from_math<T>(0.0f); }
-enum { kColWarps = 8 };  // warps per tbc_col_sum block (blockDim.x == 256)
+enum { kColWarps = 8 };  // warps per tbc_batch_major block (blockDim.x == 256)
+
+// The 16-byte path copies a packet unchanged: only when source and destination types agree (the
+// host never asks for it otherwise; the second overload only makes every instantiation compile).
+template <class T> __device__ __forceinline__ void store_packet(T* p, i64 i, const aclg::Vec16<T>& v) {
+  aclg::store16(p, i, v);
+}
+template <class A, class B> __device__ __forceinline__ void store_packet(A*, i64, const aclg::Vec16<B>&) {}
 }  // namespace tbc
 
-// dst[j, b, c] = src[(j - lead), b, c] when 0 <= j - lead < rows_src, else 0; j < rows_out.
-// Source element (t, b, c) is at t*s_t + b*s_b + c*s_c; dst is contiguous (rows_out, B, C).
+// Source row r = t*B + b of the row-major (Tn*B, C) `src` goes to row b*Tn + t of `dst` (when dst is
+// not null); sums[blockIdx.y, c] = sum over the rows of chunk blockIdx.y ([y*rpc, min(R, (y+1)*rpc)))
+// of src[r, c] (when sums is not null). vec != 0: every lane owns 16 bytes of columns (C a multiple
+// of the packet, src/dst 16-byte aligned, Tin == Tout), else one column.
+template <class Tin, class Tout, class Tsum>
+__global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i64 B, i64 C, i64 rows_per_chunk,
+                                int vec) {
+  constexpr int W = aclg::Vec16<Tin>::N;
+  __shared__ float part[tbc::kColWarps][W][aclg::kWarp + 1];
+  const int lane = threadIdx.x % aclg::kWarp;
+  const int wy = threadIdx.x / aclg::kWarp;
+  const int w = vec ? W : 1;
+  const i64 R = Tn * B;
+  const i64 r0 = (i64)blockIdx.y * rows_per_chunk;
+  const i64 r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+  const i64 span = (i64)aclg::kWarp * w;
+  const i64 ntiles = (C + span - 1) / span;
+  for (i64 tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const i64 c0 = tile * span + (i64)lane * w;
+    float s[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) s[i] = 0.0f;
+    if (c0 < C) {
+      for (i64 r = r0 + wy; r < r1; r += tbc::kColWarps) {
+        const i64 t = r / B;
+        const i64 drow = (r - t * B) * Tn + t;
+        if (vec) {
+          const aclg::Vec16<Tin> v = aclg::load16(src, (r * C + c0) / W);
+#pragma unroll
+          for (int i = 0; i < W; ++i) s[i] += aclg::to_math(v.v[i]);
+          if (dst != nullptr) tbc::store_packet(dst, (drow * C + c0) / W, v);
+        } else {
+          const Tin v = src[r * C + c0];
+          s[0] += aclg::to_math(v);
+          if (dst != nullptr) dst[drow * C + c0] = tbc::cvt<Tout>(v);
+        }
+      }
+    }
+    if (sums != nullptr) {
+#pragma unroll
+      for (int i = 0; i < W; ++i) part[wy][i][lane] = s[i];
+      __syncthreads();
+      if (wy == 0 && c0 < C) {
+        for (int i = 0; i < w; ++i) {
+          float acc = part[0][i][lane];
+#pragma unroll
+          for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][lane];
+          sums[(i64)blockIdx.y * C + c0 + i] = aclg::from_math<Tsum>(acc);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// dst[(j*B + b)*C + c] = src[j*s_t + b*s_b + c*s_c] for j < R (strides in elements, any sign).
 template <class Tin, class Tout>
-__global__ void tbc_pad_copy(const Tin* src, Tout* dst, i64 rows_out, i64 lead, i64 rows_src, i64 B, i64 C,
-                             i64 s_t, i64 s_b, i64 s_c) {
+__global__ void tbc_copy(const Tin* src, Tout* dst, i64 R, i64 B, i64 C, i64 s_t, i64 s_b, i64 s_c) {
   const i64 BC = B * C;
-  const i64 n = rows_out * BC;
+  const i64 n = R * BC;
   const bool dense = (s_c == 1 && s_b == C);
   for (i64 idx = aclg::global_thread(); idx < n; idx += aclg::grid_threads()) {
     const i64 j = idx / BC;
     const i64 r = idx - j * BC;
-    const i64 t = j - lead;
-    Tout v = tbc::zero<Tout>();
-    if (t >= 0 && t < rows_src) {
-      i64 off;
-      if (dense) {
-        off = t * s_t + r;
-      } else {
-        const i64 b = r / C;
-        off = t * s_t + b * s_b + (r - b * C) * s_c;
-      }
-      v = tbc::cvt<Tout>(src[off]);
+    i64 off;
+    if (dense) {
+      off = j * s_t + r;
+    } else {
+      const i64 b = r / C;
+      off = j * s_t + b * s_b + (r - b * C) * s_c;
     }
-    dst[idx] = v;
-  }
-}
-
-// y[r, c] = acc[r, c] + bias[c] (bias == nullptr: no bias), rows x C contiguous.
-template <class T>
-__global__ void tbc_bias_epilogue(const float* acc, const T* bias, T* y, i64 rows, i64 C) {
-  const i64 n = rows * C;
-  for (i64 idx = aclg::global_thread(); idx < n; idx += aclg::grid_threads()) {
-    float v = acc[idx];
-    if (bias != nullptr) v += aclg::to_math(bias[idx % C]);
-    y[idx] = aclg::from_math<T>(v);
-  }
-}
-
-// out[chunk, c] = sum over rows r in [chunk*rows_per_chunk, min(R, (chunk+1)*rows_per_chunk)) of
-// src[r, c]; chunk = blockIdx.y. Requires blockDim.x == 256.
-template <class Tin, class Tout>
-__global__ void tbc_col_sum(const Tin* src, Tout* out, i64 R, i64 C, i64 rows_per_chunk) {
-  __shared__ float part[tbc::kColWarps][aclg::kWarp + 1];
-  const int lane = threadIdx.x % aclg::kWarp;
-  const int wy = threadIdx.x / aclg::kWarp;
-  const i64 r0 = (i64)blockIdx.y * rows_per_chunk;
-  const i64 r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
-  const i64 ntiles = (C + aclg::kWarp - 1) / aclg::kWarp;
-  for (i64 tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-    const i64 c = tile * aclg::kWarp + lane;
-    float s = 0.0f;
-    if (c < C) {
-      for (i64 r = r0 + wy; r < r1; r += tbc::kColWarps) s += aclg::to_math(src[r * C + c]);
-    }
-    part[wy][lane] = s;
-    __syncthreads();
-    if (wy == 0 && c < C) {
-      float t = part[0][lane];
-#pragma unroll
-      for (int y = 1; y < tbc::kColWarps; ++y) t += part[y][lane];
-      out[(i64)blockIdx.y * C + c] = aclg::from_math<Tout>(t);
-    }
-    __syncthreads();
+    dst[idx] = tbc::cvt<Tout>(src[off]);
   }
 }
 

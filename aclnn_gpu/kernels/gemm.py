@@ -115,12 +115,13 @@ def gemm_numpy(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_ty
         A32, B32 = _round_tf32(A32), _round_tf32(B32)
     elif compute != COMPUTE_32F:
         raise ValueError(f"gemm: unsupported compute mode {compute!r}")
-    prod = np.matmul(A32, B32) if k > 0 else np.zeros((batch, m, n), np.float32)
-    res = np.float32(alpha) * prod
-    C = _host_matrix(c, c_type, m, n, ldc, stride_c, batch, writable=True)
-    if beta != 0:
-        res = res + np.float32(beta) * C.astype(np.float32)
-    C[...] = res.astype(c_type)
+    with np.errstate(invalid="ignore", over="ignore"):   # inf/NaN operands propagate, as in cuBLAS
+        prod = np.matmul(A32, B32) if k > 0 else np.zeros((batch, m, n), np.float32)
+        res = np.float32(alpha) * prod
+        C = _host_matrix(c, c_type, m, n, ldc, stride_c, batch, writable=True)
+        if beta != 0:
+            res = res + np.float32(beta) * C.astype(np.float32)
+        C[...] = res.astype(c_type)
 
 
 def rm_gemm(gemm, M, N, K, a, a_type, lda, trans_a, b, b_type, ldb, trans_b, c, c_type, ldc,

@@ -183,19 +183,26 @@ def test_forward_empty_is_bias(ctx):
 
 
 def test_workspace_formula():
-    # fp32, pad 1, K 3: padded x (T+2)*B*Cin*4; q+ = 1 -> padded dy (Tout+2)*B*Cout*4; nothing else
+    # batch-major copy of dy + the tap-reversed transposed weights, nothing else (no padded copies,
+    # no fp32 accumulator: the taps add up inside one GEMM's depth)
     T, B, Cin, Cout, K, pad = 100, 4, 8, 16, 3, 1
     al = lambda n: -(-n // 256) * 256  # noqa: E731
-    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 0) == \
-        al((T + 2) * B * Cin * 4) + al((T + 2) * B * Cout * 4)
-    # bf16 adds the fp32 gradInput accumulator
-    assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, BF16, 0) == \
-        al((T + 2) * B * Cin * 2) + al((T + 2) * B * Cout * 2) + al(T * B * Cin * 4)
-    # fp32 + USE_FP16: fp16 copies of x, dy and w
+    for dtype in DTYPES:
+        e = dtype.itemsize
+        assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == \
+            al(T * B * Cout * e) + al(K * Cin * Cout * e)
+        assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == al(T * B * Cin * e)
+    # fp32 + USE_FP16: fp16 batch-major copy and weights, fp16 copies of x and dy for gradWeight
     assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
-        al((T + 2) * B * Cin * 2) + al((T + 2) * B * Cout * 2) + al(K * Cin * Cout * 2)
-    # pad 0, K 1, fp32: everything in place
-    assert plan.backward_workspace_bytes(T, B, Cin, Cout, 1, 0, np.float32, 0) == 0
+        al(T * B * Cout * 2) + al(K * Cin * Cout * 2) + al(T * B * Cin * 2) + al(T * B * Cout * 2)
+    assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
+        al(T * B * Cin * 2) + al(K * Cin * Cout * 2)
+    # many rows: the fp32 partial sums of gradBias
+    S, _ = plan.bias_chunks(T * B, Cout, 16)
+    assert S > 1 and plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 0, min_chunk_rows=16) == \
+        al(T * B * Cout * 4) + al(K * Cin * Cout * 4) + al(S * Cout * 4)
+    # empty input: the partials only
+    assert plan.backward_workspace_bytes(0, B, Cin, Cout, K, 2, np.float32, 0) == 0
 
 
 # ------------------------------------------------------------------------------ the NumPy GEMM itself
@@ -253,3 +260,40 @@ def test_compute_mode_mapping():
     for cmt in range(4):
         assert G.compute_mode(cmt, np.float16) == (G.F16, G.COMPUTE_32F)
         assert G.compute_mode(cmt, BF16) == (BF16, G.COMPUTE_32F)
+
+
+# ------------------------------------------------------------------------------ tbc_batch_major itself
+def _aligned(shape, dtype, offset_bytes=0):
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    raw = np.zeros(n * dtype.itemsize + 512, np.uint8)
+    start = (-raw.ctypes.data) % 256 + offset_bytes
+    return raw[start:start + n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("C,offset", [(40, 0), (40, 1), (13, 0)], ids=["vec", "not16aligned", "scalar"])
+def test_batch_major_copy_and_column_sums(ctx, dtype, C, offset):
+    """The batch-major copy is exact, the column sums match float64 within fp32 accumulation, several
+    row chunks (fp32 partials + second pass) give the same bits on every run (fixed order)."""
+    seed = secrets.randbits(32)
+    rng = np.random.default_rng(seed)
+    Tn, B = 37, 3
+    src = _aligned((Tn, B, C), dtype, offset * dtype.itemsize)   # offset elements: the scalar path
+    src[...] = rng.standard_normal((Tn, B, C)).astype(dtype)
+    runs = []
+    for _ in range(2):
+        dst = _aligned((B, Tn, C), dtype)
+        dst[...] = np.nan
+        sums = _aligned((C,), dtype)
+        sums[...] = np.nan
+        part = _aligned((64, C), np.float32)
+        plan._batch_major(ctx, dtype, dtype, src.ctypes.data, dst.ctypes.data, Tn, B, C, sums=sums.ctypes.data,
+                          part=part.ctypes.data, min_chunk_rows=8)
+        np.testing.assert_array_equal(dst, src.transpose(1, 0, 2), err_msg=f"seed={seed}")
+        ref = src.astype(np.float64).sum(axis=(0, 1))
+        bound = np.abs(src.astype(np.float64)).sum(axis=(0, 1))
+        _close("sums", sums, ref, bound, 2e-6, _eps(dtype, 0)[1], f"seed={seed}")
+        runs.append(sums.copy())
+    assert plan.bias_chunks(Tn * B, C, 8)[0] > 1
+    np.testing.assert_array_equal(runs[0].view(np.uint8), runs[1].view(np.uint8))

@@ -8,9 +8,9 @@ bias/gradBias, an empty `self`, ranks and shape relations, pad < 0, Tout < 0, cu
 which takes contiguous tensors of ONE dtype:
   * mixed dtypes among self/input/weight (forward: input/weight/bias) are promoted (all equal: that
     dtype; otherwise float32) and non-contiguous or converted operands are copied into the
-    workspace by `tbc_pad_copy<Tin, Tout>` (strided gather + conversion in one pass);
+    workspace by `tbc_copy<Tin, Tout>` (strided gather + conversion in one pass);
   * outputs of another dtype or non-contiguous are produced in a workspace buffer, converted by
-    `tbc_pad_copy` and, if strided, scattered (`WorkspaceBuilder.stage`). Each output keeps its own dtype.
+    `tbc_copy` and, if strided, scattered (`WorkspaceBuilder.stage`). Each output keeps its own dtype.
 The cpu device runs `reference/conv_tbc.py` (float32 BLAS math whatever cubeMathType says) and
 needs no workspace. GPU workspace, in this order (`WorkspaceBuilder` ranges): a compute-dtype copy of
 each converted or strided input, then per output its compute-dtype buffer (other dtype) and its
@@ -21,12 +21,10 @@ fp32 (CUBLAS_COMPUTE_32F); 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: TF32 tens
 (COMPUTE_32F_FAST_TF32); 2 USE_FP16: fp32 operands rounded to fp16, fp32 accumulation. fp16 and
 bf16 inputs always run their own tensor-core path with fp32 accumulation.
 
-Why the GEMM plan beats PyTorch's conv_tbc backward (2K separate products, a zero-filled gradInput
-and clipped narrow()/addmm_ per tap): gradWeight is ONE strided-batched GEMM over the K taps (K
-times more tiles in flight for the small Cin x Cout outputs, one launch), and gradInput is K
-full-range GEMMs accumulating into one buffer whose first tap writes with beta = 0 (no zero fill,
-one full pass of T*B*Cin saved; fp16/bf16 accumulate in fp32 and round once); gradBias is one
-deterministic column reduction. Details: the docstring of ops/conv_tbc/launch.py.
+The GPU plan (ops/conv_tbc/launch.py) never pads: each product covers only the rows its tap reads
+(inf/NaN meet no padding zeros, as in PyTorch), the K taps of gradInput and of the forward add up
+inside one GEMM depth over a batch-major copy (fp32 accumulation, one rounding, no accumulator
+pass), and gradBias comes from the pass that makes that copy.
 
 Empty input/weight (T, Cin or K == 0 with a non-empty self): gradInput = gradWeight = 0 and
 gradBias = sum of self over time and batch (docs/API.md §7; CANN writes B*Tout), on every device.
@@ -78,7 +76,7 @@ def _cube_math(c: Checks, value: Any) -> int:
 
 # ------------------------------------------------------------------------------ workspace
 def _convert_in(tensor: aclTensor, compute: np.dtype, ctx: Any, src: int, dst: int) -> None:
-    """A converted operand: strided gather + conversion to the compute dtype (one tbc_pad_copy)."""
+    """A converted operand: strided gather + conversion to the compute dtype (one tbc_copy)."""
     shape, strides = _as3(tensor)
     gpu.convert_copy(ctx, _np(tensor), compute, shape, strides, src, dst)
 

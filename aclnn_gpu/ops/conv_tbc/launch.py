@@ -7,53 +7,49 @@ dtypes; this module lays out the workspace, launches the kernels of `kernels/con
 the products through `ctx.gemm_strided_batched` (cuBLAS on the cuda device, NumPy on emulated).
 
 Precision (`kernels/gemm.compute_mode`): fp32 with cubeMathType 0 -> true fp32 (COMPUTE_32F);
-1, 3 -> TF32 (COMPUTE_32F_FAST_TF32); 2 -> operands converted to fp16 by `tbc_pad_copy<float,
-__half>` while they are staged, fp32 accumulation, fp32 results. fp16/bf16 inputs: their own
-tensor-core GEMM with fp32 accumulation whatever cubeMathType says.
+1, 3 -> TF32 (COMPUTE_32F_FAST_TF32); 2 -> operands converted to fp16 while they are copied anyway
+(or by one tbc_copy), fp32 accumulation, fp32 results. fp16/bf16: tensor cores with fp32
+accumulation (COMPUTE_32F and CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, kernels/gemm.py).
 
-Backward (dy = grad), row-major, R = Tout*B, q = K-1-pad, q+ = max(q, 0):
-  xp  = x padded in time by `pad` zero rows at each end, (T+2pad, B, Cin)   [x itself if pad == 0]
-  D   = dy padded by q+ rows at each end, (Tout+2q+, B, Cout)               [dy itself if q+ == 0]
-  gradWeight[k] = xp[k : k+Tout]^T @ dy          ONE strided-batched GEMM, batch = K taps:
-        A_k = xp + k*B*Cin (stride B*Cin), B = dy (stride 0), C_k = gw + k*Cin*Cout,
-        M = Cin, N = Cout, depth R -- written straight into gradWeight (no zero fill, no reduce).
-  gradInput = sum_k D[K-1-k+q+-q : ... + T] @ w[k]^T   K GEMMs (M = T*B, N = Cin, depth Cout), the
-        first with beta = 0, the rest beta = 1 into the same accumulator (gradInput itself for
-        fp32, an fp32 workspace buffer for fp16/bf16, converted once by tbc_bias_epilogue).
-        Every tap covers the whole output range thanks to the padded grad, so nothing is ever
-        zero-filled, and the K accumulations run in stream order (deterministic).
-  gradBias = column sums of dy (R x Cout): tbc_col_sum, (32-column tile, row chunk) per block,
-        fixed order; S > 1 chunks write fp32 partials, a second tbc_col_sum over the (S, Cout)
-        partials finishes. No atomics.
-Forward: y = bias + sum_k xp[k : k+Tout] @ w[k]: K GEMMs into one accumulator (y itself for fp32),
-  the first with beta = 0; tbc_bias_epilogue adds the bias (in place for fp32) and converts.
+No padded copies, no padding multiplied: every product covers only the (time, tap) pairs whose
+rows exist, as PyTorch's narrow()s do, so an inf/NaN in one operand never meets a padding zero.
 
-Why a batched gradWeight plus accumulated gradInput beats PyTorch's conv_tbc backward (2K separate
-products, a zero-filled gradInput and per-tap narrow/addmm on clipped ranges):
-  * gradWeight's K products each have a small output (Cin x Cout, e.g. 512 x 512 = 16 tiles of
-    128 x 128) and a huge depth (R = Tout*B): one product cannot fill an H100's 132 SMs. The
-    strided-batched call runs all K taps as one launch, K times the tiles in flight (and cuBLAS
-    can still split the depth), with no per-tap launch/heuristics overhead.
-  * gradInput is never zero-filled and then re-read: the first tap writes with beta = 0 over the
-    whole range (the padded grad makes every tap full-range, no clipped narrow()s whose ranges
-    differ per tap), so the accumulator is touched K times instead of K + 1 (one full write of
-    T*B*Cin saved, about 1/(K+1) of its traffic), and all taps are identical, large, well-shaped
-    GEMMs.
-  * fp16/bf16 accumulate across taps in fp32 and round once (PyTorch rounds after every addmm_).
-  * gradBias is one deterministic reduction kernel instead of a generic sum.
-  The padded copies cost one read + write of x and dy (cheap next to the GEMMs' 2*K*R*Cin*Cout
-  flops) and they double as the fp16 conversion of cubeMathType 2, which needs a copy anyway.
+Every sum over the K taps happens inside ONE GEMM's depth, so it accumulates in fp32 and is rounded
+once, straight into the output (no fp32 accumulator in memory, no cast pass). The trick is the
+batch-major copy S (B, Tn, C) of the time-major operand (`tbc_batch_major`): for one sample, the K
+time rows a tap window reads are contiguous, K*C elements, so "the K rows of the window" is one GEMM
+row of depth K*C. out[t] = sum_{j<K} src[t + first + j] @ Wj (Wj = the tap that reads window row j):
+  * interior rows (every tap valid), split by residue r = (t - t0) mod K: rows t0 + r + K*u read
+    non-overlapping windows, so A = S + (t0 + r + first)*C per sample with lda = K*C (cuBLAS needs
+    lda >= depth: overlapping windows of stride C are not a legal matrix) -- K strided-batched GEMMs
+    (batch = the B samples, stride T*C; C rows every K*B*N), M ~ T/K, N, depth K*C;
+  * boundary rows (some taps read outside [0, Tn)): one GEMM per row t over its valid taps j0..j1-1,
+    rows = the B samples (lda = Tn*C), depth (j1 - j0)*C -- at most 2*(K-1) small launches.
+gradInput = that with src = dy, first = pad - K + 1, Wj = w[K-1-j]^T: W (K*Cout, Cin) is the
+  tap-reversed transposed weight, one tbc_copy into the workspace; beta = 0.
+Forward y = the same with src = x, first = -pad, Wj = w[j] (w itself is the (K*Cin, Cout) stack),
+  y pre-filled with the bias (a tbc_copy broadcast) and beta = 1: one rounding of bias + taps.
+gradWeight[k] = x[lo_k + k - pad : hi_k + k - pad]^T @ dy[lo_k : hi_k] over its valid output rows
+  [lo_k, hi_k) (lo_k = max(0, pad - k), hi_k = min(Tout, T + pad - k)): one GEMM per tap, depth
+  (hi_k - lo_k)*B, written straight into gradWeight; consecutive taps with the same rows are one
+  strided-batched GEMM (x stride B*Cin). A tap with no valid rows is zero-filled.
+gradBias = the column sums of dy, taken by the same tbc_batch_major pass that makes dy's batch-major
+  copy (16-byte packets, fixed order, S > 1 row chunks -> fp32 partials + a second launch).
+
+Launches, backward K=3 pad=1: 1 (+1 partial sums) copy+bias, 1 weight reorder, 3 gradWeight, 3
+interior + 2 boundary gradInput GEMMs. Traffic (operand bytes X = T*B*C*2 for fp16): the copy reads
+and writes dy once (2X), each interior GEMM streams the copy once (3X) and gradInput is written once;
+PyTorch's conv_tbc_backward zero-fills gradInput, re-reads and re-writes it in K addmm_ (and rounds
+to fp16 after each), and sums dy in a separate reduction.
 
 Workspace (bytes; every region rounded up to 256; o = operand itemsize: 2 for fp32 with
 cubeMathType 2 ("conv"), else the storage itemsize):
-  backward = Xp + D + W' + Acc + Part
-    Xp   = (T + 2*pad) * B * Cin * o        if pad > 0 or conv, else 0
-    D    = (Tout + 2*q+) * B * Cout * o     if q+ > 0 or conv, else 0     (q+ = max(0, K-1-pad))
-    W'   = K * Cin * Cout * 2               if conv, else 0
-    Acc  = T * B * Cin * 4                  if dtype is fp16/bf16, else 0
-    Part = S * Cout * 4                     if S > 1, else 0
-           S = min(ceil(R / 512), max(1, ceil(512 / ceil(Cout / 32))))  (row chunks of gradBias)
-  forward = Xp + W' + Tout * B * Cout * 4 (only for fp16/bf16)
+  backward = Sdy + W + X16 + D16 + Part
+    Sdy  = B * Tout * Cout * o               batch-major copy of dy
+    W    = K * Cout * Cin * o                tap-reversed transposed weights
+    X16  = T * B * Cin * 2, D16 = Tout * B * Cout * 2     fp16 copies for gradWeight, conv only
+    Part = S * Cout * 4                      if S > 1 (gradBias row chunks, `bias_chunks`)
+  forward = Sx + W16: Sx = B * T * Cin * o, W16 = K * Cin * Cout * 2 (conv only)
   Empty input/weight (T, Cin or K == 0): gradInput = gradWeight = 0 (tbc_fill_zero), gradBias =
   column sums of dy (docs/API.md §7); workspace = Part only. Forward: y = bias broadcast.
 """
@@ -68,9 +64,9 @@ from ...kernels.context import KernelContext, ptr
 from ...kernels.gemm import F32, compute_mode, rm_gemm
 
 FILE = "conv_tbc.cu"
-BLOCK = 256                 # threads per block, every kernel (tbc_col_sum requires 256)
+BLOCK = 256                 # threads per block, every kernel (tbc_batch_major requires 256)
 ALIGN = 256
-COL_TILE = 32
+WARP = 32
 MIN_CHUNK_ROWS = 512        # gradBias: rows per block at least this many
 TARGET_BLOCKS = 512         # gradBias: aim for this many (tile, chunk) blocks
 BLOCKS_PER_SM = 8
@@ -103,10 +99,11 @@ def _layout(regions: list[tuple[str, int]]) -> _Layout:
 
 
 def bias_chunks(R: int, C: int, min_rows: int = MIN_CHUNK_ROWS) -> tuple[int, int]:
-    """(S, rows_per_chunk) of the gradBias reduction over R rows and C columns."""
+    """(S, rows_per_chunk) of the gradBias reduction over R rows and C columns (tiles of 32 columns,
+    the scalar path's, so that the workspace does not depend on pointer alignment)."""
     if R <= 0:
         return 1, 1
-    tiles = max(1, -(-C // COL_TILE))
+    tiles = max(1, -(-C // WARP))
     S = min(-(-R // min_rows), max(1, -(-TARGET_BLOCKS // tiles)))
     S = max(1, S)
     rpc = -(-R // S)
@@ -127,28 +124,25 @@ def _backward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type, min_chunk_r
     odt, _ = compute_mode(cube_math_type, dtype)
     conv = odt != dtype
     o = odt.itemsize
-    qp = max(0, K - 1 - pad)
     return _layout([
-        ("xp", (T + 2 * pad) * B * Cin * o if (pad > 0 or conv) else 0),
-        ("dp", (Tout + 2 * qp) * B * Cout * o if (qp > 0 or conv) else 0),
-        ("w", K * Cin * Cout * o if conv else 0),
-        ("acc", T * B * Cin * 4 if dtype != F32 else 0),
+        ("sdy", B * Tout * Cout * o),
+        ("w", K * Cout * Cin * o),
+        ("x16", T * B * Cin * o if conv else 0),
+        ("dy16", Tout * B * Cout * o if conv else 0),
         ("part", part),
     ])
 
 
 def _forward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type) -> _Layout:
     dtype = np.dtype(dtype)
-    Tout = T + 2 * pad - K + 1
     if _is_empty(T, Cin, K):
         return _layout([])
     odt, _ = compute_mode(cube_math_type, dtype)
     conv = odt != dtype
     o = odt.itemsize
     return _layout([
-        ("xp", (T + 2 * pad) * B * Cin * o if (pad > 0 or conv) else 0),
+        ("sx", B * T * Cin * o),
         ("w", K * Cin * Cout * o if conv else 0),
-        ("acc", Tout * B * Cout * 4 if dtype != F32 else 0),
     ])
 
 
@@ -164,7 +158,9 @@ def forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, cube_math_type=0) ->
 def check_gemm_limits(T, B, Cin, Cout, K, pad) -> str | None:
     """cuBLAS takes 32-bit m, n, k, ld: a message when a product would exceed them, else None."""
     Tout = T + 2 * pad - K + 1
-    big = max(Tout * B, T * B, Cin, Cout)
+    big = max(Tout * B, T * B, Cin, Cout,
+              Tout * Cout, T * Cin,                 # boundary rows: lda = Tn * C of the batch-major copy
+              K * B * Cin, K * B * Cout)            # interior rows: ldc = K * B * N
     if big > INT32_MAX:
         return f"a matrix dimension ({big}) exceeds cuBLAS's 32-bit limit {INT32_MAX}"
     return None
@@ -175,54 +171,26 @@ def _grid(ctx: KernelContext, n: int) -> tuple[int, int, int]:
     return (max(1, min(-(-n // BLOCK), ctx.sm_count * BLOCKS_PER_SM)), 1, 1)
 
 
-def convert_copy(ctx: KernelContext, src_dtype, dst_dtype, shape: tuple[int, int, int],
-                 src_strides: tuple[int, int, int], src: int, dst: int) -> None:
-    """dst, a contiguous (R, B, C) array of dst_dtype = src, an (R, B, C) view of src_dtype with the
-    given element strides (one tbc_pad_copy: gathers a strided operand and converts its dtype)."""
+def _copy(ctx, tin, tout, src, dst, shape, strides):
+    """dst (R, B, C) contiguous of tout = the (R, B, C) view of src (element strides, any sign)."""
     R, B, C = shape
     if R * B * C == 0:
         return
-    st, sb, sc = src_strides
-    ctx.launch(FILE, f"tbc_pad_copy<{_ct(src_dtype)}, {_ct(dst_dtype)}>", _grid(ctx, R * B * C), (BLOCK, 1, 1),
-               (ptr(src), ptr(dst), np.int64(R), np.int64(0), np.int64(R), np.int64(B), np.int64(C),
-                np.int64(st), np.int64(sb), np.int64(sc)))
+    st, sb, sc = strides
+    ctx.launch(FILE, f"tbc_copy<{_ct(tin)}, {_ct(tout)}>", _grid(ctx, R * B * C), (BLOCK, 1, 1),
+               (ptr(src), ptr(dst), np.int64(R), np.int64(B), np.int64(C), np.int64(st), np.int64(sb),
+                np.int64(sc)))
 
 
-def _operand(ctx, lay, workspace_ptr, name, tin, tout, src, rows_out, lead, rows_src, B, C) -> int:
-    """Where a GEMM reads operand `name`: its padded / converted copy in the workspace when the layout
-    made one (`_pad_copy`), else the caller's tensor itself."""
-    if name not in lay.offsets:
-        return src
-    dst = workspace_ptr + lay.offsets[name]
-    _pad_copy(ctx, tin, tout, src, dst, rows_out, lead, rows_src, B, C)
-    return dst
+def convert_copy(ctx: KernelContext, src_dtype, dst_dtype, shape: tuple[int, int, int],
+                 src_strides: tuple[int, int, int], src: int, dst: int) -> None:
+    """dst, a contiguous (R, B, C) array of dst_dtype = src, an (R, B, C) view of src_dtype with the
+    given element strides (one tbc_copy: gathers a strided operand and converts its dtype)."""
+    _copy(ctx, src_dtype, dst_dtype, src, dst, shape, src_strides)
 
 
-def _pad_copy(ctx, tin, tout, src, dst, rows_out, lead, rows_src, B, C):
-    n = rows_out * B * C
-    if n == 0:
-        return
-    ctx.launch(FILE, f"tbc_pad_copy<{_ct(tin)}, {_ct(tout)}>", _grid(ctx, n), (BLOCK, 1, 1),
-               (ptr(src), ptr(dst), np.int64(rows_out), np.int64(lead), np.int64(rows_src), np.int64(B),
-                np.int64(C), np.int64(B * C), np.int64(C), np.int64(1)))
-
-
-def _broadcast_rows(ctx, dt, vec, dst, rows, C):
-    """dst (rows, C) = vec (C) on every row (tbc_pad_copy with zero row strides)."""
-    n = rows * C
-    if n == 0:
-        return
-    ctx.launch(FILE, f"tbc_pad_copy<{_ct(dt)}, {_ct(dt)}>", _grid(ctx, n), (BLOCK, 1, 1),
-               (ptr(vec), ptr(dst), np.int64(rows), np.int64(0), np.int64(rows), np.int64(1), np.int64(C),
-                np.int64(0), np.int64(0), np.int64(1)))
-
-
-def _epilogue(ctx, dt, acc, bias, y, rows, C):
-    n = rows * C
-    if n == 0:
-        return
-    ctx.launch(FILE, f"tbc_bias_epilogue<{_ct(dt)}>", _grid(ctx, n), (BLOCK, 1, 1),
-               (ptr(acc), ptr(bias), ptr(y), np.int64(rows), np.int64(C)))
+def _dense(shape) -> tuple[int, int, int]:
+    return (shape[1] * shape[2], shape[2], 1)
 
 
 def _fill_zero(ctx, dt, p, n):
@@ -231,69 +199,102 @@ def _fill_zero(ctx, dt, p, n):
     ctx.launch(FILE, f"tbc_fill_zero<{_ct(dt)}>", _grid(ctx, n), (BLOCK, 1, 1), (ptr(p), np.int64(n)))
 
 
+def _batch_major(ctx, tin, tout, src, dst, Tn, B, C, *, sums=0, sum_dtype=None, part=0,
+                 min_chunk_rows=MIN_CHUNK_ROWS):
+    """dst (B, Tn, C) = src (Tn, B, C) (dst 0: none) and, with `sums`, its column sums over the Tn*B
+    rows in sum_dtype (through fp32 partials at `part` when the rows take several chunks)."""
+    R = Tn * B
+    if R * C == 0:
+        return
+    sum_dtype = np.dtype(sum_dtype or tin)
+    packet = 16 // np.dtype(tin).itemsize
+    vec = int(np.dtype(tin) == np.dtype(tout) and C % packet == 0 and src % 16 == 0 and dst % 16 == 0)
+    S, rpc = bias_chunks(R, C, min_chunk_rows) if sums else (1, R)
+    tiles = -(-C // (WARP * (packet if vec else 1)))
+    gx = max(1, min(tiles, max(1, ctx.sm_count * BLOCKS_PER_SM // S)))
+    first_sum = sum_dtype if S == 1 else F32
+    target = sums if S == 1 else part
+    ctx.launch(FILE, f"tbc_batch_major<{_ct(tin)}, {_ct(tout)}, {_ct(first_sum)}>", (gx, S, 1), (BLOCK, 1, 1),
+               (ptr(src), ptr(dst), ptr(target), np.int64(Tn), np.int64(B), np.int64(C), np.int64(rpc),
+                np.int32(vec)))
+    if S > 1:
+        # second pass: fixed-order sum of the S fp32 partial rows, rounded once to the bias dtype
+        _batch_major(ctx, F32, F32, part, 0, S, 1, C, sums=sums, sum_dtype=sum_dtype)
+
+
+def _tap_rows(gemm, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cdt, beta, compute):
+    """out[t, b, :] = beta*out[t, b, :] + sum over valid j < K of src[b, t + first + j, :] @ wstack[j]
+    for t < rows_out, where src (B, Tn, C) is batch-major, wstack (K*C, N) row-major, out (rows_out, B,
+    N) time-major, and j is valid when 0 <= t + first + j < Tn (rows without one are left alone)."""
+    o, oc = odt.itemsize, cdt.itemsize
+    t0 = max(0, -first)
+    t1 = max(t0, min(rows_out, Tn - K - first + 1))
+    for r in range(min(K, t1 - t0)):                       # interior: all K taps, by residue
+        rows = -(-(t1 - t0 - r) // K)
+        rm_gemm(gemm, rows, N, K * C, src + (t0 + r + first) * C * o, odt, K * C, False, wstack, odt, N, False,
+                out + (t0 + r) * B * N * oc, cdt, K * B * N, alpha=1.0, beta=beta, batch=B,
+                stride_a=Tn * C, stride_b=0, stride_c=N, compute=compute)
+    for t in [*range(0, min(t0, rows_out)), *range(t1, rows_out)]:    # boundary rows: their valid taps
+        j0, j1 = max(0, -(t + first)), min(K, Tn - t - first)
+        if j1 <= j0:
+            continue
+        rm_gemm(gemm, B, N, (j1 - j0) * C, src + (t + first + j0) * C * o, odt, Tn * C, False,
+                wstack + j0 * C * N * o, odt, N, False, out + t * B * N * oc, cdt, N, alpha=1.0, beta=beta,
+                compute=compute)
+
+
+def _grad_weight(ctx, gemm, *, T, B, Cin, Cout, K, pad, x, dy, gw, odt, dtype, compute):
+    """gradWeight[k] = x[rows of tap k]^T @ dy[valid output rows of tap k]; equal row ranges batched."""
+    Tout = T + 2 * pad - K + 1
+    o, oc = odt.itemsize, dtype.itemsize
+    ranges = [(max(0, pad - k), min(Tout, T + pad - k)) for k in range(K)]
+    k = 0
+    while k < K:
+        n = 1
+        while k + n < K and ranges[k + n] == ranges[k]:
+            n += 1
+        lo, hi = ranges[k]
+        if hi <= lo:
+            _fill_zero(ctx, dtype, gw + k * Cin * Cout * oc, n * Cin * Cout)
+        else:
+            rm_gemm(gemm, Cin, Cout, (hi - lo) * B, x + (lo + k - pad) * B * Cin * o, odt, Cin, True,
+                    dy + lo * B * Cout * o, odt, Cout, False, gw + k * Cin * Cout * oc, dtype, Cout,
+                    alpha=1.0, beta=0.0, batch=n, stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout,
+                    compute=compute)
+        k += n
+
+
 def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_math_type, grad, input,
                     weight, grad_input, grad_weight, grad_bias, workspace_ptr: int,
                     min_chunk_rows: int = MIN_CHUNK_ROWS) -> None:
-    """Enqueue the backward. Pointers are device addresses of contiguous tensors of `dtype`."""
+    """Enqueue ConvTBC backward. Pointers are device addresses of contiguous tensors of `dtype`."""
     dtype = np.dtype(dtype)
     Tout = T + 2 * pad - K + 1
-    R = Tout * B
     lay = _backward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type, min_chunk_rows)
-    ws = lambda name: workspace_ptr + lay.offsets[name]  # noqa: E731
-
-    # gradBias (also on the empty path)
-    _bias_sum(ctx, dtype, grad, grad_bias, R, Cout, ws("part") if "part" in lay.offsets else 0,
-              min_chunk_rows)
-
+    ws = lambda name: workspace_ptr + lay.offsets[name] if name in lay.offsets else 0  # noqa: E731
     if _is_empty(T, Cin, K):
+        _batch_major(ctx, dtype, dtype, grad, 0, Tout, B, Cout, sums=grad_bias, part=ws("part"),
+                     min_chunk_rows=min_chunk_rows)
         _fill_zero(ctx, dtype, grad_input, T * B * Cin)
         _fill_zero(ctx, dtype, grad_weight, K * Cin * Cout)
         return
-
     odt, compute = compute_mode(cube_math_type, dtype)
-    o = odt.itemsize
     gemm = ctx.gemm_strided_batched
-    qp = max(0, K - 1 - pad)
-    q = K - 1 - pad
-
-    # operands
-    xp = _operand(ctx, lay, workspace_ptr, "xp", dtype, odt, input, T + 2 * pad, pad, T, B, Cin)
-    dp = _operand(ctx, lay, workspace_ptr, "dp", dtype, odt, grad, Tout + 2 * qp, qp, Tout, B, Cout)
-    wop = _operand(ctx, lay, workspace_ptr, "w", dtype, odt, weight, K, 0, K, Cin, Cout)
-    dy_op = dp + qp * B * Cout * o          # the unpadded grad inside D
-
-    # gradWeight: one strided-batched GEMM over the K taps
-    rm_gemm(gemm, Cin, Cout, R, xp, odt, Cin, True, dy_op, odt, Cout, False, grad_weight, dtype, Cout,
-            alpha=1.0, beta=0.0, batch=K, stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout, compute=compute)
-
-    # gradInput: K full-range accumulating GEMMs
-    acc = ws("acc") if "acc" in lay.offsets else grad_input
-    dyp = dp + (qp - q) * B * Cout * o      # dyp[j] = dy[j - q]
-    for k in range(K):
-        a = dyp + (K - 1 - k) * B * Cout * o
-        rm_gemm(gemm, T * B, Cin, Cout, a, odt, Cout, False, wop + k * Cin * Cout * o, odt, Cout, True,
-                acc, F32, Cin, alpha=1.0, beta=0.0 if k == 0 else 1.0, compute=compute)
-    if acc != grad_input:
-        _epilogue(ctx, dtype, acc, 0, grad_input, T * B, Cin)
-
-
-def _bias_sum(ctx, dtype, grad, grad_bias, R, Cout, part, min_chunk_rows):
-    if Cout == 0:
-        return
-    S, rpc = bias_chunks(R, Cout, min_chunk_rows)
-    tiles = -(-Cout // COL_TILE)
-    gx = max(1, min(tiles, max(1, ctx.sm_count * BLOCKS_PER_SM // S)))
-    ct = _ct(dtype)
-    if S == 1:
-        ctx.launch(FILE, f"tbc_col_sum<{ct}, {ct}>", (gx, 1, 1), (BLOCK, 1, 1),
-                   (ptr(grad), ptr(grad_bias), np.int64(R), np.int64(Cout), np.int64(max(R, 1))))
-        return
-    ctx.launch(FILE, f"tbc_col_sum<{ct}, float>", (gx, S, 1), (BLOCK, 1, 1),
-               (ptr(grad), ptr(part), np.int64(R), np.int64(Cout), np.int64(rpc)))
-    gx2 = max(1, min(tiles, ctx.sm_count * BLOCKS_PER_SM))
-    # second pass: fixed-order sum of the S partial rows (fp32), rounded once to the bias dtype
-    ctx.launch(FILE, f"tbc_col_sum<float, {ct}>", (gx2, 1, 1), (BLOCK, 1, 1),
-               (ptr(part), ptr(grad_bias), np.int64(S), np.int64(Cout), np.int64(S)))
+    # dy's batch-major copy (in the operand dtype) and gradBias, one pass over dy
+    _batch_major(ctx, dtype, odt, grad, ws("sdy"), Tout, B, Cout, sums=grad_bias, part=ws("part"),
+                 min_chunk_rows=min_chunk_rows)
+    # W[j] = w[K-1-j]^T: (K, Cout, Cin) from w (K, Cin, Cout) read backwards over the taps
+    _copy(ctx, dtype, odt, weight + (K - 1) * Cin * Cout * dtype.itemsize, ws("w"), (K, Cout, Cin),
+          (-Cin * Cout, 1, Cout))
+    x, dy = input, grad
+    if odt != dtype:   # cubeMathType 2: fp16 copies of the gradWeight operands
+        x, dy = ws("x16"), ws("dy16")
+        _copy(ctx, dtype, odt, input, x, (T, B, Cin), _dense((T, B, Cin)))
+        _copy(ctx, dtype, odt, grad, dy, (Tout, B, Cout), _dense((Tout, B, Cout)))
+    _grad_weight(ctx, gemm, T=T, B=B, Cin=Cin, Cout=Cout, K=K, pad=pad, x=x, dy=dy, gw=grad_weight, odt=odt,
+                 dtype=dtype, compute=compute)
+    _tap_rows(gemm, rows_out=T, Tn=Tout, B=B, C=Cout, N=Cin, K=K, first=pad - K + 1, src=ws("sdy"),
+              wstack=ws("w"), out=grad_input, odt=odt, cdt=dtype, beta=0.0, compute=compute)
 
 
 def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_math_type, input, weight,
@@ -301,33 +302,32 @@ def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_m
     """Enqueue y = conv_tbc(x, w, bias, pad). Pointers are device addresses of contiguous tensors."""
     dtype = np.dtype(dtype)
     Tout = T + 2 * pad - K + 1
-    R = Tout * B
+    _copy(ctx, dtype, dtype, bias, out, (Tout, B, Cout), (0, 0, 1))      # y = bias, then beta = 1
     if _is_empty(T, Cin, K):
-        _broadcast_rows(ctx, dtype, bias, out, R, Cout)
         return
     lay = _forward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type)
-    ws = lambda name: workspace_ptr + lay.offsets[name]  # noqa: E731
     odt, compute = compute_mode(cube_math_type, dtype)
-    o = odt.itemsize
-    gemm = ctx.gemm_strided_batched
-    xp = _operand(ctx, lay, workspace_ptr, "xp", dtype, odt, input, T + 2 * pad, pad, T, B, Cin)
-    wop = _operand(ctx, lay, workspace_ptr, "w", dtype, odt, weight, K, 0, K, Cin, Cout)
-    acc = ws("acc") if "acc" in lay.offsets else out
-    for k in range(K):
-        rm_gemm(gemm, R, Cout, Cin, xp + k * B * Cin * o, odt, Cin, False, wop + k * Cin * Cout * o, odt, Cout,
-                False, acc, F32, Cout, alpha=1.0, beta=0.0 if k == 0 else 1.0, compute=compute)
-    _epilogue(ctx, dtype, acc, bias, out, R, Cout)
+    sx = workspace_ptr + lay.offsets["sx"]
+    _batch_major(ctx, dtype, odt, input, sx, T, B, Cin)
+    wop = weight
+    if odt != dtype:
+        wop = workspace_ptr + lay.offsets["w"]
+        _copy(ctx, dtype, odt, weight, wop, (K, Cin, Cout), _dense((K, Cin, Cout)))
+    _tap_rows(ctx.gemm_strided_batched, rows_out=Tout, Tn=T, B=B, C=Cin, N=Cout, K=K, first=-pad, src=sx,
+              wstack=wop, out=out, odt=odt, cdt=dtype, beta=1.0, compute=compute)
 
 
 def all_name_expressions() -> list[str]:
     """Every instantiation this plan can launch (kernels/manifest.py lists exactly these)."""
-    exprs = [f"tbc_pad_copy<{c}, {c}>" for c in _CTYPE.values()] + ["tbc_pad_copy<float, __half>"]
-    # dtype conversions of mixed-dtype operands / outputs (ops/conv_tbc/api.py stages them)
-    exprs += [f"tbc_pad_copy<{a}, {b}>" for a in _CTYPE.values() for b in _CTYPE.values()
-              if a != b and (a, b) != ("float", "__half")]
-    exprs += [f"tbc_bias_epilogue<{c}>" for c in _CTYPE.values()]
-    exprs += ["tbc_col_sum<float, float>"] + [f"tbc_col_sum<{c}, float>" for c in ("__half", "__nv_bfloat16")]
-    exprs += [f"tbc_col_sum<{c}, {c}>" for c in ("__half", "__nv_bfloat16")]
-    exprs += [f"tbc_col_sum<float, {c}>" for c in ("__half", "__nv_bfloat16")]
-    exprs += [f"tbc_fill_zero<{c}>" for c in _CTYPE.values()]
+    types = list(_CTYPE.values())
+    # operand staging / output conversion of mixed dtypes (ops/conv_tbc/api.py), the weight reorder,
+    # the fp16 copies of cubeMathType 2, the bias broadcast
+    exprs = [f"tbc_copy<{a}, {b}>" for a in types for b in types]
+    # batch-major copy + column sums: same type (sums in it, or fp32 partials), fp32 -> fp16 (cubeMathType
+    # 2: sums from the fp32 values), and the partials' second pass (fp32 -> the bias dtype)
+    exprs += [f"tbc_batch_major<{c}, {c}, {c}>" for c in types]
+    exprs += [f"tbc_batch_major<{c}, {c}, float>" for c in types if c != "float"]
+    exprs += ["tbc_batch_major<float, __half, float>"]
+    exprs += [f"tbc_batch_major<float, float, {c}>" for c in types if c != "float"]
+    exprs += [f"tbc_fill_zero<{c}>" for c in types]
     return exprs
