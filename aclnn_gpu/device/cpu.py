@@ -1,5 +1,9 @@
 """The `cpu` device: host buffers as "device" memory, NumPy as the kernels, and a stream per
-worker thread, so an execute call returns before its work is done, as on a GPU."""
+worker thread, so an execute call returns before its work is done, as on a GPU.
+
+Stream capture: a capturing stream's worker appends what it is given (plans, copies, memsets, event
+marks and waits) to a `CapturedWork` list (`hoststream.py`); the graph is that list, and a replay is
+one task on the worker of the stream it is launched on."""
 from __future__ import annotations
 
 import ctypes
@@ -10,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .base import Device, DeviceEvent, DeviceStream
-from .hoststream import HostEventMark, HostStream
+from .hoststream import CapturedWork, HostEventMark, HostStream
 from .registry import Allocation, Registry
 
 ALIGN = 64  # bytes; CANN guarantees 32, vector kernels want 16
@@ -137,7 +141,22 @@ class CpuDevice(Device):
 
     # ------------------------------------------------------------------ operators
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
+        if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
+            stream.capture.hold_plan(plan, workspace)
         stream.worker.submit(lambda: _run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ stream capture
+    def begin_capture(self, stream: DeviceStream) -> None:
+        stream.worker.begin_capture()  # type: ignore[attr-defined]
+
+    def end_capture(self, stream: DeviceStream) -> CapturedWork:
+        return stream.worker.end_capture()  # type: ignore[attr-defined,no-any-return]
+
+    def launch_graph(self, graph: CapturedWork, stream: DeviceStream) -> None:
+        stream.worker.replay(graph)  # type: ignore[attr-defined]
+
+    def graph_busy(self, graph: CapturedWork) -> bool:
+        return graph.pending > 0
 
     def can_access_peer(self, peer: int) -> bool:
         return True   # every virtual device's memory is this process's memory
