@@ -1,0 +1,549 @@
+"""ACL graph capture (aclmdlRICapture*, aclmdlRIExecuteAsync, aclmdlRIDestroy) on the cpu and
+emulated devices: a captured training step of the ten operators replayed 100 times is bit-identical
+to the direct calls, new inputs in the same buffers give new results, replays on another stream,
+the capture rules (a table of refused calls with CANN's codes), the modes and threads, GetInfo's
+states, the model's lifetime (memory it uses cannot be freed; executors and tensors may be
+destroyed), and the cuda device's table uploads, which must not come from the reused upload ring."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aclnn_gpu as acl
+from aclnn_gpu.samples import DeviceArrays
+from bench import common
+from bench.run import FAMILIES
+
+F32 = np.dtype(np.float32)
+E = acl.aclError
+H2D, D2H, H2H = acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_MEMCPY_DEVICE_TO_HOST, acl.ACL_MEMCPY_HOST_TO_HOST
+GLOBAL, THREAD_LOCAL, RELAXED = (acl.ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, acl.ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL,
+                                 acl.ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
+
+
+def ok(ret: Any) -> Any:
+    status = ret[0] if isinstance(ret, tuple) else ret
+    assert status == 0, acl.aclGetRecentErrMsg()
+    return ret[1] if isinstance(ret, tuple) and len(ret) == 2 else ret
+
+
+class RecordingBuffers(common.Buffers):
+    """bench's Buffers that remembers every tensor it made and the host array it was filled from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[tuple[Any, np.ndarray]] = []
+
+    def tensor(self, array: Any) -> Any:
+        array = np.ascontiguousarray(array)
+        tensor = super().tensor(array)
+        self.made.append((tensor, array))
+        return tensor
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        return self.tensor(np.zeros(tuple(shape), np.dtype(dtype)))
+
+
+class TrainingStep:
+    """Forward and backward of the five operators (bench's tiny shapes) fed by asynchronous copies
+    from pinned host memory (aclrtMallocHost), with every tensor copied back into pinned host memory
+    at the end: `issue(stream)` queues the whole step; `state()` reads the copied-back bytes."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.b = RecordingBuffers()
+        rng = np.random.default_rng(seed)
+        self.ops = []
+        for fam in FAMILIES:
+            p = fam.tiny()
+            d = fam.data(p, F32, rng)
+            self.ops += [fam.ours(self.b, d, "forward", p), fam.ours(self.b, d, "backward", p)]
+        self.sizes = [max(array.nbytes, 1) for _, array in self.b.made]
+        total = sum(self.sizes)
+        self.host_in = ok(acl.aclrtMallocHost(total))
+        self.host_out = ok(acl.aclrtMallocHost(total))
+        self.offsets = np.cumsum([0] + self.sizes[:-1]).tolist()
+        self.write_inputs([array for _, array in self.b.made])
+
+    def write_inputs(self, arrays: list[np.ndarray]) -> None:
+        for offset, array in zip(self.offsets, arrays):
+            if array.nbytes:
+                ok(acl.aclrtMemcpy(self.host_in + offset, array.nbytes, np.ascontiguousarray(array), array.nbytes,
+                                   H2H))
+
+    def perturbed_inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """Every floating-point tensor scaled by random factors (integer tensors, targets, kept)."""
+        return [array * rng.uniform(0.5, 1.5, array.shape).astype(array.dtype) if array.dtype.kind == "f" else array
+                for _, array in self.b.made]
+
+    def issue(self, stream: Any) -> None:
+        for (tensor, array), offset in zip(self.b.made, self.offsets):
+            if array.nbytes:
+                ok(acl.aclrtMemcpyAsync(tensor.data, array.nbytes, self.host_in + offset, array.nbytes, H2D, stream))
+        for op in self.ops:
+            ok(op.execute(op.work, op.ws, op.ex, stream))
+        for (tensor, array), offset in zip(self.b.made, self.offsets):
+            if array.nbytes:
+                ok(acl.aclrtMemcpyAsync(self.host_out + offset, array.nbytes, tensor.data, array.nbytes, D2H, stream))
+
+    def state(self) -> bytes:
+        out = bytearray(sum(self.sizes))
+        ok(acl.aclrtMemcpy(out, len(out), self.host_out, len(out), H2H))
+        return bytes(out)
+
+    def close(self) -> None:
+        self.b.close()
+        ok(acl.aclrtFreeHost(self.host_in))
+        ok(acl.aclrtFreeHost(self.host_out))
+
+
+def capture(stream: Any, issue: Any, mode: int = GLOBAL) -> Any:
+    ok(acl.aclmdlRICaptureBegin(stream, mode))
+    issue(stream)
+    return ok(acl.aclmdlRICaptureEnd(stream))
+
+
+@pytest.fixture
+def step(session):
+    s = TrainingStep()
+    yield s
+    s.close()
+
+
+def test_training_step_replayed_100_times_is_bit_identical(session, step):
+    stream = step.b.stream
+    step.issue(stream)
+    ok(acl.aclrtSynchronizeStream(stream))
+    direct = step.state()
+    assert any(direct[o:o + 4] != b"\0\0\0\0" for o in step.offsets)   # the step wrote something
+    model = capture(stream, step.issue)
+    ok(acl.aclrtMemset(step.host_out, sum(step.sizes), 0xFF, sum(step.sizes)))   # replay must rewrite it all
+    for _ in range(100):
+        ok(acl.aclmdlRIExecuteAsync(model, stream))
+    ok(acl.aclrtSynchronizeStream(stream))
+    assert step.state() == direct
+    ok(acl.aclmdlRIDestroy(model))
+
+
+def test_new_inputs_in_the_same_buffers_give_new_results(session, step, rng):
+    stream = step.b.stream
+    model = capture(stream, step.issue)
+    for _ in range(3):
+        step.write_inputs(step.perturbed_inputs(rng))
+        ok(acl.aclmdlRIExecuteAsync(model, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
+        replayed = step.state()
+        step.issue(stream)                      # the same inputs, by direct calls
+        ok(acl.aclrtSynchronizeStream(stream))
+        assert replayed == step.state()
+    ok(acl.aclmdlRIDestroy(model))
+
+
+def test_replay_on_another_stream_and_in_stream_order(session, step):
+    stream = step.b.stream
+    step.issue(stream)
+    ok(acl.aclrtSynchronizeStream(stream))
+    direct = step.state()
+    model = capture(stream, step.issue)
+    other = ok(acl.aclrtCreateStream())
+    ok(acl.aclrtMemset(step.host_out, sum(step.sizes), 0, sum(step.sizes)))
+    ok(acl.aclmdlRIExecuteAsync(model, other))
+    ok(acl.aclmdlRIExecuteAsync(model, None))   # the default stream of the model's device
+    ok(acl.aclrtSynchronizeDevice())
+    assert step.state() == direct
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyStream(other))
+
+
+def test_captured_work_is_recorded_not_run(session):
+    s = DeviceArrays()
+    try:
+        ptr = s.malloc(64)
+        ok(acl.aclrtMemset(ptr, 64, 1, 64))
+        model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 7, 64, st)))
+        seen = bytearray(64)
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert seen == bytes([1]) * 64           # nothing ran at capture time
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert seen == bytes([7]) * 64
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------------------------------ GetInfo, End
+def test_get_info_states(session):
+    s = DeviceArrays()
+    try:
+        status_of = lambda: acl.aclmdlRICaptureGetInfo(s.stream)  # noqa: E731
+        assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
+        assert acl.aclmdlRICaptureGetInfo(None) == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
+        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+        ret, status, model = status_of()
+        assert (ret, status) == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE) and isinstance(model, acl.aclmdlRI)
+        assert acl.aclmdlRIExecuteAsync(model, None) == E.ACL_ERROR_RT_MODEL_CAPTURED   # not ended yet
+        assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_CAPTURED
+        assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
+        assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED, model)
+        ret, none = acl.aclmdlRICaptureEnd(s.stream)
+        assert (ret, none) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None)
+        assert "aclrtSynchronizeStream" in acl.aclGetRecentErrMsg()
+        assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
+        ok(acl.aclrtSynchronizeStream(s.stream))     # a normal stream again
+        ret, model = acl.aclmdlRICaptureEnd(s.stream)
+        assert (ret, model) == (E.ACL_ERROR_RT_STREAM_NOT_CAPTURED, None)
+    finally:
+        s.close()
+
+
+def test_an_empty_capture_replays_nothing(session):
+    s = DeviceArrays()
+    try:
+        model = capture(s.stream, lambda st: None)
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------------------------------ the rules
+def _refusals(s: DeviceArrays, ptr: int, event: Any) -> list[tuple[str, Any, int, bool]]:
+    """(name, call, expected code, whether the capture is invalidated) while s.stream captures in GLOBAL mode."""
+    host = np.zeros(16, np.uint8)
+    return [
+        ("synchronous aclrtMemcpy", lambda: acl.aclrtMemcpy(ptr, 16, host, 16, H2D),
+         E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, False),
+        ("synchronous aclrtMemset", lambda: acl.aclrtMemset(ptr, 16, 0, 16), E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+         False),
+        ("aclrtMalloc", lambda: acl.aclrtMalloc(16, 0), E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, False),
+        ("aclrtMallocHost", lambda: acl.aclrtMallocHost(16), E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, False),
+        ("aclrtFree", lambda: acl.aclrtFree(ptr), E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, False),
+        ("begin twice", lambda: acl.aclmdlRICaptureBegin(s.stream, GLOBAL), E.ACL_ERROR_RT_STREAM_CAPTURED, False),
+        ("destroy the capturing stream", lambda: acl.aclrtDestroyStream(s.stream), E.ACL_ERROR_RT_STREAM_CAPTURED,
+         False),
+        ("async copy from a Python buffer", lambda: acl.aclrtMemcpyAsync(ptr, 16, host, 16, H2D, s.stream),
+         E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, True),
+        ("aclrtSynchronizeStream of the capturing stream", lambda: acl.aclrtSynchronizeStream(s.stream),
+         E.ACL_ERROR_RT_STREAM_CAPTURED, True),
+        ("aclrtSynchronizeDevice", acl.aclrtSynchronizeDevice, E.ACL_ERROR_RT_STREAM_CAPTURED, True),
+        ("query an event recorded in the capture", lambda: (acl.aclrtRecordEvent(event, s.stream),
+                                                            acl.aclrtQueryEventStatus(event)[0])[1],
+         E.ACL_ERROR_RT_EVENT_CAPTURED, True),
+        ("synchronize an event recorded in the capture", lambda: (acl.aclrtRecordEvent(event, s.stream),
+                                                                  acl.aclrtSynchronizeEvent(event))[1],
+         E.ACL_ERROR_RT_EVENT_CAPTURED, True),
+        ("wait in the capture for an event recorded outside it", lambda: acl.aclrtStreamWaitEvent(s.stream, event),
+         E.ACL_ERROR_RT_CAPTURE_DEPENDENCY, True),
+        ("another stream waits for an event of the capture", lambda: (acl.aclrtRecordEvent(event, s.stream),
+                                                                      acl.aclrtStreamWaitEvent(None, event))[1],
+         E.ACL_ERROR_STREAM_CAPTURE_CONFLICT, True),
+    ]
+
+
+@pytest.mark.parametrize("index", range(14))
+def test_capture_rules_refused(session, index):
+    s = DeviceArrays()
+    try:
+        ptr = s.malloc(64)
+        event = ok(acl.aclrtCreateEvent())
+        ok(acl.aclrtRecordEvent(event, None))
+        ok(acl.aclrtSynchronizeEvent(event))
+        name, call, code, invalidates = _refusals(s, ptr, event)[index]
+        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+        ok(acl.aclrtMemsetAsync(ptr, 64, 3, 64, s.stream))
+        result = call()
+        assert (result[0] if isinstance(result, tuple) else result) == code, (name, acl.aclGetRecentErrMsg())
+        message = acl.aclGetRecentErrMsg()
+        assert message.startswith("acl") and ("captur" in message or "model" in message), message
+        ret, model = acl.aclmdlRICaptureEnd(s.stream)
+        if invalidates:
+            assert (ret, model) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None), name
+        else:
+            assert ret == 0, (name, acl.aclGetRecentErrMsg())
+            ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+            ok(acl.aclrtSynchronizeStream(s.stream))
+            ok(acl.aclmdlRIDestroy(model))
+        ok(acl.aclrtDestroyEvent(event))
+    finally:
+        s.close()
+
+
+def test_work_after_an_invalidation_is_refused(session):
+    s = DeviceArrays()
+    try:
+        ptr = s.malloc(64)
+        ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+        assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
+        assert acl.aclrtMemsetAsync(ptr, 64, 0, 64, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+        assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    finally:
+        s.close()
+
+
+def test_bad_arguments(session):
+    s = DeviceArrays()
+    try:
+        assert acl.aclmdlRICaptureBegin(None, GLOBAL) == E.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT
+        for mode in (3, -1, True, "0", None):
+            assert acl.aclmdlRICaptureBegin(s.stream, mode) == E.ACL_ERROR_RT_PARAM_INVALID, mode
+        assert acl.aclmdlRICaptureBegin("stream", GLOBAL) == E.ACL_ERROR_RT_PARAM_INVALID
+        assert acl.aclmdlRICaptureEnd(None) == (E.ACL_ERROR_RT_STREAM_NOT_CAPTURED, None)
+        for bad in (None, 0, "model", s.stream):
+            assert acl.aclmdlRIExecuteAsync(bad, s.stream) == E.ACL_ERROR_RT_PARAM_INVALID
+            assert acl.aclmdlRIDestroy(bad) == E.ACL_ERROR_RT_PARAM_INVALID
+        model = capture(s.stream, lambda st: None)
+        assert acl.aclmdlRIExecuteAsync(model, "stream") == E.ACL_ERROR_RT_PARAM_INVALID
+        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+        assert acl.aclmdlRIExecuteAsync(model, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED   # no nested graphs
+        ok(acl.aclmdlRIDestroy(ok(acl.aclmdlRICaptureEnd(s.stream))))
+        ok(acl.aclmdlRIDestroy(model))
+        assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_PARAM_INVALID
+        assert acl.aclmdlRIExecuteAsync(model, s.stream) == E.ACL_ERROR_RT_PARAM_INVALID
+        assert "destroyed" in acl.aclGetRecentErrMsg()
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------------------------------ modes and threads
+def _in_thread(fn: Any) -> Any:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the call did not return within 60 s"
+    return out[0]
+
+
+@pytest.mark.parametrize("mode, here, elsewhere", [
+    (GLOBAL, E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT),
+    (THREAD_LOCAL, E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, 0),
+    (RELAXED, 0, 0),
+])
+def test_modes_decide_which_threads_may_make_unsafe_calls(session, mode, here, elsewhere):
+    s = DeviceArrays()
+    try:
+        ptr = s.malloc(64)
+        ok(acl.aclmdlRICaptureBegin(s.stream, mode))
+        assert acl.aclrtMemset(ptr, 64, 0, 64) == here
+        assert _in_thread(lambda: acl.aclrtMemset(ptr, 64, 0, 64)) == elsewhere
+        ret, extra = acl.aclrtMalloc(16, 0)
+        assert ret == here
+        if extra:
+            ok(acl.aclrtFree(extra))
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))   # a mode refusal leaves the capture valid (as CANN)
+        ok(acl.aclmdlRIDestroy(model))
+        ok(acl.aclrtMemset(ptr, 64, 0, 64))          # allowed again once the capture ended
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("mode, code", [(GLOBAL, E.ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD),
+                                        (THREAD_LOCAL, E.ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD), (RELAXED, 0)])
+def test_end_from_another_thread(session, mode, code):
+    s = DeviceArrays()
+    try:
+        ok(acl.aclmdlRICaptureBegin(s.stream, mode))
+        ret, model = _in_thread(lambda: acl.aclmdlRICaptureEnd(s.stream))
+        assert ret == code
+        if ret:
+            model = ok(acl.aclmdlRICaptureEnd(s.stream))   # still active: its own thread ends it
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        s.close()
+
+
+def test_captures_on_two_streams_from_two_threads(session):
+    """Each thread captures its own stream (THREAD_LOCAL) and replays it: no interference."""
+    results: dict[int, bytes] = {}
+
+    def worker(value: int) -> None:
+        ok(acl.aclrtSetDevice(0))
+        s = DeviceArrays()
+        try:
+            ptr = s.malloc(256)
+            model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 256, value, 256, st)), THREAD_LOCAL)
+            ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+            ok(acl.aclrtSynchronizeStream(s.stream))
+            ok(acl.aclmdlRIDestroy(model))
+            seen = bytearray(256)
+            ok(acl.aclrtMemcpyAsync(seen, 256, ptr, 256, D2H, s.stream))
+            ok(acl.aclrtSynchronizeStream(s.stream))
+            results[value] = bytes(seen)
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=worker, args=(v,)) for v in (5, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive()
+    assert results == {5: bytes([5]) * 256, 9: bytes([9]) * 256}
+
+
+# ------------------------------------------------------------------------------------------ events in a capture
+def test_events_recorded_and_waited_in_a_capture(session):
+    s = DeviceArrays()
+    try:
+        ptr = s.malloc(64)
+        event = ok(acl.aclrtCreateEvent())
+
+        def issue(st: Any) -> None:
+            ok(acl.aclrtMemsetAsync(ptr, 64, 4, 64, st))
+            ok(acl.aclrtRecordEvent(event, st))
+            ok(acl.aclrtStreamWaitEvent(st, event))   # recorded in the same capture: allowed
+        model = capture(s.stream, issue)
+        ok(acl.aclrtSynchronizeEvent(event))          # never replayed yet: complete, never a hang
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeEvent(event))          # the replay's record
+        seen = bytearray(64)
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert seen == bytes([4]) * 64
+        assert acl.aclrtQueryEventStatus(event) == (0, acl.ACL_EVENT_RECORDED_STATUS_COMPLETE)
+        ok(acl.aclmdlRIDestroy(model))
+        ok(acl.aclrtDestroyEvent(event))
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------------------------------ lifetime
+def test_memory_of_a_live_model_cannot_be_freed(session):
+    s = DeviceArrays()
+    status, ptr = acl.aclrtMalloc(64, 0)
+    assert status == 0
+    try:
+        model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 1, 64, st)))
+        assert acl.aclrtFree(ptr) == E.ACL_ERROR_RT_MEMORY_FREE
+        assert "aclmdlRIDestroy" in acl.aclGetRecentErrMsg()
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))   # the memory is still there
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        ok(acl.aclmdlRIDestroy(model))
+        ok(acl.aclrtFree(ptr))
+    finally:
+        s.close()
+
+
+def test_a_failed_capture_keeps_no_memory(session):
+    s = DeviceArrays()
+    status, ptr = acl.aclrtMalloc(64, 0)
+    try:
+        ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+        ok(acl.aclrtMemsetAsync(ptr, 64, 1, 64, s.stream))
+        assert acl.aclrtFree(ptr) == E.ACL_ERROR_RT_MEMORY_FREE    # held by the capture in progress
+        assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
+        assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+        ok(acl.aclrtFree(ptr))
+    finally:
+        s.close()
+
+
+def test_destroyed_executors_and_tensors_still_replay(session):
+    """The model keeps the plans it captured: destroying the executors and tensors after the capture
+    changes nothing to its replays (the device memory itself stays: aclrtFree is refused)."""
+    step = TrainingStep(seed=3)
+    try:
+        stream = step.b.stream
+        step.issue(stream)
+        ok(acl.aclrtSynchronizeStream(stream))
+        direct = step.state()
+        model = capture(stream, step.issue)
+        for op in step.ops:
+            op.close()                                   # aclDestroyAclOpExecutor
+        for tensor, _ in step.b.made:
+            ok(acl.aclDestroyTensor(tensor))
+        step.b.session.tensors = []
+        ok(acl.aclrtMemset(step.host_out, sum(step.sizes), 0, sum(step.sizes)))
+        ok(acl.aclmdlRIExecuteAsync(model, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
+        assert step.state() == direct
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        step.close()
+
+
+def test_destroy_while_a_replay_is_queued(session):
+    s = DeviceArrays()
+    try:
+        ptr = s.malloc(64)
+        gate = ok(acl.aclrtCreateEvent())
+        side = ok(acl.aclrtCreateStream())
+        model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 2, 64, st)))
+        blocker = threading.Event()
+        # hold the replay's stream behind a host wait queued before it (cpu / emulated workers)
+        _queue_host_wait(s.stream, blocker)
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_RUNNING
+        blocker.set()
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        ok(acl.aclmdlRIDestroy(model))
+        ok(acl.aclrtDestroyEvent(gate))
+        ok(acl.aclrtDestroyStream(side))
+    finally:
+        s.close()
+
+
+def _queue_host_wait(stream: Any, blocker: threading.Event) -> None:
+    impl = stream.impl
+    worker = getattr(impl, "worker", None) or impl.cupy.worker
+    worker.submit(lambda: blocker.wait(60))
+
+
+def test_a_model_replays_only_on_its_own_device(session, monkeypatch):
+    monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
+    from support import use_device
+    use_device(session.kind)
+    s0 = DeviceArrays()
+    try:
+        ptr = s0.malloc(64)
+        model = capture(s0.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 1, 64, st)))
+        ok(acl.aclrtSetDevice(1))
+        other = ok(acl.aclrtCreateStream())
+        assert acl.aclmdlRIExecuteAsync(model, other) == E.ACL_ERROR_RT_STREAM_CONTEXT
+        assert "device 0" in acl.aclGetRecentErrMsg()
+        ok(acl.aclmdlRIExecuteAsync(model, None))       # None: the model's own device's default stream
+        ok(acl.aclrtDestroyStream(other))
+        ok(acl.aclrtSetDevice(0))
+        ok(acl.aclrtSynchronizeDevice())
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        s0.close()
+
+
+# ------------------------------------------------------------------------------------------ cuda code path uploads
+def test_captured_uploads_do_not_come_from_the_reused_ring():
+    """emulated (the cuda device's code): a captured plan's tiling tables are copied from pinned
+    buffers the model owns; 300 later direct uploads of other shapes rewrite every ring slot (256),
+    and the replay still gives the captured shapes' results."""
+    from support import use_device
+    use_device("emulated")
+    step = TrainingStep(seed=5)
+    others = common.Buffers()
+    try:
+        stream = step.b.stream
+        step.issue(stream)
+        ok(acl.aclrtSynchronizeStream(stream))
+        direct = step.state()
+        model = capture(stream, step.issue)
+        assert model.capture.keep, "no table upload was captured: the test would prove nothing"
+        rng = np.random.default_rng(7)
+        ctc = next(fam for fam in FAMILIES if fam.name == "CtcLoss")   # tiny CTC plans upload a table each
+        p = ctc.emulated(0.0)   # another shape: other tables through the same ring slots
+        d = ctc.data(p, F32, rng)
+        ops = [ctc.ours(others, d, "forward", p), ctc.ours(others, d, "backward", p)]
+        for _ in range(150):   # 300 uploads: every one of the ring's 256 slots is rewritten
+            for op in ops:
+                op.enqueue()
+        ok(acl.aclmdlRIExecuteAsync(model, stream))
+        for op in ops:
+            op.enqueue()
+        ok(acl.aclrtSynchronizeDevice())
+        assert step.state() == direct
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        others.close()
+        step.close()
