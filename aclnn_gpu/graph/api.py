@@ -55,8 +55,8 @@ def _model(modelRI: Any, fn: str) -> aclmdlRI:
         fail(PARAM, f"{fn}: modelRI is null")
     if not isinstance(modelRI, aclmdlRI):
         fail(PARAM, f"{fn}: modelRI must be an aclmdlRI (from aclmdlRICaptureEnd), got {type(modelRI).__name__}")
-    if modelRI.destroyed:
-        fail(PARAM, f"{fn}: modelRI {modelRI.id} was destroyed (aclmdlRIDestroy)")
+    if modelRI.destroyed:   # (the C ABI's stand-in for a destroyed handle has nothing but this flag)
+        fail(PARAM, f"{fn}: modelRI was destroyed (aclmdlRIDestroy, or its capture failed)")
     if modelRI.graph is None:
         fail(aclError.ACL_ERROR_RT_MODEL_CAPTURED, f"{fn}: modelRI {modelRI.id} is still being captured; call "
                                                    "aclmdlRICaptureEnd on its stream first")
@@ -142,7 +142,7 @@ def aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> int:
                  f"{fn}: {impl.capture.describe()}: a model cannot be replayed into another capture here")
     with model.lock:   # not destroyed between the check and the launch
         if model.destroyed:
-            fail(PARAM, f"{fn}: modelRI {model.id} was destroyed (aclmdlRIDestroy)")
+            fail(PARAM, f"{fn}: modelRI was destroyed (aclmdlRIDestroy)")
         model.device.launch_graph(model.graph, impl)
     return OK
 
