@@ -67,6 +67,8 @@ def _model(modelRI: Any, fn: str) -> aclmdlRI:
 
 @c_api()
 def aclmdlRICaptureBegin(stream: aclrtStream, mode: int) -> int:
+    """Start capturing `stream` (not the default stream) in an aclmdlRICaptureMode: what is queued on it
+    is recorded from now on, not run."""
     fn = "aclmdlRICaptureBegin"
     if stream is None:
         fail(aclError.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
@@ -90,6 +92,7 @@ def aclmdlRICaptureBegin(stream: aclrtStream, mode: int) -> int:
 
 @c_api(n_out=2)
 def aclmdlRICaptureGetInfo(stream: aclrtStream) -> tuple[int, int, aclmdlRI | None]:
+    """(ret, aclmdlRICaptureStatus of `stream`, the model being captured or None)."""
     handle = _capturing_stream(stream, "aclmdlRICaptureGetInfo")
     capture = None if handle is None else handle.impl.capture
     if capture is None:
@@ -101,6 +104,8 @@ def aclmdlRICaptureGetInfo(stream: aclrtStream) -> tuple[int, int, aclmdlRI | No
 
 @c_api(n_out=1)
 def aclmdlRICaptureEnd(stream: aclrtStream) -> tuple[int, aclmdlRI]:
+    """Stop capturing `stream`: (ret, the model), or ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED and None
+    when a refused call invalidated the capture."""
     fn = "aclmdlRICaptureEnd"
     handle = _capturing_stream(stream, fn)
     with state.lock:
@@ -127,6 +132,7 @@ def aclmdlRICaptureEnd(stream: aclrtStream) -> tuple[int, aclmdlRI]:
 
 @c_api()
 def aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> int:
+    """Queue one replay of the model on `stream` (any stream of its device; None: its default stream)."""
     fn = "aclmdlRIExecuteAsync"
     model = _model(modelRI, fn)
     if stream is None:
@@ -149,6 +155,7 @@ def aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> int:
 
 @c_api()
 def aclmdlRIDestroy(modelRI: aclmdlRI) -> int:
+    """Release the model (refused while a replay is queued): the memory it used may be freed again."""
     fn = "aclmdlRIDestroy"
     if isinstance(modelRI, aclmdlRI) and not modelRI.destroyed and modelRI.graph is not None:
         model = modelRI   # a model of a reset device may still be destroyed
