@@ -17,6 +17,7 @@ The rules (docs/DESIGN.md "Capturing a stream" has the table and the sources):
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -29,6 +30,18 @@ THREAD_LOCAL = aclmdlRICaptureMode.ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL
 
 lock = threading.RLock()          # guards ACTIVE and every capture's begin / end / invalidate
 ACTIVE: list["Capture"] = []      # captures in progress, process-wide (the mode rules are process-wide)
+
+
+def _after_fork_in_child() -> None:
+    """A fork() child captures nothing: the parent's captures (and a lock a parent thread may hold) stay
+    behind, so the parent's GLOBAL capture does not forbid the child's allocations."""
+    global lock
+    lock = threading.RLock()
+    ACTIVE.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Capture:
