@@ -504,11 +504,6 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
             return int(obj)
         if want_device:
             fail(PARAM, f"{fn}: {what} must be a device address for kind {kind.name}")
-        if capture is not None:   # a graph's copy reads / writes its host address at every replay
-            capture.invalidate(f"{fn} with a Python buffer object")
-            fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                 f"{fn}: {what} is a Python buffer object, but stream is capturing: a captured copy uses its host "
-                 "address at every replay, so it must be aclrtMallocHost memory (the capture is now invalidated)")
         return _host_buffer(obj, fn, what, count, writable)
 
     d = side(dst, "dst", want_dst_device, True)

@@ -89,7 +89,7 @@ class _Runtime:
     def deviceSynchronize() -> None:
         return None
 
-    memcpy = memcpyAsync = memset = memsetAsync = staticmethod(lambda *args: None)
+    memcpy = memcpyAsync = memset = memsetAsync = hostRegister = hostUnregister = staticmethod(lambda *args: None)
 
 
 _null = Stream()

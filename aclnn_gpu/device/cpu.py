@@ -103,8 +103,9 @@ class CpuDevice(Device):
         self._run(stream, lambda: ctypes.memmove(dst, src, count))
 
     def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
-        if stream is not None:
+        if stream is not None and stream.capture is None:
             host = memoryview(bytes(host))  # the caller may reuse its buffer at once
+        # (captured: the buffer is read when the replay runs, as a CUDA graph's copy node reads it)
         target = self.host_view(dst, host.nbytes)
         self._run(stream, lambda: target.__setitem__(slice(None), np.frombuffer(host, np.uint8)))
 

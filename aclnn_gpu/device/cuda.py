@@ -16,7 +16,9 @@ Stream capture maps onto CUDA's: `stream.begin_capture(relaxed)`, `end_capture()
 (kept in a `CudaGraph` with the event of its last launch), `graph.launch(stream)`. CUDA is asked
 for RELAXED mode whatever ACL mode the caller chose: the ACL mode rules are the runtime's
 (`graph/state.py`), and the library itself allocates pinned memory while capturing (below), which
-CUDA's stricter modes forbid. A captured copy reads its source when the graph runs, so a table
+CUDA's stricter modes forbid. A captured copy from or to a caller's host buffer object uses that
+buffer at every replay: it is page-locked in place (cudaHostRegister) for the model's lifetime.
+A captured copy reads its source when the graph runs, so a table
 upload made while capturing must not come from the reused `UploadRing`: it comes from a pinned
 buffer the model owns (`uploads.captured_upload`). While a stream of the device captures, the
 synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one and copy
@@ -236,15 +238,44 @@ class CudaDevice(Device):
 
     def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
         staged = np.frombuffer(host, np.uint8)
+        if stream is not None and stream.capture is not None:
+            self._copy(dst, self._pin_for_capture(stream.capture, staged), staged.nbytes, stream)
+            return
         self._copy(dst, staged.ctypes.data, staged.nbytes, stream)
         if stream is not None:  # the caller may reuse its (pageable) buffer as soon as we return
             stream.synchronize()
 
     def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
         target = np.frombuffer(host, np.uint8)
+        if stream is not None and stream.capture is not None:
+            self._copy(self._pin_for_capture(stream.capture, target), src, target.nbytes, stream)
+            return
         self._copy(target.ctypes.data, src, target.nbytes, stream)
         if stream is not None:
             stream.synchronize()
+
+    def _pin_for_capture(self, capture: Any, array: np.ndarray) -> int:
+        """The address of a caller's host buffer that a captured copy reads or writes at every replay:
+        page-locked in place (cudaHostRegister) until the model is released, which keeps the buffer
+        alive; a buffer overlapping one already registered is refused by CUDA (OpError 207000)."""
+        from ..errors import fail
+        from ..status import aclError
+        address = int(array.ctypes.data)
+        if address not in capture.pinned:
+            with self.scope:
+                try:
+                    self.cp.cuda.runtime.hostRegister(address, array.nbytes, 0)
+                except Exception as e:  # noqa: BLE001 - CUDA's refusal, reported with ACL's code
+                    fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                         f"a captured copy's host buffer could not be page-locked for the graph ({e}); use "
+                         "aclrtMallocHost memory for it")
+            capture.pinned[address] = array
+
+            def unregister() -> None:
+                with self.scope:
+                    self.cp.cuda.runtime.hostUnregister(address)
+            capture.on_release.append(unregister)
+        return address
 
     def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime

@@ -245,6 +245,14 @@ class _Runtime:
                 stream.worker.drain()
 
     @staticmethod
+    def hostRegister(ptr: int, size: int, flags: int) -> None:
+        pass   # host memory is all the emulator has
+
+    @staticmethod
+    def hostUnregister(ptr: int) -> None:
+        pass
+
+    @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
         ctypes.memmove(dst, src, size)
 

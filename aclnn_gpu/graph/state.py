@@ -4,7 +4,7 @@ A `Capture` lives on the capturing stream (`DeviceStream.capture`, None otherwis
 attribute the hot paths read) from aclmdlRICaptureBegin to aclmdlRICaptureEnd. It knows its mode
 and thread, the model handle it will become, the plans and allocations the recorded work uses
 (the model keeps them: an allocation a live model uses cannot be freed), the pinned upload
-buffers of the cuda device (`keep`), and why it was invalidated, if it was.
+buffers of the cuda device (`keep`), the caller's host buffers its copies use (`pinned`), and why it was invalidated, if it was.
 
 The rules (docs/DESIGN.md "Capturing a stream" has the table and the sources):
 - `refuse_unsafe`: CANN's capture modes (acl_mdl.h, rtStreamBeginCapture's tests): a GLOBAL
@@ -47,7 +47,8 @@ if hasattr(os, "register_at_fork"):
 class Capture:
     """One capture in progress on one stream (see the module docstring)."""
 
-    __slots__ = ("handle", "device", "mode", "thread", "model", "invalidated", "plans", "allocations", "keep")
+    __slots__ = ("handle", "device", "mode", "thread", "model", "invalidated", "plans", "allocations", "keep",
+                 "pinned", "on_release")
 
     def __init__(self, handle: Any, device: Any, mode: aclmdlRICaptureMode, model: Any):
         self.handle = handle                  # the aclrtStream
@@ -59,6 +60,8 @@ class Capture:
         self.plans: list[Any] = []            # operator plans the graph runs (kept alive by the model)
         self.allocations: set[Any] = set()    # registry Allocations the recorded work uses
         self.keep: list[Any] = []             # pinned upload buffers (cuda device)
+        self.pinned: dict[int, Any] = {}      # caller's host buffers page-locked for captured copies (cuda)
+        self.on_release: list[Any] = []       # what the device undoes when the model goes (hostUnregister)
 
     # ------------------------------------------------------------------ what the recorded work uses
     def hold(self, ptr: int, nbytes: int) -> None:
@@ -86,7 +89,9 @@ class Capture:
             if alloc.models is not None:
                 alloc.models.discard(self.model)
         self.allocations = set()
-        self.plans, self.keep = [], []
+        for undo in self.on_release:
+            undo()
+        self.plans, self.keep, self.pinned, self.on_release = [], [], {}, []
 
     # ------------------------------------------------------------------ invalidation
     def invalidate(self, why: str) -> None:
