@@ -3,7 +3,8 @@ two-phase API Ascend code already calls.
 
 Everything of the public contract is importable from here: the ACL runtime (`aclrt*`), the meta API
 (`aclCreateTensor`, executors, `aclGetRecentErrMsg`), the operators (`aclnn*`), every enum as an
-IntEnum and as module constants, HCCL's collectives (`Hccl*`), ACL graph capture (`aclmdlRI*`), `AclnnError`, `current_device_kind()`, and `functional`.
+IntEnum and as module constants, HCCL's collectives (`Hccl*`), ACL graph capture (`aclmdlRI*`),
+`AclnnError`, `current_device_kind()`, and `functional`.
 """
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ def measure(families: list, calls: int, batches: int, synchronize: bool) -> dict
         for fam in families:
             p = fam.tiny()
             d = fam.data(p, np.dtype(np.float32), rng)
-            ops += [(fam.forward, fam.ours(buffers, d, "forward", p)), (fam.backward, fam.ours(buffers, d, "backward", p))]
+            ops += [(fam.forward, fam.ours(buffers, d, "forward", p)),
+                    (fam.backward, fam.ours(buffers, d, "backward", p))]
         rows = []
         for name, op in ops:
             model = capture(stream, op.enqueue)

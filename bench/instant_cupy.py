@@ -2,9 +2,10 @@
 
 The `cuda` device's code (`aclnn_gpu/device/cuda.py`) runs over it unchanged: memory is host memory
 (`device/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
-record, a stream synchronize, a stream capture and a graph launch do nothing. What a call then costs is what the library's Python
-costs on a GPU before CuPy's own few microseconds per launch: the "cuda code path" table of
-`python -m bench` (bench/host_overhead.py). Never a device to compute with.
+record, a stream synchronize, a stream capture and a graph launch do nothing. What a call then
+costs is what the library's Python costs on a GPU before CuPy's own few microseconds per launch:
+the "cuda code path" tables of `python -m bench` (bench/host_overhead.py, bench/capture.py). Never
+a device to compute with.
 """
 from __future__ import annotations
 
@@ -93,6 +94,7 @@ class _Runtime:
 
 
 _null = Stream()
-cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc, Stream=Stream, Event=Event, Graph=Graph,
+cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc, Stream=Stream, Event=Event,
+                       Graph=Graph,
                        get_elapsed_time=lambda start, end: 0.0, get_current_stream=lambda: _null,
                        runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer, Device=fakecupy.Device)

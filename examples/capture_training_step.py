@@ -128,7 +128,7 @@ class Step:
             buffer.download(stream)
 
     def close(self):
-        for execute, workspace, size, executor in self.calls:
+        for _, workspace, _, executor in self.calls:
             check(acl.aclDestroyAclOpExecutor(executor), "aclDestroyAclOpExecutor")
             if workspace:
                 check(acl.aclrtFree(workspace), "aclrtFree")

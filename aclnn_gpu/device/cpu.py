@@ -151,7 +151,7 @@ class CpuDevice(Device):
         stream.worker.begin_capture()  # type: ignore[attr-defined]
 
     def end_capture(self, stream: DeviceStream) -> CapturedWork:
-        return stream.worker.end_capture()  # type: ignore[attr-defined,no-any-return]
+        return stream.worker.end_capture()  # type: ignore[attr-defined]
 
     def launch_graph(self, graph: CapturedWork, stream: DeviceStream) -> None:
         stream.worker.replay(graph)  # type: ignore[attr-defined]

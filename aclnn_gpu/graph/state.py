@@ -4,7 +4,8 @@ A `Capture` lives on the capturing stream (`DeviceStream.capture`, None otherwis
 attribute the hot paths read) from aclmdlRICaptureBegin to aclmdlRICaptureEnd. It knows its mode
 and thread, the model handle it will become, the plans and allocations the recorded work uses
 (the model keeps them: an allocation a live model uses cannot be freed), the pinned upload
-buffers of the cuda device (`keep`), the caller's host buffers its copies use (`pinned`), and why it was invalidated, if it was.
+buffers of the cuda device (`keep`), the caller's host buffers its copies use (`pinned`), and why
+it was invalidated, if it was.
 
 The rules (docs/DESIGN.md "Capturing a stream" has the table and the sources):
 - `refuse_unsafe`: CANN's capture modes (acl_mdl.h, rtStreamBeginCapture's tests): a GLOBAL
