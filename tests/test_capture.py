@@ -93,6 +93,13 @@ class TrainingStep:
             if array.nbytes:
                 ok(acl.aclrtMemcpyAsync(self.host_out + offset, array.nbytes, tensor.data, array.nbytes, D2H, stream))
 
+    def direct_then_captured(self) -> tuple[bytes, Any]:
+        """The state after one step of direct calls, and the model of the same step captured."""
+        stream = self.b.stream
+        self.issue(stream)
+        ok(acl.aclrtSynchronizeStream(stream))
+        return self.state(), capture(stream, self.issue)
+
     def state(self) -> bytes:
         out = bytearray(sum(self.sizes))
         ok(acl.aclrtMemcpy(out, len(out), self.host_out, len(out), H2H))
@@ -111,6 +118,14 @@ def capture(stream: Any, issue: Any, mode: int = GLOBAL) -> Any:
 
 
 @pytest.fixture
+def s(session):
+    """The test's stream, memory and tensors (aclnn_gpu.samples.DeviceArrays), released after it."""
+    arrays = DeviceArrays()
+    yield arrays
+    arrays.close()
+
+
+@pytest.fixture
 def step(session):
     s = TrainingStep()
     yield s
@@ -119,11 +134,8 @@ def step(session):
 
 def test_training_step_replayed_100_times_is_bit_identical(session, step):
     stream = step.b.stream
-    step.issue(stream)
-    ok(acl.aclrtSynchronizeStream(stream))
-    direct = step.state()
+    direct, model = step.direct_then_captured()
     assert any(direct[o:o + 4] != b"\0\0\0\0" for o in step.offsets)   # the step wrote something
-    model = capture(stream, step.issue)
     ok(acl.aclrtMemset(step.host_out, sum(step.sizes), 0xFF, sum(step.sizes)))   # replay must rewrite it all
     for _ in range(100):
         ok(acl.aclmdlRIExecuteAsync(model, stream))
@@ -146,102 +158,82 @@ def test_new_inputs_in_the_same_buffers_give_new_results(session, step, rng):
     ok(acl.aclmdlRIDestroy(model))
 
 
-def test_replay_on_another_stream_and_in_stream_order(session, step):
-    stream = step.b.stream
-    step.issue(stream)
-    ok(acl.aclrtSynchronizeStream(stream))
-    direct = step.state()
-    model = capture(stream, step.issue)
+def test_replay_on_another_stream(session, step):
+    direct, model = step.direct_then_captured()
     other = ok(acl.aclrtCreateStream())
-    ok(acl.aclrtMemset(step.host_out, sum(step.sizes), 0, sum(step.sizes)))
-    ok(acl.aclmdlRIExecuteAsync(model, other))
-    ok(acl.aclmdlRIExecuteAsync(model, None))   # the default stream of the model's device
-    ok(acl.aclrtSynchronizeDevice())
-    assert step.state() == direct
+    for stream in (other, None):   # None: the default stream of the model's device
+        ok(acl.aclrtMemset(step.host_out, sum(step.sizes), 0, sum(step.sizes)))
+        ok(acl.aclmdlRIExecuteAsync(model, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
+        assert step.state() == direct
     ok(acl.aclmdlRIDestroy(model))
     ok(acl.aclrtDestroyStream(other))
 
 
-def test_captured_copies_use_the_callers_buffers_at_each_replay(session, rng):
+def test_captured_copies_use_the_callers_buffers_at_each_replay(session, s, rng):
     """A captured aclrtMemcpyAsync from / to Python buffer objects (NumPy arrays) reads and writes them
     when the replay runs, as a CUDA graph's copy node does: new contents give new results."""
-    s = DeviceArrays()
-    try:
-        x = s.tensor(np.zeros((4, 8), np.float32))
-        target = s.tensor(np.zeros((4, 8), np.float32))
-        grad, out = s.tensor(np.ones((), np.float32)), s.tensor(np.zeros((4, 8), np.float32))
-        status, workspace, size, executor = s.prepare(acl.aclnnKlDivBackwardGetWorkspaceSize, grad, x, target, 0,
-                                                      False, out)
-        assert status == 0
-        host_in, host_out = np.zeros((4, 8), np.float32), np.full((4, 8), np.nan, np.float32)
+    x = s.tensor(np.zeros((4, 8), np.float32))
+    target = s.tensor(np.zeros((4, 8), np.float32))
+    grad, out = s.tensor(np.ones((), np.float32)), s.tensor(np.zeros((4, 8), np.float32))
+    status, workspace, size, executor = s.prepare(acl.aclnnKlDivBackwardGetWorkspaceSize, grad, x, target, 0,
+                                                  False, out)
+    assert status == 0
+    host_in, host_out = np.zeros((4, 8), np.float32), np.full((4, 8), np.nan, np.float32)
 
-        def issue(st: Any) -> None:
-            ok(acl.aclrtMemcpyAsync(target.data, host_in.nbytes, host_in, host_in.nbytes, H2D, st))
-            ok(acl.aclnnKlDivBackward(workspace, size, executor, st))
-            ok(acl.aclrtMemcpyAsync(host_out, host_out.nbytes, out.data, host_out.nbytes, D2H, st))
-        model = capture(s.stream, issue)
-        for _ in range(3):
-            host_in[...] = rng.random((4, 8), dtype=np.float32)
-            ok(acl.aclmdlRIExecuteAsync(model, s.stream))
-            ok(acl.aclrtSynchronizeStream(s.stream))
-            np.testing.assert_array_equal(host_out, -host_in)   # "none": -target * grad
-        ok(acl.aclmdlRIDestroy(model))
-    finally:
-        s.close()
-
-
-def test_captured_work_is_recorded_not_run(session):
-    s = DeviceArrays()
-    try:
-        ptr = s.malloc(64)
-        ok(acl.aclrtMemset(ptr, 64, 1, 64))
-        model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 7, 64, st)))
-        seen = bytearray(64)
-        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
-        assert seen == bytes([1]) * 64           # nothing ran at capture time
+    def issue(st: Any) -> None:
+        ok(acl.aclrtMemcpyAsync(target.data, host_in.nbytes, host_in, host_in.nbytes, H2D, st))
+        ok(acl.aclnnKlDivBackward(workspace, size, executor, st))
+        ok(acl.aclrtMemcpyAsync(host_out, host_out.nbytes, out.data, host_out.nbytes, D2H, st))
+    model = capture(s.stream, issue)
+    for _ in range(3):
+        host_in[...] = rng.random((4, 8), dtype=np.float32)
         ok(acl.aclmdlRIExecuteAsync(model, s.stream))
         ok(acl.aclrtSynchronizeStream(s.stream))
-        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
-        assert seen == bytes([7]) * 64
-        ok(acl.aclmdlRIDestroy(model))
-    finally:
-        s.close()
+        np.testing.assert_array_equal(host_out, -host_in)   # "none": -target * grad
+    ok(acl.aclmdlRIDestroy(model))
+
+
+def test_captured_work_is_recorded_not_run(session, s):
+    ptr = s.malloc(64)
+    ok(acl.aclrtMemset(ptr, 64, 1, 64))
+    model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 7, 64, st)))
+    seen = bytearray(64)
+    ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+    assert seen == bytes([1]) * 64           # nothing ran at capture time
+    ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+    assert seen == bytes([7]) * 64
+    ok(acl.aclmdlRIDestroy(model))
 
 
 # ------------------------------------------------------------------------------------------ GetInfo, End
-def test_get_info_states(session):
-    s = DeviceArrays()
-    try:
-        status_of = lambda: acl.aclmdlRICaptureGetInfo(s.stream)  # noqa: E731
-        assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
-        assert acl.aclmdlRICaptureGetInfo(None) == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
-        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
-        ret, status, model = status_of()
-        assert (ret, status) == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE) and isinstance(model, acl.aclmdlRI)
-        assert acl.aclmdlRIExecuteAsync(model, None) == E.ACL_ERROR_RT_MODEL_CAPTURED   # not ended yet
-        assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_CAPTURED
-        assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
-        assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED, model)
-        ret, none = acl.aclmdlRICaptureEnd(s.stream)
-        assert (ret, none) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None)
-        assert "aclrtSynchronizeStream" in acl.aclGetRecentErrMsg()
-        assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
-        ok(acl.aclrtSynchronizeStream(s.stream))     # a normal stream again
-        ret, model = acl.aclmdlRICaptureEnd(s.stream)
-        assert (ret, model) == (E.ACL_ERROR_RT_STREAM_NOT_CAPTURED, None)
-    finally:
-        s.close()
+def test_get_info_states(session, s):
+    status_of = lambda: acl.aclmdlRICaptureGetInfo(s.stream)  # noqa: E731
+    assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
+    assert acl.aclmdlRICaptureGetInfo(None) == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    ret, status, model = status_of()
+    assert (ret, status) == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE) and isinstance(model, acl.aclmdlRI)
+    assert acl.aclmdlRIExecuteAsync(model, None) == E.ACL_ERROR_RT_MODEL_CAPTURED   # not ended yet
+    assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_CAPTURED
+    assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
+    assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED, model)
+    ret, none = acl.aclmdlRICaptureEnd(s.stream)
+    assert (ret, none) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None)
+    assert "aclrtSynchronizeStream" in acl.aclGetRecentErrMsg()
+    assert status_of() == (0, acl.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None)
+    ok(acl.aclrtSynchronizeStream(s.stream))     # a normal stream again
+    ret, model = acl.aclmdlRICaptureEnd(s.stream)
+    assert (ret, model) == (E.ACL_ERROR_RT_STREAM_NOT_CAPTURED, None)
 
 
-def test_an_empty_capture_replays_nothing(session):
-    s = DeviceArrays()
-    try:
-        model = capture(s.stream, lambda st: None)
-        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
-        ok(acl.aclrtSynchronizeStream(s.stream))
-        ok(acl.aclmdlRIDestroy(model))
-    finally:
-        s.close()
+def test_an_empty_capture_replays_nothing(session, s):
+    model = capture(s.stream, lambda st: None)
+    ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
 
 
 # ------------------------------------------------------------------------------------------ the rules
@@ -277,67 +269,55 @@ def _refusals(s: DeviceArrays, ptr: int, event: Any) -> list[tuple[str, Any, int
 
 
 @pytest.mark.parametrize("index", range(13))
-def test_capture_rules_refused(session, index):
-    s = DeviceArrays()
-    try:
-        ptr = s.malloc(64)
-        event = ok(acl.aclrtCreateEvent())
-        ok(acl.aclrtRecordEvent(event, None))
-        ok(acl.aclrtSynchronizeEvent(event))
-        name, call, code, invalidates = _refusals(s, ptr, event)[index]
-        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
-        ok(acl.aclrtMemsetAsync(ptr, 64, 3, 64, s.stream))
-        result = call()
-        assert (result[0] if isinstance(result, tuple) else result) == code, (name, acl.aclGetRecentErrMsg())
-        message = acl.aclGetRecentErrMsg()
-        assert message.startswith("acl") and ("captur" in message or "model" in message), message
-        ret, model = acl.aclmdlRICaptureEnd(s.stream)
-        if invalidates:
-            assert (ret, model) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None), name
-        else:
-            assert ret == 0, (name, acl.aclGetRecentErrMsg())
-            ok(acl.aclmdlRIExecuteAsync(model, s.stream))
-            ok(acl.aclrtSynchronizeStream(s.stream))
-            ok(acl.aclmdlRIDestroy(model))
-        ok(acl.aclrtDestroyEvent(event))
-    finally:
-        s.close()
-
-
-def test_work_after_an_invalidation_is_refused(session):
-    s = DeviceArrays()
-    try:
-        ptr = s.malloc(64)
-        ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
-        assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
-        assert acl.aclrtMemsetAsync(ptr, 64, 0, 64, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
-        assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
-    finally:
-        s.close()
-
-
-def test_bad_arguments(session):
-    s = DeviceArrays()
-    try:
-        assert acl.aclmdlRICaptureBegin(None, GLOBAL) == E.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT
-        for mode in (3, -1, True, "0", None):
-            assert acl.aclmdlRICaptureBegin(s.stream, mode) == E.ACL_ERROR_RT_PARAM_INVALID, mode
-        assert acl.aclmdlRICaptureBegin("stream", GLOBAL) == E.ACL_ERROR_RT_PARAM_INVALID
-        assert acl.aclmdlRICaptureEnd(None) == (E.ACL_ERROR_RT_STREAM_NOT_CAPTURED, None)
-        for bad in (None, 0, "model", s.stream):
-            assert acl.aclmdlRIExecuteAsync(bad, s.stream) == E.ACL_ERROR_RT_PARAM_INVALID
-            assert acl.aclmdlRIDestroy(bad) == E.ACL_ERROR_RT_PARAM_INVALID
-        model = capture(s.stream, lambda st: None)
-        assert acl.aclmdlRIExecuteAsync(model, "stream") == E.ACL_ERROR_RT_PARAM_INVALID
-        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
-        assert acl.aclmdlRIExecuteAsync(model, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED   # no nested graphs
-        ok(acl.aclmdlRIDestroy(ok(acl.aclmdlRICaptureEnd(s.stream))))
+def test_capture_rules_refused(session, s, index):
+    ptr = s.malloc(64)
+    event = ok(acl.aclrtCreateEvent())
+    ok(acl.aclrtRecordEvent(event, None))
+    ok(acl.aclrtSynchronizeEvent(event))
+    name, call, code, invalidates = _refusals(s, ptr, event)[index]
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    ok(acl.aclrtMemsetAsync(ptr, 64, 3, 64, s.stream))
+    result = call()
+    assert (result[0] if isinstance(result, tuple) else result) == code, (name, acl.aclGetRecentErrMsg())
+    message = acl.aclGetRecentErrMsg()
+    assert message.startswith("acl") and ("captur" in message or "model" in message), message
+    ret, model = acl.aclmdlRICaptureEnd(s.stream)
+    if invalidates:
+        assert (ret, model) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None), name
+    else:
+        assert ret == 0, (name, acl.aclGetRecentErrMsg())
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
         ok(acl.aclmdlRIDestroy(model))
-        assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_PARAM_INVALID
-        assert acl.aclmdlRIExecuteAsync(model, s.stream) == E.ACL_ERROR_RT_PARAM_INVALID
-        assert "destroyed" in acl.aclGetRecentErrMsg()
-    finally:
-        s.close()
+    ok(acl.aclrtDestroyEvent(event))
+
+
+def test_work_after_an_invalidation_is_refused(session, s):
+    ptr = s.malloc(64)
+    ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+    assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED
+    assert acl.aclrtMemsetAsync(ptr, 64, 0, 64, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+
+
+def test_bad_arguments(session, s):
+    assert acl.aclmdlRICaptureBegin(None, GLOBAL) == E.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT
+    for mode in (3, -1, True, "0", None):
+        assert acl.aclmdlRICaptureBegin(s.stream, mode) == E.ACL_ERROR_RT_PARAM_INVALID, mode
+    assert acl.aclmdlRICaptureBegin("stream", GLOBAL) == E.ACL_ERROR_RT_PARAM_INVALID
+    assert acl.aclmdlRICaptureEnd(None) == (E.ACL_ERROR_RT_STREAM_NOT_CAPTURED, None)
+    for bad in (None, 0, "model", s.stream):
+        assert acl.aclmdlRIExecuteAsync(bad, s.stream) == E.ACL_ERROR_RT_PARAM_INVALID
+        assert acl.aclmdlRIDestroy(bad) == E.ACL_ERROR_RT_PARAM_INVALID
+    model = capture(s.stream, lambda st: None)
+    assert acl.aclmdlRIExecuteAsync(model, "stream") == E.ACL_ERROR_RT_PARAM_INVALID
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    assert acl.aclmdlRIExecuteAsync(model, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED   # no nested graphs
+    ok(acl.aclmdlRIDestroy(ok(acl.aclmdlRICaptureEnd(s.stream))))
+    ok(acl.aclmdlRIDestroy(model))
+    assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_PARAM_INVALID
+    assert acl.aclmdlRIExecuteAsync(model, s.stream) == E.ACL_ERROR_RT_PARAM_INVALID
+    assert "destroyed" in acl.aclGetRecentErrMsg()
 
 
 # ------------------------------------------------------------------------------------------ modes and threads
@@ -355,37 +335,29 @@ def _in_thread(fn: Any) -> Any:
     (THREAD_LOCAL, E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, 0),
     (RELAXED, 0, 0),
 ])
-def test_modes_decide_which_threads_may_make_unsafe_calls(session, mode, here, elsewhere):
-    s = DeviceArrays()
-    try:
-        ptr = s.malloc(64)
-        ok(acl.aclmdlRICaptureBegin(s.stream, mode))
-        assert acl.aclrtMemset(ptr, 64, 0, 64) == here
-        assert _in_thread(lambda: acl.aclrtMemset(ptr, 64, 0, 64)) == elsewhere
-        ret, extra = acl.aclrtMalloc(16, 0)
-        assert ret == here
-        if extra:
-            ok(acl.aclrtFree(extra))
-        model = ok(acl.aclmdlRICaptureEnd(s.stream))   # a mode refusal leaves the capture valid (as CANN)
-        ok(acl.aclmdlRIDestroy(model))
-        ok(acl.aclrtMemset(ptr, 64, 0, 64))          # allowed again once the capture ended
-    finally:
-        s.close()
+def test_modes_decide_which_threads_may_make_unsafe_calls(session, s, mode, here, elsewhere):
+    ptr = s.malloc(64)
+    ok(acl.aclmdlRICaptureBegin(s.stream, mode))
+    assert acl.aclrtMemset(ptr, 64, 0, 64) == here
+    assert _in_thread(lambda: acl.aclrtMemset(ptr, 64, 0, 64)) == elsewhere
+    ret, extra = acl.aclrtMalloc(16, 0)
+    assert ret == here
+    if extra:
+        ok(acl.aclrtFree(extra))
+    model = ok(acl.aclmdlRICaptureEnd(s.stream))   # a mode refusal leaves the capture valid (as CANN)
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtMemset(ptr, 64, 0, 64))          # allowed again once the capture ended
 
 
 @pytest.mark.parametrize("mode, code", [(GLOBAL, E.ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD),
                                         (THREAD_LOCAL, E.ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD), (RELAXED, 0)])
-def test_end_from_another_thread(session, mode, code):
-    s = DeviceArrays()
-    try:
-        ok(acl.aclmdlRICaptureBegin(s.stream, mode))
-        ret, model = _in_thread(lambda: acl.aclmdlRICaptureEnd(s.stream))
-        assert ret == code
-        if ret:
-            model = ok(acl.aclmdlRICaptureEnd(s.stream))   # still active: its own thread ends it
-        ok(acl.aclmdlRIDestroy(model))
-    finally:
-        s.close()
+def test_end_from_another_thread(session, s, mode, code):
+    ok(acl.aclmdlRICaptureBegin(s.stream, mode))
+    ret, model = _in_thread(lambda: acl.aclmdlRICaptureEnd(s.stream))
+    assert ret == code
+    if ret:
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))   # still active: its own thread ends it
+    ok(acl.aclmdlRIDestroy(model))
 
 
 def test_captures_on_two_streams_from_two_threads(session):
@@ -418,58 +390,50 @@ def test_captures_on_two_streams_from_two_threads(session):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork() is POSIX only")
-def test_a_fork_child_does_not_inherit_the_parents_capture(session):
+def test_a_fork_child_does_not_inherit_the_parents_capture(session, s):
     """A child forked while the parent captures in GLOBAL mode may allocate (its runtime is clean);
     bounded: the child answers within 120 s or the test fails."""
     import multiprocessing
     fork = multiprocessing.get_context("fork")
-    s = DeviceArrays()
-    try:
-        ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
-        assert acl.aclrtMalloc(16, 0)[0] == E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT
-        reader, writer = fork.Pipe(duplex=False)
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    assert acl.aclrtMalloc(16, 0)[0] == E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT
+    reader, writer = fork.Pipe(duplex=False)
 
-        def child() -> None:
-            ret, ptr = acl.aclrtMalloc(16, 0)
-            writer.send((int(ret), acl.aclGetRecentErrMsg() if ret else ""))
-        process = fork.Process(target=child, daemon=True)
-        process.start()
-        writer.close()
-        try:
-            assert reader.poll(120), "the forked child did not answer within 120 s"
-            assert reader.recv() == (0, "")
-        finally:
-            process.join(120)
-            if process.is_alive():
-                process.kill()
-        ok(acl.aclmdlRIDestroy(ok(acl.aclmdlRICaptureEnd(s.stream))))
+    def child() -> None:
+        ret, ptr = acl.aclrtMalloc(16, 0)
+        writer.send((int(ret), acl.aclGetRecentErrMsg() if ret else ""))
+    process = fork.Process(target=child, daemon=True)
+    process.start()
+    writer.close()
+    try:
+        assert reader.poll(120), "the forked child did not answer within 120 s"
+        assert reader.recv() == (0, "")
     finally:
-        s.close()
+        process.join(120)
+        if process.is_alive():
+            process.kill()
+    ok(acl.aclmdlRIDestroy(ok(acl.aclmdlRICaptureEnd(s.stream))))
 
 
 # ------------------------------------------------------------------------------------------ events in a capture
-def test_events_recorded_and_waited_in_a_capture(session):
-    s = DeviceArrays()
-    try:
-        ptr = s.malloc(64)
-        event = ok(acl.aclrtCreateEvent())
+def test_events_recorded_and_waited_in_a_capture(session, s):
+    ptr = s.malloc(64)
+    event = ok(acl.aclrtCreateEvent())
 
-        def issue(st: Any) -> None:
-            ok(acl.aclrtMemsetAsync(ptr, 64, 4, 64, st))
-            ok(acl.aclrtRecordEvent(event, st))
-            ok(acl.aclrtStreamWaitEvent(st, event))   # recorded in the same capture: allowed
-        model = capture(s.stream, issue)
-        ok(acl.aclrtSynchronizeEvent(event))          # never replayed yet: complete, never a hang
-        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
-        ok(acl.aclrtSynchronizeEvent(event))          # the replay's record
-        seen = bytearray(64)
-        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
-        assert seen == bytes([4]) * 64
-        assert acl.aclrtQueryEventStatus(event) == (0, acl.ACL_EVENT_RECORDED_STATUS_COMPLETE)
-        ok(acl.aclmdlRIDestroy(model))
-        ok(acl.aclrtDestroyEvent(event))
-    finally:
-        s.close()
+    def issue(st: Any) -> None:
+        ok(acl.aclrtMemsetAsync(ptr, 64, 4, 64, st))
+        ok(acl.aclrtRecordEvent(event, st))
+        ok(acl.aclrtStreamWaitEvent(st, event))   # recorded in the same capture: allowed
+    model = capture(s.stream, issue)
+    ok(acl.aclrtSynchronizeEvent(event))          # never replayed yet: complete, never a hang
+    ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+    ok(acl.aclrtSynchronizeEvent(event))          # the replay's record
+    seen = bytearray(64)
+    ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+    assert seen == bytes([4]) * 64
+    assert acl.aclrtQueryEventStatus(event) == (0, acl.ACL_EVENT_RECORDED_STATUS_COMPLETE)
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyEvent(event))
 
 
 # ------------------------------------------------------------------------------------------ lifetime
@@ -509,10 +473,7 @@ def test_destroyed_executors_and_tensors_still_replay(session):
     step = TrainingStep(seed=3)
     try:
         stream = step.b.stream
-        step.issue(stream)
-        ok(acl.aclrtSynchronizeStream(stream))
-        direct = step.state()
-        model = capture(stream, step.issue)
+        direct, model = step.direct_then_captured()
         for op in step.ops:
             op.close()                                   # aclDestroyAclOpExecutor
         for tensor, _ in step.b.made:
@@ -527,23 +488,19 @@ def test_destroyed_executors_and_tensors_still_replay(session):
         step.close()
 
 
-def test_destroy_while_a_replay_is_queued(session):
+def test_destroy_while_a_replay_is_queued(session, s):
     if session.kind == "cuda":
         pytest.skip("holds the stream with a host wait queued on its worker thread (cpu and emulated)")
-    s = DeviceArrays()
-    try:
-        ptr = s.malloc(64)
-        model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 2, 64, st)))
-        blocker = threading.Event()
-        # hold the replay's stream behind a host wait queued before it (cpu / emulated workers)
-        _queue_host_wait(s.stream, blocker)
-        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
-        assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_RUNNING
-        blocker.set()
-        ok(acl.aclrtSynchronizeStream(s.stream))
-        ok(acl.aclmdlRIDestroy(model))
-    finally:
-        s.close()
+    ptr = s.malloc(64)
+    model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 2, 64, st)))
+    blocker = threading.Event()
+    # hold the replay's stream behind a host wait queued before it (cpu / emulated workers)
+    _queue_host_wait(s.stream, blocker)
+    ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+    assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_RUNNING
+    blocker.set()
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
 
 
 def _queue_host_wait(stream: Any, blocker: threading.Event) -> None:
@@ -586,10 +543,7 @@ def test_captured_uploads_do_not_come_from_the_reused_ring():
     others = common.Buffers()
     try:
         stream = step.b.stream
-        step.issue(stream)
-        ok(acl.aclrtSynchronizeStream(stream))
-        direct = step.state()
-        model = capture(stream, step.issue)
+        direct, model = step.direct_then_captured()
         assert model.capture.keep, "no table upload was captured: the test would prove nothing"
         rng = np.random.default_rng(7)
         ctc = next(fam for fam in FAMILIES if fam.name == "CtcLoss")   # tiny CTC plans upload a table each
