@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import aclnn_gpu as acl
 from aclnn_gpu.samples import DeviceArrays
@@ -192,6 +194,61 @@ def test_captured_copies_use_the_callers_buffers_at_each_replay(session, s, rng)
         ok(acl.aclrtSynchronizeStream(s.stream))
         np.testing.assert_array_equal(host_out, -host_in)   # "none": -target * grad
     ok(acl.aclmdlRIDestroy(model))
+
+
+PROGRAMS = st.lists(st.one_of(
+    st.tuples(st.just("memset"), st.integers(0, 3), st.integers(0, 255)),
+    st.tuples(st.just("copy"), st.integers(0, 3), st.integers(0, 3)),      # device buffer -> device buffer
+    st.tuples(st.just("upload"), st.integers(0, 3), st.integers(0, 1)),    # host array -> device buffer
+    st.tuples(st.just("download"), st.integers(2, 3), st.integers(0, 3)),  # device buffer -> host array
+), min_size=1, max_size=10)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(program=PROGRAMS)
+def test_any_program_of_copies_and_memsets_replays_as_it_runs(session, s, program):
+    """Any sequence of asynchronous copies and memsets, run twice by direct calls or captured and
+    replayed twice, leaves the same bytes in every device buffer and host array. (Uploads read host
+    arrays 0-1 and downloads write 2-3: a direct upload reads its array when it is called, a
+    replayed one when it runs, so an array written by a download in between would differ.)"""
+    if not hasattr(s, "program_buffers"):
+        s.program_buffers = [s.malloc(64) for _ in range(4)]
+    buffers = s.program_buffers
+    start = np.random.default_rng(len(program)).integers(0, 256, (8, 64)).astype(np.uint8)
+
+    def run(replay: bool) -> list[bytes]:
+        hosts = [row.copy() for row in start[4:]]
+        for ptr, row in zip(buffers, start):
+            ok(acl.aclrtMemcpy(ptr, 64, row, 64, H2D))
+
+        def issue(stream: Any) -> None:
+            for op, a, b in program:
+                if op == "memset":
+                    ok(acl.aclrtMemsetAsync(buffers[a], 64, b, 64, stream))
+                elif op == "copy":
+                    ok(acl.aclrtMemcpyAsync(buffers[b], 64, buffers[a], 64, acl.ACL_MEMCPY_DEVICE_TO_DEVICE, stream))
+                elif op == "upload":
+                    ok(acl.aclrtMemcpyAsync(buffers[a], 64, hosts[b], 64, H2D, stream))
+                else:
+                    ok(acl.aclrtMemcpyAsync(hosts[a], 64, buffers[b], 64, D2H, stream))
+        if replay:
+            model = capture(s.stream, issue)
+            for _ in range(2):
+                ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        else:
+            for _ in range(2):
+                issue(s.stream)
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        if replay:
+            ok(acl.aclmdlRIDestroy(model))
+        state = [bytes(h) for h in hosts]
+        for ptr in buffers:
+            out = bytearray(64)
+            ok(acl.aclrtMemcpy(out, 64, ptr, 64, D2H))
+            state.append(bytes(out))
+        return state
+
+    assert run(replay=True) == run(replay=False)
 
 
 def test_captured_work_is_recorded_not_run(session, s):
@@ -387,6 +444,19 @@ def test_captures_on_two_streams_from_two_threads(session):
         t.join(timeout=120)
         assert not t.is_alive()
     assert results == {5: bytes([5]) * 256, 9: bytes([9]) * 256}
+
+
+def test_a_device_reset_ends_its_captures(session):
+    """aclrtResetDevice while a GLOBAL capture is in progress: the capture is gone with its stream, and
+    allocations are allowed again."""
+    s = DeviceArrays()
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    assert acl.aclrtMalloc(16, 0)[0] == E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT
+    ok(acl.aclrtResetDevice(0))
+    ok(acl.aclrtSetDevice(0))
+    ok(acl.aclrtFree(ok(acl.aclrtMalloc(16, 0))))
+    assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_PARAM_INVALID   # the stream's device was reset
+    assert "reset" in acl.aclGetRecentErrMsg()
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork() is POSIX only")

@@ -118,11 +118,22 @@ def _host_capture(impl: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- the rules
+def live_captures() -> list[Capture]:
+    """ACTIVE without the captures of devices reset since (aclrtResetDevice ends them: their streams
+    are gone), which are dropped from it."""
+    captures = list(ACTIVE)
+    if any(capture.device.stale is not None for capture in captures):
+        with lock:
+            ACTIVE[:] = [capture for capture in ACTIVE if capture.device.stale is None]
+        captures = list(ACTIVE)
+    return captures
+
+
 def refuse_unsafe(fn: str) -> None:
     """A synchronous copy or memset, or an allocation or free, while a capture's mode forbids it to
     this thread (see the module docstring). Called only when ACTIVE is not empty."""
     me = threading.current_thread()
-    for capture in list(ACTIVE):
+    for capture in live_captures():
         if capture.mode == GLOBAL or (capture.mode == THREAD_LOCAL and capture.thread is me):
             fail(aclError.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
                  f"{fn}: not allowed while {capture.describe()}: that mode forbids synchronous copies and "
@@ -142,7 +153,7 @@ def refuse_stream_sync(fn: str, impl: Any) -> None:
 
 def refuse_device_sync(fn: str, device: Any) -> None:
     """Waiting for every stream of a device one of whose streams captures: refused, capture invalidated."""
-    for capture in list(ACTIVE):
+    for capture in live_captures():
         if capture.device is device:
             refuse_stream_sync(fn, capture.handle.impl)
 
