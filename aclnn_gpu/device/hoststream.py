@@ -171,10 +171,6 @@ class HostStream:
             task = None  # drop the reference before sleeping
 
     def _put(self, task: object) -> None:
-        capture = self.capture
-        if capture is not None:
-            capture.add(task)
-            return
         if self.generation != _generation:
             raise StreamForked()
         with self._lock:
@@ -203,13 +199,17 @@ class HostStream:
         self._put(lambda: mark.done.wait())
 
     def begin_capture(self) -> None:
+        """From now on `_put` appends to a CapturedWork: an instance attribute shadowing the method, so
+        a stream that does not capture pays nothing for capture."""
         self.capture = CapturedWork()
+        self._put = self.capture.add   # type: ignore[method-assign]
 
     def end_capture(self) -> CapturedWork:
         """The captured list; its event marks read as complete until a replay re-arms them (an event
         recorded in a capture that is never replayed must not make its waiters hang)."""
         work, self.capture = self.capture, None
         assert work is not None
+        del self._put   # the class's method again
         for step in work.steps:
             if isinstance(step, HostEventMark):
                 step.complete()
