@@ -502,6 +502,36 @@ def test_events_recorded_and_waited_in_a_capture(session, s):
     ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
     assert seen == bytes([4]) * 64
     assert acl.aclrtQueryEventStatus(event) == (0, acl.ACL_EVENT_RECORDED_STATUS_COMPLETE)
+
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyEvent(event))
+
+
+def test_a_replay_queued_while_another_runs_its_record_and_wait(session, s):
+    """A replay re-arms the marks of the events its capture recorded when it is queued: one queued while
+    an earlier replay is between its record and its wait of the same event must not hang it."""
+    if session.kind == "cuda":
+        pytest.skip("holds the replay with a host wait captured on the stream's worker (cpu and emulated)")
+    event = ok(acl.aclrtCreateEvent())
+    reached, between = threading.Event(), threading.Event()
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    ok(acl.aclrtRecordEvent(event, s.stream))
+    _queue_host_task(s.stream, lambda: (reached.set(), between.wait(60)))   # captured: the replay stops here
+    ok(acl.aclrtStreamWaitEvent(s.stream, event))
+    model = ok(acl.aclmdlRICaptureEnd(s.stream))
+
+    def replays() -> int:
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        assert reached.wait(60)                          # the first replay is between its record and its wait
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))   # re-arms the event's marks
+        between.set()
+        return int(acl.aclrtSynchronizeStream(s.stream))
+    try:
+        assert _in_thread(replays) == 0
+    finally:   # on a failure, free the worker that waits (else the stream's teardown would hang too)
+        between.set()
+        impl = event.impl
+        (impl.mark if hasattr(impl, "mark") else impl.cupy.mark).complete()
     ok(acl.aclmdlRIDestroy(model))
     ok(acl.aclrtDestroyEvent(event))
 
@@ -565,7 +595,7 @@ def test_destroy_while_a_replay_is_queued(session, s):
     model = capture(s.stream, lambda st: ok(acl.aclrtMemsetAsync(ptr, 64, 2, 64, st)))
     blocker = threading.Event()
     # hold the replay's stream behind a host wait queued before it (cpu / emulated workers)
-    _queue_host_wait(s.stream, blocker)
+    _queue_host_task(s.stream, lambda: blocker.wait(60))
     ok(acl.aclmdlRIExecuteAsync(model, s.stream))
     assert acl.aclmdlRIDestroy(model) == E.ACL_ERROR_RT_MODEL_RUNNING
     blocker.set()
@@ -573,10 +603,11 @@ def test_destroy_while_a_replay_is_queued(session, s):
     ok(acl.aclmdlRIDestroy(model))
 
 
-def _queue_host_wait(stream: Any, blocker: threading.Event) -> None:
+def _queue_host_task(stream: Any, task: Any) -> None:
+    """Queue a host function on the stream's worker thread (cpu: impl.worker; emulated: impl.cupy.worker)."""
     impl = stream.impl
     worker = getattr(impl, "worker", None) or impl.cupy.worker
-    worker.submit(lambda: blocker.wait(60))
+    worker.submit(task)
 
 
 def test_a_model_replays_only_on_its_own_device(session, monkeypatch):
