@@ -567,6 +567,26 @@ def test_a_failed_capture_keeps_no_memory(session):
         s.close()
 
 
+def test_a_capture_the_device_fails_to_end_is_invalidated(session, s, monkeypatch):
+    """When the device itself cannot end the capture (CUDA invalidated it: e.g. work on the legacy
+    stream), End answers 507903 with the device's reason, and the memory is free again."""
+    ptr = s.malloc(64)
+    device = s.stream.device
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    ok(acl.aclrtMemsetAsync(ptr, 64, 1, 64, s.stream))
+    real = device.end_capture
+
+    def failing(impl: Any) -> Any:
+        real(impl)
+        raise RuntimeError("cudaErrorStreamCaptureInvalidated")
+    monkeypatch.setattr(device, "end_capture", failing)
+    assert acl.aclmdlRICaptureEnd(s.stream) == (E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, None)
+    assert "cudaErrorStreamCaptureInvalidated" in acl.aclGetRecentErrMsg()
+    monkeypatch.undo()
+    ok(acl.aclrtFree(ptr))
+    s.pointers.remove(ptr)
+
+
 def test_destroyed_executors_and_tensors_still_replay(session):
     """The model keeps the plans it captured: destroying the executors and tensors after the capture
     changes nothing to its replays (the device memory itself stays: aclrtFree is refused)."""

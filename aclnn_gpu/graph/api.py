@@ -119,8 +119,12 @@ def aclmdlRICaptureEnd(stream: aclrtStream) -> tuple[int, aclmdlRI]:
                  "ACL_MODEL_RI_CAPTURE_MODE_RELAXED the capture must end in the thread that began it")
         state.ACTIVE.remove(capture)
         handle.impl.capture = None
-        graph = capture.device.end_capture(handle.impl)
         model = capture.model
+        try:
+            graph = capture.device.end_capture(handle.impl)
+        except Exception as e:  # noqa: BLE001 - CUDA invalidated the capture itself (e.g. legacy-stream work)
+            capture.invalidate(f"the device ended the capture with {type(e).__name__}: {e}")
+            graph = None
         if capture.invalidated is not None:
             capture.release()
             model.destroyed = True
