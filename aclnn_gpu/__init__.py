@@ -3,13 +3,17 @@ two-phase API Ascend code already calls.
 
 Everything of the public contract is importable from here: the ACL runtime (`aclrt*`), the meta API
 (`aclCreateTensor`, executors, `aclGetRecentErrMsg`), the operators (`aclnn*`), every enum as an
-IntEnum and as module constants, HCCL's collectives (`Hccl*`), `AclnnError`, `current_device_kind()`, and `functional`.
+IntEnum and as module constants, HCCL's collectives (`Hccl*`), ACL graph capture (`aclmdlRI*`),
+`AclnnError`, `current_device_kind()`, and `functional`.
 """
 from __future__ import annotations
 
 from . import status as _status
 from .errors import AclnnError, aclGetRecentErrMsg
 from .hccl import *  # noqa: F401,F403 - HCCL's collectives, HcclComm and the HCCL enums
+from .graph import (
+    aclmdlRI, aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRIDestroy, aclmdlRIExecuteAsync,
+)
 from .executor import aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable
 from .ops.registry import *  # noqa: F401,F403 - the aclnn* operator functions
 from .ops.registry import __all__ as _ops_all

@@ -12,6 +12,9 @@ used only where peer access is enabled; `aclrtMemcpy` copies between any two dev
 (`ACLNN_GPU_DEVICE`) and the number of virtual devices (`ACLNN_GPU_DEVICE_COUNT`) are read when the
 first device is made. Code built on the runtime uses `device_of(id)` and `current_device()`.
 
+Capture (`graph/`): while a stream captures (`DeviceStream.capture` is set), the calls its rules
+forbid are refused here, each behind one check of `_capture.ACTIVE` or of the stream's `capture`.
+
 Fork: the child starts with a clean runtime (`_after_fork_in_child` here and in `device/current.py`);
 the parent's handles are refused there, and after a CUDA parent every device call names the fix
 (the spawn start method). Which devices exist and which one is current: `device/current.py`.
@@ -33,6 +36,7 @@ from .device.current import (  # noqa: F401 - re-exported: the names other code 
 )
 from .device.current import locate as _locate
 from .errors import c_api, fail
+from .graph import state as _capture
 from .status import aclError, aclrtMemcpyKind, aclSysParamOpt
 
 OK = aclError.ACL_SUCCESS
@@ -127,6 +131,8 @@ def aclrtGetDeviceCount() -> tuple[int, int]:
 @c_api()
 def aclrtSynchronizeDevice() -> int:
     device = get_device()
+    if _capture.ACTIVE:
+        _capture.refuse_device_sync("aclrtSynchronizeDevice", device)
     for stream in device.live_streams():
         _sync(stream, "aclrtSynchronizeDevice")
     return OK
@@ -260,6 +266,9 @@ def aclrtDestroyStream(stream: aclrtStream) -> int:
     if stream is None:
         fail(PARAM, "aclrtDestroyStream: stream is null (the default stream cannot be destroyed)")
     _stream_owner(stream, "aclrtDestroyStream")
+    if stream.impl.capture is not None:
+        fail(aclError.ACL_ERROR_RT_STREAM_CAPTURED, f"aclrtDestroyStream: {stream.impl.capture.describe()}; end the "
+                                                    "capture (aclmdlRICaptureEnd) before destroying the stream")
     stream.destroyed = True
     stream.impl.close()
     return OK
@@ -272,18 +281,21 @@ def aclrtSynchronizeStream(stream: aclrtStream | None) -> int:
     else:   # any thread may wait for any device's stream
         _stream_owner(stream, "aclrtSynchronizeStream")
         impl = stream.impl
+        if impl.capture is not None:
+            _capture.refuse_stream_sync("aclrtSynchronizeStream", impl)
     _sync(impl, "aclrtSynchronizeStream")
     return OK
 
 
 # ---------------------------------------------------------------------------- events
 class aclrtEvent:
-    __slots__ = ("impl", "device", "destroyed", "__weakref__")
+    __slots__ = ("impl", "device", "destroyed", "capture", "__weakref__")
 
     def __init__(self, impl: DeviceEvent, device: Device):
         self.impl = impl
         self.device = device
         self.destroyed = False
+        self.capture = None   # the capture its latest record was made in (graph/state.py), else None
 
 
 def _event(event: Any, fn: str, what: str = "event") -> DeviceEvent:
@@ -318,7 +330,11 @@ def aclrtDestroyEvent(event: aclrtEvent) -> int:
 def aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream | None) -> int:
     impl = _event(event, "aclrtRecordEvent")
     # recorded on a stream of the event's own device (CUDA's rule); any stream may wait for it
-    impl.record(resolve_stream(stream, "aclrtRecordEvent", device=event.device))
+    target = resolve_stream(stream, "aclrtRecordEvent", device=event.device)
+    if target.capture is not None:
+        _capture.refuse_invalidated("aclrtRecordEvent", target.capture)
+    impl.record(target)
+    event.capture = target.capture
     return OK
 
 
@@ -326,20 +342,31 @@ def aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream | None) -> int:
 def aclrtStreamWaitEvent(stream: aclrtStream | None, event: aclrtEvent) -> int:
     impl = _event(event, "aclrtStreamWaitEvent")
     device = get_device()
-    device.stream_wait_event(resolve_stream(stream, "aclrtStreamWaitEvent", device=device), impl)
+    target = resolve_stream(stream, "aclrtStreamWaitEvent", device=device)
+    if target.capture is not None or event.capture is not None:
+        _capture.refuse_wait("aclrtStreamWaitEvent", target, event)
+        if target.capture is not None:
+            _capture.refuse_invalidated("aclrtStreamWaitEvent", target.capture)
+    device.stream_wait_event(target, impl)
     return OK
 
 
 @c_api()
 def aclrtSynchronizeEvent(event: aclrtEvent) -> int:
-    _event(event, "aclrtSynchronizeEvent").synchronize()
+    impl = _event(event, "aclrtSynchronizeEvent")
+    if event.capture is not None:
+        _capture.refuse_captured_event("aclrtSynchronizeEvent", event)
+    impl.synchronize()
     return OK
 
 
 @c_api(n_out=1)
 def aclrtQueryEventStatus(event: aclrtEvent) -> tuple[int, int]:
     from .status import aclrtEventRecordedStatus as S
-    done = _event(event, "aclrtQueryEventStatus").query()
+    impl = _event(event, "aclrtQueryEventStatus")
+    if event.capture is not None:
+        _capture.refuse_captured_event("aclrtQueryEventStatus", event)
+    done = impl.query()
     return OK, S.ACL_EVENT_RECORDED_STATUS_COMPLETE if done else S.ACL_EVENT_RECORDED_STATUS_NOT_READY
 
 
@@ -347,7 +374,9 @@ def aclrtQueryEventStatus(event: aclrtEvent) -> tuple[int, int]:
 def aclrtEventElapsedTime(start: aclrtEvent, end: aclrtEvent) -> tuple[int, float]:
     first = _event(start, "aclrtEventElapsedTime", "startEvent")
     last = _event(end, "aclrtEventElapsedTime", "endEvent")
-    for impl, what in ((first, "startEvent"), (last, "endEvent")):
+    for impl, what, handle in ((first, "startEvent", start), (last, "endEvent", end)):
+        if handle.capture is not None:
+            _capture.refuse_captured_event(f"aclrtEventElapsedTime ({what})", handle)
         if not impl.recorded():
             fail(PARAM, f"aclrtEventElapsedTime: {what} was never recorded")
         if not impl.query():
@@ -364,6 +393,8 @@ def _size(value: Any, fn: str, what: str, allow_zero: bool = False) -> int:
 
 def _allocate(fn: str, size: int, on_device: bool) -> int:
     device = get_device()
+    if _capture.ACTIVE:
+        _capture.refuse_unsafe(fn)
     try:
         return device.malloc(size) if on_device else device.malloc_host(size)
     except MemoryError:
@@ -395,6 +426,12 @@ def _free(ptr: Any, fn: str, on_device: bool) -> int:
         shown = hex(ptr) if isinstance(ptr, int) else repr(ptr)
         fail(PARAM, f"{fn}: {shown} is not the start of a live {'device' if on_device else 'host'} allocation "
                     "(freed, foreign or an interior pointer)")
+    if _capture.ACTIVE:
+        _capture.refuse_unsafe(fn)
+    if alloc.models:
+        fail(aclError.ACL_ERROR_RT_MEMORY_FREE,
+             f"{fn}: {hex(ptr)} is used by {len(alloc.models)} captured model(s) (aclmdlRI) still alive; a replay "
+             "would touch freed memory: call aclmdlRIDestroy on them first")
     device.free(ptr)
     return OK
 
@@ -437,6 +474,13 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
     kind = aclrtMemcpyKind(int(kind))
     device = get_device()
     impl = None if stream is False else resolve_stream(stream, fn, device=device)
+    capture = None
+    if impl is None:
+        if _capture.ACTIVE:
+            _capture.refuse_unsafe(fn)
+    elif impl.capture is not None:
+        capture = impl.capture
+        _capture.refuse_invalidated(fn, capture)
     if dst is None or src is None:
         fail(PARAM, f"{fn}: {'dst' if dst is None else 'src'} is null")
     if count == 0:
@@ -455,6 +499,8 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
             if want_device is not None and alloc.on_device != want_device:
                 fail(PARAM, f"{fn}: {what} {hex(obj)} is {'device' if alloc.on_device else 'host'} memory but "
                             f"kind {kind.name} needs {'device' if want_device else 'host'} memory")
+            if capture is not None:
+                capture.hold(int(obj), count)
             return int(obj)
         if want_device:
             fail(PARAM, f"{fn}: {what} must be a device address for kind {kind.name}")
@@ -495,11 +541,18 @@ def _memset(fn: str, devPtr: Any, maxCount: Any, value: Any, count: Any, stream:
         fail(PARAM, f"{fn}: value {value!r} must be an integer")
     device = get_device()
     impl = None if stream is False else resolve_stream(stream, fn, device=device)
+    if impl is None:
+        if _capture.ACTIVE:
+            _capture.refuse_unsafe(fn)
+    elif impl.capture is not None:
+        _capture.refuse_invalidated(fn, impl.capture)
     if count == 0:
         return OK
     owner, alloc = _locate(devPtr, count)
     if alloc is None:
         device.registry.check(devPtr, count, f"{fn}: devPtr")   # fails, saying why
+    if impl is not None and impl.capture is not None:
+        impl.capture.hold(devPtr, count)
     if impl is None and owner is not None:
         device = owner   # synchronous: the owning device fills its own memory
     device.memset(int(devPtr), int(value), count, impl)

@@ -132,6 +132,18 @@ class cubeMathType(enum.IntEnum):
     USE_FP32_ADD = 4
 
 
+class aclmdlRICaptureMode(enum.IntEnum):   # acl_mdl.h; CUDA's cudaStreamCaptureMode has the same numbers
+    ACL_MODEL_RI_CAPTURE_MODE_GLOBAL = 0
+    ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL = 1
+    ACL_MODEL_RI_CAPTURE_MODE_RELAXED = 2
+
+
+class aclmdlRICaptureStatus(enum.IntEnum):   # acl_mdl.h
+    ACL_MODEL_RI_CAPTURE_STATUS_NONE = 0
+    ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE = 1
+    ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED = 2
+
+
 class aclnnStatus(enum.IntEnum):
     ACLNN_SUCCESS = 0
     ACLNN_ERR_PARAM_NULLPTR = 161001
@@ -196,6 +208,20 @@ class aclError(enum.IntEnum):
     ACL_ERROR_RT_INVALID_HANDLE = 107017
     ACL_ERROR_RT_INVALID_MALLOC_TYPE = 107018
     ACL_ERROR_RT_WAIT_TIMEOUT = 107019
+    # Stream capture (aclmdlRICapture*): CANN's include/external/acl/error_codes/rt_error_codes.h and the
+    # runtime API's return-code table (107037 and 107038 are in the table only)
+    ACL_ERROR_RT_CAPTURE_DEPENDENCY = 107024       # an event wait in a capture without its record in it
+    ACL_ERROR_RT_STREAM_UNJOINED = 107025
+    ACL_ERROR_RT_MODEL_CAPTURED = 107026           # the model is still being captured
+    ACL_ERROR_RT_STREAM_CAPTURED = 107027          # the stream is capturing
+    ACL_ERROR_RT_EVENT_CAPTURED = 107028           # the event was recorded in a capture still active
+    ACL_ERROR_RT_STREAM_NOT_CAPTURED = 107029
+    ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT = 107030  # the capture mode forbids the call
+    ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT = 107031  # the default stream in a capture
+    ACL_ERROR_STREAM_CAPTURE_CONFLICT = 107032     # event and stream of different model run instances
+    ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED = 107036
+    ACL_ERROR_RT_MODEL_RUNNING = 107037            # a model with replays still queued cannot be destroyed
+    ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD = 107038
     ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
     ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
     ACL_ERROR_RT_MEMORY_FREE = 207002
@@ -208,13 +234,14 @@ class aclError(enum.IntEnum):
     ACL_ERROR_RT_STREAM_NOT_COMPLETE = 507004
     ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006
     ACL_ERROR_RT_AICORE_TIMEOUT = 507014
+    ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED = 507903   # rt_error_codes.h: the capture was invalidated
 
 
 ACL_ERROR_NONE = aclError.ACL_SUCCESS
 
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
          aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
-         aclError)
+         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})

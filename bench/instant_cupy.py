@@ -2,9 +2,10 @@
 
 The `cuda` device's code (`aclnn_gpu/device/cuda.py`) runs over it unchanged: memory is host memory
 (`device/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
-record and a stream synchronize do nothing. What a call then costs is what the library's Python
-costs on a GPU before CuPy's own few microseconds per launch: the "cuda code path" table of
-`python -m bench` (bench/host_overhead.py). Never a device to compute with.
+record, a stream synchronize, a stream capture and a graph launch do nothing. What a call then
+costs is what the library's Python costs on a GPU before CuPy's own few microseconds per launch:
+the "cuda code path" tables of `python -m bench` (bench/host_overhead.py, bench/capture.py). Never
+a device to compute with.
 """
 from __future__ import annotations
 
@@ -33,6 +34,19 @@ class Stream:
         return None
 
     def wait_event(self, event: Any) -> None:
+        return None
+
+    def begin_capture(self, mode: int | None = None) -> None:
+        return None
+
+    def end_capture(self) -> Graph:
+        return Graph()
+
+
+class Graph:
+    """A captured graph whose launch returns at once (CuPy's cudaGraphLaunch is not the library's cost)."""
+
+    def launch(self, stream: Any = None) -> None:
         return None
 
 
@@ -66,6 +80,8 @@ class RawModule:
 
 
 class _Runtime:
+    streamCaptureModeGlobal, streamCaptureModeThreadLocal, streamCaptureModeRelaxed = 0, 1, 2
+
     @staticmethod
     def getDeviceProperties(device: int) -> dict[str, Any]:
         return {"multiProcessorCount": SM_COUNT, "name": b"instant CuPy stand-in", "totalGlobalMem": 0}
@@ -74,10 +90,11 @@ class _Runtime:
     def deviceSynchronize() -> None:
         return None
 
-    memcpy = memcpyAsync = memset = memsetAsync = staticmethod(lambda *args: None)
+    memcpy = memcpyAsync = memset = memsetAsync = hostRegister = hostUnregister = staticmethod(lambda *args: None)
 
 
 _null = Stream()
 cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc, Stream=Stream, Event=Event,
+                       Graph=Graph,
                        get_elapsed_time=lambda start, end: 0.0, get_current_stream=lambda: _null,
                        runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer, Device=fakecupy.Device)

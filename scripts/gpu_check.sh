@@ -5,8 +5,11 @@
 #      (nvidia-smi); then the compile report with that NVRTC, the kernels of the code that will load;
 #   2. runs the test suite on the cuda device (ACLNN_GPU_TEST_DEVICES=cuda: tests/support.py widens
 #      the tolerances by GPU_TOLERANCE_SCALE for the GPU's expf/logf ulps and fused multiply-adds);
-#   3. runs `python -m bench` on the cuda device (quick sizes unless GPU_CHECK_FULL_BENCH=1);
-#   4. where Nsight Compute (ncu) is installed: for one launch of each kernel of the traffic budget's
+#   3. the capture step: tests/test_capture.py again on its own (ACL graphs over CUDA stream capture and
+#      cudaGraphLaunch, which only a GPU runs) and examples/capture_training_step.py (time per step
+#      with and without capture);
+#   4. runs `python -m bench` on the cuda device (quick sizes unless GPU_CHECK_FULL_BENCH=1);
+#   5. where Nsight Compute (ncu) is installed: for one launch of each kernel of the traffic budget's
 #      cases, ncu's DRAM bytes and global-load/store sectors beside the profiler's modelled ones.
 # ACLNN_GPU_CHECK_DEVICE=emulated runs the same steps on the emulated device (no GPU: proves the script;
 # the ncu step is skipped as there is no GPU to profile). GPU_CHECK_PYTEST_ARGS adds pytest arguments
@@ -36,6 +39,10 @@ fi
 echo "::: test suite on $DEV"
 # shellcheck disable=SC2086
 ACLNN_GPU_TEST_DEVICES="$DEV" "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" tests ${GPU_CHECK_PYTEST_ARGS:-} || status=1
+
+echo "::: capture (ACL graphs) on $DEV"
+ACLNN_GPU_TEST_DEVICES="$DEV" "$PY" -m pytest -q -p no:cacheprovider tests/test_capture.py || status=1
+ACLNN_GPU_DEVICE="$DEV" "$PY" examples/capture_training_step.py || status=1
 
 echo "::: bench on $DEV"
 "$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$OUT/bench" || status=1

@@ -29,7 +29,7 @@ def run_python(code: str, device: str, timeout: float = 120) -> subprocess.Compl
 
 
 def two_phase_snippet() -> str:
-    (snippet,) = [b for b in python_blocks(README) if "GetWorkspaceSize" in b]
+    (snippet,) = [b for b in python_blocks(README) if "GetWorkspaceSize" in b and "aclmdlRI" not in b]
     return snippet
 
 

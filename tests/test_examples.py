@@ -1,5 +1,6 @@
 """The example programs as a user runs them: the five Ascend sample programs (cpu and emulated
-devices) and the two training scripts (cpu device, a few steps), each in its own process."""
+devices), the two training scripts (cpu device, a few steps) and the capture example, each in its own
+process."""
 from __future__ import annotations
 
 import os
@@ -77,3 +78,13 @@ def test_training_script_fails_when_the_curves_disagree(tmp_path):
     pytest.importorskip("torch")
     proc = run(["examples/train_ctc.py", "--out", str(tmp_path), "--rtol", "-1"], "cpu", ACLNN_EXAMPLE_STEPS="2")
     assert proc.returncode == 1 and "FAILED: the loss curves disagree" in proc.stdout
+
+
+@pytest.mark.parametrize("device", ["cpu", "emulated"])
+def test_capture_training_step(device):
+    """examples/capture_training_step.py: the captured step replayed gives the direct steps' losses
+    bit for bit, the loss decreases, and both times per step are printed."""
+    proc = run(["examples/capture_training_step.py"], device, ACLNN_EXAMPLE_STEPS="8")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"time per step on {device}: direct calls") and "losses identical over 8 steps" in last

@@ -30,7 +30,10 @@ def virtual_device_count() -> int:
 
 
 class DeviceStream(abc.ABC):
-    """A device's in-order queue."""
+    """A device's in-order queue. `capture` is the runtime's capture state (`aclnn_gpu/graph/state.py`)
+    while the stream captures, else None: the one attribute the hot paths read."""
+
+    capture: Any = None
 
     @abc.abstractmethod
     def synchronize(self) -> None:
@@ -132,6 +135,23 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         """Queue an operator plan (see `aclnn_gpu.ops.plan`) on `stream`."""
+
+    # ------------------------------------------------------------------ stream capture (ACL graphs)
+    @abc.abstractmethod
+    def begin_capture(self, stream: DeviceStream) -> None:
+        """From now on, work put on `stream` is recorded instead of run (the runtime set stream.capture)."""
+
+    @abc.abstractmethod
+    def end_capture(self, stream: DeviceStream) -> Any:
+        """Stop recording; the device's graph of what was recorded."""
+
+    @abc.abstractmethod
+    def launch_graph(self, graph: Any, stream: DeviceStream) -> None:
+        """Queue one replay of `graph` on `stream` (any stream of this device)."""
+
+    @abc.abstractmethod
+    def graph_busy(self, graph: Any) -> bool:
+        """True while a replay of `graph` is queued or running."""
 
     def host_view(self, ptr: int, nbytes: int) -> np.ndarray:  # pragma: no cover - host devices only
         raise NotImplementedError(f"{self.kind} memory has no host view")

@@ -1,5 +1,9 @@
 """The `cpu` device: host buffers as "device" memory, NumPy as the kernels, and a stream per
-worker thread, so an execute call returns before its work is done, as on a GPU."""
+worker thread, so an execute call returns before its work is done, as on a GPU.
+
+Stream capture: a capturing stream's worker appends what it is given (plans, copies, memsets, event
+marks and waits) to a `CapturedWork` list (`hoststream.py`); the graph is that list, and a replay is
+one task on the worker of the stream it is launched on."""
 from __future__ import annotations
 
 import ctypes
@@ -10,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .base import Device, DeviceEvent, DeviceStream
-from .hoststream import HostEventMark, HostStream
+from .hoststream import CapturedWork, HostEventMark, HostStream
 from .registry import Allocation, Registry
 
 ALIGN = 64  # bytes; CANN guarantees 32, vector kernels want 16
@@ -99,8 +103,9 @@ class CpuDevice(Device):
         self._run(stream, lambda: ctypes.memmove(dst, src, count))
 
     def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
-        if stream is not None:
+        if stream is not None and stream.capture is None:
             host = memoryview(bytes(host))  # the caller may reuse its buffer at once
+        # (captured: the buffer is read when the replay runs, as a CUDA graph's copy node reads it)
         target = self.host_view(dst, host.nbytes)
         self._run(stream, lambda: target.__setitem__(slice(None), np.frombuffer(host, np.uint8)))
 
@@ -137,7 +142,22 @@ class CpuDevice(Device):
 
     # ------------------------------------------------------------------ operators
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
+        if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
+            stream.capture.hold_plan(plan, workspace)
         stream.worker.submit(lambda: _run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ stream capture
+    def begin_capture(self, stream: DeviceStream) -> None:
+        stream.worker.begin_capture()  # type: ignore[attr-defined]
+
+    def end_capture(self, stream: DeviceStream) -> CapturedWork:
+        return stream.worker.end_capture()  # type: ignore[attr-defined]
+
+    def launch_graph(self, graph: CapturedWork, stream: DeviceStream) -> None:
+        stream.worker.replay(graph)  # type: ignore[attr-defined]
+
+    def graph_busy(self, graph: CapturedWork) -> bool:
+        return graph.pending > 0
 
     def can_access_peer(self, peer: int) -> bool:
         return True   # every virtual device's memory is this process's memory

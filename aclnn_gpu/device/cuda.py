@@ -11,6 +11,19 @@ events, kernel compiles and launches, the cuBLAS handle CuPy keeps per device) r
 `self.scope` (`cupy.cuda.Device(id)`), so a device object never touches another GPU's context
 whatever device the calling thread has current; the SM count and the compute capability (what
 CuPy compiles the kernels for) are read from that device.
+
+Stream capture maps onto CUDA's: `stream.begin_capture(relaxed)`, `end_capture()` -> `cupy.cuda.Graph`
+(kept in a `CudaGraph` with the event of its last launch), `graph.launch(stream)`. CUDA is asked
+for RELAXED mode whatever ACL mode the caller chose: the ACL mode rules are the runtime's
+(`graph/state.py`), and the library itself allocates pinned memory while capturing (below), which
+CUDA's stricter modes forbid. A captured copy from or to a caller's host buffer object uses that
+buffer at every replay: it is page-locked in place (cudaHostRegister) for the model's lifetime.
+A captured copy reads its source when the graph runs, so a table
+upload made while capturing must not come from the reused `UploadRing`: it comes from a pinned
+buffer the model owns (`uploads.captured_upload`). While a stream of the device captures, the
+synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one and copy
+on a private non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
+capturing stream, which CUDA refuses.
 """
 from __future__ import annotations
 
@@ -23,7 +36,7 @@ import numpy as np
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
 from .registry import Allocation, Registry
-from .uploads import MEMCPY_DEFAULT, UploadRing
+from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
 
 
 
@@ -118,7 +131,11 @@ class CudaKernelContext:
         self.arch = device.arch           # its occupancy limits size grids (kernels/occupancy.py)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
-        self.device.uploads.upload(dst, host, self.stream.cupy)
+        capture = self.stream.capture
+        if capture is None:
+            self.device.uploads.upload(dst, host, self.stream.cupy)
+        else:   # the graph re-reads its source at every replay: a pinned copy the model keeps
+            capture.keep.append(captured_upload(self.device.cp, dst, host, self.stream.cupy))
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
                shared_mem: int = 0) -> None:
@@ -132,7 +149,20 @@ class CudaKernelContext:
         self.device.gemm(self.stream.cupy, *args, **kwargs)
 
 
+class CudaGraph:
+    """A captured CUDA graph and the event recorded after its latest launch (graph_busy)."""
+
+    __slots__ = ("graph", "event")
+
+    def __init__(self, graph: Any, event: Any):
+        self.graph = graph
+        self.event = event
+
+
 class CudaDevice(Device):
+    capturing = 0   # streams of this device capturing now (the synchronous paths change while > 0)
+    _side_stream: Any = None
+
     def __init__(self, cp: Any, kind: str = "cuda", device_id: int = 0):
         self.cp = cp
         self.kind = kind
@@ -170,19 +200,35 @@ class CudaDevice(Device):
             return self._add(self.cp.cuda.alloc_pinned_memory(size), size, False)
 
     def free(self, ptr: int) -> None:
-        with self.scope:
-            self.cp.cuda.runtime.deviceSynchronize()  # cudaFree semantics: no queued work still uses it
+        self.synchronize_quietly()   # cudaFree semantics: no queued work still uses it
         self.registry.remove(ptr)
 
     def synchronize_quietly(self) -> None:
-        """Wait for every stream of this device (a copy from another device waits for it too)."""
+        """Wait for every stream of this device (a copy from another device waits for it too); while
+        a stream captures, for every stream but the capturing ones (see the module docstring)."""
         with self.scope:
-            self.cp.cuda.runtime.deviceSynchronize()
+            if not self.capturing:
+                self.cp.cuda.runtime.deviceSynchronize()
+                return
+            for stream in self.live_streams():
+                if stream.capture is None:
+                    stream.synchronize()
+
+    def _synchronous_stream(self) -> Any:
+        """The stream a synchronous copy or memset runs on while a stream captures (see the docstring)."""
+        if self._side_stream is None:
+            self._side_stream = self.cp.cuda.Stream(non_blocking=True)
+        return self._side_stream
 
     def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
         with self.scope:   # cudaMemcpyDefault with unified addressing also copies between GPUs
-            if stream is None:
+            if stream is None and self.capturing:
+                self.synchronize_quietly()
+                side = self._synchronous_stream()
+                runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side.ptr)
+                side.synchronize()
+            elif stream is None:
                 runtime.deviceSynchronize()
                 runtime.memcpy(dst, src, count, MEMCPY_DEFAULT)
             else:
@@ -193,20 +239,54 @@ class CudaDevice(Device):
 
     def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
         staged = np.frombuffer(host, np.uint8)
+        if stream is not None and stream.capture is not None:
+            self._copy(dst, self._pin_for_capture(stream.capture, staged), staged.nbytes, stream)
+            return
         self._copy(dst, staged.ctypes.data, staged.nbytes, stream)
         if stream is not None:  # the caller may reuse its (pageable) buffer as soon as we return
             stream.synchronize()
 
     def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
         target = np.frombuffer(host, np.uint8)
+        if stream is not None and stream.capture is not None:
+            self._copy(self._pin_for_capture(stream.capture, target), src, target.nbytes, stream)
+            return
         self._copy(target.ctypes.data, src, target.nbytes, stream)
         if stream is not None:
             stream.synchronize()
 
+    def _pin_for_capture(self, capture: Any, array: np.ndarray) -> int:
+        """The address of a caller's host buffer that a captured copy reads or writes at every replay:
+        page-locked in place (cudaHostRegister) until the model is released, which keeps the buffer
+        alive; a buffer overlapping one already registered is refused by CUDA (OpError 207000)."""
+        from ..errors import fail
+        from ..status import aclError
+        address = int(array.ctypes.data)
+        if address not in capture.pinned:
+            with self.scope:
+                try:
+                    self.cp.cuda.runtime.hostRegister(address, array.nbytes, 0)
+                except Exception as e:  # noqa: BLE001 - CUDA's refusal, reported with ACL's code
+                    fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                         f"a captured copy's host buffer could not be page-locked for the graph ({e}); use "
+                         "aclrtMallocHost memory for it")
+            capture.pinned[address] = array
+
+            def unregister() -> None:
+                with self.scope:
+                    self.cp.cuda.runtime.hostUnregister(address)
+            capture.on_release.append(unregister)
+        return address
+
     def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
         with self.scope:
-            if stream is None:
+            if stream is None and self.capturing:
+                self.synchronize_quietly()
+                side = self._synchronous_stream()
+                runtime.memsetAsync(ptr, value & 0xFF, count, side.ptr)
+                side.synchronize()
+            elif stream is None:
                 runtime.deviceSynchronize()
                 runtime.memset(ptr, value & 0xFF, count)
             else:
@@ -263,8 +343,29 @@ class CudaDevice(Device):
         gemm.CublasGemm(stream)(*args, **kwargs)
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
+        if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
+            stream.capture.hold_plan(plan, workspace)
         with self.scope:   # launches, module loads and the cuBLAS handle of this GPU
             plan.run_kernels(CudaKernelContext(self, stream), workspace)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ stream capture
+    def begin_capture(self, stream: DeviceStream) -> None:
+        with self.scope:
+            stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)  # type: ignore[attr-defined]
+        self.capturing += 1
+
+    def end_capture(self, stream: DeviceStream) -> CudaGraph:
+        self.capturing -= 1
+        with self.scope:
+            return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))  # type: ignore[attr-defined]
+
+    def launch_graph(self, graph: CudaGraph, stream: DeviceStream) -> None:
+        with self.scope:
+            graph.graph.launch(stream.cupy)  # type: ignore[attr-defined]
+            graph.event.record(stream.cupy)  # type: ignore[attr-defined]
+
+    def graph_busy(self, graph: CudaGraph) -> bool:
+        return not graph.event.done
 
     def describe(self) -> str:
         name = self.properties.get("name", b"")

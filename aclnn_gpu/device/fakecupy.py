@@ -10,6 +10,10 @@ the calling thread's current device (a per-thread stack, as CuPy's), streams bel
 current when they were made, `runtime.deviceSynchronize()` drains only the current device's
 streams, and `runtime.getDeviceCount()` is `ACLNN_GPU_DEVICE_COUNT` (default 1). `SM_COUNTS` gives
 a virtual device its own SM count (tests give devices different ones to see which one a plan reads).
+Stream capture as CuPy has it: `Stream.begin_capture(mode)`, `end_capture()` -> `Graph`,
+`Graph.launch(stream)`; what a capturing stream is given (launches, copies, memsets, event records
+and waits) is recorded by its worker (`hoststream.CapturedWork`), and a launch replays the list as
+one task on the target stream's worker.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import numpy as np
 
 from .base import virtual_device_count
 from .cpu import aligned_buffer
-from .hoststream import HostEventMark, HostStream
+from .hoststream import CapturedWork, HostEventMark, HostStream
 
 SM_COUNT = 4  # small on purpose: grids sized from it keep emulated launches short
 SM_COUNTS: dict[int, int] = {}  # device id -> SM count, where it differs from SM_COUNT
@@ -124,6 +128,19 @@ class Stream:
     def submit(self, fn: Any) -> None:
         self.worker.submit(fn)
 
+    def begin_capture(self, mode: int | None = None) -> None:
+        if self.worker.capture is not None:
+            raise RuntimeError("cudaErrorIllegalState: the stream is already capturing")
+        self.worker.begin_capture()
+
+    def end_capture(self) -> "Graph":
+        if self.worker.capture is None:
+            raise RuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        return Graph(self.worker.end_capture())
+
+    def is_capturing(self) -> bool:
+        return self.worker.capture is not None
+
     def close(self) -> None:
         """Stop the worker thread (the queue is drained first)."""
         self.worker.close()
@@ -155,6 +172,16 @@ def _stream(ptr: int) -> Stream:
     return _streams[ptr] if ptr else get_current_stream()
 
 
+class Graph:
+    """Like cupy.cuda.Graph: the work a stream captured; `launch` replays it on a stream."""
+
+    def __init__(self, work: CapturedWork):
+        self.work = work
+
+    def launch(self, stream: Stream | None = None) -> None:
+        (stream or get_current_stream()).worker.replay(self.work)
+
+
 class Event:
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self.mark: HostEventMark | None = None
@@ -182,6 +209,8 @@ def _all_streams() -> list[Stream]:
 
 class _Runtime:
     """cupy.cuda.runtime: the memcpy/memset/synchronise calls the cuda device makes."""
+
+    streamCaptureModeGlobal, streamCaptureModeThreadLocal, streamCaptureModeRelaxed = 0, 1, 2
 
     @staticmethod
     def getDeviceProperties(device: int) -> dict[str, Any]:
@@ -214,6 +243,14 @@ class _Runtime:
         for stream in _all_streams():
             if stream.device_id == device:
                 stream.worker.drain()
+
+    @staticmethod
+    def hostRegister(ptr: int, size: int, flags: int) -> None:
+        pass   # host memory is all the emulator has
+
+    @staticmethod
+    def hostUnregister(ptr: int) -> None:
+        pass
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
@@ -259,6 +296,7 @@ class RawModule:
 
 
 cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pinned_memory, Stream=Stream, Event=Event,
+                       Graph=Graph,
                        get_elapsed_time=get_elapsed_time, get_current_stream=get_current_stream,
                        runtime=_Runtime(), MemoryPointer=MemoryPointer)
 

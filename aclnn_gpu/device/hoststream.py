@@ -6,6 +6,10 @@ work runs in submission order. The first failure of queued work is kept and re-r
 `synchronize()`; work queued after a failure is skipped (like a CUDA stream after a fault) until
 the failure has been reported.
 
+Capture: between `begin_capture()` and `end_capture()` whatever is put on the stream (tasks, event
+marks, waits) is appended to a `CapturedWork` instead of the queue; `replay(work)` later queues the
+whole list as ONE task, on this stream or another (the cpu device's and fakecupy's stream capture).
+
 Fork: a child process has none of the parent's worker threads (and may inherit their locks held),
 so a stream made before fork() is dead in the child: submitting to it or waiting on it raises
 `StreamForked` at once instead of waiting for ever, and closing it only marks it closed.
@@ -17,6 +21,9 @@ import os
 import threading
 import time
 from typing import Callable
+
+from ..errors import fail
+from ..status import aclError
 
 _STOP = object()
 _generation = 0   # bumped in every fork() child: streams of an older generation have no worker here
@@ -53,6 +60,57 @@ class HostEventMark:
         self.done.set()
 
 
+class CapturedWork:
+    """The tasks and event marks a stream received while it captured, in order. `replay_task()` is
+    the one task that runs them all: each mark is re-armed when the replay is queued (a later event
+    synchronize waits for this replay) and completed when the replay reaches it; after a failing
+    task the rest is skipped, its marks still complete, and the failure is the replay's."""
+
+    __slots__ = ("steps", "invalidated", "pending", "lock")
+
+    def __init__(self) -> None:
+        self.steps: list[object] = []
+        self.invalidated: str | None = None   # why, once the capture was invalidated
+        self.pending = 0                      # replays queued and not finished
+        self.lock = threading.Lock()
+
+    def add(self, task: object) -> None:
+        if self.invalidated is not None:   # CUDA: cudaErrorStreamCaptureInvalidated
+            fail(aclError.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+                 f"the stream's capture was invalidated ({self.invalidated}); end it with aclmdlRICaptureEnd")
+        self.steps.append(task)
+
+    def replay_task(self) -> Callable[[], None]:
+        steps = tuple(self.steps)
+        marks = [step for step in steps if isinstance(step, HostEventMark)]
+        for mark in marks:
+            mark.done.clear()
+        with self.lock:
+            self.pending += 1
+
+        def replay() -> None:
+            try:
+                _run_steps(steps)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+        return replay
+
+
+def _run_steps(steps: tuple[object, ...]) -> None:
+    error: BaseException | None = None
+    for step in steps:
+        if isinstance(step, HostEventMark):
+            step.complete()
+        elif error is None:
+            try:
+                step()  # type: ignore[operator]
+            except BaseException as e:  # noqa: BLE001 - the replay's failure, raised after the marks
+                error = e
+    if error is not None:
+        raise error
+
+
 class HostStream:
     """One worker thread over a FIFO guarded by one lock and two conditions.
 
@@ -74,6 +132,7 @@ class HostStream:
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self.closed = False
+        self.capture: CapturedWork | None = None   # set while the stream captures
         self.generation = _generation
         self._thread = threading.Thread(target=self._run, name=f"aclnn_gpu-{name}", daemon=True)
         self._thread.start()
@@ -137,10 +196,36 @@ class HostStream:
         return mark
 
     def wait_mark(self, mark: HostEventMark) -> None:
+        if self.capture is not None and any(step is mark for step in self.capture.steps):
+            return   # recorded earlier in this capture: the replay runs in order, and a wait on the mark
+            # could outlive it (a later replay's queueing re-arms the marks)
         self._put(lambda: mark.done.wait())
+
+    def begin_capture(self) -> None:
+        """From now on `_put` appends to a CapturedWork: an instance attribute shadowing the method, so
+        a stream that does not capture pays nothing for capture."""
+        self.capture = CapturedWork()
+        self._put = self.capture.add   # type: ignore[method-assign]
+
+    def end_capture(self) -> CapturedWork:
+        """The captured list; its event marks read as complete until a replay re-arms them (an event
+        recorded in a capture that is never replayed must not make its waiters hang)."""
+        work, self.capture = self.capture, None
+        assert work is not None
+        del self._put   # the class's method again
+        for step in work.steps:
+            if isinstance(step, HostEventMark):
+                step.complete()
+        return work
+
+    def replay(self, work: CapturedWork) -> None:
+        """Queue a captured list as one task (on any stream)."""
+        self._put(work.replay_task())
 
     def synchronize(self) -> None:
         """Wait until everything queued so far has run; re-raise the first failure, once."""
+        if self.capture is not None:   # CUDA: cudaErrorStreamCaptureUnsupported (the runtime refuses it first)
+            raise RuntimeError("a capturing stream cannot be synchronized")
         self.drain()
         if self._error is not None:  # set by the worker before it counted the task finished
             with self._error_lock:

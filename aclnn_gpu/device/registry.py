@@ -38,6 +38,7 @@ class Allocation:
     size: int
     on_device: bool          # aclrtMalloc (True) or aclrtMallocHost (False)
     buffer: Any              # what keeps the memory alive (a NumPy array, a CuPy MemoryPointer ...)
+    models: Any = None       # the live captured models (aclmdlRI) whose work uses it: not freeable meanwhile
 
 
 class Registry:

@@ -1,7 +1,10 @@
 """Uploads of the cuda device's host tables (tiling data) into the workspace, asynchronous and without
 allocating in steady state: `UploadRing`, slots of one pinned buffer for the usual small tables, and
 `LargeUploads`, pinned staging buffers of a size that grows for tables larger than a slot; both reuse
-pinned memory only after the event of the copy that last read it has completed."""
+pinned memory only after the event of the copy that last read it has completed. While a stream
+captures, neither is used: a captured copy reads its source at every replay, after the ring has
+handed the slot to someone else, so `captured_upload` copies into a pinned buffer of its own,
+which the model keeps for its lifetime."""
 from __future__ import annotations
 
 import ctypes
@@ -14,6 +17,16 @@ MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: unified addressing works the direction 
 UPLOAD_RING_BYTES = 1 << 20
 UPLOAD_SLOT_BYTES = 4096
 LARGE_UPLOAD_BUFFERS = 8
+
+
+def captured_upload(cp: Any, dst: int, host: np.ndarray, stream: Any) -> Any:
+    """Queue the upload of `host` to `dst` from a fresh pinned buffer; returns the buffer, which
+    the caller (the capture's model) must keep alive as long as the graph can be launched."""
+    host = np.ascontiguousarray(host)
+    buffer = cp.cuda.alloc_pinned_memory(max(host.nbytes, 1))
+    ctypes.memmove(buffer.ptr, host.ctypes.data, host.nbytes)
+    cp.cuda.runtime.memcpyAsync(dst, buffer.ptr, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
+    return buffer
 
 
 class LargeUploads:

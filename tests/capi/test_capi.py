@@ -384,3 +384,13 @@ def test_hccl_through_the_c_abi(compile_program):
     proc = run(compile_program(HERE / "hccl.c"), "cpu", timeout=300)
     assert proc.returncode == 0 and "hccl ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "destroyed comm -> 1 HcclGetRankSize: comm was destroyed" in proc.stdout
+
+
+@pytest.mark.parametrize("device", ["cpu", "emulated"])
+def test_capture_through_the_c_abi(compile_program, device):
+    """tests/capi/capture.c: aclmdlRI* from C (states, refusals, a replay on another stream); the
+    replayed KlDivBackward ("none" reduction) gives -target * grad."""
+    proc = run(compile_program(HERE / "capture.c"), device)
+    assert proc.returncode == 0 and "capture ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    values = [float(v) for v in re.search(r"replayed:(.*)", proc.stdout).group(1).split()]
+    np.testing.assert_allclose(values, [-0.5, -0.25, -0.125, -1.0], rtol=1e-6)
