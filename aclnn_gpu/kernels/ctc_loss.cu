@@ -80,11 +80,11 @@ struct Sample {
 
 // Reads the sample's tiling row and labels into shared memory; returns bad when anything is out of
 // range (then nothing else of the sample may be trusted). Ends with a barrier.
-template <class I, class M>
+template <class I>
 __device__ __forceinline__ Sample load_sample(const long long* tiling, const I* targets, long long b,
                                              long long T, long long C, long long max_l, long long tgt_numel,
-                                             long long tgt_stride, long long X, long long blank, int states_cap,
-                                             const Smem<M>& sm) {
+                                             long long tgt_stride, long long X, long long blank, long long states_cap,
+                                             int* lab, int* misc) {
   Sample sp;
   sp.lin = tiling[3 * b];
   sp.L = tiling[3 * b + 1];
@@ -94,23 +94,78 @@ __device__ __forceinline__ Sample load_sample(const long long* tiling, const I* 
              sp.off < 0 || sp.off > tgt_numel || sp.L > tgt_numel - sp.off ||
              (tgt_stride > 0 && sp.L > tgt_stride);
   if (threadIdx.x == 0) {
-    sm.misc[0] = bad ? 1 : 0;
-    sm.misc[1] = -1;
+    misc[0] = bad ? 1 : 0;
+    misc[1] = -1;
   }
   __syncthreads();
   if (!bad) {
     for (long long k = threadIdx.x; k < sp.L; k += blockDim.x) {
       const long long v = (long long)targets[sp.off + k];
       const bool ok = v >= 0 && v < C;
-      sm.lab[k] = ok ? (int)v : 0;
-      if (!ok) sm.misc[0] = 1;  // benign race: every writer stores 1
+      lab[k] = ok ? (int)v : 0;
+      if (!ok) misc[0] = 1;  // benign race: every writer stores 1
     }
   }
   __syncthreads();
-  sp.bad = sm.misc[0] != 0;
+  sp.bad = misc[0] != 0;
   if (sp.lin > T) sp.lin = T;
   if (sp.lin < 0) sp.lin = 0;
   return sp;
+}
+
+
+// A sample whose tiling row or labels are out of range: its whole (T, C) gradient slice is NaN.
+template <class T>
+__device__ __forceinline__ void poison_sample(T* out, long long b, long long Tn, long long N, long long C) {
+  for (long long i = threadIdx.x; i < Tn * C; i += blockDim.x) {
+    const long long t = i / C;
+    store(out, (t * N + b) * C + (i - t * C), quiet_nan<math_t<T>>());
+  }
+}
+
+// Next-occurrence chains of the labels (the fixed order in which a label's occupancies are summed):
+// fst[k] = 1 where k is the first occurrence of its label, nxt[k] the next one (-1 at the end), and
+// misc[1] the first occurrence of a label equal to blank. The caller synchronises before reading.
+__device__ __forceinline__ void build_chains(const int* lab, int* fst, int* nxt, int* misc, long long L,
+                                             long long blank) {
+  for (long long k = threadIdx.x; k < L; k += blockDim.x) {
+    const int c = lab[k];
+    long long j = k - 1;
+    while (j >= 0 && lab[j] != c) --j;
+    fst[k] = j < 0;
+    j = k + 1;
+    while (j < L && lab[j] != c) ++j;
+    nxt[k] = j < L ? (int)j : -1;
+    if (c == blank && fst[k]) misc[1] = (int)k;   // unique writer
+  }
+}
+
+// The blank and label columns of one row (offset `row` = (t * N + b) * C) from the step's
+// occupancies: occ[k] of odd state 2k+1, bpart[w] the per-warp blank partials (summed in warp order).
+// Item L = blank, item k < L = label k when it is the label's first occurrence and not blank.
+template <class T, class M>
+__device__ __forceinline__ void write_columns(const T* lp, T* out, const M* occ, const M* bpart, int warps,
+                                              const int* lab, const int* fst, const int* nxt, int blank_first,
+                                              long long L, long long blank, long long row, bool nll_fin, M nll,
+                                              M g) {
+  for (long long k = threadIdx.x; k <= L; k += blockDim.x) {
+    long long c;
+    M sum = M(0);
+    int j;
+    if (k == L) {
+      c = blank;
+      for (int w = 0; w < warps; ++w) sum += bpart[w];
+      j = blank_first;
+    } else {
+      c = lab[k];
+      if (!fst[k] || c == blank) continue;
+      j = (int)k;
+    }
+    for (; j >= 0; j = nxt[j]) sum += occ[j];
+    const M x = load(lp, row + c);
+    const M term = nll_fin ? sum : exp(log(sum) + nll);
+    store(out, row + c, (exp(x) - term) * g);
+  }
 }
 
 }  // namespace ctc
@@ -179,28 +234,15 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
     __syncthreads();  // the previous sample's readers are done with shared memory
     const M nll = load(nll_in, b);
     if (zero_inf && nll == pos_inf<M>()) continue;     // ctc_dense wrote the zero slice
-    const Sample sp = load_sample<I, M>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
-                                        X, blank, cap, sm);
+    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
+                                     X, blank, cap, sm.lab, sm.misc);
     if (sp.bad) {
-      for (long long i = tid; i < Tn * C; i += blockDim.x) {
-        const long long t = i / C;
-        store(out, (t * N + b) * C + (i - t * C), quiet_nan<M>());
-      }
+      poison_sample(out, b, Tn, N, C);
       continue;
     }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
     if (lin == 0) continue;
-    // next-occurrence chains (fixed summation order per label)
-    for (long long k = tid; k < L; k += blockDim.x) {
-      const int c = sm.lab[k];
-      long long j = k - 1;
-      while (j >= 0 && sm.lab[j] != c) --j;
-      sm.fst[k] = j < 0;
-      j = k + 1;
-      while (j < L && sm.lab[j] != c) ++j;
-      sm.nxt[k] = j < L ? (int)j : -1;
-      if (c == blank && sm.fst[k]) sm.misc[1] = (int)k;   // unique writer
-    }
+    build_chains(sm.lab, sm.fst, sm.nxt, sm.misc, L, blank);
     for (int i = tid; i < 2 * (kMaxWarps + 1) * 3; i += blockDim.x) sm.bnd[i] = NINF;
     __syncthreads();
     const int blank_first = sm.misc[1];
@@ -293,27 +335,8 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
       part = warp_sum(part);
       if (lane == 0) sm.bpart[buf * kMaxWarps + warp] = part;
       __syncthreads();
-      // columns of row t: item L = blank, item k < L = label k when first and not blank
-      const M* occ = sm.occ + buf * max_l;
-      for (long long k = tid; k <= L; k += blockDim.x) {
-        long long c;
-        M sum = M(0);
-        int j;
-        if (k == L) {
-          c = blank;
-          for (int w = 0; w < warps; ++w) sum += sm.bpart[buf * kMaxWarps + w];
-          j = blank_first;
-        } else {
-          c = sm.lab[k];
-          if (!sm.fst[k] || c == blank) continue;
-          j = (int)k;
-        }
-        for (; j >= 0; j = sm.nxt[j]) sum += occ[j];
-        const long long o = (t * N + b) * C + c;
-        const M x = load(lp, o);
-        const M term = nll_fin ? sum : exp(log(sum) + nll);
-        store(out, o, (exp(x) - term) * g);
-      }
+      write_columns(lp, out, sm.occ + buf * max_l, sm.bpart + buf * kMaxWarps, warps, sm.lab, sm.fst, sm.nxt,
+                    blank_first, L, blank, (t * N + b) * C, nll_fin, nll, g);
     }
   }
 }
@@ -335,8 +358,8 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
     __syncthreads();
-    const Sample sp = load_sample<I, M>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
-                                        X, blank, cap, sm);
+    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
+                                     X, blank, cap, sm.lab, sm.misc);
     T* la = log_alpha + b * Tn * X;
     if (sp.bad) {
       for (long long i = tid; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<M>());
@@ -443,6 +466,173 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
       }
       if (zero_inf && nll == pos_inf<M>()) nll = M(0);
       store(nll_out, b, nll);
+    }
+  }
+}
+
+
+// ------------------------------------------------------------------------------ long targets
+// Targets beyond the register recursion (2*maxL+1 > PerOf<M> * 512 states, or per-label tables over
+// 48 KiB of shared memory): the same recursions with alpha/beta, occupancies and label tables in a
+// per-block slot of the workspace (ctc::LongSlot, host: launch.long_slot_bytes), states strided over
+// the block, one __syncthreads per time step (it orders the slot's global writes for the whole
+// block). Every state is computed by the same lse3 with the same operands as on the short path, so
+// log_alpha, the loss, beta and the label columns are bit-identical to it; only the blank column's
+// sum runs in another order (per thread over its strided states, warp butterfly, warps in order).
+namespace ctc {
+constexpr int kLongThreads = 512;   // host: launch.MAX_THREADS
+
+template <class M> struct LongSlot {
+  M* rec;    // [2][2*max_l+1] alpha or beta at the previous / current step (math precision)
+  M* occ;    // [2][max_l] occupancy of odd states (backward)
+  int* lab;  // [max_l]
+  int* nxt;  // [max_l]
+  int* fst;  // [max_l]
+};
+
+template <class M>
+__device__ __forceinline__ LongSlot<M> long_slot(unsigned char* scratch, long long slot_bytes, long long max_l) {
+  LongSlot<M> ls;
+  M* m = reinterpret_cast<M*>(scratch + (long long)blockIdx.x * slot_bytes);
+  ls.rec = m;
+  m += 2 * (2 * max_l + 1);
+  ls.occ = m;
+  m += 2 * max_l;
+  int* p = reinterpret_cast<int*>(m);
+  ls.lab = p;
+  ls.nxt = p + max_l;
+  ls.fst = p + 2 * max_l;
+  return ls;
+}
+}  // namespace ctc
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* __restrict__ lp, const I* __restrict__ targets,
+                          T* __restrict__ nll_out, T* __restrict__ log_alpha, const long long* __restrict__ tiling,
+                          long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
+                          long long tgt_numel, long long tgt_stride, int zero_inf, unsigned char* scratch,
+                          long long slot_bytes) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ int misc[4];
+  const LongSlot<M> ls = long_slot<M>(scratch, slot_bytes, max_l);
+  const long long tid = threadIdx.x, width = 2 * max_l + 1;
+  const M NINF = neg_inf<M>();
+
+  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+    __syncthreads();
+    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width,
+                                     ls.lab, misc);
+    T* la = log_alpha + b * Tn * X;
+    if (sp.bad) {
+      for (long long i = tid; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<M>());
+      if (tid == 0) store(nll_out, b, quiet_nan<M>());
+      continue;
+    }
+    const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+    for (long long t = 0; t < lin; ++t) {
+      M* cur = ls.rec + (t & 1) * width;
+      const M* prev = ls.rec + ((t & 1) ^ 1) * width;
+      T* row = la + t * X;
+      for (long long s = tid; s < S; s += blockDim.x) {
+        const int k = (int)(s >> 1);
+        const long long c = (s & 1) ? ls.lab[k] : blank;
+        const M l = load(lp, (t * N + b) * C + c);
+        M r;
+        if (t == 0) {
+          r = s <= 1 ? l : NINF;
+        } else {
+          const bool skip = (s & 1) && s >= 3 && ls.lab[k] != ls.lab[k - 1];
+          r = lse3(prev[s], s >= 1 ? prev[s - 1] : NINF, skip ? prev[s - 2] : NINF) + l;
+        }
+        cur[s] = r;
+        store(row, s, r);
+      }
+      for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
+      __syncthreads();
+    }
+    for (long long i = lin * X + tid; i < Tn * X; i += blockDim.x) store(la, i, NINF);
+    if (tid == 0) {
+      M nll;
+      if (lin == 0) {
+        nll = L == 0 ? M(0) : pos_inf<M>();
+      } else {
+        const M* fin = ls.rec + ((lin - 1) & 1) * width;
+        const M l1 = fin[2 * L], l2 = L > 0 ? fin[2 * L - 1] : NINF;
+        M m = l1 > l2 ? l1 : l2;
+        if (m == NINF) m = M(0);
+        nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
+      }
+      if (zero_inf && nll == pos_inf<M>()) nll = M(0);
+      store(nll_out, b, nll);
+    }
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp, const T* __restrict__ grad_out,
+                         const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
+                         const I* __restrict__ targets, T* __restrict__ out, const long long* __restrict__ tiling,
+                         long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
+                         long long tgt_numel, long long tgt_stride, int zero_inf, unsigned char* scratch,
+                         long long slot_bytes) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ int misc[4];
+  __shared__ M bpart[2][kMaxWarps];
+  const LongSlot<M> ls = long_slot<M>(scratch, slot_bytes, max_l);
+  const long long tid = threadIdx.x, width = 2 * max_l + 1;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const M NINF = neg_inf<M>();
+
+  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+    __syncthreads();
+    const M nll = load(nll_in, b);
+    if (zero_inf && nll == pos_inf<M>()) continue;     // ctc_dense wrote the zero slice
+    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width,
+                                     ls.lab, misc);
+    if (sp.bad) {
+      poison_sample(out, b, Tn, N, C);
+      continue;
+    }
+    const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+    if (lin == 0) continue;
+    build_chains(ls.lab, ls.fst, ls.nxt, misc, L, blank);
+    __syncthreads();
+    const int blank_first = misc[1];
+    const bool nll_fin = is_finite(nll);
+    const M shift = nll_fin ? nll : M(0);
+    const M g = load(grad_out, b);
+    const bool drop_2l = L > 0 && ls.lab[L - 1] == blank;
+    for (long long t = lin - 1; t >= 0; --t) {
+      const int buf = (int)(t & 1);
+      M* cur = ls.rec + buf * width;
+      const M* later = ls.rec + (buf ^ 1) * width;   // beta at t+1
+      M* occ = ls.occ + buf * max_l;
+      M part = M(0);
+      for (long long s = tid; s < S; s += blockDim.x) {
+        const int k = (int)(s >> 1);
+        const long long c = (s & 1) ? ls.lab[k] : blank;
+        const M l = load(lp, (t * N + b) * C + c);
+        const M a = load(log_alpha, (b * Tn + t) * X + s);
+        M r;
+        if (t == lin - 1) {
+          r = s >= 2 * L - 1 ? l : NINF;
+        } else {
+          const bool skip = (s & 1) && s + 2 < S && ls.lab[k + 1] != ls.lab[k];
+          r = lse3(later[s], s + 1 < S ? later[s + 1] : NINF, skip ? later[s + 2] : NINF) + l;
+        }
+        cur[s] = r;
+        M e = exp(a + r - l + shift);
+        if (t == lin - 1 && drop_2l && s == 2 * L) e = M(0);
+        if (s & 1) occ[k] = e;
+        else part += e;
+      }
+      part = warp_sum(part);
+      if (lane == 0) bpart[buf][warp] = part;
+      __syncthreads();
+      write_columns(lp, out, occ, bpart[buf], warps, ls.lab, ls.fst, ls.nxt, blank_first, L, blank,
+                    (t * N + b) * C, nll_fin, nll, g);
     }
   }
 }

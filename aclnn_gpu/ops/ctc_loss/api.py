@@ -13,9 +13,7 @@ Backward checks (docs/OPERATORS.md §1 order; 161001 for a null tensor or length
   logAlpha.shape[1], max(inputLengths) <= T) -> out.shape[2] == C -> 1-D targets length ==
   sum(targetLengths) -> out shape == logProbs shape -> dtypes (logProbs FLOAT/FLOAT16/BF16/DOUBLE;
   gradOut, negLogLikelihood, logAlpha, out equal to it; targets INT32/INT64/BOOL/FLOAT/FLOAT16)
-  -> zeroInfinity -> N == 0: success, workspace 0, no work -> cuda/emulated: the recursion limit
-  (2*maxL+1 <= 4096 states with fp32 math, <= 2560 with fp64, i.e. maxL <= 2047 / 1279) refused
-  with 161002 here rather than failing at launch -> memory ranges -> out must not overlap itself
+  -> zeroInfinity -> N == 0: success, workspace 0, no work -> memory ranges -> out must not overlap itself
   or alias any input. CANN's A2/A3-only refusals of FLOAT16/BF16 for C > 200000, N > 8180 or
   (X-1)/2 > 1000 are not applied (no such limit here).
 The forward (`aclnnCtcLoss`, prefix "aclnnCtcLoss: ") checks the same rules in the same order for
@@ -35,7 +33,8 @@ outside [0, C) in device data makes that sample's loss / logAlpha slice / gradie
 GPU workspace (bytes; each range rounded up to 256, in this order):
     sum over strided operands of round256(numel * itemsize) + 256     (Staging copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
-  + round256(24 * N)                                   tiling [Lin, L, offset] per sample
+  + round256(launch.backward_workspace_bytes(N, maxL, math size))   tiling [Lin, L, offset] per
+    sample, and for targets beyond the register recursion the long path's per-block slots
 (0 when N == 0). The cpu device needs no workspace.
 """
 from __future__ import annotations
@@ -147,30 +146,17 @@ def _check_dtypes_and_zero_infinity(c: Checks, log_probs: aclTensor, targets: ac
     return c.boolean("zeroInfinity", zeroInfinity)
 
 
-def _check_gpu_limit(c: Checks, device: Any, max_target_length: int, log_probs: aclTensor) -> None:
-    """Refuse here (161002) what the GPU recursion kernel could not launch; the cpu has no limit."""
-    if device.kind == "cpu":
-        return
-    math_itemsize = 8 if log_probs.dtype == D.ACL_DOUBLE else 4
-    try:
-        gpu.recursion_geometry(max_target_length, math_itemsize)
-    except NotImplementedError:
-        limit = 1279 if math_itemsize == 8 else 2047
-        c.fail(INVALID, f"max(targetLengths) = {max_target_length} exceeds this device's CTC kernel limit {limit} "
-                        f"({'float64' if math_itemsize == 8 else 'float32'} math: 2*maxL+1 <= {2 * limit + 1} "
-                        "states)")
-
-
 # ------------------------------------------------------------------------------ GPU staging
 class _GpuIo(StagedIo):
     """StagedIo plus an int64 copy of targets given in another dtype (cast by ctc_cast_targets)."""
 
-    def __init__(self, N: int, inputs: list[aclTensor], outputs: list[aclTensor], targets: aclTensor):
+    def __init__(self, N: int, max_l: int, math_size: int, inputs: list[aclTensor], outputs: list[aclTensor],
+                 targets: aclTensor):
         super().__init__(inputs, outputs)
         self.targets = targets
         self.cast = targets.dtype in CAST_TYPES and targets.numel > 0
         self.cast_offset = self.layout.take(8 * targets.numel) if self.cast else None
-        self.size = self.reserve_plan(gpu.backward_workspace_bytes(N))
+        self.size = self.reserve_plan(gpu.backward_workspace_bytes(N, max_l, math_size))
 
     def target_dtype(self) -> str:
         if self.cast or self.targets.dtype == D.ACL_INT64:
@@ -207,7 +193,8 @@ class _CtcPlan(Plan):
         self.io = None
         self.workspace_size = 0
         if device.kind != "cpu":
-            self.io = _GpuIo(sizes.N, inputs, outputs, targets)
+            math_size = 8 if log_probs.dtype == D.ACL_DOUBLE else 4
+            self.io = _GpuIo(sizes.N, max([0, *sizes.target_lengths]), math_size, inputs, outputs, targets)
             self.workspace_size = self.io.size
 
     def _lengths(self) -> tuple[np.ndarray, np.ndarray]:
@@ -331,7 +318,6 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
                                  "out": out_}, zeroInfinity)
     if N == 0:
         return EmptyPlan(c.op)
-    _check_gpu_limit(c, device, max_length, log_probs)
     c.memory(gradOut=grad_out, logProbs=log_probs, targets=targets_, negLogLikelihood=neg_log_likelihood,
              logAlpha=log_alpha, out=out_)
     c.output("out", out_, gradOut=grad_out, logProbs=log_probs, targets=targets_,
@@ -369,7 +355,6 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
         c, log_probs, targets_, {"negLogLikelihoodOut": neg_log_likelihood, "logAlphaOut": log_alpha}, zeroInfinity)
     if N == 0:
         return EmptyPlan(c.op)
-    _check_gpu_limit(c, device, max_length, log_probs)
     c.memory(logProbs=log_probs, targets=targets_, negLogLikelihoodOut=neg_log_likelihood, logAlphaOut=log_alpha)
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)

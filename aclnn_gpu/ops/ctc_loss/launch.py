@@ -14,19 +14,26 @@ dtype: "float32" | "float64" | "float16" | "bfloat16" (numpy dtype names accepte
 target_dtype: int32 | int64 (the glue casts BOOL/FLOAT/FLOAT16 targets to int64 first).
 targets_2d_stride: S for 2-D padded targets (N, S), 0 for 1-D concatenated targets.
 
-Workspace (both directions): the tiling block only, at the workspace head,
-    workspace_bytes = 8 * 3 * N      (int64 [input_length, target_length, target_offset] per sample)
-(0 when N == 0). Beta/alpha never touch memory beyond log_alpha; the backward needs no buffer.
+Workspace (both directions): the tiling block at the workspace head,
+    8 * 3 * N      (int64 [input_length, target_length, target_offset] per sample)
+(0 when N == 0); on the long-target path (below) followed, at the next 256-byte boundary, by
+min(N, LONG_SLOTS) slots of long_slot_bytes(maxL, math size) each (one per block of the grid:
+alpha/beta of two steps, odd-state occupancies of two steps, labels and their chains). The short
+path needs nothing beyond log_alpha.
 
 Launches. Backward: `ctc_dense<T>` (grid-stride, 256 threads, 16-byte vectors when C is a
-multiple of 16/sizeof(T) and both pointers are 16-byte aligned) then `ctc_beta<T, I>` (one block
-per sample, grid-stride over samples); forward: `ctc_alpha<T, I>`. Recursion blocks have
-threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) / threads) <= 8 (fp64 math: 5) states
-per thread; dynamic shared memory = shared_bytes(maxL, math size). Limits: 2*maxL+1 <= 8*512 = 4096
-for fp32 math (maxL <= 2047), <= 5*512 = 2560 for float64 (maxL <= 1279); shared memory
-(~16-24 bytes per label) stays below 48 KiB. Beyond: NotImplementedError.
+multiple of 16/sizeof(T) and both pointers are 16-byte aligned) then the beta recursion (one block
+per sample, grid-stride over samples); forward: the alpha recursion. Short path (`ctc_alpha`,
+`ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) / threads) <= 8
+(fp64 math: 5) states per thread in registers, dynamic shared memory = shared_bytes(maxL, math
+size) < 48 KiB, i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64
+(maxL <= 1279). Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states
+strided over the block, recursion state in the workspace slots): any maxL, same results (the
+blank column's sum excepted, see the kernel).
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,6 +46,8 @@ K_MAX_WARPS = 16
 MAX_THREADS = 512
 SMEM_LIMIT = 48 * 1024
 DENSE_BLOCK = 256
+LONG_SLOTS = 256   # most blocks (and workspace slots) of the long-target recursions
+ALIGN = 256
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
@@ -49,6 +58,8 @@ def all_name_expressions() -> list[str]:
     return ([f"aclg::ctc_dense<{t}>" for t in _CTYPE.values()]
             + [f"aclg::ctc_beta<{t}, {i}>" for t in _CTYPE.values() for i in _ITYPE.values()]
             + [f"aclg::ctc_alpha<{t}, {i}>" for t in _CTYPE.values() for i in _ITYPE.values()]
+            + [f"aclg::ctc_{k}_long<{t}, {i}>" for k in ("alpha", "beta") for t in _CTYPE.values()
+               for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
@@ -60,8 +71,24 @@ def _dname(dtype) -> str:
     return name
 
 
-def backward_workspace_bytes(N: int) -> int:
-    return 8 * 3 * int(N)
+def _math_size(dtype_name: str) -> int:
+    return 8 if dtype_name == "float64" else 4
+
+
+def _round(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def long_slot_bytes(max_l: int, math_size: int) -> int:
+    """One block's workspace slot on the long path (kernels: ctc::LongSlot)."""
+    return _round((2 * (2 * max_l + 1) + 2 * max_l) * math_size + 3 * max_l * 4)
+
+
+def backward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None) -> int:
+    head = 8 * 3 * int(N)
+    if N == 0 or not recursion_geometry(max_l, math_size, long_path).long:
+        return head
+    return _round(head) + min(int(N), LONG_SLOTS) * long_slot_bytes(max_l, math_size)
 
 
 forward_workspace_bytes = backward_workspace_bytes
@@ -72,16 +99,25 @@ def shared_bytes(max_l: int, math_size: int) -> int:
     return m + 4 * (3 * max_l + 4)
 
 
-def recursion_geometry(max_l: int, math_size: int):
-    """(threads, per, shared bytes) of ctc_alpha / ctc_beta; raises NotImplementedError beyond the
-    kernel's limits."""
+class Geometry(NamedTuple):
+    threads: int
+    per: int      # states per thread (short path)
+    smem: int     # dynamic shared bytes (short path)
+    long: bool    # the long-target path (ctc_*_long): recursion state in workspace slots
+
+
+def recursion_geometry(max_l: int, math_size: int, long_path: bool | None = None) -> Geometry:
+    """Block geometry of the alpha / beta recursions: the register path while its states fit
+    (per <= K_PER, shared tables < 48 KiB), else the long path. long_path forces a path (tests)."""
     S = 2 * max_l + 1
     threads = min(MAX_THREADS, (S + 31) // 32 * 32)
     per = -(-S // threads)
     smem = shared_bytes(max_l, math_size)
-    if per > K_PER[math_size] or smem > SMEM_LIMIT:
-        raise NotImplementedError(f"CTC target length {max_l} exceeds the kernel's limit")
-    return threads, per, smem
+    if long_path is None:
+        long_path = per > K_PER[math_size] or smem > SMEM_LIMIT
+    if long_path:
+        return Geometry(MAX_THREADS, 0, 0, True)   # kernels: ctc::kLongThreads
+    return Geometry(threads, per, smem, False)
 
 
 def tiling(input_lengths, target_lengths, targets_2d_stride: int) -> np.ndarray:
@@ -101,15 +137,28 @@ def _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_str
     return int(tl.max()) if tl.size else 0
 
 
+def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, workspace_ptr: int, max_l: int,
+               msize: int) -> None:
+    """Launches the alpha or beta recursion on the short or the long path."""
+    i64 = np.int64
+    if geo.long:
+        slots = min(N, LONG_SLOTS)
+        ctx.launch(FILE, kernel.replace("<", "_long<", 1), (slots,), (geo.threads,),
+                   args + (ptr(workspace_ptr + _round(8 * 3 * N)), i64(long_slot_bytes(max_l, msize))))
+    else:
+        ctx.launch(FILE, kernel, (max(1, min(N, 32 * ctx.sm_count)),), (geo.threads,), args + (np.int32(geo.per),),
+                   shared_mem=geo.smem)
+
+
 def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
                     out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype, targets_2d_stride, targets_numel,
-                    input_lengths, target_lengths, blank, zero_infinity):
+                    input_lengths, target_lengths, blank, zero_infinity, long_path=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0 or C == 0:
         return
     max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
-    msize = 8 if dt == "float64" else 4
-    threads, per, smem = recursion_geometry(max_l, msize)
+    msize = _math_size(dt)
+    geo = recursion_geometry(max_l, msize, long_path)
     ct = _CTYPE[dt]
     V = 16 // _SIZE[dt]
     vec = int(C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0)
@@ -119,26 +168,25 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     ctx.launch(FILE, f"aclg::ctc_dense<{ct}>", (grid,), (DENSE_BLOCK,),
                (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(out_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), np.int32(bool(zero_infinity)), np.int32(vec)))
-    ctx.launch(FILE, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", (max(1, min(N, 32 * ctx.sm_count)),), (threads,),
+    _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
                (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(targets_ptr), ptr(out_ptr), ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank),
-                i64(max_l), i64(targets_numel), i64(targets_2d_stride), np.int32(bool(zero_infinity)),
-                np.int32(per)), shared_mem=smem)
+                i64(max_l), i64(targets_numel), i64(targets_2d_stride), np.int32(bool(zero_infinity))),
+               workspace_ptr, max_l, msize)
 
 
 def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
                    T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel, input_lengths, target_lengths,
-                   blank, zero_infinity):
+                   blank, zero_infinity, long_path=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0:
         return
     max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
     X = 2 * max_l + 1
-    msize = 8 if dt == "float64" else 4
-    threads, per, smem = recursion_geometry(max_l, msize)
+    msize = _math_size(dt)
+    geo = recursion_geometry(max_l, msize, long_path)
     i64 = np.int64
-    ctx.launch(FILE, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", (max(1, min(N, 32 * ctx.sm_count)),),
-               (threads,),
+    _recursion(ctx, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, N,
                (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
-                i64(targets_2d_stride), np.int32(bool(zero_infinity)), np.int32(per)), shared_mem=smem)
+                i64(targets_2d_stride), np.int32(bool(zero_infinity))), workspace_ptr, max_l, msize)
