@@ -10,7 +10,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels import manifest
 from aclnn_gpu.kernels.context import StandaloneEmuContext
 from aclnn_gpu.ops.cross_entropy import launch as plan
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss, cross_entropy_loss_grad
@@ -113,10 +112,6 @@ def run_forward(ctx, x, t, w, reduction, ii, ls, *, tdtype=np.int64, misalign=(0
                         reduction=reduction, ignore_index=ii, label_smoothing=ls, **geom)
     assert guard_intact(lp) and guard_intact(loss) and guard_intact(ws)
     return (np.array(loss) if reduction == "none" else np.array(loss[0])), np.array(lp)
-
-
-def test_manifest_lists_every_instantiation():
-    assert manifest.KERNELS["cross_entropy.cu"] == plan.all_name_expressions()
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
-from ...kernels.context import KernelContext, ptr
+from ...kernels.context import KernelContext, KernelFile, ptr
 
 FILE = "cross_entropy.cu"
 REDUCE_THREADS = 256
@@ -40,13 +40,15 @@ def _iname(dtype) -> str:
     return dtypes.supported_name(dtype, _I, "cross-entropy: unsupported target dtype")
 
 
-def all_name_expressions() -> list[str]:
-    """Every instantiation the plan can launch (kernels/manifest.py lists exactly these)."""
+def _kernel_names() -> tuple[str, ...]:
     out = [f"ce_weight_sums<{i}>" for i in _I.values()]
     out += [f"ce_grad<{t}, {i}>" for t in _T.values() for i in _I.values()]
     out += [f"ce_forward<{t}, {i}>" for t in _T.values() for i in _I.values()]
     out += [f"ce_loss_reduce<{t}>" for t in _T.values()]
-    return out
+    return tuple(out)
+
+
+KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
 
 
 def _pow2_ceil(n: int) -> int:
@@ -104,12 +106,12 @@ def launch_grad(ctx: KernelContext, *, grad_loss_ptr: int, log_prob_ptr: int, ta
     red = 0
     if _needs_red(reduction, ls, has_w):
         red = int(workspace_ptr)
-        ctx.launch(FILE, f"ce_weight_sums<{_I[i]}>", (1,), (REDUCE_THREADS,),
+        ctx.launch(FILE, KERNELS.name("ce_weight_sums", _I[i]), (1,), (REDUCE_THREADS,),
                    (ptr(target_ptr), ptr(weight_ptr or 0), ptr(red), np.int64(N), np.int64(C),
                     np.int64(ignore_index), np.int32(reduction == "mean"), np.int32(ls != 0.0 and has_w)))
     grid, blk, group = grad_geometry(ctx, N, C, _ITEM[t], block, max_blocks)
     vec = int((int(log_prob_ptr) - int(out_ptr)) % 16 == 0)
-    ctx.launch(FILE, f"ce_grad<{_T[t]}, {_I[i]}>", (grid,), (blk,),
+    ctx.launch(FILE, KERNELS.name("ce_grad", _T[t], _I[i]), (grid,), (blk,),
                (ptr(grad_loss_ptr), ptr(log_prob_ptr), ptr(target_ptr), ptr(weight_ptr or 0), ptr(out_ptr),
                 ptr(red), np.int64(N), np.int64(C), np.int64(ignore_index), np.int32(_RED_CODE[reduction]),
                 np.float64(ls), np.int64(group), np.int32(vec)))
@@ -137,11 +139,11 @@ def launch_forward(ctx: KernelContext, *, input_ptr: int, target_ptr: int, weigh
     if N > 0 and C > 0:
         grid, blk = forward_geometry(ctx, N, C, _ITEM[t], block, max_blocks)
         vec = int((int(input_ptr) - int(log_prob_ptr)) % 16 == 0)
-        ctx.launch(FILE, f"ce_forward<{_T[t]}, {_I[i]}>", (grid,), (blk,),
+        ctx.launch(FILE, KERNELS.name("ce_forward", _T[t], _I[i]), (grid,), (blk,),
                    (ptr(input_ptr), ptr(target_ptr), ptr(weight_ptr or 0), ptr(log_prob_ptr),
                     ptr(0 if reduced else loss_ptr), ptr(workspace_ptr if reduced else 0), np.int64(N),
                     np.int64(C), np.int64(ignore_index), np.float64(label_smoothing), np.int32(vec)))
     if reduced:
         n = N if C > 0 else 0
-        ctx.launch(FILE, f"ce_loss_reduce<{_T[t]}>", (1,), (REDUCE_THREADS,),
+        ctx.launch(FILE, KERNELS.name("ce_loss_reduce", _T[t]), (1,), (REDUCE_THREADS,),
                    (ptr(workspace_ptr if n else 0), np.int64(n), np.int32(_RED_CODE[reduction]), ptr(loss_ptr)))
