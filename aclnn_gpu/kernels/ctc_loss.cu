@@ -1,4 +1,4 @@
-// ctc_loss.cu -- CTC loss forward (alpha recursion) and backward (dense pass + beta recursion).
+// ctc_loss.cu -- CTC loss forward (alpha recursion) and backward (beta recursion + gradient rows).
 //
 // Layouts: log_probs / out (T, N, C) contiguous; log_alpha (N, T, X); grad_out, nll (N,).
 // Targets: 1-D concatenated (tgt_stride == 0, sample b starts at tiling offset) or 2-D padded
@@ -7,14 +7,15 @@
 // Nothing is trusted: lengths are clamped/validated against T, max_l and the target extent; a label
 // outside [0, C) is never used as an index and turns the whole sample NaN.
 //
-// Backward = ctc_dense (every element: exp(lp) * g, rows t >= Lin and zero-infinity samples 0)
-// followed, on the same stream, by ctc_beta (per sample: the beta recursion; beta lives in
-// registers, PER consecutive states per thread, neighbours via warp shuffles and a 3-value
-// boundary slot per warp in shared memory; one __syncthreads per time step). The blank and label
-// columns of rows t < Lin are then overwritten with (exp(lp) - occupancy) * g, where
-// occupancy(t, c) = sum over states s with l'(s) == c of exp(alpha + beta - lp + nll), summed in a
-// fixed order (blank: per-warp butterfly partials, then warps in order; a label: its occurrences
-// in target order, walked by the thread owning the first occurrence). No atomics.
+// Backward = ctc_beta (per sample: the beta recursion; beta lives in registers, PER consecutive
+// states per thread, neighbours via warp shuffles and a 3-value boundary slot per warp in shared
+// memory; one __syncthreads per time step) writing, per step, the occupancy of every state
+// exp(alpha + beta - lp + nll) to a compact (T, N, W = 2*maxL+1) buffer, plus the sample's status
+// and label tables (ctc::Tables), followed on the same stream by ctc_grad (one block per row (t, b):
+// exp(lp) * g over the row, coalesced, then the blank and label columns overwritten with
+// (exp(lp) - occupancy) * g, where occupancy(t, c) sums the states s with l'(s) == c in a fixed
+// order: blank = block_sum over the even states, a label = its occurrences in target order). The
+// recursion's step thus carries no column gather, no reduction and no scattered store. No atomics.
 //
 // Forward = ctc_alpha: the same design for alpha (neighbours s-1, s-2), writing the whole
 // (T, X) slice of log_alpha (-inf where unreachable) and the loss.
@@ -42,12 +43,8 @@ template <class M> __device__ __forceinline__ bool is_finite(M x) {
 // Shared-memory layout shared by ctc_alpha / ctc_beta (host: shared_bytes()).
 template <class M> struct Smem {
   M* bnd;    // [2][kMaxWarps + 1][3] warp boundary values of the previous step
-  M* bpart;  // [2][kMaxWarps] per-warp blank occupancy partials (backward)
   M* fin;    // [2] alpha at (Lin-1, 2L) and (Lin-1, 2L-1) (forward)
-  M* occ;    // [2][max_l] occupancy of odd states (backward)
-  int* lab;  // [max_l] labels (0 where invalid)
-  int* nxt;  // [max_l] next occurrence of the same label, -1 at the end
-  int* fst;  // [max_l] 1 where k is the first occurrence of its label
+  int* lab;  // [max_l] labels (0 where invalid; forward)
   int* misc; // [4] bad flag, first occurrence of a label equal to blank
 };
 
@@ -56,21 +53,35 @@ template <class M> __device__ __forceinline__ Smem<M> carve(unsigned char* base,
   M* m = reinterpret_cast<M*>(base);
   s.bnd = m;
   m += 2 * (kMaxWarps + 1) * 3;
-  s.bpart = m;
-  m += 2 * kMaxWarps;
   s.fin = m;
   m += 2;
-  s.occ = m;
-  m += 2 * max_l;
   int* p = reinterpret_cast<int*>(m);
   s.lab = p;
   p += max_l;
-  s.nxt = p;
-  p += max_l;
-  s.fst = p;
-  p += max_l;
   s.misc = p;
   return s;
+}
+
+// What the beta recursion leaves for ctc_grad, in the workspace (host: launch.tables_bytes):
+// status[N] (kOk / kBad: NaN slice / kZero: zero_infinity zeroes the slice), first[N] (first
+// occurrence of a label equal to blank, -1 if none), and per sample rows of max_l: lab, fst (1 at
+// the first occurrence of a label), nxt (its next occurrence, -1 at the end).
+enum : int { kOk = 0, kBad = 1, kZero = 2 };
+struct Tables {
+  int* status;
+  int* first;
+  int* lab;
+  int* fst;
+  int* nxt;
+};
+__device__ __forceinline__ Tables tables_at(int* base, long long N, long long max_l) {
+  Tables tb;
+  tb.status = base;
+  tb.first = base + N;
+  tb.lab = base + 2 * N;
+  tb.fst = tb.lab + N * max_l;
+  tb.nxt = tb.fst + N * max_l;
+  return tb;
 }
 
 struct Sample {
@@ -114,15 +125,6 @@ __device__ __forceinline__ Sample load_sample(const long long* tiling, const I* 
 }
 
 
-// A sample whose tiling row or labels are out of range: its whole (T, C) gradient slice is NaN.
-template <class T>
-__device__ __forceinline__ void poison_sample(T* out, long long b, long long Tn, long long N, long long C) {
-  for (long long i = threadIdx.x; i < Tn * C; i += blockDim.x) {
-    const long long t = i / C;
-    store(out, (t * N + b) * C + (i - t * C), quiet_nan<math_t<T>>());
-  }
-}
-
 // Next-occurrence chains of the labels (the fixed order in which a label's occupancies are summed):
 // fst[k] = 1 where k is the first occurrence of its label, nxt[k] the next one (-1 at the end), and
 // misc[1] the first occurrence of a label equal to blank. The caller synchronises before reading.
@@ -140,34 +142,6 @@ __device__ __forceinline__ void build_chains(const int* lab, int* fst, int* nxt,
   }
 }
 
-// The blank and label columns of one row (offset `row` = (t * N + b) * C) from the step's
-// occupancies: occ[k] of odd state 2k+1, bpart[w] the per-warp blank partials (summed in warp order).
-// Item L = blank, item k < L = label k when it is the label's first occurrence and not blank.
-template <class T, class M>
-__device__ __forceinline__ void write_columns(const T* lp, T* out, const M* occ, const M* bpart, int warps,
-                                              const int* lab, const int* fst, const int* nxt, int blank_first,
-                                              long long L, long long blank, long long row, bool nll_fin, M nll,
-                                              M g) {
-  for (long long k = threadIdx.x; k <= L; k += blockDim.x) {
-    long long c;
-    M sum = M(0);
-    int j;
-    if (k == L) {
-      c = blank;
-      for (int w = 0; w < warps; ++w) sum += bpart[w];
-      j = blank_first;
-    } else {
-      c = lab[k];
-      if (!fst[k] || c == blank) continue;
-      j = (int)k;
-    }
-    for (; j >= 0; j = nxt[j]) sum += occ[j];
-    const M x = load(lp, row + c);
-    const M term = nll_fin ? sum : exp(log(sum) + nll);
-    store(out, row + c, (exp(x) - term) * g);
-  }
-}
-
 }  // namespace ctc
 
 // PyTorch's exp(lcab + nll - lp) at a column without states is exp(-inf + nll): NaN when nll is
@@ -182,74 +156,59 @@ template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
   return lp == neg_inf<M>() ? quiet_nan<M>() : exp(lp) * g;
 }
 
-// ------------------------------------------------------------------------------ dense pass
-// out = exp(lp) * g (NaN where lp = -inf) for t < Lin, 0 for t >= Lin or (zero_inf and nll == +inf). vec != 0: the host
-// checked that C is a multiple of 16/sizeof(T) and that lp and out are 16-byte aligned.
-template <class T>
-__global__ void ctc_dense(const T* __restrict__ lp, const T* __restrict__ grad_out, const T* __restrict__ nll,
-                          T* __restrict__ out, const long long* __restrict__ tiling, long long Tn, long long N,
-                          long long C, int zero_inf, int vec) {
-  typedef math_t<T> M;
-  if (vec) {
-    constexpr int V = Vec16<T>::N;
-    const long long cv = C / V, total = Tn * N * cv;
-    for (long long p = global_thread(); p < total; p += grid_threads()) {
-      const long long row = p / cv, t = row / N, n = row - t * N;
-      const M nl = load(nll, n);
-      const bool zero = t >= tiling[3 * n] || (zero_inf && nl == pos_inf<M>());
-      const M g = load(grad_out, n) * nan_if(nl);
-      Vec16<T> x = load16(lp, p);
-#pragma unroll
-      for (int j = 0; j < V; ++j) x.v[j] = from_math<T>(zero ? M(0) : dense_grad(to_math(x.v[j]), g));
-      store16(out, p, x);
-    }
-  } else {
-    const long long total = Tn * N * C;
-    for (long long i = global_thread(); i < total; i += grid_threads()) {
-      const long long row = i / C, t = row / N, n = row - t * N;
-      const M nl = load(nll, n);
-      const bool zero = t >= tiling[3 * n] || (zero_inf && nl == pos_inf<M>());
-      store(out, i, zero ? M(0) : dense_grad(load(lp, i), load(grad_out, n) * nan_if(nl)));
-    }
+// ------------------------------------------------------------------------------ backward: beta
+// Sample prologue of both beta recursions: status, labels (into the tables) and their chains.
+// Returns false when the sample has no recursion to run (status written). Ends with a barrier.
+template <class I, class M>
+__device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* targets, const ctc::Tables& tb, long long b,
+                                             long long Tn, long long C, long long max_l, long long tgt_numel,
+                                             long long tgt_stride, long long X, long long blank, long long cap,
+                                             M nll, int zero_inf, int* misc, ctc::Sample& sp) {
+  using namespace ctc;
+  if (zero_inf && nll == pos_inf<M>()) {           // ctc_grad zeroes the slice
+    if (threadIdx.x == 0) tb.status[b] = kZero;
+    return false;
   }
+  int* lab = tb.lab + b * max_l;
+  sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, lab, misc);
+  if (threadIdx.x == 0) tb.status[b] = sp.bad ? kBad : kOk;
+  if (sp.bad || sp.lin == 0) return false;
+  build_chains(lab, tb.fst + b * max_l, tb.nxt + b * max_l, misc, sp.L, blank);
+  __syncthreads();
+  if (threadIdx.x == 0) tb.first[b] = misc[1];
+  return true;
 }
 
-// ------------------------------------------------------------------------------ backward: beta
 template <class T, class I>
-__global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const T* __restrict__ grad_out, const T* __restrict__ nll_in,
-                         const T* __restrict__ log_alpha, const I* __restrict__ targets, T* __restrict__ out,
-                         const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long X,
-                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
-                         int per) {
+__global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
+                         const T* __restrict__ log_alpha, const I* __restrict__ targets,
+                         const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ occ,
+                         long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
+                         long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
   typedef math_t<T> M;
   using namespace ctc;
   constexpr int kPer = PerOf<M>::value;
   extern __shared__ __align__(16) unsigned char ctc_smem[];
   const Smem<M> sm = carve<M>(ctc_smem, max_l);
-  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp, warps = blockDim.x / kWarp;
+  const Tables tb = tables_at(tables, N, max_l);
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int cap = per * (int)blockDim.x;
+  const long long W = 2 * max_l + 1;
   const M NINF = neg_inf<M>();
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
     __syncthreads();  // the previous sample's readers are done with shared memory
     const M nll = load(nll_in, b);
-    if (zero_inf && nll == pos_inf<M>()) continue;     // ctc_dense wrote the zero slice
-    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
-                                     X, blank, cap, sm.lab, sm.misc);
-    if (sp.bad) {
-      poison_sample(out, b, Tn, N, C);
+    Sample sp = {0, 0, 0, true};
+    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, nll,
+                             zero_inf, sm.misc, sp))
       continue;
-    }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
-    if (lin == 0) continue;
-    build_chains(sm.lab, sm.fst, sm.nxt, sm.misc, L, blank);
+    const int* lab = tb.lab + b * max_l;
     for (int i = tid; i < 2 * (kMaxWarps + 1) * 3; i += blockDim.x) sm.bnd[i] = NINF;
     __syncthreads();
-    const int blank_first = sm.misc[1];
-    const bool nll_fin = is_finite(nll);
-    const M shift = nll_fin ? nll : M(0);
-    const M g = load(grad_out, b);
-    const bool drop_2l = L > 0 && sm.lab[L - 1] == blank;
+    const M shift = is_finite(nll) ? nll : M(0);
+    const bool drop_2l = L > 0 && lab[L - 1] == blank;
     // per-thread states s0 .. s0+per-1, labels and transitions
     const long long s0 = (long long)tid * per;
     int lab_s[kPer];
@@ -259,8 +218,8 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
     for (int i = 0; i < kPer; ++i) {
       const long long s = s0 + i;
       const bool in = i < per && s < S;
-      lab_s[i] = (in && (s & 1)) ? sm.lab[s >> 1] : (int)blank;
-      skip_s[i] = in && (s & 1) && s + 2 < S && sm.lab[(s >> 1) + 1] != sm.lab[s >> 1];
+      lab_s[i] = (in && (s & 1)) ? lab[s >> 1] : (int)blank;
+      skip_s[i] = in && (s & 1) && s + 2 < S && lab[(s >> 1) + 1] != lab[s >> 1];
       beta[i] = NINF;
       a_nx[i] = NINF;
       l_nx[i] = NINF;
@@ -277,7 +236,7 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
         a[i] = a_nx[i];
         l[i] = l_nx[i];
       }
-      if (t > 0) {   // prefetch the next step's alpha and log-probs
+      if (t > 0) {   // prefetch the next step's alpha and log-probs: in flight during this step
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
@@ -320,23 +279,81 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
           mine[2] = beta[0];
         }
       }
-      // occupancies
-      M part = M(0);
+      // occupancies of row (t, b): consecutive states per thread, contiguous across the block
+      M* orow = occ + (t * N + b) * W;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const long long s = s0 + i;
-        if (i < per && s < S) {
-          M e = exp(a[i] + beta[i] - l[i] + shift);
-          if (t == lin - 1 && drop_2l && s == 2 * L) e = M(0);
-          if (s & 1) sm.occ[buf * max_l + (s >> 1)] = e;
-          else part += e;
-        }
+        if (i < per && s < S)
+          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
       }
-      part = warp_sum(part);
-      if (lane == 0) sm.bpart[buf * kMaxWarps + warp] = part;
       __syncthreads();
-      write_columns(lp, out, sm.occ + buf * max_l, sm.bpart + buf * kMaxWarps, warps, sm.lab, sm.fst, sm.nxt,
-                    blank_first, L, blank, (t * N + b) * C, nll_fin, nll, g);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ backward: gradient rows
+// One block per row (t, b), grid-stride over rows. The whole row first: exp(lp) * g (NaN where lp is
+// -inf), 0 for t >= Lin or a zeroed sample, NaN for a bad one; then, after a barrier (it orders the
+// block's global stores, so the overwrite lands last), the blank and label columns of rows t < Lin
+// from the occupancy row. vec != 0: the host checked that C is a multiple of 16/sizeof(T) and that
+// lp and out are 16-byte aligned. blockDim.x is a multiple of 32, at most 256.
+template <class T>
+__global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const T* __restrict__ grad_out,
+                         const T* __restrict__ nll_in, T* __restrict__ out, const long long* __restrict__ tiling,
+                         const int* __restrict__ tables, const math_t<T>* __restrict__ occ, long long Tn,
+                         long long N, long long C, long long blank, long long max_l, int vec) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ M scratch[256 / kWarp];
+  const Tables tb = tables_at(const_cast<int*>(tables), N, max_l);
+  const long long W = 2 * max_l + 1;
+  for (long long row = blockIdx.x; row < Tn * N; row += gridDim.x) {
+    const long long t = row / N, b = row - t * N;
+    const int status = tb.status[b];
+    const M nl = load(nll_in, b);
+    const bool live = status == kOk && t < tiling[3 * b];   // status kOk: tiling[3b] in [0, T]
+    const M fill = status == kBad ? quiet_nan<M>() : M(0);
+    const M g = load(grad_out, b) * nan_if(nl);
+    const T* lrow = lp + row * C;
+    T* orow = out + row * C;
+    if (vec) {
+      constexpr int V = Vec16<T>::N;
+      for (long long p = threadIdx.x; p < C / V; p += blockDim.x) {
+        Vec16<T> x = load16(lrow, p);
+#pragma unroll
+        for (int j = 0; j < V; ++j) x.v[j] = from_math<T>(live ? dense_grad(to_math(x.v[j]), g) : fill);
+        store16(orow, p, x);
+      }
+    } else {
+      for (long long c = threadIdx.x; c < C; c += blockDim.x) store(orow, c, live ? dense_grad(load(lrow, c), g) : fill);
+    }
+    if (!live) continue;   // uniform over the block
+    const long long L = tiling[3 * b + 1];
+    const M* o = occ + row * W;
+    M even = M(0);
+    for (long long s = 2 * (long long)threadIdx.x; s <= 2 * L; s += 2 * (long long)blockDim.x) even += o[s];
+    even = block_sum(even, scratch);   // barrier: the row's dense stores are done
+    const int* lab = tb.lab + b * max_l;
+    const int* fst = tb.fst + b * max_l;
+    const int* nxt = tb.nxt + b * max_l;
+    const bool nll_fin = is_finite(nl);
+    for (long long k = threadIdx.x; k <= L; k += blockDim.x) {
+      long long c;
+      M sum = M(0);
+      int j;
+      if (k == L) {
+        c = blank;
+        sum = even;
+        j = tb.first[b];
+      } else {
+        c = lab[k];
+        if (!fst[k] || c == blank) continue;
+        j = (int)k;
+      }
+      for (; j >= 0; j = nxt[j]) sum += o[2 * j + 1];
+      const M term = nll_fin ? sum : exp(log(sum) + nl);
+      store(orow, c, (exp(load(lrow, c)) - term) * g);
     }
   }
 }
@@ -472,22 +489,18 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
 
 
 // ------------------------------------------------------------------------------ long targets
-// Targets beyond the register recursion (2*maxL+1 > PerOf<M> * 512 states, or per-label tables over
-// 48 KiB of shared memory): the same recursions with alpha/beta, occupancies and label tables in a
-// per-block slot of the workspace (ctc::LongSlot, host: launch.long_slot_bytes), states strided over
-// the block, one __syncthreads per time step (it orders the slot's global writes for the whole
-// block). Every state is computed by the same lse3 with the same operands as on the short path, so
-// log_alpha, the loss, beta and the label columns are bit-identical to it; only the blank column's
-// sum runs in another order (per thread over its strided states, warp butterfly, warps in order).
+// Targets beyond the register recursion (2*maxL+1 > PerOf<M> * 512 states): the same recursions
+// with alpha/beta of two steps (and the forward's labels) in a per-block slot of the workspace
+// (ctc::LongSlot, host: launch.long_slot_bytes), states strided over the block, one __syncthreads
+// per time step (it orders the slot's global stores for the whole block). Every state is computed
+// by the same lse3 with the same operands as on the register path, and the occupancies feed the
+// same ctc_grad, so every result is bit-identical to that path's.
 namespace ctc {
 constexpr int kLongThreads = 512;   // host: launch.MAX_THREADS
 
 template <class M> struct LongSlot {
   M* rec;    // [2][2*max_l+1] alpha or beta at the previous / current step (math precision)
-  M* occ;    // [2][max_l] occupancy of odd states (backward)
-  int* lab;  // [max_l]
-  int* nxt;  // [max_l]
-  int* fst;  // [max_l]
+  int* lab;  // [max_l] labels (forward)
 };
 
 template <class M>
@@ -495,13 +508,7 @@ __device__ __forceinline__ LongSlot<M> long_slot(unsigned char* scratch, long lo
   LongSlot<M> ls;
   M* m = reinterpret_cast<M*>(scratch + (long long)blockIdx.x * slot_bytes);
   ls.rec = m;
-  m += 2 * (2 * max_l + 1);
-  ls.occ = m;
-  m += 2 * max_l;
-  int* p = reinterpret_cast<int*>(m);
-  ls.lab = p;
-  ls.nxt = p + max_l;
-  ls.fst = p + 2 * max_l;
+  ls.lab = reinterpret_cast<int*>(m + 2 * (2 * max_l + 1));
   return ls;
 }
 }  // namespace ctc
@@ -570,69 +577,51 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp, const T* __restrict__ grad_out,
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp,
                          const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
-                         const I* __restrict__ targets, T* __restrict__ out, const long long* __restrict__ tiling,
-                         long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
-                         long long tgt_numel, long long tgt_stride, int zero_inf, unsigned char* scratch,
-                         long long slot_bytes) {
+                         const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                         math_t<T>* __restrict__ occ, long long Tn, long long N, long long C, long long X,
+                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                         unsigned char* scratch, long long slot_bytes) {
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ int misc[4];
-  __shared__ M bpart[2][kMaxWarps];
   const LongSlot<M> ls = long_slot<M>(scratch, slot_bytes, max_l);
-  const long long tid = threadIdx.x, width = 2 * max_l + 1;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const Tables tb = tables_at(tables, N, max_l);
+  const long long tid = threadIdx.x, W = 2 * max_l + 1;
   const M NINF = neg_inf<M>();
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
     __syncthreads();
     const M nll = load(nll_in, b);
-    if (zero_inf && nll == pos_inf<M>()) continue;     // ctc_dense wrote the zero slice
-    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width,
-                                     ls.lab, misc);
-    if (sp.bad) {
-      poison_sample(out, b, Tn, N, C);
+    Sample sp = {0, 0, 0, true};
+    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, W, nll,
+                             zero_inf, misc, sp))
       continue;
-    }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
-    if (lin == 0) continue;
-    build_chains(ls.lab, ls.fst, ls.nxt, misc, L, blank);
-    __syncthreads();
-    const int blank_first = misc[1];
-    const bool nll_fin = is_finite(nll);
-    const M shift = nll_fin ? nll : M(0);
-    const M g = load(grad_out, b);
-    const bool drop_2l = L > 0 && ls.lab[L - 1] == blank;
+    const int* lab = tb.lab + b * max_l;
+    const M shift = is_finite(nll) ? nll : M(0);
+    const bool drop_2l = L > 0 && lab[L - 1] == blank;
     for (long long t = lin - 1; t >= 0; --t) {
-      const int buf = (int)(t & 1);
-      M* cur = ls.rec + buf * width;
-      const M* later = ls.rec + (buf ^ 1) * width;   // beta at t+1
-      M* occ = ls.occ + buf * max_l;
-      M part = M(0);
+      M* cur = ls.rec + (t & 1) * W;
+      const M* later = ls.rec + ((t & 1) ^ 1) * W;   // beta at t+1
+      M* orow = occ + (t * N + b) * W;
       for (long long s = tid; s < S; s += blockDim.x) {
         const int k = (int)(s >> 1);
-        const long long c = (s & 1) ? ls.lab[k] : blank;
+        const long long c = (s & 1) ? lab[k] : blank;
         const M l = load(lp, (t * N + b) * C + c);
         const M a = load(log_alpha, (b * Tn + t) * X + s);
         M r;
         if (t == lin - 1) {
           r = s >= 2 * L - 1 ? l : NINF;
         } else {
-          const bool skip = (s & 1) && s + 2 < S && ls.lab[k + 1] != ls.lab[k];
+          const bool skip = (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
           r = lse3(later[s], s + 1 < S ? later[s + 1] : NINF, skip ? later[s + 2] : NINF) + l;
         }
         cur[s] = r;
-        M e = exp(a + r - l + shift);
-        if (t == lin - 1 && drop_2l && s == 2 * L) e = M(0);
-        if (s & 1) occ[k] = e;
-        else part += e;
+        orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a + r - l + shift);
       }
-      part = warp_sum(part);
-      if (lane == 0) bpart[buf][warp] = part;
       __syncthreads();
-      write_columns(lp, out, occ, bpart[buf], warps, ls.lab, ls.fst, ls.nxt, blank_first, L, blank,
-                    (t * N + b) * C, nll_fin, nll, g);
     }
   }
 }

@@ -33,8 +33,9 @@ outside [0, C) in device data makes that sample's loss / logAlpha slice / gradie
 GPU workspace (bytes; each range rounded up to 256, in this order):
     sum over strided operands of round256(numel * itemsize) + 256     (Staging copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
-  + round256(launch.backward_workspace_bytes(N, maxL, math size))   tiling [Lin, L, offset] per
-    sample, and for targets past the register recursion the long path's per-block slots
+  + launch.backward_workspace_bytes(T, N, maxL, math size)   (forward: forward_workspace_bytes(N,
+    maxL, math size)): tiling [Lin, L, offset] per sample, the backward's label tables and (T, N,
+    2*maxL+1) occupancies, the long-target path's per-block slots (ops/ctc_loss/launch.py)
 (0 when N == 0). The cpu device needs no workspace.
 """
 from __future__ import annotations
@@ -160,20 +161,23 @@ def _cast_targets(targets: aclTensor, ctx: Any, src: int, dst: int) -> None:
                 np.int32(targets.dtype == D.ACL_BOOL)))
 
 
-def _workspace(device: Any, N: int, max_length: int, log_probs: aclTensor, inputs: list[aclTensor],
-               outputs: list[aclTensor], targets: aclTensor) -> Workspace:
+def _workspace(device: Any, plan_bytes: int, inputs: list[aclTensor], outputs: list[aclTensor],
+               targets: aclTensor) -> Workspace:
     """Staged copies of strided operands, the int64 cast of targets given in another dtype, then the
-    per-sample tiling and, for targets past the register recursion, the long path's slots
-    (cuda/emulated; the cpu device needs none)."""
+    launcher's own bytes (launch.layout: tiling, the backward's tables and occupancies, the long
+    path's slots; cuda/emulated, the cpu device needs none)."""
     if device.kind == "cpu":
         return NO_WORKSPACE
     builder = WorkspaceBuilder()
     builder.stage_all(inputs, outputs)
     if targets.dtype in CAST_TYPES and targets.numel > 0:
         builder.convert(targets, 8 * targets.numel, partial(_cast_targets, targets))
-    math_size = 8 if log_probs.dtype == D.ACL_DOUBLE else 4
-    builder.reserve("tiling", gpu.backward_workspace_bytes(N, max_length, math_size))
+    builder.reserve("tiling", plan_bytes)
     return builder.build()
+
+
+def _math_size(log_probs: aclTensor) -> int:
+    return 8 if log_probs.dtype == D.ACL_DOUBLE else 4
 
 
 def _dtype_name(tensor: aclTensor) -> str:
@@ -317,7 +321,7 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
     c.output("out", out_, gradOut=grad_out, logProbs=log_probs, targets=targets_,
              negLogLikelihood=neg_log_likelihood, logAlpha=log_alpha)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, N, max_length, log_probs,
+    workspace = _workspace(device, gpu.backward_workspace_bytes(T, N, max_length, _math_size(log_probs)),
                            [grad_out, log_probs, targets_, neg_log_likelihood, log_alpha], [out_], targets_)
     return CtcLossBackwardPlan(
         tensors={"gradOut": grad_out, "logProbs": log_probs, "targets": targets_,
@@ -359,8 +363,8 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, N, max_length, log_probs, [log_probs, targets_], [neg_log_likelihood, log_alpha],
-                           targets_)
+    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, _math_size(log_probs)),
+                           [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
     return CtcLossPlan(
         tensors={"logProbs": log_probs, "targets": targets_, "negLogLikelihoodOut": neg_log_likelihood,
                  "logAlphaOut": log_alpha},
