@@ -10,7 +10,8 @@
 // Backward = ctc_beta (per sample: the beta recursion; beta lives in registers, PER consecutive
 // states per thread, neighbours via warp shuffles and a 3-value boundary slot per warp in shared
 // memory; one __syncthreads per time step) writing, per step, the occupancy of every state
-// exp(alpha + beta - lp + nll) to a compact (T, N, W = 2*maxL+1) buffer, plus the sample's status
+// exp(alpha + beta - lp + nll) to a compact (T, N, W) buffer (W: 2*maxL+1 rounded up to 32 bytes,
+// host: launch.occ_width), plus the sample's status
 // and label tables (ctc::Tables), followed on the same stream by ctc_grad (one block per row (t, b):
 // exp(lp) * g over the row, coalesced, then the blank and label columns overwritten with
 // (exp(lp) - occupancy) * g, where occupancy(t, c) sums the states s with l'(s) == c in a fixed
@@ -183,8 +184,8 @@ template <class T, class I>
 __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
                          const T* __restrict__ log_alpha, const I* __restrict__ targets,
                          const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ occ,
-                         long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
-                         long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
+                         long long W, long long Tn, long long N, long long C, long long X, long long blank,
+                         long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
   typedef math_t<T> M;
   using namespace ctc;
   constexpr int kPer = PerOf<M>::value;
@@ -193,7 +194,6 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
   const Tables tb = tables_at(tables, N, max_l);
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int cap = per * (int)blockDim.x;
-  const long long W = 2 * max_l + 1;
   const M NINF = neg_inf<M>();
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
@@ -301,13 +301,12 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
 template <class T>
 __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const T* __restrict__ grad_out,
                          const T* __restrict__ nll_in, T* __restrict__ out, const long long* __restrict__ tiling,
-                         const int* __restrict__ tables, const math_t<T>* __restrict__ occ, long long Tn,
-                         long long N, long long C, long long blank, long long max_l, int vec) {
+                         const int* __restrict__ tables, const math_t<T>* __restrict__ occ, long long W,
+                         long long Tn, long long N, long long C, long long blank, long long max_l, int vec) {
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ M scratch[256 / kWarp];
   const Tables tb = tables_at(const_cast<int*>(tables), N, max_l);
-  const long long W = 2 * max_l + 1;
   for (long long row = blockIdx.x; row < Tn * N; row += gridDim.x) {
     const long long t = row / N, b = row - t * N;
     const int status = tb.status[b];
@@ -580,7 +579,7 @@ template <class T, class I>
 __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp,
                          const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
                          const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
-                         math_t<T>* __restrict__ occ, long long Tn, long long N, long long C, long long X,
+                         math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
                          unsigned char* scratch, long long slot_bytes) {
   typedef math_t<T> M;
@@ -588,14 +587,14 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
   __shared__ int misc[4];
   const LongSlot<M> ls = long_slot<M>(scratch, slot_bytes, max_l);
   const Tables tb = tables_at(tables, N, max_l);
-  const long long tid = threadIdx.x, W = 2 * max_l + 1;
+  const long long tid = threadIdx.x, width = 2 * max_l + 1;
   const M NINF = neg_inf<M>();
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
     __syncthreads();
     const M nll = load(nll_in, b);
     Sample sp = {0, 0, 0, true};
-    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, W, nll,
+    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width, nll,
                              zero_inf, misc, sp))
       continue;
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
@@ -603,8 +602,8 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
     const M shift = is_finite(nll) ? nll : M(0);
     const bool drop_2l = L > 0 && lab[L - 1] == blank;
     for (long long t = lin - 1; t >= 0; --t) {
-      M* cur = ls.rec + (t & 1) * W;
-      const M* later = ls.rec + ((t & 1) ^ 1) * W;   // beta at t+1
+      M* cur = ls.rec + (t & 1) * width;
+      const M* later = ls.rec + ((t & 1) ^ 1) * width;   // beta at t+1
       M* orow = occ + (t * N + b) * W;
       for (long long s = tid; s < S; s += blockDim.x) {
         const int k = (int)(s >> 1);

@@ -15,7 +15,8 @@ target_dtype: int32 | int64 (the glue casts BOOL/FLOAT/FLOAT16 targets to int64 
 targets_2d_stride: S for 2-D padded targets (N, S), 0 for 1-D concatenated targets.
 math_size: 8 for float64, else 4 (the kernels compute in float32 for the 16-bit types).
 
-Workspace (`Layout`), each range on a 256-byte boundary, W = 2*maxL+1:
+Workspace (`Layout`), each range on a 256-byte boundary, W = occ_width(maxL) (2*maxL+1 rounded up
+to 32 bytes):
     tiling    8 * 3 * N           int64 [input_length, target_length, target_offset] per sample
     tables    4 * (2N + 3N*maxL)  backward: per-sample status, blank's first occurrence, labels and
                                   their occurrence chains (kernels: ctc::Tables)
@@ -106,6 +107,13 @@ def recursion_geometry(max_l: int, math_size: int, long_path: bool | None = None
     return Geometry(threads, per, smem, False)
 
 
+def occ_width(max_l: int, math_size: int) -> int:
+    """Row stride (states) of the occupancy buffer: 2*maxL+1 rounded up to 32 bytes, every row on a
+    sector (a kernel argument)."""
+    per_sector = 32 // math_size
+    return -(-(2 * max_l + 1) // per_sector) * per_sector
+
+
 def long_slot_bytes(max_l: int, math_size: int) -> int:
     """One block's workspace slot on the long path (kernels: ctc::LongSlot)."""
     return _round(2 * (2 * max_l + 1) * math_size + 4 * max_l)
@@ -124,7 +132,7 @@ def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path
         return Layout(0, 0, 0, 0)
     tables = _round(8 * 3 * N)
     occ = tables + (_round(4 * (2 * N + 3 * N * max_l)) if backward else 0)
-    slots = occ + (_round(T * N * (2 * max_l + 1) * math_size) if backward else 0)
+    slots = occ + (_round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0)
     size = slots
     if recursion_geometry(max_l, math_size, long_path).long:
         size += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
@@ -180,10 +188,10 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     geo = recursion_geometry(max_l, msize, long_path)
     lay = layout(T, N, max_l, msize, True, long_path)
     ct, i64 = _CTYPE[dt], np.int64
-    tables, occ = ptr(workspace_ptr + lay.tables), ptr(workspace_ptr + lay.occ)
+    tables, occ, W = ptr(workspace_ptr + lay.tables), ptr(workspace_ptr + lay.occ), i64(occ_width(max_l, msize))
     _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
                (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
-                ptr(workspace_ptr), tables, occ, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
+                ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
                 i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
                workspace_ptr + lay.slots, max_l, msize)
     V = 16 // _SIZE[dt]
@@ -193,7 +201,7 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     grid = max(1, min(T * N, GRAD_BLOCKS_PER_SM * ctx.sm_count))
     ctx.launch(FILE, f"aclg::ctc_grad<{ct}>", (grid,), (threads,),
                (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(out_ptr),
-                ptr(workspace_ptr), tables, occ, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
+                ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
                 np.int32(vec)))
 
 
