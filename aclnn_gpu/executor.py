@@ -139,8 +139,8 @@ def make_get_workspace_size(op: str, build):
         device = get_device()
         plan = build(device, *args, **kwargs)
         sm_count = getattr(device, "sm_count", None)
-        if sm_count is not None:  # cuda and emulated: record the launcher once
-            plan = plan.with_frozen_launch(sm_count)
+        if sm_count is not None:  # cuda and emulated: record the launcher once, for this device
+            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", ""))
         return aclnnStatus.ACLNN_SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
 
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"

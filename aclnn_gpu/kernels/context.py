@@ -19,6 +19,7 @@ KERNEL_DIR = Path(__file__).resolve().parent
 
 class KernelContext(Protocol):
     sm_count: int
+    arch: str   # "sm_90": the occupancy table's limits (kernels/occupancy.py)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         """Copy `host` (C-contiguous) to device address `dst`, ordered on the plan's stream."""
@@ -68,8 +69,9 @@ class StandaloneEmuContext:
     """KernelContext over NumPy arrays for kernel unit tests: device memory is host memory, the
     kernels run in the CPU emulator, `upload` is a memmove."""
 
-    def __init__(self, sm_count: int = 4):
+    def __init__(self, sm_count: int = 4, arch: str = "sm_90"):
         self.sm_count = sm_count
+        self.arch = arch
         self._modules: dict[str, Any] = {}
 
     def module(self, file: str):

@@ -14,17 +14,23 @@ kernel launched is one the plan type declares (`Plan.kernel_files`) and the mani
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..kernels.occupancy import DEFAULT_ARCH
+
 # The workspace base while recording: far above any user-space or CUDA virtual address (47-49 bits)
 # yet below 2**63, so it survives int64 tiling words; real pointers never fall in its range.
 SENTINEL = 0x7EAD_0000_0000_0000
 SENTINEL_SPAN = 1 << 48
 ALIGN = 16  # the launchers choose vector paths on 16-byte alignment: a base this aligned keeps their choices
+
+
+_POINTER_TYPES = frozenset({int, np.uint64, np.int64})
 
 
 def _in_workspace(value: Any) -> bool:
@@ -86,8 +92,10 @@ class FrozenLaunch:
 class Recorder:
     """A KernelContext that records instead of running (see the module docstring)."""
 
-    def __init__(self, sm_count: int, workspace_size: int, known: dict[str, frozenset[str]] | None = None):
+    def __init__(self, sm_count: int, workspace_size: int, known: dict[str, frozenset[str]] | None = None,
+                 arch: str = DEFAULT_ARCH):
         self.sm_count = sm_count
+        self.arch = arch      # the device's, for grids sized from occupancy (kernels/occupancy.py)
         self.size = workspace_size
         self.known = known    # file -> the instantiations the plan may launch (None: not checked)
         self.steps: list[Upload | Launch | Gemm] = []
@@ -100,7 +108,9 @@ class Recorder:
         return offset
 
     def _patches(self, values: Sequence[Any]) -> tuple[tuple[int, int], ...]:
-        return tuple((i, self._offset(v)) for i, v in enumerate(values) if _in_workspace(v))
+        # pointers are np.uint64 (kernels) or int (GEMMs); the type test first keeps this pass cheap
+        return tuple((i, self._offset(v)) for i, v in enumerate(values)
+                     if type(v) in _POINTER_TYPES and SENTINEL <= v < SENTINEL + SENTINEL_SPAN)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         data = np.array(host, copy=True, order="C")
@@ -123,14 +133,35 @@ class Recorder:
         self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args)))
 
 
-def freeze(plan: Any, sm_count: int) -> FrozenLaunch:
-    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors."""
+CACHE_SIZE = 256   # frozen launches kept by freeze_cached (oldest dropped first)
+_cache: dict[tuple, FrozenLaunch] = {}
+_cache_lock = threading.Lock()
+
+
+def freeze_cached(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
+    """`freeze`, reusing the record of an earlier plan with the same `plan.launch_key()` on a device of
+    the same SM count and architecture: the launcher is a function of exactly those values, so a
+    training loop that calls GetWorkspaceSize again with the same tensors pays the recording once
+    (CANN's aclnn cache does the same for its executors)."""
+    key = (plan.launch_key(), sm_count, arch)
+    frozen = _cache.get(key)
+    if frozen is None:
+        frozen = freeze(plan, sm_count, arch)
+        with _cache_lock:
+            if len(_cache) >= CACHE_SIZE:
+                del _cache[next(iter(_cache))]
+            _cache[key] = frozen
+    return frozen
+
+
+def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
+    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors of `arch`."""
     size = plan.workspace_size
     files = getattr(plan, "kernel_files", ())
     known = None
     if files:
         from ..kernels import manifest   # here: the manifest imports the operator packages
         known = {file: manifest.KNOWN[file] for file in files}
-    recorder = Recorder(sm_count, size, known)
+    recorder = Recorder(sm_count, size, known, arch)
     plan.launch_kernels(recorder, SENTINEL if size else 0)
     return FrozenLaunch(tuple(recorder.steps), sm_count, rebased=bool(size))

@@ -31,7 +31,7 @@ NaN, inf or huge values become -1, an out-of-range label that makes that sample 
 outside [0, C) in device data makes that sample's loss / logAlpha slice / gradient NaN only.
 
 GPU workspace (bytes; each range rounded up to 256, in this order):
-    sum over strided operands of round256(numel * itemsize) + 256     (Staging copy + its tiling)
+    sum over strided operands of round256(numel * itemsize) + 256     (staged copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
   + launch.backward_workspace_bytes(T, N, maxL, math size)   (forward: forward_workspace_bytes(N,
     maxL, math size)): tiling [Lin, L, offset] per sample, the backward's label tables and (T, N,
@@ -49,13 +49,13 @@ import numpy as np
 from ... import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...kernels.context import ptr
+from ...kernels.occupancy import wave_grid
 from ...reference import ctc_loss as reference
 from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import (NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, grid_for, host_array,
-                    write_out)
+from ..plan import NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 __all__ = ["aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize",
            "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize"]
@@ -156,7 +156,8 @@ def _check_dtypes_and_zero_infinity(c: Checks, log_probs: aclTensor, targets: ac
 def _cast_targets(targets: aclTensor, ctx: Any, src: int, dst: int) -> None:
     """The int64 copy of BOOL / FLOAT / FLOAT16 targets (kernel ctc_cast_targets, CANN's cast)."""
     count = targets.numel
-    ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid_for(count, CAST_BLOCK, ctx.sm_count),), (CAST_BLOCK,),
+    grid = wave_grid(ctx, gpu.FILE, "aclg::ctc_cast_targets", -(-count // CAST_BLOCK), CAST_BLOCK)
+    ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid,), (CAST_BLOCK,),
                (ptr(src), ptr(dst), np.int64(count), np.int32(int(targets.dtype)),
                 np.int32(targets.dtype == D.ACL_BOOL)))
 
@@ -238,15 +239,13 @@ class CtcLossBackwardPlan(_CtcPlan):
             host_array(device, self.log_alpha), self.blank, self.zero_infinity)
         write_out(host_array(device, self.out), grad)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_backward(
             ctx, grad_out_ptr=ws.address(self.grad_out, workspace),
             neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
             log_alpha_ptr=ws.address(self.log_alpha, workspace), out_ptr=ws.address(self.out, workspace),
             X=self.log_alpha.shape[2], **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -263,13 +262,11 @@ class CtcLossPlan(_CtcPlan):
         write_out(host_array(device, self.neg_log_likelihood), neg_log_likelihood)
         write_out(host_array(device, self.log_alpha), log_alpha)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_forward(
             ctx, neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
             log_alpha_ptr=ws.address(self.log_alpha, workspace), **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 # ------------------------------------------------------------------------------ phase 1

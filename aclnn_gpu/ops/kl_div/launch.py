@@ -23,17 +23,19 @@ Layout: tiling at offset 0, the forward's per-block partials at offset TILING_BY
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ... import dtypes
 from ...kernels.context import KernelContext, KernelFile, ptr
+from ...kernels.occupancy import wave_grid
 
 FILE = "kl_div.cu"
 BLOCK = 256
-BLOCKS_PER_SM = 4
 MAX_RANK = 8
 TILING_BYTES = 512
 MAX_PARTIALS = 1024
@@ -59,21 +61,25 @@ def _kernel_names() -> tuple[str, ...]:
 KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
 
 
-class Tensor(NamedTuple):
+@dataclass(frozen=True)
+class Operand:
+    """A tensor as the kernels see it: address (view offset folded in), shape, element strides, ACL
+    dtype code."""
     ptr: int
-    shape: tuple
-    strides: tuple
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
     dtype: int
 
 
-def _t(x) -> Tensor:
+def _t(x: Operand | tuple) -> Operand:
+    """An Operand from `(ptr, shape, strides, dtype)`; the host checks refused ranks over 8 and other
+    dtypes already (the asserts state the invariant, they are not checks)."""
+    if isinstance(x, Operand):
+        return x
     p, shape, strides, dtype = x
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
-    if len(shape) != len(strides) or len(shape) > MAX_RANK:
-        raise ValueError("kl_div launch: shape/strides rank mismatch or rank > 8")
-    if int(dtype) not in _STORAGE:
-        raise ValueError(f"kl_div launch: unsupported dtype code {dtype}")
-    return Tensor(int(p), shape, strides, int(dtype))
+    assert len(shape) == len(strides) <= MAX_RANK and int(dtype) in _STORAGE, x
+    return Operand(int(p), shape, strides, int(dtype))
 
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple:
@@ -91,7 +97,7 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple:
     return tuple(out)
 
 
-def _bstrides(t: Tensor, shape: Sequence[int]) -> list:
+def _bstrides(t: Operand, shape: Sequence[int]) -> list:
     """t's element strides over the broadcast space `shape` (0 along broadcast dims)."""
     rank = len(shape)
     out = []
@@ -127,8 +133,9 @@ def _space_words(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> list
     return words
 
 
-def _grid(ctx: KernelContext, work: int) -> int:
-    return max(1, min(-(-work // BLOCK), max(1, int(ctx.sm_count)) * BLOCKS_PER_SM))
+def _grid(ctx: KernelContext, expr: str, work: int) -> int:
+    """One block per BLOCK work items, capped at one full wave of `expr` (grid-stride loops)."""
+    return wave_grid(ctx, FILE, expr, -(-work // BLOCK), BLOCK)
 
 
 def _aligned(*ptrs: int) -> bool:
@@ -152,7 +159,10 @@ def _coef(reduction: int, b_shape: Sequence[int], double: bool):
 
 
 # ============================================================================ backward
-class _BwdPlan(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class BackwardLayout:
+    """The backward's decisions, made once in phase 1 (`plan_backward`): the workspace size and the
+    launch both read them."""
     n_out: int
     fast: bool
     g_scalar: bool
@@ -161,14 +171,10 @@ class _BwdPlan(NamedTuple):
     b_shape: tuple
 
 
-def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
+def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
     g, t, o = _t(grad_output), _t(target), _t(out)
     self_shape = tuple(int(s) for s in self_shape)
-    if o.shape != self_shape:
-        raise ValueError("kl_div launch: out shape must equal self shape")
-    b = broadcast_shape(self_shape, t.shape)
-    if broadcast_shape(b, g.shape) != b:
-        raise ValueError("kl_div launch: gradOutput does not broadcast to B")
+    b = broadcast_shape(self_shape, t.shape)   # out is self's shape and g broadcasts to b: checked by api.py
     rank = len(b)
     lead = rank - len(self_shape)
     sg, st = _bstrides(g, b), _bstrides(t, b)
@@ -185,22 +191,28 @@ def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
     fast = (len(red[0]) == 0 and len(ksizes) <= 1 and g.dtype == t.dtype == o.dtype
             and all(s == 1 for s in kt + ko) and all(s in (0, 1) for s in kg))
     g_scalar = fast and (len(kg) == 0 or kg[0] == 0)
-    return _BwdPlan(n_out, fast, g_scalar, kept, red, b)
+    return BackwardLayout(n_out, fast, g_scalar, kept, red, b)
 
 
-def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> _BwdPlan:
-    """The backward's layout decisions, made once: the workspace size and the launch both read them."""
-    return _plan_backward(grad_output, target, out, self_shape)
+def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> BackwardLayout:
+    """The backward's layout decisions, made once: the workspace size and the launch both read them
+    (memoised: phase 1 of a training loop meets the same operands again)."""
+    return _cached_backward(_t(grad_output), _t(target), _t(out), tuple(int(s) for s in self_shape))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_backward(g: Operand, t: Operand, o: Operand, self_shape: tuple[int, ...]) -> BackwardLayout:
+    return _plan_backward(g, t, o, self_shape)
 
 
 def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=0, log_target=False,
-                             layout: _BwdPlan | None = None) -> int:
+                             layout: BackwardLayout | None = None) -> int:
     p = layout or _plan_backward(grad_output, target, out, self_shape)
     return 0 if p.n_out == 0 or p.fast else TILING_BYTES
 
 
 def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape, reduction: int,
-                    log_target: bool, workspace_ptr: int, layout: _BwdPlan | None = None) -> None:
+                    log_target: bool, workspace_ptr: int, layout: BackwardLayout | None = None) -> None:
     """out = sum over self's broadcast axes of -(e * g) * coef, cast to out's dtype."""
     g, t, o = _t(grad_output), _t(target), _t(out)
     p = layout or _plan_backward(g, t, o, self_shape)
@@ -213,8 +225,8 @@ def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape,
         n = p.n_out
         vec = _aligned(t.ptr, o.ptr) and (p.g_scalar or _aligned(g.ptr))
         nv = n // (16 // _ITEMSIZE[o.dtype])
-        ctx.launch(FILE, KERNELS.name("kl_bwd_contig", _STORAGE[o.dtype]), (_grid(ctx, nv if vec and nv else n),),
-                   (BLOCK,),
+        expr = KERNELS.name("kl_bwd_contig", _STORAGE[o.dtype])
+        ctx.launch(FILE, expr, (_grid(ctx, expr, nv if vec and nv else n),), (BLOCK,),
                    (ptr(g.ptr), ptr(t.ptr), ptr(o.ptr), np.int64(n), np.int32(p.g_scalar), lt,
                     np.int32(vec), coef))
         return
@@ -224,16 +236,19 @@ def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape,
     m = "double" if double else "float"
     args = (ptr(g.ptr), np.int32(g.dtype), ptr(t.ptr), np.int32(t.dtype), ptr(o.ptr), np.int32(o.dtype),
             ptr(workspace_ptr), np.int64(p.n_out), np.int64(n_red), lt, coef)
-    threads_cap = max(1, int(ctx.sm_count)) * BLOCKS_PER_SM * BLOCK
-    if n_red >= BLOCK_REDUCE_MIN and p.n_out < 2 * threads_cap:
-        grid = max(1, min(p.n_out, max(1, int(ctx.sm_count)) * BLOCKS_PER_SM))
-        ctx.launch(FILE, KERNELS.name("kl_bwd_strided_block", m), (grid,), (BLOCK,), args)
+    per_thread = KERNELS.name("kl_bwd_strided", m)
+    wave_threads = _grid(ctx, per_thread, 2**62) * BLOCK   # threads of one full wave of the per-thread kernel
+    if n_red >= BLOCK_REDUCE_MIN and p.n_out < 2 * wave_threads:
+        per_block = KERNELS.name("kl_bwd_strided_block", m)   # a block per out element, up to one wave
+        ctx.launch(FILE, per_block, (wave_grid(ctx, FILE, per_block, p.n_out, BLOCK),), (BLOCK,), args)
     else:
-        ctx.launch(FILE, KERNELS.name("kl_bwd_strided", m), (_grid(ctx, p.n_out),), (BLOCK,), args)
+        ctx.launch(FILE, per_thread, (_grid(ctx, per_thread, p.n_out),), (BLOCK,), args)
 
 
 # ============================================================================ forward
-class _FwdPlan(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class ForwardLayout:
+    """The forward's decisions, made once in phase 1 (`plan_forward`)."""
     n: int
     fast: bool
     space: tuple     # (sizes, [stride_s, stride_t, stride_out])
@@ -242,33 +257,33 @@ class _FwdPlan(NamedTuple):
     double: bool
 
 
-def _plan_forward(self, target, out, reduction) -> _FwdPlan:
+def _plan_forward(self, target, out, reduction) -> ForwardLayout:
     s, t, o = _t(self), _t(target), _t(out)
     b = broadcast_shape(s.shape, t.shape)
     reduce = int(reduction) in (REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN)
-    if reduce:
-        if math.prod(o.shape) != 1:
-            raise ValueError("kl_div launch: a reduced KL output has one element")
-        so = [0] * len(b)
-    else:
-        if o.shape != b:
-            raise ValueError("kl_div launch: out shape must equal broadcast(self, target)")
-        so = list(o.strides)
+    # out: one element for a reduction, else shape b (checked by api.py)
+    so = [0] * len(b) if reduce else list(o.strides)
     space = _coalesce(list(b), [_bstrides(s, b), _bstrides(t, b), so])
     sizes, (ss, st, so2) = space
     dt_same = s.dtype == t.dtype and (reduce or o.dtype == s.dtype)
     fast = (dt_same and len(sizes) <= 1 and all(x == 1 for x in ss + st)
             and (reduce or all(x == 1 for x in so2)))
-    return _FwdPlan(math.prod(b), fast, space, b, reduce, _math_double(s.dtype, t.dtype, o.dtype))
+    return ForwardLayout(math.prod(b), fast, space, b, reduce, _math_double(s.dtype, t.dtype, o.dtype))
 
 
-def plan_forward(*, self, target, out, reduction=1, log_target=False) -> _FwdPlan:
-    """The forward's layout decisions, made once: the workspace size and the launch both read them."""
-    return _plan_forward(self, target, out, reduction)
+def plan_forward(*, self, target, out, reduction=1, log_target=False) -> ForwardLayout:
+    """The forward's layout decisions, made once: the workspace size and the launch both read them
+    (memoised like `plan_backward`)."""
+    return _cached_forward(_t(self), _t(target), _t(out), int(reduction))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_forward(s: Operand, t: Operand, o: Operand, reduction: int) -> ForwardLayout:
+    return _plan_forward(s, t, o, reduction)
 
 
 def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False,
-                            layout: _FwdPlan | None = None) -> int:
+                            layout: ForwardLayout | None = None) -> int:
     p = layout or _plan_forward(self, target, out, reduction)
     tiling = 0 if p.fast or p.n == 0 else TILING_BYTES
     if not p.reduce:
@@ -277,7 +292,7 @@ def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False,
 
 
 def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log_target: bool,
-                   workspace_ptr: int, layout: _FwdPlan | None = None) -> None:
+                   workspace_ptr: int, layout: ForwardLayout | None = None) -> None:
     """none: out[B] = elementwise KL; sum/mean/batchmean: out (one element) = sum / div, by per-block
     partials (workspace + TILING_BYTES) combined in index order by one block."""
     s, t, o = _t(self), _t(target), _t(out)
@@ -291,11 +306,13 @@ def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log
         if p.fast:
             vec = _aligned(s.ptr, t.ptr, o.ptr)
             nv = p.n // (16 // _ITEMSIZE[o.dtype])
-            ctx.launch(FILE, KERNELS.name("kl_fwd_contig", _STORAGE[o.dtype]), (_grid(ctx, nv if vec and nv else p.n),),
-                       (BLOCK,), (ptr(s.ptr), ptr(t.ptr), ptr(o.ptr), np.int64(p.n), lt, np.int32(vec)))
+            expr = KERNELS.name("kl_fwd_contig", _STORAGE[o.dtype])
+            ctx.launch(FILE, expr, (_grid(ctx, expr, nv if vec and nv else p.n),), (BLOCK,),
+                       (ptr(s.ptr), ptr(t.ptr), ptr(o.ptr), np.int64(p.n), lt, np.int32(vec)))
         else:
             ctx.upload(workspace_ptr, np.asarray(_space_words(sizes, strides), dtype=np.int64))
-            ctx.launch(FILE, KERNELS.name("kl_fwd_strided", m), (_grid(ctx, p.n),), (BLOCK,),
+            expr = KERNELS.name("kl_fwd_strided", m)
+            ctx.launch(FILE, expr, (_grid(ctx, expr, p.n),), (BLOCK,),
                        (ptr(s.ptr), np.int32(s.dtype), ptr(t.ptr), np.int32(t.dtype), ptr(o.ptr),
                         np.int32(o.dtype), ptr(workspace_ptr), np.int64(p.n), lt))
         return
@@ -316,13 +333,15 @@ def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log
         if fast:
             vec = _aligned(s.ptr, t.ptr)
             nv = p.n // (16 // _ITEMSIZE[s.dtype])
-            count = min(_grid(ctx, nv if vec and nv else p.n), MAX_PARTIALS)
-            ctx.launch(FILE, KERNELS.name("kl_fwd_partial_contig", _STORAGE[s.dtype]), (count,), (BLOCK,),
+            expr = KERNELS.name("kl_fwd_partial_contig", _STORAGE[s.dtype])
+            count = min(_grid(ctx, expr, nv if vec and nv else p.n), MAX_PARTIALS)
+            ctx.launch(FILE, expr, (count,), (BLOCK,),
                        (ptr(s.ptr), ptr(t.ptr), np.int64(p.n), lt, np.int32(vec), ptr(partials)))
         else:
             ctx.upload(workspace_ptr, np.asarray(_space_words(sizes, strides[:2]), dtype=np.int64))
-            count = min(_grid(ctx, p.n), MAX_PARTIALS)
-            ctx.launch(FILE, KERNELS.name("kl_fwd_partial_strided", m), (count,), (BLOCK,),
+            expr = KERNELS.name("kl_fwd_partial_strided", m)
+            count = min(_grid(ctx, expr, p.n), MAX_PARTIALS)
+            ctx.launch(FILE, expr, (count,), (BLOCK,),
                        (ptr(s.ptr), np.int32(s.dtype), ptr(t.ptr), np.int32(t.dtype), ptr(workspace_ptr),
                         np.int64(p.n), lt, ptr(partials)))
     dv = np.float64(div) if p.double else np.float32(div)
