@@ -26,11 +26,11 @@ to 32 bytes):
 Launches. Backward: the beta recursion (one block per sample, grid-stride over samples: it writes
 the occupancies and the tables) then `ctc_grad<T>` (one block per row (t, b), grid-stride: the
 row's exp(lp) * g with 16-byte vectors when C is a multiple of 16/sizeof(T) and both pointers are
-16-byte aligned, then its blank and label columns merged from the occupancy row); forward: the alpha
-recursion. Register path (`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and
-per = ceil((2*maxL+1) / threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory =
-shared_bytes(maxL, math size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560
-for fp64 (maxL <= 1279). Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads,
+16-byte aligned, then its blank and label columns merged from the occupancy row; a grid of one
+full wave at its occupancy, kernels/occupancy.py); forward: the alpha recursion. Register path
+(`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) /
+threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory = shared_bytes(maxL, math
+size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279). Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads,
 states strided over the block, recursion state in the workspace slots): any maxL, bit-identical
 results.
 """
@@ -42,6 +42,7 @@ import numpy as np
 
 from ... import dtypes
 from ...kernels.context import ptr
+from ...kernels.occupancy import wave_grid
 
 FILE = "ctc_loss.cu"
 K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)
@@ -49,7 +50,6 @@ K_MAX_WARPS = 16
 MAX_THREADS = 512      # recursion blocks (kernels: __launch_bounds__(512), ctc::kLongThreads)
 SMEM_LIMIT = 48 * 1024
 GRAD_BLOCK = 256       # most threads of a ctc_grad block (kernels: __launch_bounds__(256))
-GRAD_BLOCKS_PER_SM = 8
 LONG_SLOTS = 256       # most blocks (and workspace slots) of the long-target recursions
 ALIGN = 256
 
@@ -198,8 +198,8 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     vec = C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0
     lanes = -(-C // V) if vec else C
     threads = min(GRAD_BLOCK, max(32, -(-lanes // 32) * 32))
-    grid = max(1, min(T * N, GRAD_BLOCKS_PER_SM * ctx.sm_count))
-    ctx.launch(FILE, f"aclg::ctc_grad<{ct}>", (grid,), (threads,),
+    grad = f"aclg::ctc_grad<{ct}>"
+    ctx.launch(FILE, grad, (wave_grid(ctx, FILE, grad, T * N, threads),), (threads,),
                (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(out_ptr),
                 ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
                 np.int32(vec)))
