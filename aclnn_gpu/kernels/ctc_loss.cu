@@ -143,6 +143,36 @@ __device__ __forceinline__ void build_chains(const int* lab, int* fst, int* nxt,
   }
 }
 
+
+// The forward of a sample whose tiling row or labels are out of range: log_alpha slice and loss NaN.
+template <class T>
+__device__ __forceinline__ void poison_alpha(T* la, T* nll_out, long long b, long long Tn, long long X) {
+  for (long long i = threadIdx.x; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<math_t<T>>());
+  if (threadIdx.x == 0) store(nll_out, b, quiet_nan<math_t<T>>());
+}
+
+// The forward's end of a sample (after the last step's barrier): rows t >= Lin of its log_alpha slice
+// -inf, and its loss from alpha at (Lin-1, 2L) and (Lin-1, 2L-1) (*a2l, *a2l1; a2l1 null: -inf),
+// read by thread 0 only and only when Lin > 0.
+template <class T, class M>
+__device__ __forceinline__ void finish_alpha(T* la, T* nll_out, long long b, long long Tn, long long X, long long lin,
+                                             long long L, const M* a2l, const M* a2l1, int zero_inf) {
+  const M NINF = neg_inf<M>();
+  for (long long i = lin * X + threadIdx.x; i < Tn * X; i += blockDim.x) store(la, i, NINF);
+  if (threadIdx.x != 0) return;
+  M nll;
+  if (lin == 0) {
+    nll = L == 0 ? M(0) : pos_inf<M>();
+  } else {
+    const M l1 = *a2l, l2 = a2l1 ? *a2l1 : NINF;
+    M m = l1 > l2 ? l1 : l2;
+    if (m == NINF) m = M(0);
+    nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
+  }
+  if (zero_inf && nll == pos_inf<M>()) nll = M(0);
+  store(nll_out, b, nll);
+}
+
 }  // namespace ctc
 
 // PyTorch's exp(lcab + nll - lp) at a column without states is exp(-inf + nll): NaN when nll is
@@ -378,8 +408,7 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
                                      X, blank, cap, sm.lab, sm.misc);
     T* la = log_alpha + b * Tn * X;
     if (sp.bad) {
-      for (long long i = tid; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<M>());
-      if (tid == 0) store(nll_out, b, quiet_nan<M>());
+      poison_alpha(la, nll_out, b, Tn, X);
       continue;
     }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
@@ -469,20 +498,7 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
       for (long long s = cap + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
     }
-    for (long long i = lin * X + tid; i < Tn * X; i += blockDim.x) store(la, i, NINF);
-    if (tid == 0) {
-      M nll;
-      if (lin == 0) {
-        nll = L == 0 ? M(0) : pos_inf<M>();
-      } else {
-        const M l1 = sm.fin[0], l2 = sm.fin[1];
-        M m = l1 > l2 ? l1 : l2;
-        if (m == NINF) m = M(0);
-        nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
-      }
-      if (zero_inf && nll == pos_inf<M>()) nll = M(0);
-      store(nll_out, b, nll);
-    }
+    finish_alpha(la, nll_out, b, Tn, X, lin, L, sm.fin, sm.fin + 1, zero_inf);
   }
 }
 
@@ -531,8 +547,7 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
                                      ls.lab, misc);
     T* la = log_alpha + b * Tn * X;
     if (sp.bad) {
-      for (long long i = tid; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<M>());
-      if (tid == 0) store(nll_out, b, quiet_nan<M>());
+      poison_alpha(la, nll_out, b, Tn, X);
       continue;
     }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
@@ -557,21 +572,8 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
       for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
     }
-    for (long long i = lin * X + tid; i < Tn * X; i += blockDim.x) store(la, i, NINF);
-    if (tid == 0) {
-      M nll;
-      if (lin == 0) {
-        nll = L == 0 ? M(0) : pos_inf<M>();
-      } else {
-        const M* fin = ls.rec + ((lin - 1) & 1) * width;
-        const M l1 = fin[2 * L], l2 = L > 0 ? fin[2 * L - 1] : NINF;
-        M m = l1 > l2 ? l1 : l2;
-        if (m == NINF) m = M(0);
-        nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
-      }
-      if (zero_inf && nll == pos_inf<M>()) nll = M(0);
-      store(nll_out, b, nll);
-    }
+    const M* fin = ls.rec + ((lin - 1) & 1) * width;   // dereferenced only when lin > 0
+    finish_alpha(la, nll_out, b, Tn, X, lin, L, fin + 2 * L, L > 0 ? fin + 2 * L - 1 : nullptr, zero_inf);
   }
 }
 
