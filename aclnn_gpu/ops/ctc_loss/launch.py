@@ -30,9 +30,9 @@ row's exp(lp) * g with 16-byte vectors when C is a multiple of 16/sizeof(T) and 
 full wave at its occupancy, kernels/occupancy.py); forward: the alpha recursion. Register path
 (`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) /
 threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory = shared_bytes(maxL, math
-size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279). Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads,
-states strided over the block, recursion state in the workspace slots): any maxL, bit-identical
-results.
+size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279).
+Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states strided over the
+block, recursion state in the workspace slots): any maxL, bit-identical results.
 """
 from __future__ import annotations
 
