@@ -1,4 +1,4 @@
-// ctc_loss.cu -- CTC loss forward (alpha recursion) and backward (dense pass + beta recursion).
+// ctc_loss.cu -- CTC loss forward (alpha recursion) and backward (beta recursion + gradient rows).
 //
 // Layouts: log_probs / out (T, N, C) contiguous; log_alpha (N, T, X); grad_out, nll (N,).
 // Targets: 1-D concatenated (tgt_stride == 0, sample b starts at tiling offset) or 2-D padded
@@ -7,14 +7,16 @@
 // Nothing is trusted: lengths are clamped/validated against T, max_l and the target extent; a label
 // outside [0, C) is never used as an index and turns the whole sample NaN.
 //
-// Backward = ctc_dense (every element: exp(lp) * g, rows t >= Lin and zero-infinity samples 0)
-// followed, on the same stream, by ctc_beta (per sample: the beta recursion; beta lives in
-// registers, PER consecutive states per thread, neighbours via warp shuffles and a 3-value
-// boundary slot per warp in shared memory; one __syncthreads per time step). The blank and label
-// columns of rows t < Lin are then overwritten with (exp(lp) - occupancy) * g, where
-// occupancy(t, c) = sum over states s with l'(s) == c of exp(alpha + beta - lp + nll), summed in a
-// fixed order (blank: per-warp butterfly partials, then warps in order; a label: its occurrences
-// in target order, walked by the thread owning the first occurrence). No atomics.
+// Backward = ctc_beta (per sample: the beta recursion; beta lives in registers, PER consecutive
+// states per thread, neighbours via warp shuffles and a 3-value boundary slot per warp in shared
+// memory; one __syncthreads per time step) writing, per step, the occupancy of every state
+// exp(alpha + beta - lp + nll) to a compact (T, N, W) buffer (W: 2*maxL+1 rounded up to 32 bytes,
+// host: launch.occ_width), plus the sample's status
+// and label tables (ctc::Tables), followed on the same stream by ctc_grad (one block per row (t, b):
+// exp(lp) * g over the row, coalesced, then the blank and label columns overwritten with
+// (exp(lp) - occupancy) * g, where occupancy(t, c) sums the states s with l'(s) == c in a fixed
+// order: blank = block_sum over the even states, a label = its occurrences in target order). The
+// recursion's step thus carries no column gather, no reduction and no scattered store. No atomics.
 //
 // Forward = ctc_alpha: the same design for alpha (neighbours s-1, s-2), writing the whole
 // (T, X) slice of log_alpha (-inf where unreachable) and the loss.
@@ -42,12 +44,8 @@ template <class M> __device__ __forceinline__ bool is_finite(M x) {
 // Shared-memory layout shared by ctc_alpha / ctc_beta (host: shared_bytes()).
 template <class M> struct Smem {
   M* bnd;    // [2][kMaxWarps + 1][3] warp boundary values of the previous step
-  M* bpart;  // [2][kMaxWarps] per-warp blank occupancy partials (backward)
   M* fin;    // [2] alpha at (Lin-1, 2L) and (Lin-1, 2L-1) (forward)
-  M* occ;    // [2][max_l] occupancy of odd states (backward)
-  int* lab;  // [max_l] labels (0 where invalid)
-  int* nxt;  // [max_l] next occurrence of the same label, -1 at the end
-  int* fst;  // [max_l] 1 where k is the first occurrence of its label
+  int* lab;  // [max_l] labels (0 where invalid; forward)
   int* misc; // [4] bad flag, first occurrence of a label equal to blank
 };
 
@@ -56,21 +54,35 @@ template <class M> __device__ __forceinline__ Smem<M> carve(unsigned char* base,
   M* m = reinterpret_cast<M*>(base);
   s.bnd = m;
   m += 2 * (kMaxWarps + 1) * 3;
-  s.bpart = m;
-  m += 2 * kMaxWarps;
   s.fin = m;
   m += 2;
-  s.occ = m;
-  m += 2 * max_l;
   int* p = reinterpret_cast<int*>(m);
   s.lab = p;
   p += max_l;
-  s.nxt = p;
-  p += max_l;
-  s.fst = p;
-  p += max_l;
   s.misc = p;
   return s;
+}
+
+// What the beta recursion leaves for ctc_grad, in the workspace (host: launch.tables_bytes):
+// status[N] (kOk / kBad: NaN slice / kZero: zero_infinity zeroes the slice), first[N] (first
+// occurrence of a label equal to blank, -1 if none), and per sample rows of max_l: lab, fst (1 at
+// the first occurrence of a label), nxt (its next occurrence, -1 at the end).
+enum : int { kOk = 0, kBad = 1, kZero = 2 };
+struct Tables {
+  int* status;
+  int* first;
+  int* lab;
+  int* fst;
+  int* nxt;
+};
+__device__ __forceinline__ Tables tables_at(int* base, long long N, long long max_l) {
+  Tables tb;
+  tb.status = base;
+  tb.first = base + N;
+  tb.lab = base + 2 * N;
+  tb.fst = tb.lab + N * max_l;
+  tb.nxt = tb.fst + N * max_l;
+  return tb;
 }
 
 struct Sample {
@@ -80,11 +92,11 @@ struct Sample {
 
 // Reads the sample's tiling row and labels into shared memory; returns bad when anything is out of
 // range (then nothing else of the sample may be trusted). Ends with a barrier.
-template <class I, class M>
+template <class I>
 __device__ __forceinline__ Sample load_sample(const long long* tiling, const I* targets, long long b,
                                              long long T, long long C, long long max_l, long long tgt_numel,
-                                             long long tgt_stride, long long X, long long blank, int states_cap,
-                                             const Smem<M>& sm) {
+                                             long long tgt_stride, long long X, long long blank, long long states_cap,
+                                             int* lab, int* misc) {
   Sample sp;
   sp.lin = tiling[3 * b];
   sp.L = tiling[3 * b + 1];
@@ -94,23 +106,71 @@ __device__ __forceinline__ Sample load_sample(const long long* tiling, const I* 
              sp.off < 0 || sp.off > tgt_numel || sp.L > tgt_numel - sp.off ||
              (tgt_stride > 0 && sp.L > tgt_stride);
   if (threadIdx.x == 0) {
-    sm.misc[0] = bad ? 1 : 0;
-    sm.misc[1] = -1;
+    misc[0] = bad ? 1 : 0;
+    misc[1] = -1;
   }
   __syncthreads();
   if (!bad) {
     for (long long k = threadIdx.x; k < sp.L; k += blockDim.x) {
       const long long v = (long long)targets[sp.off + k];
       const bool ok = v >= 0 && v < C;
-      sm.lab[k] = ok ? (int)v : 0;
-      if (!ok) sm.misc[0] = 1;  // benign race: every writer stores 1
+      lab[k] = ok ? (int)v : 0;
+      if (!ok) misc[0] = 1;  // benign race: every writer stores 1
     }
   }
   __syncthreads();
-  sp.bad = sm.misc[0] != 0;
+  sp.bad = misc[0] != 0;
   if (sp.lin > T) sp.lin = T;
   if (sp.lin < 0) sp.lin = 0;
   return sp;
+}
+
+
+// Next-occurrence chains of the labels (the fixed order in which a label's occupancies are summed):
+// fst[k] = 1 where k is the first occurrence of its label, nxt[k] the next one (-1 at the end), and
+// misc[1] the first occurrence of a label equal to blank. The caller synchronises before reading.
+__device__ __forceinline__ void build_chains(const int* lab, int* fst, int* nxt, int* misc, long long L,
+                                             long long blank) {
+  for (long long k = threadIdx.x; k < L; k += blockDim.x) {
+    const int c = lab[k];
+    long long j = k - 1;
+    while (j >= 0 && lab[j] != c) --j;
+    fst[k] = j < 0;
+    j = k + 1;
+    while (j < L && lab[j] != c) ++j;
+    nxt[k] = j < L ? (int)j : -1;
+    if (c == blank && fst[k]) misc[1] = (int)k;   // unique writer
+  }
+}
+
+
+// The forward of a sample whose tiling row or labels are out of range: log_alpha slice and loss NaN.
+template <class T>
+__device__ __forceinline__ void poison_alpha(T* la, T* nll_out, long long b, long long Tn, long long X) {
+  for (long long i = threadIdx.x; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<math_t<T>>());
+  if (threadIdx.x == 0) store(nll_out, b, quiet_nan<math_t<T>>());
+}
+
+// The forward's end of a sample (after the last step's barrier): rows t >= Lin of its log_alpha slice
+// -inf, and its loss from alpha at (Lin-1, 2L) and (Lin-1, 2L-1) (*a2l, *a2l1; a2l1 null: -inf),
+// read by thread 0 only and only when Lin > 0.
+template <class T, class M>
+__device__ __forceinline__ void finish_alpha(T* la, T* nll_out, long long b, long long Tn, long long X, long long lin,
+                                             long long L, const M* a2l, const M* a2l1, int zero_inf) {
+  const M NINF = neg_inf<M>();
+  for (long long i = lin * X + threadIdx.x; i < Tn * X; i += blockDim.x) store(la, i, NINF);
+  if (threadIdx.x != 0) return;
+  M nll;
+  if (lin == 0) {
+    nll = L == 0 ? M(0) : pos_inf<M>();
+  } else {
+    const M l1 = *a2l, l2 = a2l1 ? *a2l1 : NINF;
+    M m = l1 > l2 ? l1 : l2;
+    if (m == NINF) m = M(0);
+    nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
+  }
+  if (zero_inf && nll == pos_inf<M>()) nll = M(0);
+  store(nll_out, b, nll);
 }
 
 }  // namespace ctc
@@ -127,87 +187,58 @@ template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
   return lp == neg_inf<M>() ? quiet_nan<M>() : exp(lp) * g;
 }
 
-// ------------------------------------------------------------------------------ dense pass
-// out = exp(lp) * g (NaN where lp = -inf) for t < Lin, 0 for t >= Lin or (zero_inf and nll == +inf). vec != 0: the host
-// checked that C is a multiple of 16/sizeof(T) and that lp and out are 16-byte aligned.
-template <class T>
-__global__ void ctc_dense(const T* __restrict__ lp, const T* __restrict__ grad_out, const T* __restrict__ nll,
-                          T* __restrict__ out, const long long* __restrict__ tiling, long long Tn, long long N,
-                          long long C, int zero_inf, int vec) {
-  typedef math_t<T> M;
-  if (vec) {
-    constexpr int V = Vec16<T>::N;
-    const long long cv = C / V, total = Tn * N * cv;
-    for (long long p = global_thread(); p < total; p += grid_threads()) {
-      const long long row = p / cv, t = row / N, n = row - t * N;
-      const M nl = load(nll, n);
-      const bool zero = t >= tiling[3 * n] || (zero_inf && nl == pos_inf<M>());
-      const M g = load(grad_out, n) * nan_if(nl);
-      Vec16<T> x = load16(lp, p);
-#pragma unroll
-      for (int j = 0; j < V; ++j) x.v[j] = from_math<T>(zero ? M(0) : dense_grad(to_math(x.v[j]), g));
-      store16(out, p, x);
-    }
-  } else {
-    const long long total = Tn * N * C;
-    for (long long i = global_thread(); i < total; i += grid_threads()) {
-      const long long row = i / C, t = row / N, n = row - t * N;
-      const M nl = load(nll, n);
-      const bool zero = t >= tiling[3 * n] || (zero_inf && nl == pos_inf<M>());
-      store(out, i, zero ? M(0) : dense_grad(load(lp, i), load(grad_out, n) * nan_if(nl)));
-    }
+// ------------------------------------------------------------------------------ backward: beta
+// Sample prologue of both beta recursions: status, labels (into the tables) and their chains.
+// Returns false when the sample has no recursion to run (status written). Ends with a barrier.
+template <class I, class M>
+__device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* targets, const ctc::Tables& tb, long long b,
+                                             long long Tn, long long C, long long max_l, long long tgt_numel,
+                                             long long tgt_stride, long long X, long long blank, long long cap,
+                                             M nll, int zero_inf, int* misc, ctc::Sample& sp) {
+  using namespace ctc;
+  if (zero_inf && nll == pos_inf<M>()) {           // ctc_grad zeroes the slice
+    if (threadIdx.x == 0) tb.status[b] = kZero;
+    return false;
   }
+  int* lab = tb.lab + b * max_l;
+  sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, lab, misc);
+  if (threadIdx.x == 0) tb.status[b] = sp.bad ? kBad : kOk;
+  if (sp.bad || sp.lin == 0) return false;
+  build_chains(lab, tb.fst + b * max_l, tb.nxt + b * max_l, misc, sp.L, blank);
+  __syncthreads();
+  if (threadIdx.x == 0) tb.first[b] = misc[1];
+  return true;
 }
 
-// ------------------------------------------------------------------------------ backward: beta
 template <class T, class I>
-__global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const T* __restrict__ grad_out, const T* __restrict__ nll_in,
-                         const T* __restrict__ log_alpha, const I* __restrict__ targets, T* __restrict__ out,
-                         const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long X,
-                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
-                         int per) {
+__global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
+                         const T* __restrict__ log_alpha, const I* __restrict__ targets,
+                         const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ occ,
+                         long long W, long long Tn, long long N, long long C, long long X, long long blank,
+                         long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
   typedef math_t<T> M;
   using namespace ctc;
   constexpr int kPer = PerOf<M>::value;
   extern __shared__ __align__(16) unsigned char ctc_smem[];
   const Smem<M> sm = carve<M>(ctc_smem, max_l);
-  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp, warps = blockDim.x / kWarp;
+  const Tables tb = tables_at(tables, N, max_l);
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int cap = per * (int)blockDim.x;
   const M NINF = neg_inf<M>();
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
     __syncthreads();  // the previous sample's readers are done with shared memory
     const M nll = load(nll_in, b);
-    if (zero_inf && nll == pos_inf<M>()) continue;     // ctc_dense wrote the zero slice
-    const Sample sp = load_sample<I, M>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
-                                        X, blank, cap, sm);
-    if (sp.bad) {
-      for (long long i = tid; i < Tn * C; i += blockDim.x) {
-        const long long t = i / C;
-        store(out, (t * N + b) * C + (i - t * C), quiet_nan<M>());
-      }
+    Sample sp = {0, 0, 0, true};
+    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, nll,
+                             zero_inf, sm.misc, sp))
       continue;
-    }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
-    if (lin == 0) continue;
-    // next-occurrence chains (fixed summation order per label)
-    for (long long k = tid; k < L; k += blockDim.x) {
-      const int c = sm.lab[k];
-      long long j = k - 1;
-      while (j >= 0 && sm.lab[j] != c) --j;
-      sm.fst[k] = j < 0;
-      j = k + 1;
-      while (j < L && sm.lab[j] != c) ++j;
-      sm.nxt[k] = j < L ? (int)j : -1;
-      if (c == blank && sm.fst[k]) sm.misc[1] = (int)k;   // unique writer
-    }
+    const int* lab = tb.lab + b * max_l;
     for (int i = tid; i < 2 * (kMaxWarps + 1) * 3; i += blockDim.x) sm.bnd[i] = NINF;
     __syncthreads();
-    const int blank_first = sm.misc[1];
-    const bool nll_fin = is_finite(nll);
-    const M shift = nll_fin ? nll : M(0);
-    const M g = load(grad_out, b);
-    const bool drop_2l = L > 0 && sm.lab[L - 1] == blank;
+    const M shift = is_finite(nll) ? nll : M(0);
+    const bool drop_2l = L > 0 && lab[L - 1] == blank;
     // per-thread states s0 .. s0+per-1, labels and transitions
     const long long s0 = (long long)tid * per;
     int lab_s[kPer];
@@ -217,8 +248,8 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
     for (int i = 0; i < kPer; ++i) {
       const long long s = s0 + i;
       const bool in = i < per && s < S;
-      lab_s[i] = (in && (s & 1)) ? sm.lab[s >> 1] : (int)blank;
-      skip_s[i] = in && (s & 1) && s + 2 < S && sm.lab[(s >> 1) + 1] != sm.lab[s >> 1];
+      lab_s[i] = (in && (s & 1)) ? lab[s >> 1] : (int)blank;
+      skip_s[i] = in && (s & 1) && s + 2 < S && lab[(s >> 1) + 1] != lab[s >> 1];
       beta[i] = NINF;
       a_nx[i] = NINF;
       l_nx[i] = NINF;
@@ -235,7 +266,7 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
         a[i] = a_nx[i];
         l[i] = l_nx[i];
       }
-      if (t > 0) {   // prefetch the next step's alpha and log-probs
+      if (t > 0) {   // prefetch the next step's alpha and log-probs: in flight during this step
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
@@ -278,42 +309,80 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
           mine[2] = beta[0];
         }
       }
-      // occupancies
-      M part = M(0);
+      // occupancies of row (t, b): consecutive states per thread, contiguous across the block
+      M* orow = occ + (t * N + b) * W;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const long long s = s0 + i;
-        if (i < per && s < S) {
-          M e = exp(a[i] + beta[i] - l[i] + shift);
-          if (t == lin - 1 && drop_2l && s == 2 * L) e = M(0);
-          if (s & 1) sm.occ[buf * max_l + (s >> 1)] = e;
-          else part += e;
-        }
+        if (i < per && s < S)
+          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
       }
-      part = warp_sum(part);
-      if (lane == 0) sm.bpart[buf * kMaxWarps + warp] = part;
       __syncthreads();
-      // columns of row t: item L = blank, item k < L = label k when first and not blank
-      const M* occ = sm.occ + buf * max_l;
-      for (long long k = tid; k <= L; k += blockDim.x) {
-        long long c;
-        M sum = M(0);
-        int j;
-        if (k == L) {
-          c = blank;
-          for (int w = 0; w < warps; ++w) sum += sm.bpart[buf * kMaxWarps + w];
-          j = blank_first;
-        } else {
-          c = sm.lab[k];
-          if (!sm.fst[k] || c == blank) continue;
-          j = (int)k;
-        }
-        for (; j >= 0; j = sm.nxt[j]) sum += occ[j];
-        const long long o = (t * N + b) * C + c;
-        const M x = load(lp, o);
-        const M term = nll_fin ? sum : exp(log(sum) + nll);
-        store(out, o, (exp(x) - term) * g);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ backward: gradient rows
+// One block per row (t, b), grid-stride over rows. The whole row first: exp(lp) * g (NaN where lp is
+// -inf), 0 for t >= Lin or a zeroed sample, NaN for a bad one; then, after a barrier (it orders the
+// block's global stores, so the overwrite lands last), the blank and label columns of rows t < Lin
+// from the occupancy row. vec != 0: the host checked that C is a multiple of 16/sizeof(T) and that
+// lp and out are 16-byte aligned. blockDim.x is a multiple of 32, at most 256.
+template <class T>
+__global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const T* __restrict__ grad_out,
+                         const T* __restrict__ nll_in, T* __restrict__ out, const long long* __restrict__ tiling,
+                         const int* __restrict__ tables, const math_t<T>* __restrict__ occ, long long W,
+                         long long Tn, long long N, long long C, long long blank, long long max_l, int vec) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ M scratch[256 / kWarp];
+  const Tables tb = tables_at(const_cast<int*>(tables), N, max_l);
+  for (long long row = blockIdx.x; row < Tn * N; row += gridDim.x) {
+    const long long t = row / N, b = row - t * N;
+    const int status = tb.status[b];
+    const M nl = load(nll_in, b);
+    const bool live = status == kOk && t < tiling[3 * b];   // status kOk: tiling[3b] in [0, T]
+    const M fill = status == kBad ? quiet_nan<M>() : M(0);
+    const M g = load(grad_out, b) * nan_if(nl);
+    const T* lrow = lp + row * C;
+    T* orow = out + row * C;
+    if (vec) {
+      constexpr int V = Vec16<T>::N;
+      for (long long p = threadIdx.x; p < C / V; p += blockDim.x) {
+        Vec16<T> x = load16(lrow, p);
+#pragma unroll
+        for (int j = 0; j < V; ++j) x.v[j] = from_math<T>(live ? dense_grad(to_math(x.v[j]), g) : fill);
+        store16(orow, p, x);
       }
+    } else {
+      for (long long c = threadIdx.x; c < C; c += blockDim.x) store(orow, c, live ? dense_grad(load(lrow, c), g) : fill);
+    }
+    if (!live) continue;   // uniform over the block
+    const long long L = tiling[3 * b + 1];
+    const M* o = occ + row * W;
+    M even = M(0);
+    for (long long s = 2 * (long long)threadIdx.x; s <= 2 * L; s += 2 * (long long)blockDim.x) even += o[s];
+    even = block_sum(even, scratch);   // barrier: the row's dense stores are done
+    const int* lab = tb.lab + b * max_l;
+    const int* fst = tb.fst + b * max_l;
+    const int* nxt = tb.nxt + b * max_l;
+    const bool nll_fin = is_finite(nl);
+    for (long long k = threadIdx.x; k <= L; k += blockDim.x) {
+      long long c;
+      M sum = M(0);
+      int j;
+      if (k == L) {
+        c = blank;
+        sum = even;
+        j = tb.first[b];
+      } else {
+        c = lab[k];
+        if (!fst[k] || c == blank) continue;
+        j = (int)k;
+      }
+      for (; j >= 0; j = nxt[j]) sum += o[2 * j + 1];
+      const M term = nll_fin ? sum : exp(log(sum) + nl);
+      store(orow, c, (exp(load(lrow, c)) - term) * g);
     }
   }
 }
@@ -335,12 +404,11 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
 
   for (long long b = blockIdx.x; b < N; b += gridDim.x) {
     __syncthreads();
-    const Sample sp = load_sample<I, M>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
-                                        X, blank, cap, sm);
+    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
+                                     X, blank, cap, sm.lab, sm.misc);
     T* la = log_alpha + b * Tn * X;
     if (sp.bad) {
-      for (long long i = tid; i < Tn * X; i += blockDim.x) store(la, i, quiet_nan<M>());
-      if (tid == 0) store(nll_out, b, quiet_nan<M>());
+      poison_alpha(la, nll_out, b, Tn, X);
       continue;
     }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
@@ -430,19 +498,131 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
       for (long long s = cap + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
     }
-    for (long long i = lin * X + tid; i < Tn * X; i += blockDim.x) store(la, i, NINF);
-    if (tid == 0) {
-      M nll;
-      if (lin == 0) {
-        nll = L == 0 ? M(0) : pos_inf<M>();
-      } else {
-        const M l1 = sm.fin[0], l2 = sm.fin[1];
-        M m = l1 > l2 ? l1 : l2;
-        if (m == NINF) m = M(0);
-        nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
+    finish_alpha(la, nll_out, b, Tn, X, lin, L, sm.fin, sm.fin + 1, zero_inf);
+  }
+}
+
+
+// ------------------------------------------------------------------------------ long targets
+// Targets beyond the register recursion (2*maxL+1 > PerOf<M> * 512 states): the same recursions
+// with alpha/beta of two steps (and the forward's labels) in a per-block slot of the workspace
+// (ctc::LongSlot, host: launch.long_slot_bytes), states strided over the block, one __syncthreads
+// per time step (it orders the slot's global stores for the whole block). Every state is computed
+// by the same lse3 with the same operands as on the register path, and the occupancies feed the
+// same ctc_grad, so every result is bit-identical to that path's.
+namespace ctc {
+constexpr int kLongThreads = 512;   // host: launch.MAX_THREADS
+
+template <class M> struct LongSlot {
+  M* rec;    // [2][2*max_l+1] alpha or beta at the previous / current step (math precision)
+  int* lab;  // [max_l] labels (forward)
+};
+
+template <class M>
+__device__ __forceinline__ LongSlot<M> long_slot(unsigned char* scratch, long long slot_bytes, long long max_l) {
+  LongSlot<M> ls;
+  M* m = reinterpret_cast<M*>(scratch + (long long)blockIdx.x * slot_bytes);
+  ls.rec = m;
+  ls.lab = reinterpret_cast<int*>(m + 2 * (2 * max_l + 1));
+  return ls;
+}
+}  // namespace ctc
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* __restrict__ lp, const I* __restrict__ targets,
+                          T* __restrict__ nll_out, T* __restrict__ log_alpha, const long long* __restrict__ tiling,
+                          long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
+                          long long tgt_numel, long long tgt_stride, int zero_inf, unsigned char* scratch,
+                          long long slot_bytes) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ int misc[4];
+  const LongSlot<M> ls = long_slot<M>(scratch, slot_bytes, max_l);
+  const long long tid = threadIdx.x, width = 2 * max_l + 1;
+  const M NINF = neg_inf<M>();
+
+  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+    __syncthreads();
+    const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width,
+                                     ls.lab, misc);
+    T* la = log_alpha + b * Tn * X;
+    if (sp.bad) {
+      poison_alpha(la, nll_out, b, Tn, X);
+      continue;
+    }
+    const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+    for (long long t = 0; t < lin; ++t) {
+      M* cur = ls.rec + (t & 1) * width;
+      const M* prev = ls.rec + ((t & 1) ^ 1) * width;
+      T* row = la + t * X;
+      for (long long s = tid; s < S; s += blockDim.x) {
+        const int k = (int)(s >> 1);
+        const long long c = (s & 1) ? ls.lab[k] : blank;
+        const M l = load(lp, (t * N + b) * C + c);
+        M r;
+        if (t == 0) {
+          r = s <= 1 ? l : NINF;
+        } else {
+          const bool skip = (s & 1) && s >= 3 && ls.lab[k] != ls.lab[k - 1];
+          r = lse3(prev[s], s >= 1 ? prev[s - 1] : NINF, skip ? prev[s - 2] : NINF) + l;
+        }
+        cur[s] = r;
+        store(row, s, r);
       }
-      if (zero_inf && nll == pos_inf<M>()) nll = M(0);
-      store(nll_out, b, nll);
+      for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
+      __syncthreads();
+    }
+    const M* fin = ls.rec + ((lin - 1) & 1) * width;   // dereferenced only when lin > 0
+    finish_alpha(la, nll_out, b, Tn, X, lin, L, fin + 2 * L, L > 0 ? fin + 2 * L - 1 : nullptr, zero_inf);
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp,
+                         const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
+                         const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                         math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
+                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                         unsigned char* scratch, long long slot_bytes) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ int misc[4];
+  const LongSlot<M> ls = long_slot<M>(scratch, slot_bytes, max_l);
+  const Tables tb = tables_at(tables, N, max_l);
+  const long long tid = threadIdx.x, width = 2 * max_l + 1;
+  const M NINF = neg_inf<M>();
+
+  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+    __syncthreads();
+    const M nll = load(nll_in, b);
+    Sample sp = {0, 0, 0, true};
+    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width, nll,
+                             zero_inf, misc, sp))
+      continue;
+    const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+    const int* lab = tb.lab + b * max_l;
+    const M shift = is_finite(nll) ? nll : M(0);
+    const bool drop_2l = L > 0 && lab[L - 1] == blank;
+    for (long long t = lin - 1; t >= 0; --t) {
+      M* cur = ls.rec + (t & 1) * width;
+      const M* later = ls.rec + ((t & 1) ^ 1) * width;   // beta at t+1
+      M* orow = occ + (t * N + b) * W;
+      for (long long s = tid; s < S; s += blockDim.x) {
+        const int k = (int)(s >> 1);
+        const long long c = (s & 1) ? lab[k] : blank;
+        const M l = load(lp, (t * N + b) * C + c);
+        const M a = load(log_alpha, (b * Tn + t) * X + s);
+        M r;
+        if (t == lin - 1) {
+          r = s >= 2 * L - 1 ? l : NINF;
+        } else {
+          const bool skip = (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
+          r = lse3(later[s], s + 1 < S ? later[s + 1] : NINF, skip ? later[s + 2] : NINF) + l;
+        }
+        cur[s] = r;
+        orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a + r - l + shift);
+      }
+      __syncthreads();
     }
   }
 }

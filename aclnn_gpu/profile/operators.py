@@ -240,5 +240,6 @@ COVERAGE: list[tuple[str, dict]] = [(name, {}) for name in OPERATORS] + [
     ("ScaledMaskedSoftmaxBackward", {"B": 1, "H": 1, "S1": 2, "S2": 12288, "MB": 1}),
     ("ScaledMaskedSoftmaxBackward", {"B": 1, "H": 1, "S1": 2, "S2": 16384, "MB": 1}),
     ("CtcLoss", {"fptargets": 1}),
+    ("CtcLoss", {"T": 4, "N": 1, "L": 2100}), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}),   # long targets
     ("ConvTbcBackward", {"T": 0, "K": 2}),
 ]

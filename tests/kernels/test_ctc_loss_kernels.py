@@ -31,22 +31,27 @@ def aligned(shape, dtype, fill=np.nan):
     return a
 
 
-def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None):
+def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None, long_path=None,
+        reference=True):
+    """Forward then backward through the launchers (long_path: force the recursion path, None: the
+    launcher's choice); with the NumPy reference's results unless reference=False."""
     T, N, C = lp.shape
     dt = lp.dtype.name if lp.dtype != ml_dtypes.bfloat16 else "bfloat16"
     tgt = np.concatenate([tg[b, :tl[b]] for b in range(N)]).astype(tg.dtype) if one_d else tg
     tgt = np.ascontiguousarray(tgt)
-    ws = np.zeros(max(P.backward_workspace_bytes(N) // 8, 1), np.int64)
+    max_l = int(np.max(tl))
+    math_size = 8 if dt == "float64" else 4
+    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path)
+    ws = aligned((max(ws_bytes // 8, 1),), np.int64, fill=0)
     lpa = aligned(lp.shape, lp.dtype)
     lpa[...] = lp
-    max_l = int(np.max(tl))
     X = 2 * max_l + 1
     nll = aligned((N,), lp.dtype)
     la = aligned((N, T, X), lp.dtype)
     common = dict(targets_ptr=tgt.ctypes.data, workspace_ptr=ws.ctypes.data, T=T, N=N, C=C, dtype=dt,
                   target_dtype=tgt.dtype.name, targets_2d_stride=0 if one_d else tgt.shape[1],
                   targets_numel=tgt.size, input_lengths=il, target_lengths=tl, blank=blank,
-                  zero_infinity=zero_inf)
+                  zero_infinity=zero_inf, long_path=long_path)
     P.launch_forward(ctx, log_probs_ptr=lpa.ctypes.data, neg_log_likelihood_ptr=nll.ctypes.data,
                      log_alpha_ptr=la.ctypes.data, **common)
     la_in = np.concatenate([la, np.full((N, T, X_pad), -99999.0 if lp.dtype.itemsize > 2 else -6e4, lp.dtype)], axis=2) if X_pad else la
@@ -57,6 +62,8 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     P.launch_backward(ctx, grad_out_ptr=g.ctypes.data, log_probs_ptr=lpa.ctypes.data,
                       neg_log_likelihood_ptr=nll_b.ctypes.data, log_alpha_ptr=la_in.ctypes.data,
                       out_ptr=out.ctypes.data, X=X + X_pad, **common)
+    if not reference:
+        return nll, la, out
     rn, rla = ctc_loss_forward(lp, tgt, il, tl, blank, zero_inf)
     rg = ctc_loss_backward(g, lp, tgt, il, tl, nll_b, la_in, blank, zero_inf)
     return nll, la, out, rn, rla, rg
@@ -203,3 +210,58 @@ def test_multi_warp_boundaries(ctx, L, dt):
     np.testing.assert_allclose(nll, rn, rtol=1e-5 if dt == "float32" else 1e-10, err_msg=f"seed {SEED}")
     expected = float64_gradient(lp, tg, [T, T - 3], [L, L - 1], nll, la, g=rng_g) if dt == "float32" else rg
     np.testing.assert_allclose(out, expected, atol=log_space_atol(nll, T) if dt == "float32" else 1e-9, err_msg=f"seed {SEED}")
+
+
+@pytest.mark.parametrize("dt", list(DT))
+def test_long_path_matches_short_path(ctx, dt):
+    """The long-target path forced at short lengths: loss, log_alpha and gradient bit-identical to the
+    register path (same lse3 operands in the same order, the same ctc_grad sums).
+    2-D and 1-D targets, repeated labels, empty targets, a nonzero blank, zero_infinity, an infeasible
+    sample, a garbage label and more samples than slots are all in the batch."""
+    rng = np.random.default_rng([SEED, 13, len(dt)])
+    for one_d, zero_inf, N in ((False, False, 5), (True, True, 4), (False, False, P.LONG_SLOTS + 3)):
+        T, C, blank = 9, 6, 2
+        lp, tg, il, tl = case(rng, T, N, C, 4, blank=blank, runs=N == 4, dtype=DT[dt])
+        tl[1] = 0
+        il[2], tl[2] = 1, 3                      # infeasible: nll = inf
+        if not one_d:
+            tg[3, 0], tl[3] = C + 5, 4           # garbage label: that sample NaN
+        g = rng.standard_normal(N)
+        short = run(ctx, lp, tg, il, tl, blank=blank, zero_inf=zero_inf, g=g, one_d=one_d, long_path=False,
+                    reference=False)
+        long = run(ctx, lp, tg, il, tl, blank=blank, zero_inf=zero_inf, g=g, one_d=one_d, long_path=True,
+                   reference=False)
+        msg = f"seed {SEED} dtype {dt} one_d {one_d}"
+        assert np.isnan(f64(short[2][:, 3])).all() != one_d, msg     # the garbage label (2-D only)
+        for a, b in zip(short, long):
+            np.testing.assert_array_equal(f64(a), f64(b), err_msg=msg)
+
+
+@pytest.mark.parametrize("L,dt", [(3000, "float32"), (5000, "float64")])
+def test_long_targets_beyond_the_register_path(ctx, L, dt):
+    """Targets past the short path's limit (2047 fp32, 1279 fp64) take the long path: against the
+    NumPy reference and PyTorch float64 autograd."""
+    rng = np.random.default_rng([SEED, 14, L])
+    T, C = L + 12, 4
+    assert P.recursion_geometry(L, 8 if dt == "float64" else 4).long
+    x = rng.standard_normal((T, 2, C))
+    lp = torch.log_softmax(torch.tensor(x), -1).numpy().astype(DT[dt])
+    # labels 1..3 with no two neighbours equal (a repeat costs a time step), then one run of 4
+    tg = (1 + np.cumsum(rng.integers(1, C - 1, (2, L)), axis=1) % (C - 1)).astype(np.int64)
+    tg[0, L // 2: L // 2 + 4] = 3
+    il, tl = np.array([T, T - 5]), np.array([L, L - 7])
+    g = rng.standard_normal(2)
+    nll, la, out, rn, rla, rg = run(ctx, lp, tg, il, tl, g=g, one_d=True)
+    assert np.isfinite(nll).all()
+    np.testing.assert_allclose(nll, rn, rtol=1e-5 if dt == "float32" else 1e-10, err_msg=f"seed {SEED}")
+    # PyTorch float64 autograd of the same log-probs
+    lpt = torch.tensor(lp.astype(np.float64), requires_grad=True)
+    loss = torch.nn.functional.ctc_loss(lpt, torch.tensor(tg), torch.tensor(il), torch.tensor(tl),
+                                        reduction="none")
+    (loss * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(f64(nll), loss.detach().numpy(), rtol=1e-5 if dt == "float32" else 1e-10,
+                               err_msg=f"seed {SEED}")
+    atol = log_space_atol(nll, T) if dt == "float32" else 1e-8
+    np.testing.assert_allclose(f64(out), lpt.grad.numpy(), atol=atol, err_msg=f"seed {SEED}")
+    np.testing.assert_allclose(f64(out), float64_gradient(lp, tg, il, tl, nll, la, g=g) if dt == "float32" else rg,
+                               atol=atol, err_msg=f"seed {SEED}")

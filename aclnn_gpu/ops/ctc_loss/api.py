@@ -13,9 +13,7 @@ Backward checks (docs/OPERATORS.md §1 order; 161001 for a null tensor or length
   logAlpha.shape[1], max(inputLengths) <= T) -> out.shape[2] == C -> 1-D targets length ==
   sum(targetLengths) -> out shape == logProbs shape -> dtypes (logProbs FLOAT/FLOAT16/BF16/DOUBLE;
   gradOut, negLogLikelihood, logAlpha, out equal to it; targets INT32/INT64/BOOL/FLOAT/FLOAT16)
-  -> zeroInfinity -> N == 0: success, workspace 0, no work -> cuda/emulated: the recursion limit
-  (2*maxL+1 <= 4096 states with fp32 math, <= 2560 with fp64, i.e. maxL <= 2047 / 1279) refused
-  with 161002 here rather than failing at launch -> memory ranges -> out must not overlap itself
+  -> zeroInfinity -> N == 0: success, workspace 0, no work -> memory ranges -> out must not overlap itself
   or alias any input. CANN's A2/A3-only refusals of FLOAT16/BF16 for C > 200000, N > 8180 or
   (X-1)/2 > 1000 are not applied (no such limit here).
 The forward (`aclnnCtcLoss`, prefix "aclnnCtcLoss: ") checks the same rules in the same order for
@@ -35,7 +33,9 @@ outside [0, C) in device data makes that sample's loss / logAlpha slice / gradie
 GPU workspace (bytes; each range rounded up to 256, in this order):
     sum over strided operands of round256(numel * itemsize) + 256     (staged copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
-  + round256(24 * N)                                   tiling [Lin, L, offset] per sample
+  + launch.backward_workspace_bytes(T, N, maxL, math size)   (forward: forward_workspace_bytes(N,
+    maxL, math size)): tiling [Lin, L, offset] per sample, the backward's label tables and (T, N,
+    2*maxL+1) occupancies, the long-target path's per-block slots (ops/ctc_loss/launch.py)
 (0 when N == 0). The cpu device needs no workspace.
 """
 from __future__ import annotations
@@ -152,20 +152,6 @@ def _check_dtypes_and_zero_infinity(c: Checks, log_probs: aclTensor, targets: ac
     return c.boolean("zeroInfinity", zeroInfinity)
 
 
-def _check_gpu_limit(c: Checks, device: Any, max_target_length: int, log_probs: aclTensor) -> None:
-    """Refuse here (161002) what the GPU recursion kernel could not launch; the cpu has no limit."""
-    if device.kind == "cpu":
-        return
-    math_itemsize = 8 if log_probs.dtype == D.ACL_DOUBLE else 4
-    try:
-        gpu.recursion_geometry(max_target_length, math_itemsize)
-    except NotImplementedError:
-        limit = 1279 if math_itemsize == 8 else 2047
-        c.fail(INVALID, f"max(targetLengths) = {max_target_length} exceeds this device's CTC kernel limit {limit} "
-                        f"({'float64' if math_itemsize == 8 else 'float32'} math: 2*maxL+1 <= {2 * limit + 1} "
-                        "states)")
-
-
 # ------------------------------------------------------------------------------ workspace
 def _cast_targets(targets: aclTensor, ctx: Any, src: int, dst: int) -> None:
     """The int64 copy of BOOL / FLOAT / FLOAT16 targets (kernel ctc_cast_targets, CANN's cast)."""
@@ -176,18 +162,23 @@ def _cast_targets(targets: aclTensor, ctx: Any, src: int, dst: int) -> None:
                 np.int32(targets.dtype == D.ACL_BOOL)))
 
 
-def _workspace(device: Any, N: int, inputs: list[aclTensor], outputs: list[aclTensor], targets: aclTensor
-               ) -> Workspace:
+def _workspace(device: Any, plan_bytes: int, inputs: list[aclTensor], outputs: list[aclTensor],
+               targets: aclTensor) -> Workspace:
     """Staged copies of strided operands, the int64 cast of targets given in another dtype, then the
-    per-sample tiling (cuda/emulated; the cpu device needs none)."""
+    launcher's own bytes (launch.layout: tiling, the backward's tables and occupancies, the long
+    path's slots; cuda/emulated, the cpu device needs none)."""
     if device.kind == "cpu":
         return NO_WORKSPACE
     builder = WorkspaceBuilder()
     builder.stage_all(inputs, outputs)
     if targets.dtype in CAST_TYPES and targets.numel > 0:
         builder.convert(targets, 8 * targets.numel, partial(_cast_targets, targets))
-    builder.reserve("tiling", gpu.backward_workspace_bytes(N))
+    builder.reserve("tiling", plan_bytes)
     return builder.build()
+
+
+def _math_size(log_probs: aclTensor) -> int:
+    return 8 if log_probs.dtype == D.ACL_DOUBLE else 4
 
 
 def _dtype_name(tensor: aclTensor) -> str:
@@ -322,14 +313,13 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
                                  "out": out_}, zeroInfinity)
     if N == 0:
         return EmptyPlan(c.op)
-    _check_gpu_limit(c, device, max_length, log_probs)
     c.memory(gradOut=grad_out, logProbs=log_probs, targets=targets_, negLogLikelihood=neg_log_likelihood,
              logAlpha=log_alpha, out=out_)
     c.output("out", out_, gradOut=grad_out, logProbs=log_probs, targets=targets_,
              negLogLikelihood=neg_log_likelihood, logAlpha=log_alpha)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, N, [grad_out, log_probs, targets_, neg_log_likelihood, log_alpha], [out_],
-                           targets_)
+    workspace = _workspace(device, gpu.backward_workspace_bytes(T, N, max_length, _math_size(log_probs)),
+                           [grad_out, log_probs, targets_, neg_log_likelihood, log_alpha], [out_], targets_)
     return CtcLossBackwardPlan(
         tensors={"gradOut": grad_out, "logProbs": log_probs, "targets": targets_,
                  "negLogLikelihood": neg_log_likelihood, "logAlpha": log_alpha, "out": out_},
@@ -366,12 +356,12 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
         c, log_probs, targets_, {"negLogLikelihoodOut": neg_log_likelihood, "logAlphaOut": log_alpha}, zeroInfinity)
     if N == 0:
         return EmptyPlan(c.op)
-    _check_gpu_limit(c, device, max_length, log_probs)
     c.memory(logProbs=log_probs, targets=targets_, negLogLikelihoodOut=neg_log_likelihood, logAlphaOut=log_alpha)
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, N, [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
+    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, _math_size(log_probs)),
+                           [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
     return CtcLossPlan(
         tensors={"logProbs": log_probs, "targets": targets_, "negLogLikelihoodOut": neg_log_likelihood,
                  "logAlphaOut": log_alpha},

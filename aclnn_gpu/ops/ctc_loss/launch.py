@@ -1,7 +1,7 @@
 """GPU plan of CTC loss (forward `aclnnCtcLoss`, backward `aclnnCtcLossBackward`) over a
 KernelContext. Inputs and outputs are contiguous device buffers (the glue copies strided views).
 
-    backward_workspace_bytes(N) / forward_workspace_bytes(N) -> int
+    forward_workspace_bytes(N, max_l, math_size) / backward_workspace_bytes(T, N, max_l, math_size) -> int
     launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr,
                     log_alpha_ptr, out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype,
                     targets_2d_stride, targets_numel, input_lengths, target_lengths, blank,
@@ -13,44 +13,57 @@ KernelContext. Inputs and outputs are contiguous device buffers (the glue copies
 dtype: "float32" | "float64" | "float16" | "bfloat16" (numpy dtype names accepted);
 target_dtype: int32 | int64 (the glue casts BOOL/FLOAT/FLOAT16 targets to int64 first).
 targets_2d_stride: S for 2-D padded targets (N, S), 0 for 1-D concatenated targets.
+math_size: 8 for float64, else 4 (the kernels compute in float32 for the 16-bit types).
 
-Workspace (both directions): the tiling block only, at the workspace head,
-    workspace_bytes = 8 * 3 * N      (int64 [input_length, target_length, target_offset] per sample)
-(0 when N == 0). Beta/alpha never touch memory beyond log_alpha; the backward needs no buffer.
+Workspace (`Layout`), each range on a 256-byte boundary, W = occ_width(maxL) (2*maxL+1 rounded up
+to 32 bytes):
+    tiling    8 * 3 * N           int64 [input_length, target_length, target_offset] per sample
+    tables    4 * (2N + 3N*maxL)  backward: per-sample status, blank's first occurrence, labels and
+                                  their occurrence chains (kernels: ctc::Tables)
+    occ       T * N * W * math    backward: occupancy exp(alpha + beta - lp + nll) of every state
+    slots     min(N, LONG_SLOTS) * long_slot_bytes   long-target path only (alpha/beta of two steps)
 
-Launches. Backward: `ctc_dense<T>` (grid-stride, 256 threads, 16-byte vectors when C is a
-multiple of 16/sizeof(T) and both pointers are 16-byte aligned) then `ctc_beta<T, I>` (one block
-per sample, grid-stride over samples); forward: `ctc_alpha<T, I>`. Recursion blocks have
-threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) / threads) <= 8 (fp64 math: 5) states
-per thread; dynamic shared memory = shared_bytes(maxL, math size). Limits: 2*maxL+1 <= 8*512 = 4096
-for fp32 math (maxL <= 2047), <= 5*512 = 2560 for float64 (maxL <= 1279); shared memory
-(~16-24 bytes per label) stays below 48 KiB. Beyond: NotImplementedError.
+Launches. Backward: the beta recursion (one block per sample, grid-stride over samples: it writes
+the occupancies and the tables) then `ctc_grad<T>` (one block per row (t, b), grid-stride: the
+row's exp(lp) * g with 16-byte vectors when C is a multiple of 16/sizeof(T) and both pointers are
+16-byte aligned, then its blank and label columns merged from the occupancy row; a grid of one
+full wave at its occupancy, kernels/occupancy.py); forward: the alpha recursion. Register path
+(`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) /
+threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory = shared_bytes(maxL, math
+size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279).
+Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states strided over the
+block, recursion state in the workspace slots): any maxL, bit-identical results.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from ... import dtypes
 from ...kernels.context import ptr
+from ...kernels.occupancy import wave_grid
 
 FILE = "ctc_loss.cu"
 K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)
 K_MAX_WARPS = 16
-MAX_THREADS = 512
+MAX_THREADS = 512      # recursion blocks (kernels: __launch_bounds__(512), ctc::kLongThreads)
 SMEM_LIMIT = 48 * 1024
-DENSE_BLOCK = 256
+GRAD_BLOCK = 256       # most threads of a ctc_grad block (kernels: __launch_bounds__(256))
+LONG_SLOTS = 256       # most blocks (and workspace slots) of the long-target recursions
+ALIGN = 256
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
+_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 def all_name_expressions() -> list[str]:
     """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
-    return ([f"aclg::ctc_dense<{t}>" for t in _CTYPE.values()]
-            + [f"aclg::ctc_beta<{t}, {i}>" for t in _CTYPE.values() for i in _ITYPE.values()]
-            + [f"aclg::ctc_alpha<{t}, {i}>" for t in _CTYPE.values() for i in _ITYPE.values()]
+    return ([f"aclg::ctc_grad<{t}>" for t in _CTYPE.values()]
+            + [f"aclg::ctc_{k}<{t}, {i}>" for k in ("beta", "alpha", "alpha_long", "beta_long")
+               for t in _CTYPE.values() for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
-_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 def _dname(dtype) -> str:
@@ -60,28 +73,79 @@ def _dname(dtype) -> str:
     return name
 
 
-def backward_workspace_bytes(N: int) -> int:
-    return 8 * 3 * int(N)
+def math_size_of(dtype) -> int:
+    return 8 if _dname(dtype) == "float64" else 4
 
 
-forward_workspace_bytes = backward_workspace_bytes
+def _round(n: int) -> int:
+    return -(-int(n) // ALIGN) * ALIGN
 
 
 def shared_bytes(max_l: int, math_size: int) -> int:
-    m = (2 * (K_MAX_WARPS + 1) * 3 + 2 * K_MAX_WARPS + 2 + 2 * max_l) * math_size
-    return m + 4 * (3 * max_l + 4)
+    """Dynamic shared memory of ctc_alpha / ctc_beta (kernels: ctc::Smem)."""
+    return (2 * (K_MAX_WARPS + 1) * 3 + 2) * math_size + 4 * (max_l + 4)
 
 
-def recursion_geometry(max_l: int, math_size: int):
-    """(threads, per, shared bytes) of ctc_alpha / ctc_beta; raises NotImplementedError beyond the
-    kernel's limits."""
+class Geometry(NamedTuple):
+    threads: int
+    per: int      # states per thread (register path)
+    smem: int     # dynamic shared bytes (register path)
+    long: bool    # the long-target path (ctc_*_long): recursion state in workspace slots
+
+
+def recursion_geometry(max_l: int, math_size: int, long_path: bool | None = None) -> Geometry:
+    """Block geometry of the alpha / beta recursions: the register path while its states fit
+    (per <= K_PER, shared memory < 48 KiB), else the long path. long_path forces a path (tests)."""
     S = 2 * max_l + 1
     threads = min(MAX_THREADS, (S + 31) // 32 * 32)
     per = -(-S // threads)
     smem = shared_bytes(max_l, math_size)
-    if per > K_PER[math_size] or smem > SMEM_LIMIT:
-        raise NotImplementedError(f"CTC target length {max_l} exceeds the kernel's limit")
-    return threads, per, smem
+    if long_path is None:
+        long_path = per > K_PER[math_size] or smem > SMEM_LIMIT
+    if long_path:
+        return Geometry(MAX_THREADS, 0, 0, True)
+    return Geometry(threads, per, smem, False)
+
+
+def occ_width(max_l: int, math_size: int) -> int:
+    """Row stride (states) of the occupancy buffer: 2*maxL+1 rounded up to 32 bytes, every row on a
+    sector (a kernel argument)."""
+    per_sector = 32 // math_size
+    return -(-(2 * max_l + 1) // per_sector) * per_sector
+
+
+def long_slot_bytes(max_l: int, math_size: int) -> int:
+    """One block's workspace slot on the long path (kernels: ctc::LongSlot)."""
+    return _round(2 * (2 * max_l + 1) * math_size + 4 * max_l)
+
+
+class Layout(NamedTuple):
+    """Byte offsets of the workspace ranges (module docstring); size is the total."""
+    tables: int
+    occ: int
+    slots: int
+    size: int
+
+
+def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path: bool | None = None) -> Layout:
+    if N == 0:
+        return Layout(0, 0, 0, 0)
+    tables = _round(8 * 3 * N)
+    occ = tables + (_round(4 * (2 * N + 3 * N * max_l)) if backward else 0)
+    slots = occ + (_round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0)
+    size = slots
+    if recursion_geometry(max_l, math_size, long_path).long:
+        size += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
+    return Layout(tables, occ, slots, size)
+
+
+def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None) -> int:
+    return layout(0, N, max_l, math_size, False, long_path).size
+
+
+def backward_workspace_bytes(T: int, N: int, max_l: int = 0, math_size: int = 4,
+                             long_path: bool | None = None) -> int:
+    return layout(T, N, max_l, math_size, True, long_path).size
 
 
 def tiling(input_lengths, target_lengths, targets_2d_stride: int) -> np.ndarray:
@@ -101,44 +165,59 @@ def _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_str
     return int(tl.max()) if tl.size else 0
 
 
+def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple, slots_ptr: int, max_l: int,
+               msize: int) -> None:
+    """Launches the alpha or beta recursion on the register or the long path; `tail` ends both
+    argument lists (zero_inf), then the path's own (per, or the slots)."""
+    if geo.long:
+        ctx.launch(FILE, kernel.replace("<", "_long<", 1), (min(N, LONG_SLOTS),), (geo.threads,),
+                   args + tail + (ptr(slots_ptr), np.int64(long_slot_bytes(max_l, msize))))
+    else:
+        ctx.launch(FILE, kernel, (max(1, min(N, 32 * ctx.sm_count)),), (geo.threads,),
+                   args + tail + (np.int32(geo.per),), shared_mem=geo.smem)
+
+
 def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
                     out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype, targets_2d_stride, targets_numel,
-                    input_lengths, target_lengths, blank, zero_infinity):
+                    input_lengths, target_lengths, blank, zero_infinity, long_path=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0 or C == 0:
         return
     max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
-    msize = 8 if dt == "float64" else 4
-    threads, per, smem = recursion_geometry(max_l, msize)
-    ct = _CTYPE[dt]
+    msize = math_size_of(dt)
+    geo = recursion_geometry(max_l, msize, long_path)
+    lay = layout(T, N, max_l, msize, True, long_path)
+    ct, i64 = _CTYPE[dt], np.int64
+    tables, occ, W = ptr(workspace_ptr + lay.tables), ptr(workspace_ptr + lay.occ), i64(occ_width(max_l, msize))
+    _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
+               (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
+                ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
+                i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
+               workspace_ptr + lay.slots, max_l, msize)
     V = 16 // _SIZE[dt]
-    vec = int(C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0)
-    work = T * N * C // (V if vec else 1)
-    grid = max(1, min(-(-work // DENSE_BLOCK), 4 * ctx.sm_count))
-    i64 = np.int64
-    ctx.launch(FILE, f"aclg::ctc_dense<{ct}>", (grid,), (DENSE_BLOCK,),
+    vec = C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0
+    lanes = -(-C // V) if vec else C
+    threads = min(GRAD_BLOCK, max(32, -(-lanes // 32) * 32))
+    grad = f"aclg::ctc_grad<{ct}>"
+    ctx.launch(FILE, grad, (wave_grid(ctx, FILE, grad, T * N, threads),), (threads,),
                (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(out_ptr),
-                ptr(workspace_ptr), i64(T), i64(N), i64(C), np.int32(bool(zero_infinity)), np.int32(vec)))
-    ctx.launch(FILE, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", (max(1, min(N, 32 * ctx.sm_count)),), (threads,),
-               (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
-                ptr(targets_ptr), ptr(out_ptr), ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank),
-                i64(max_l), i64(targets_numel), i64(targets_2d_stride), np.int32(bool(zero_infinity)),
-                np.int32(per)), shared_mem=smem)
+                ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
+                np.int32(vec)))
 
 
 def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
                    T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel, input_lengths, target_lengths,
-                   blank, zero_infinity):
+                   blank, zero_infinity, long_path=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0:
         return
     max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
     X = 2 * max_l + 1
-    msize = 8 if dt == "float64" else 4
-    threads, per, smem = recursion_geometry(max_l, msize)
+    msize = math_size_of(dt)
+    geo = recursion_geometry(max_l, msize, long_path)
+    lay = layout(T, N, max_l, msize, False, long_path)
     i64 = np.int64
-    ctx.launch(FILE, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", (max(1, min(N, 32 * ctx.sm_count)),),
-               (threads,),
+    _recursion(ctx, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, N,
                (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
-                i64(targets_2d_stride), np.int32(bool(zero_infinity)), np.int32(per)), shared_mem=smem)
+                i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), workspace_ptr + lay.slots, max_l, msize)
