@@ -649,7 +649,8 @@ def conv_tbc(call: _Call, input: Any, weight: Any, bias: Any, pad: int = 0, cube
 
 
 @_operator()
-def conv_tbc_backward(call: _Call, grad: Any, input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0) -> tuple[Any, Any, Any]:
+def conv_tbc_backward(call: _Call, grad: Any, input: Any, weight: Any, bias: Any, pad: int = 0,
+                      cube_math_type: int = 0) -> tuple[Any, Any, Any]:
     """ConvTBC backward (aclnnConvTbcBackward): (grad_input, grad_weight, grad_bias) in the dtypes of
     input, weight and bias."""
     from .ops.conv_tbc import aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize
@@ -721,7 +722,8 @@ def cross_entropy_loss(call: _Call, input: Any, target: Any, weight: Any = None,
 
 @_operator()
 def cross_entropy_loss_grad(call: _Call, grad_loss: Any, log_prob: Any, target: Any, weight: Any = None,
-                            reduction: str | int = "mean", ignore_index: int = -100, label_smoothing: float = 0.0) -> Any:
+                            reduction: str | int = "mean", ignore_index: int = -100,
+                            label_smoothing: float = 0.0) -> Any:
     """Gradient of cross_entropy_loss with respect to the logits (aclnnCrossEntropyLossGrad), given
     log_prob = log_softmax(logits): (N, C) in log_prob's dtype. grad_loss is (N,) for "none", else a
     scalar (0-D or [1])."""

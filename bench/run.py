@@ -25,9 +25,9 @@ import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench import common, host_overhead  # noqa: E402
+    from bench import common, host_overhead, pythonic  # noqa: E402
 else:
-    from . import common, host_overhead
+    from . import common, host_overhead, pythonic
 
 F32 = np.dtype(np.float32)
 SCALE = 0.125
@@ -547,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
             bar.step(f"{name} overhead")
     bar.close()
     code_path = host_overhead.cuda_code_path(FAMILIES, calls=n_calls, batches=5 if args.quick else 9)
+    # the pythonic layers on the cpu device (their cache serves the cpu device only)
+    layers = pythonic.measure(FAMILIES, calls=min(n_calls, 100), batches=5 if args.quick else 9) \
+        if kind == "cpu" else None
     if kind != "cuda":   # a loaded machine can spoil one measurement: the best of the start and the end
         again = common.measure_ceilings(kind, args.quick)
         ceilings = {k: max(v, again.get(k, v)) for k, v in ceilings.items()}
@@ -576,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "device": kind,
               "device_description": _describe(), "quick": args.quick, "dtype": dt.name, "machine": mach,
               "ceilings": ceilings, "operators": operators, "overhead": overhead,
-              "cuda_code_path": code_path, "scaling": scaling,
+              "cuda_code_path": code_path, "pythonic": layers, "scaling": scaling,
               "acceptance": {"per_operator": per_op, "geomean": gm, "max": worst, "max_operator": worst_name,
                              "rule": "geomean <= 0.8 and max <= 1.5", "pass": passed,
                              "applies": kind == "cpu"},
@@ -614,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Host overhead of the cuda code path (microseconds per call; CuPy stand-in whose launches "
           "return at once, tiny tensors, repeatable executor, median of batches)\n")
     print(host_overhead.table(code_path))
+    if layers is not None:
+        print("\n## Tiny functional and aclnn_gpu.torch calls beside PyTorch's (microseconds per call; cpu device)\n")
+        print(pythonic.table(layers))
     print("\n## Scaling of the backward operators (ms)\n")
     print(common.markdown_table(["operator", "shapes", "elements", "ours ms", "torch ms", "ratio", *fastest],
                                 [[s["operator"], s["shapes"], s["size"], s["ours_ms"], s["torch_ms"],

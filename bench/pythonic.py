@@ -1,0 +1,155 @@
+"""The pythonic layers' table: tiny `aclnn_gpu.functional` and `aclnn_gpu.torch` calls of the ten
+operators beside PyTorch's own call of the same operator, on the cpu device, in the same run.
+
+A functional call is timed whole (arrays in, result out: signature, the cached plan or phase 1,
+synchronize, the NumPy work, the result as torch tensors), with torch CPU tensors in, as PyTorch's
+call gets them; beside it the same call with the cache off (`call_cache.disabled()`: descriptors,
+lending, GetWorkspaceSize, execute on the stream's worker thread, synchronize: the path every call
+took before the cache) and PyTorch's call of the same operator (the callable the operators table
+of `python -m bench` times). An `aclnn_gpu.torch` row is the autograd wrapper against PyTorch's
+autograd of the same op: forward with inputs that require grad, backward as `torch.autograd.grad`.
+Per-call figures over batches of calls: the fastest batch and the median one; ratio = ours / PyTorch.
+Also run alone: `python -m bench.pythonic [--calls N]`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import common
+from .host_overhead import batch_us
+
+SCALE = 0.125
+
+
+def _functional(torch: Any, name: str, T: dict, p: tuple) -> dict[str, Callable[[], Any]]:
+    """direction -> a tiny functional call of the family's operator, on the tensors `T`."""
+    import aclnn_gpu.functional as F
+    if name == "KlDiv":
+        return {"forward": lambda: F.kl_div(T["x"], T["t"], "batchmean"),
+                "backward": lambda: F.kl_div_backward(T["g"], T["x"], T["t"], "batchmean")}
+    if name == "CrossEntropy":
+        return {"forward": lambda: F.cross_entropy_loss(T["x"], T["t"]),
+                "backward": lambda: F.cross_entropy_loss_grad(T["g"], T["lp"], T["t"])}
+    if name == "CtcLoss":
+        il, tl = T["il"].tolist(), T["tl"].tolist()
+        return {"forward": lambda: F.ctc_loss(T["lp"], T["tg"], il, tl),
+                "backward": lambda: F.ctc_loss_backward(T["g"], T["lp"], T["tg"], il, tl, T["nll"], T["alpha"])}
+    if name == "ConvTbc":
+        return {"forward": lambda: F.conv_tbc(T["x"], T["w"], T["b"], p[5]),
+                "backward": lambda: F.conv_tbc_backward(T["g"], T["x"], T["w"], T["b"], p[5])}
+    return {"forward": lambda: F.scaled_masked_softmax(T["x"], T["mask"], SCALE),
+            "backward": lambda: F.scaled_masked_softmax_backward(T["g"], T["y"], T["mask"], SCALE)}
+
+
+def _autograd(torch: Any, name: str, T: dict, p: tuple) -> tuple[Callable, Callable, list]:
+    """(aclnn_gpu.torch forward, PyTorch's forward, the tensors the gradient is taken for)."""
+    import torch.nn.functional as TF
+
+    import aclnn_gpu.torch as AT
+    if name == "KlDiv":
+        x = T["x"].clone().requires_grad_()
+        return (lambda: AT.kl_div(x, T["t"], reduction="batchmean"),
+                lambda: TF.kl_div(x, T["t"], reduction="batchmean"), [x])
+    if name == "CrossEntropy":
+        x = T["x"].clone().requires_grad_()
+        return lambda: AT.cross_entropy(x, T["t"]), lambda: TF.cross_entropy(x, T["t"]), [x]
+    if name == "CtcLoss":
+        lp = T["lp"].clone().requires_grad_()
+        args = (T["tg"], T["il"], T["tl"])
+        return (lambda: AT.ctc_loss(lp, *args, reduction="sum"), lambda: TF.ctc_loss(lp, *args, reduction="sum"),
+                [lp])
+    if name == "ConvTbc":
+        x, w, b = (T[k].clone().requires_grad_() for k in ("x", "w", "b"))
+        return lambda: AT.conv_tbc(x, w, b, p[5]), lambda: torch.conv_tbc(x, w, b, p[5]), [x, w, b]
+    x = T["x"].clone().requires_grad_()
+    return (lambda: AT.scaled_masked_softmax(x, T["mask"], SCALE),
+            lambda: torch.softmax(x.mul(SCALE).masked_fill(T["mask"], -10000.0), -1), [x])
+
+
+def _backward(torch: Any, forward: Callable, inputs: list) -> Callable[[], Any]:
+    """A backward call of one graph built once: torch.autograd.grad, the graph kept for the next."""
+    out = forward()
+    seed = None if out.dim() == 0 else torch.ones_like(out)
+    return lambda: torch.autograd.grad(out, inputs, seed, retain_graph=True)
+
+
+def _timed(fn: Callable[[], Any], calls: int, batches: int) -> tuple[float, float]:
+    samples = batch_us(fn, calls, batches)
+    return min(samples), statistics.median(samples)
+
+
+def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
+    """Both tables' rows (microseconds per call) and the load average before and after."""
+    import torch
+
+    from aclnn_gpu import call_cache
+    load_before = os.getloadavg()
+    rows = []
+    for fam in families:
+        p = fam.tiny()
+        d = fam.data(p, np.dtype(np.float32), np.random.default_rng(1))
+        T = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in d.items()}
+        autograd = _autograd(torch, fam.name, T, p)
+        for direction, call in _functional(torch, fam.name, T, p).items():
+            op = fam.forward if direction == "forward" else fam.backward
+            theirs = fam.torch(torch, d, direction, p, "cpu")
+            if direction == "forward":
+                ours_ag, theirs_ag = autograd[0], autograd[1]
+            else:
+                ours_ag, theirs_ag = _backward(torch, autograd[0], autograd[2]), _backward(torch, autograd[1],
+                                                                                        autograd[2])
+            row: dict[str, Any] = {"operator": op, "direction": direction}
+            row["functional"] = _timed(call, calls, batches)
+            row["torch"] = _timed(theirs, calls, batches)
+            row["autograd"] = _timed(ours_ag, calls, batches)
+            row["torch_autograd"] = _timed(theirs_ag, calls, batches)
+            with call_cache.disabled():
+                row["functional_uncached"] = _timed(call, calls, batches)
+                row["autograd_uncached"] = _timed(ours_ag if direction == "forward"
+                                                  else _backward(torch, autograd[0], autograd[2]), calls, batches)
+            rows.append(row)
+    return {"rows": rows, "calls": calls, "batches": batches, "loadavg_before": list(load_before),
+            "loadavg_after": list(os.getloadavg()), "cpu_count": os.cpu_count()}
+
+
+def _cells(row: dict, ours: str, uncached: str, theirs: str) -> list:
+    (o_min, o_med), (u_min, u_med), (t_min, t_med) = row[ours], row[uncached], row[theirs]
+    return [row["operator"], f"{o_min:.1f} / {o_med:.1f}", f"{u_min:.1f} / {u_med:.1f}", f"{t_min:.1f} / {t_med:.1f}",
+            f"{o_min / t_min:.1f}x", f"{o_med / t_med:.1f}x"]
+
+
+def table(result: dict) -> str:
+    """The two Markdown tables, and the load the figures were taken under."""
+    heads = ["fastest / median us", "cache off: fastest / median us", "PyTorch: fastest / median us",
+             "ratio (fastest)", "ratio (median)"]
+    functional = common.markdown_table(["functional call", *heads],
+                                       [_cells(r, "functional", "functional_uncached", "torch")
+                                        for r in result["rows"]], "lrrrrr")
+    autograd = common.markdown_table(["aclnn_gpu.torch (autograd)", *heads],
+                                     [_cells(r, "autograd", "autograd_uncached", "torch_autograd")
+                                      for r in result["rows"]], "lrrrrr")
+    before, after = result["loadavg_before"][0], result["loadavg_after"][0]
+    return (f"{functional}\n\n{autograd}\n\nLoad average {before:.2f} before, {after:.2f} after, on "
+            f"{result['cpu_count']} cores; {result['calls']} calls per batch, {result['batches']} batches.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.pythonic",
+                                 description="Tiny functional and aclnn_gpu.torch calls beside PyTorch's, cpu device.")
+    ap.add_argument("--calls", type=int, default=100, help="calls per timed batch (default 100)")
+    ap.add_argument("--batches", type=int, default=9, help="timed batches (default 9)")
+    args = ap.parse_args(argv)
+    common.setup_device("cpu")
+    from .run import FAMILIES
+    print(table(measure(FAMILIES, args.calls, args.batches)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
