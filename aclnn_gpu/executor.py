@@ -22,7 +22,7 @@ INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 
 class aclOpExecutor:
     __slots__ = ("op", "plan", "device", "repeatable", "spent", "destroyed", "lock", "checked_workspace",
-                 "__weakref__")
+                 "checked_generation", "__weakref__")
 
     def __init__(self, op: str, plan: Any, device: Any):
         self.op = op
@@ -33,6 +33,7 @@ class aclOpExecutor:
         self.destroyed = False
         self.lock = threading.Lock()
         self.checked_workspace: tuple[Any, int] | None = None  # (workspace, registry generation) that passed
+        self.checked_generation = -1   # registry generation at which the plan's tensors last passed
 
     def __repr__(self) -> str:
         state = "destroyed" if self.destroyed else "spent" if self.spent else "ready"
@@ -110,7 +111,7 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
                                   "(aclrtMalloc's memory is; an offset into it must keep that)")
                 executor.checked_workspace = (workspace, generation)
         impl = resolve_stream(stream, op, status=INVALID, device=device)
-        check_plan_memory(op, plan, device)
+        executor.checked_generation = check_plan_memory(op, plan, device, executor.checked_generation)
         if not executor.repeatable:
             executor.spent = True
         if plan.has_work:
@@ -131,14 +132,15 @@ def make_execute(op: str):
 
 def make_get_workspace_size(op: str, build):
     """Phase 1 of `op`: `build(device, *args)` validates and returns a plan; on a kernel device the
-    plan's launches are frozen here (`ops/frozen.py`), then it is wrapped into an executor."""
+    plan's launcher is recorded here (`Plan.with_frozen_launch`, `ops/frozen.py`), then the plan is
+    wrapped into an executor."""
 
     def get_workspace_size(*args: Any, **kwargs: Any) -> tuple[int, int, aclOpExecutor]:
         device = get_device()
         plan = build(device, *args, **kwargs)
         sm_count = getattr(device, "sm_count", None)
-        if sm_count is not None:  # cuda and emulated: record the launcher once
-            plan.freeze_kernels(sm_count)
+        if sm_count is not None:  # cuda and emulated: record the launcher once, for this device
+            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", ""))
         return aclnnStatus.ACLNN_SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
 
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"

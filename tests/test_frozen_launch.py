@@ -9,7 +9,6 @@ import pytest
 
 import aclnn_gpu as acl
 from aclnn_gpu.ops.frozen import SENTINEL, Recorder, freeze
-from aclnn_gpu.ops.plan import Plan
 from support import Session
 
 
@@ -87,8 +86,9 @@ def test_misaligned_workspace_reruns_the_launcher(session):
     assert replay.calls == live.calls
 
 
-class _Overrun(Plan):
-    op = "test"
+class _Overrun:
+    """A launcher that touches `nbytes` from the workspace base and points `pointer_offset` into it."""
+
     workspace_size = 256
 
     def __init__(self, nbytes: int, pointer_offset: int):

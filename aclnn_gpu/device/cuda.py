@@ -115,6 +115,7 @@ class CudaKernelContext:
         self.device = device
         self.stream = stream
         self.sm_count = device.sm_count   # of the device that runs the plan (not device 0's)
+        self.arch = device.arch           # its occupancy limits size grids (kernels/occupancy.py)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         self.device.uploads.upload(dst, host, self.stream.cupy)

@@ -7,6 +7,8 @@ GEMMs. The cuda device implements it over CuPy, the emulated device over the CPU
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -17,6 +19,7 @@ KERNEL_DIR = Path(__file__).resolve().parent
 
 class KernelContext(Protocol):
     sm_count: int
+    arch: str   # "sm_90": the occupancy table's limits (kernels/occupancy.py)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         """Copy `host` (C-contiguous) to device address `dst`, ordered on the plan's stream."""
@@ -33,6 +36,30 @@ class KernelContext(Protocol):
         kernels/gemm.py (types are NumPy dtypes, compute "32F" or "32F_FAST_TF32")."""
 
 
+@dataclass(frozen=True)
+class KernelFile:
+    """The instantiations of one `kernels/<file>` that the host may launch, in manifest order.
+
+    An operator package declares one (its launcher's `KERNELS`); its plan types list the files they
+    launch (`Plan.kernels`), `kernels/manifest.py` gathers them for the loader, the emulator and the
+    compile report, and the launcher builds every name through `name()`, which refuses an
+    instantiation the table lacks: the names live in one place."""
+
+    file: str
+    names: tuple[str, ...]
+
+    @cached_property
+    def _known(self) -> frozenset[str]:
+        return frozenset(self.names)
+
+    def name(self, template: str, *type_args: object) -> str:
+        """`template<arg, ...>` (or `template` without arguments), which must be in the table."""
+        expr = f"{template}<{', '.join(str(a) for a in type_args)}>" if type_args else template
+        if expr not in self._known:
+            raise LookupError(f"{self.file}: {expr} is not in the kernel table (kernels/manifest.py)")
+        return expr
+
+
 def ptr(address: int) -> np.uint64:
     """A device pointer kernel argument (8 bytes, as CUDA expects)."""
     return np.uint64(address)
@@ -42,8 +69,9 @@ class StandaloneEmuContext:
     """KernelContext over NumPy arrays for kernel unit tests: device memory is host memory, the
     kernels run in the CPU emulator, `upload` is a memmove."""
 
-    def __init__(self, sm_count: int = 4):
+    def __init__(self, sm_count: int = 4, arch: str = "sm_90"):
         self.sm_count = sm_count
+        self.arch = arch
         self._modules: dict[str, Any] = {}
 
     def module(self, file: str):

@@ -9,7 +9,8 @@ rebases those few arguments on the real workspace and enqueues the steps on the 
 arithmetic, no dtype tables, no tiling built again.
 
 The recorder also checks that every workspace range a step touches lies inside the size
-GetWorkspaceSize reported, so the workspace size and the launches cannot disagree.
+GetWorkspaceSize reported, so the workspace size and the launches cannot disagree, and that every
+kernel launched is one the plan type declares (`Plan.kernel_files`) and the manifest lists.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ..kernels.occupancy import DEFAULT_ARCH
 
 # The workspace base while recording: far above any user-space or CUDA virtual address (47-49 bits)
 # yet below 2**63, so it survives int64 tiling words; real pointers never fall in its range.
@@ -85,9 +88,12 @@ class FrozenLaunch:
 class Recorder:
     """A KernelContext that records instead of running (see the module docstring)."""
 
-    def __init__(self, sm_count: int, workspace_size: int):
+    def __init__(self, sm_count: int, workspace_size: int, known: dict[str, frozenset[str]] | None = None,
+                 arch: str = DEFAULT_ARCH):
         self.sm_count = sm_count
+        self.arch = arch      # the device's, for grids sized from occupancy (kernels/occupancy.py)
         self.size = workspace_size
+        self.known = known    # file -> the instantiations the plan may launch (None: not checked)
         self.steps: list[Upload | Launch | Gemm] = []
 
     def _offset(self, address: int, nbytes: int = 0) -> int:
@@ -109,6 +115,9 @@ class Recorder:
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
                shared_mem: int = 0) -> None:
+        if self.known is not None and expr not in self.known.get(file, ()):
+            raise AssertionError(f"a launch of {file}: {expr}, which the plan type's kernel files "
+                                 f"{sorted(self.known)} (kernels/manifest.py) do not list")
         self.steps.append(Launch(file, expr, tuple(int(g) for g in grid), tuple(int(b) for b in block),
                                  tuple(args), self._patches(args), int(shared_mem)))
 
@@ -118,9 +127,14 @@ class Recorder:
         self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args)))
 
 
-def freeze(plan: Any, sm_count: int) -> FrozenLaunch:
-    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors."""
+def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
+    """Record `plan.launch_kernels` once for a device with `sm_count` multiprocessors of `arch`."""
     size = plan.workspace_size
-    recorder = Recorder(sm_count, size)
+    files = getattr(plan, "kernel_files", ())
+    known = None
+    if files:
+        from ..kernels import manifest   # here: the manifest imports the operator packages
+        known = {file: manifest.KNOWN[file] for file in files}
+    recorder = Recorder(sm_count, size, known, arch)
     plan.launch_kernels(recorder, SENTINEL if size else 0)
     return FrozenLaunch(tuple(recorder.steps), sm_count, rebased=bool(size))

@@ -1,24 +1,31 @@
-"""What every operator's phase 1 produces: a `Plan`, plus the tools plans are built from.
+"""What every operator's phase 1 produces: a typed, frozen `Plan`, and the one workspace builder.
 
-A plan is frozen when GetWorkspaceSize returns: the tensors it reads and writes, its workspace
-size, and two ways to run: `run_host(device, workspace)` (the cpu device: NumPy on host views) and
-`run_kernels(ctx, workspace)` (cuda and emulated: launches through a `KernelContext`). On a kernel
-device phase 1 also records the operator's launcher (`launch_kernels`) once into `frozen`
-(`ops/frozen.py`), and `run_kernels` replays that record with the real workspace.
-`WorkspaceLayout` hands out aligned byte ranges of the workspace; `Staging` gives a kernel written
-for contiguous tensors a contiguous copy of any strided view; `StagedIo` is the usual workspace of
-a GPU plan: staging copies of its operands, then the plan's own bytes.
+A plan is a frozen dataclass per operator direction (`ops/<op>/api.py`), complete when
+GetWorkspaceSize returns: the tensors it reads and writes (`tensors`, C parameter names), the
+operator's typed parameters (sizes, C element types, flags), its `Workspace`, and two ways to run:
+`run_host(device, workspace)` (the cpu device: NumPy on host views) and `run_kernels(ctx, workspace)`
+(cuda and emulated). On a kernel device phase 1 records the operator's launcher (`launch_kernels`)
+once into `frozen` (`ops/frozen.py`: every upload, kernel name, grid, block and argument tuple), so
+phase 2 only rebases the workspace pointers and enqueues on the stream.
+
+`WorkspaceBuilder` is how every operator lays out its workspace, in one order of calls: `stage`
+(a contiguous copy of a strided view: `strided_gather` before the kernels, `strided_scatter` after),
+`convert` (a copy the operator's own kernel makes: CTC's int64 target cast, ConvTbc's dtype
+conversion), `reserve` (the plan's own named bytes). `build()` returns the frozen `Workspace`, the
+one object both the size GetWorkspaceSize reports and the launches' addresses come from.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import fail
-from ..kernels.context import KernelContext, ptr
+from ..kernels.context import KernelContext, KernelFile, ptr
+from ..kernels.occupancy import wave_grid
 from ..status import aclnnStatus
 from ..tensor import aclTensor
 from .frozen import ALIGN as FROZEN_ALIGN
@@ -28,15 +35,22 @@ INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vector loads want 16)
 
 
+# ------------------------------------------------------------------------------ plans
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Plan:
-    """Base of every operator plan. Subclasses set `op`, `tensors`, `workspace_size` and the runs."""
+    """Base of every operator plan: subclasses are frozen dataclasses that add their typed fields,
+    set `op` and write `run_host` and `launch_kernels`."""
 
-    op: str = "?"
-    tensors: dict[str, aclTensor | None] = {}  # C parameter name -> tensor (None: an absent optional)
-    workspace_size: int = 0
-    has_work: bool = True
-    frozen: FrozenLaunch | None = None         # set by `freeze_kernels` in phase 1 on kernel devices
-    checked_generation: int = -1               # registry generation of the last passed memory check
+    op: ClassVar[str] = "?"
+    kernel_files: ClassVar[tuple[str, ...]] = ()   # the kernel files its launcher launches from (recorder-checked)
+    has_work: ClassVar[bool] = True
+    tensors: Mapping[str, aclTensor | None]   # C parameter name -> tensor (None: an absent optional)
+    workspace: Workspace
+    frozen: FrozenLaunch | None = None          # the launcher's record (kernel devices, `with_frozen_launch`)
+
+    @property
+    def workspace_size(self) -> int:
+        return self.workspace.size
 
     def run_host(self, device: Any, workspace: int) -> None:
         raise NotImplementedError
@@ -45,10 +59,10 @@ class Plan:
         """The operator's launcher: uploads, launches and GEMMs through `ctx` (recorded in phase 1)."""
         raise NotImplementedError
 
-    def freeze_kernels(self, sm_count: int) -> None:
-        """Phase 1 on a kernel device: record the launcher once (`ops/frozen.py`)."""
-        if self.has_work:
-            self.frozen = freeze(self, sm_count)
+    def with_frozen_launch(self, sm_count: int, arch: str) -> Plan:
+        """Phase 1 on a kernel device: this plan with its launcher recorded once (`ops/frozen.py`) for a
+        device of `sm_count` multiprocessors of architecture `arch`."""
+        return replace(self, frozen=freeze(self, sm_count, arch))
 
     def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
         """Phase 2 on a kernel device: replay the frozen launch on the real workspace. A workspace
@@ -60,29 +74,35 @@ class Plan:
             frozen.run(ctx, workspace)
 
 
-class EmptyPlan(Plan):
+@dataclass(frozen=True)
+class EmptyPlan:
     """Nothing to do (empty outputs): workspace 0, execute succeeds without queueing anything."""
 
-    has_work = False
+    op: str
+    tensors: Mapping[str, aclTensor | None] = field(default_factory=dict)
+    workspace_size: ClassVar[int] = 0
+    has_work: ClassVar[bool] = False
+    frozen: ClassVar[None] = None
 
-    def __init__(self, op: str):
-        self.op = op
+    def with_frozen_launch(self, sm_count: int, arch: str) -> EmptyPlan:
+        return self
 
 
-def check_plan_memory(op: str, plan: Plan, device: Any) -> None:
-    """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since).
-    When nothing was freed since the last check passed (the registry's generation is unchanged),
-    only the tensors' destroyed flags can have changed: O(1) per tensor, no registry look-up."""
+def check_plan_memory(op: str, plan: Any, device: Any, checked_generation: int) -> int:
+    """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since) and
+    returns the registry generation the check passed at (the executor keeps it). When nothing was
+    freed since the last pass (`checked_generation` is current), only the tensors' destroyed flags
+    can have changed: O(1) per tensor, no registry look-up."""
     generation = device.registry.generation  # read first: a free during the check invalidates it
-    if plan.checked_generation == generation:
+    if checked_generation == generation:
         for name, tensor in plan.tensors.items():
             if tensor is not None and tensor.destroyed:
                 fail(INVALID, f"{op}: {name} was destroyed")
-        return
+        return generation
     for name, tensor in plan.tensors.items():
         if tensor is not None:
             check_tensor_memory(op, name, tensor, device)
-    plan.checked_generation = generation
+    return generation
 
 
 def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> None:
@@ -159,23 +179,13 @@ def write_out(dst: np.ndarray, value: np.ndarray | float) -> None:
     np.copyto(dst, value, casting="unsafe")
 
 
-# ------------------------------------------------------------------------------ workspace layout
-class WorkspaceLayout:
-    """Hands out 256-byte aligned ranges of one workspace; `size` is the total to ask for."""
-
-    def __init__(self) -> None:
-        self.size = 0
-
-    def take(self, nbytes: int) -> int:
-        offset = self.size
-        self.size += -(-max(int(nbytes), 0) // ALIGN) * ALIGN
-        return offset
-
-
-# ------------------------------------------------------------------------------ strided staging (GPU)
+# ------------------------------------------------------------------------------ the workspace builder
 MAX_RANK = 8
 COPY_BLOCK = 256
-STRIDED_COPY_EXPRESSIONS = [f"strided_{kind}<{size}>" for kind in ("gather", "scatter") for size in (1, 2, 4, 8)]
+STRIDED_COPY = KernelFile("strided_copy.cu", tuple(f"strided_{kind}<{size}>" for kind in ("gather", "scatter")
+                                                    for size in (1, 2, 4, 8)))
+
+Copy = Callable[[KernelContext, int, int], None]   # (ctx, source address, destination address)
 
 
 def strided_tiling(shape: Sequence[int], *operand_strides: Sequence[int]) -> np.ndarray:
@@ -196,94 +206,131 @@ def tensor_ptr(tensor: aclTensor) -> int:
     return tensor.data + tensor.offset * tensor.itemsize if tensor.data else 0
 
 
-class Staging:
-    """Contiguous copies of strided tensors in the workspace, for kernels that want contiguous data.
+def _aligned_size(nbytes: int) -> int:
+    return -(-max(int(nbytes), 0) // ALIGN) * ALIGN
 
-    Built in phase 1 (`need_in` / `need_out` reserve workspace); in phase 2 `gather` runs before the
-    operator's kernels and `scatter` after them. A contiguous tensor is used in place.
-    """
 
-    def __init__(self, layout: WorkspaceLayout):
-        self.layout = layout
-        self.entries: dict[int, tuple[aclTensor, int, int]] = {}  # id -> (tensor, data offset, tiling offset)
+@dataclass(frozen=True, eq=False)
+class Staged:
+    """A contiguous copy of a strided view: its data and its tiling words in the workspace."""
+    tensor: aclTensor
+    offset: int
+    tiling: int
+    output: bool
 
-    def _reserve(self, tensor: aclTensor) -> None:
-        if tensor.is_contiguous() or tensor.numel == 0 or id(tensor) in self.entries:
+    def copy(self, ctx: KernelContext, base: int) -> None:
+        tensor = self.tensor
+        ctx.upload(base + self.tiling, strided_tiling(tensor.shape, tensor.strides))
+        n = tensor.numel
+        expr = STRIDED_COPY.name("strided_scatter" if self.output else "strided_gather", tensor.itemsize)
+        grid = wave_grid(ctx, STRIDED_COPY.file, expr, -(-n // COPY_BLOCK), COPY_BLOCK)
+        ctx.launch(STRIDED_COPY.file, expr, (grid,), (COPY_BLOCK,),
+                   (ptr(tensor_ptr(tensor)), ptr(base + self.offset), ptr(base + self.tiling), np.int64(n)))
+
+
+@dataclass(frozen=True, eq=False)
+class Converted:
+    """A copy the operator's own kernel makes (`copy(ctx, src, dst)`): of an input before the
+    kernels (src: the input, or its staged copy), of an output after them (dst: likewise)."""
+    tensor: aclTensor
+    offset: int
+    copy: Copy
+    output: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Workspace:
+    """The frozen layout of one plan's workspace (`WorkspaceBuilder.build`)."""
+    size: int
+    staged: tuple[Staged, ...] = ()
+    converted: tuple[Converted, ...] = ()
+    ranges: Mapping[str, int] = field(default_factory=dict)   # the plan's own bytes, by name
+
+    def _staged_address(self, tensor: aclTensor, base: int) -> int:
+        for entry in self.staged:
+            if entry.tensor is tensor:
+                return base + entry.offset
+        return tensor_ptr(tensor)
+
+    def address(self, tensor: aclTensor | None, base: int) -> int:
+        """Where kernels find `tensor`: its converted or staged copy, else the tensor itself; 0 for an
+        absent or empty one."""
+        if tensor is None or tensor.numel == 0:
+            return 0
+        for entry in self.converted:
+            if entry.tensor is tensor:
+                return base + entry.offset
+        return self._staged_address(tensor, base)
+
+    def at(self, name: str, base: int) -> int:
+        """The plan's own range `name`; 0 when there is no workspace."""
+        return base + self.ranges[name] if base else 0
+
+    def gather(self, ctx: KernelContext, base: int) -> None:
+        """Before the kernels: staged copies of strided inputs, then the inputs' conversions."""
+        for staged in self.staged:
+            if not staged.output:
+                staged.copy(ctx, base)
+        for converted in self.converted:
+            if not converted.output:
+                converted.copy(ctx, self._staged_address(converted.tensor, base), base + converted.offset)
+
+    def scatter(self, ctx: KernelContext, base: int) -> None:
+        """After the kernels: the outputs' conversions, then strided outputs scattered back."""
+        for converted in self.converted:
+            if converted.output:
+                converted.copy(ctx, base + converted.offset, self._staged_address(converted.tensor, base))
+        for staged in self.staged:
+            if staged.output:
+                staged.copy(ctx, base)
+
+
+NO_WORKSPACE = Workspace(0)
+
+
+class WorkspaceBuilder:
+    """Phase 1: hands out 256-byte aligned ranges in call order; `build()` freezes them."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._staged: list[Staged] = []
+        self._converted: list[Converted] = []
+        self._ranges: dict[str, int] = {}
+
+    def _take(self, nbytes: int) -> int:
+        offset = self.size
+        self.size += _aligned_size(nbytes)
+        return offset
+
+    def stage(self, tensor: aclTensor | None, *, output: bool = False) -> None:
+        """A contiguous copy of `tensor` when it is strided (nothing for a contiguous, empty or absent
+        one, or one staged already)."""
+        if tensor is None or tensor.numel == 0 or tensor.is_contiguous():
+            return
+        if any(entry.tensor is tensor for entry in self._staged):
             return
         if tensor.rank > MAX_RANK:
             fail(INVALID, f"strided tensors of rank {tensor.rank} > {MAX_RANK} are not supported")
-        data = self.layout.take(tensor.numel * tensor.itemsize)
-        tiling = self.layout.take(strided_tiling(tensor.shape, tensor.strides).nbytes)
-        self.entries[id(tensor)] = (tensor, data, tiling)
+        data = self._take(tensor.numel * tensor.itemsize)
+        tiling = self._take(strided_tiling(tensor.shape, tensor.strides).nbytes)
+        self._staged.append(Staged(tensor, data, tiling, output))
 
-    need_in = _reserve
-    need_out = _reserve
+    def stage_all(self, inputs: Sequence[aclTensor | None], outputs: Sequence[aclTensor | None]) -> None:
+        for tensor in inputs:
+            self.stage(tensor)
+        for tensor in outputs:
+            self.stage(tensor, output=True)
 
-    def address(self, tensor: aclTensor, workspace: int) -> int:
-        """Where kernels find the contiguous data of `tensor`."""
-        entry = self.entries.get(id(tensor))
-        return workspace + entry[1] if entry else tensor_ptr(tensor)
+    def convert(self, tensor: aclTensor, nbytes: int, copy: Copy, *, output: bool = False) -> None:
+        """`nbytes` for a copy of `tensor` that `copy` makes (see `Converted`)."""
+        self._converted.append(Converted(tensor, self._take(nbytes), copy, output))
 
-    def _copy(self, ctx: KernelContext, tensor: aclTensor, workspace: int, gather: bool) -> None:
-        entry = self.entries.get(id(tensor))
-        if entry is None:
-            return
-        _, data, tiling = entry
-        ctx.upload(workspace + tiling, strided_tiling(tensor.shape, tensor.strides))
-        n = tensor.numel
-        grid = max(1, min(-(-n // COPY_BLOCK), ctx.sm_count * 8))
-        expr = f"strided_{'gather' if gather else 'scatter'}<{tensor.itemsize}>"
-        ctx.launch("strided_copy.cu", expr, (grid,), (COPY_BLOCK,),
-                   (ptr(tensor_ptr(tensor)), ptr(workspace + data), ptr(workspace + tiling), np.int64(n)))
+    def reserve(self, name: str, nbytes: int) -> None:
+        """The plan's own range `name` (`Workspace.at`)."""
+        self._ranges[name] = self._take(nbytes)
 
-    def gather(self, ctx: KernelContext, tensors: Sequence[aclTensor | None], workspace: int) -> None:
-        for tensor in tensors:
-            if tensor is not None:
-                self._copy(ctx, tensor, workspace, True)
+    def build(self) -> Workspace:
+        if not self.size:
+            return NO_WORKSPACE
+        return Workspace(self.size, tuple(self._staged), tuple(self._converted), dict(self._ranges))
 
-    def scatter(self, ctx: KernelContext, tensors: Sequence[aclTensor | None], workspace: int) -> None:
-        for tensor in tensors:
-            if tensor is not None:
-                self._copy(ctx, tensor, workspace, False)
-
-
-class StagedIo:
-    """The workspace of a GPU plan that wants contiguous operands: Staging copies of its strided inputs
-    (gathered before its kernels) and outputs (scattered after them), then the plan's own bytes
-    (`reserve_plan`). An operator that needs more ranges takes them from `layout` before that."""
-
-    def __init__(self, inputs: Sequence[aclTensor | None], outputs: Sequence[aclTensor]):
-        self.layout = WorkspaceLayout()
-        self.staging = Staging(self.layout)
-        self.inputs = [t for t in inputs if t is not None]   # optional inputs may be absent
-        self.outputs = list(outputs)
-        for tensor in self.inputs:
-            self.staging.need_in(tensor)
-        for tensor in self.outputs:
-            self.staging.need_out(tensor)
-        self.plan_offset = 0
-
-    def reserve_plan(self, plan_bytes: int) -> int:
-        """Reserves the GPU plan's own bytes; returns the workspace size to ask for."""
-        self.plan_offset = self.layout.take(plan_bytes)
-        return self.layout.size
-
-    def address(self, tensor: aclTensor | None, workspace: int) -> int:
-        """Where kernels find `tensor` (its staging copy when strided); 0 for an absent or empty one."""
-        if tensor is None or tensor.numel == 0:
-            return 0
-        return self.staging.address(tensor, workspace)
-
-    def plan_workspace(self, workspace: int) -> int:
-        """The GPU plan's own bytes; 0 when there is no workspace."""
-        return workspace + self.plan_offset if workspace else 0
-
-    def gather(self, ctx: KernelContext, workspace: int) -> None:
-        self.staging.gather(ctx, self.inputs, workspace)
-
-    def scatter(self, ctx: KernelContext, workspace: int) -> None:
-        self.staging.scatter(ctx, self.outputs, workspace)
-
-
-def grid_for(n: int, block: int, sm_count: int, waves: int = 8) -> int:
-    return max(1, min(math.ceil(n / block), sm_count * waves))

@@ -12,7 +12,7 @@ which takes contiguous tensors of ONE dtype:
   * outputs of another dtype or non-contiguous are produced in a workspace buffer, converted by
     `tbc_pad_copy` and, if strided, scattered with `Staging`. Each output keeps its own dtype.
 The cpu device runs `reference/conv_tbc.py` (float32 BLAS math whatever cubeMathType says) and
-needs no workspace. GPU workspace, in this order (`WorkspaceLayout` ranges): a compute-dtype copy of
+needs no workspace. GPU workspace, in this order (`WorkspaceBuilder` ranges): a compute-dtype copy of
 each converted or strided input, then per output its compute-dtype buffer (other dtype) and its
 `Staging` copy (strided), then the GEMM plan's own bytes (launch.*_workspace_bytes).
 
@@ -33,7 +33,9 @@ gradBias = sum of self over time and batch (docs/API.md §7; CANN writes B*Tout)
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,7 +47,7 @@ from ...status import aclFormat as F
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, tensor_ptr, write_out
+from ..plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 __all__ = ["aclnnConvTbc", "aclnnConvTbcGetWorkspaceSize",
            "aclnnConvTbcBackward", "aclnnConvTbcBackwardGetWorkspaceSize"]
@@ -74,74 +76,36 @@ def _cube_math(c: Checks, value: Any) -> int:
     return v
 
 
-# ------------------------------------------------------------------------------ GPU staging
-class _Io:
-    """Where the one-dtype contiguous GPU plan reads its operands and writes its results."""
+# ------------------------------------------------------------------------------ workspace
+def _convert_in(tensor: aclTensor, compute: np.dtype, ctx: Any, src: int, dst: int) -> None:
+    """A converted operand: strided gather + conversion to the compute dtype (one tbc_pad_copy)."""
+    shape, strides = _as3(tensor)
+    gpu.convert_copy(ctx, _np(tensor), compute, shape, strides, src, dst)
 
-    def __init__(self, compute: np.dtype, inputs: tuple[aclTensor, ...], outputs: tuple[aclTensor, ...]):
-        """Reserves the converted copies of `inputs`, then the compute buffers of `outputs` (in order);
-        `finish` appends the GPU plan's own bytes."""
-        self.compute = compute
-        self.layout = WorkspaceLayout()
-        self.staging = Staging(self.layout)
-        self.inputs: list[tuple[aclTensor, int | None]] = []     # (tensor, ws offset of the converted copy)
-        self.outputs: list[tuple[aclTensor, int | None]] = []    # (tensor, ws offset of the compute buffer)
-        self.plan_offset = 0
-        for tensor in inputs:
-            self._add_in(tensor)
-        for tensor in outputs:
-            self._add_out(tensor)
 
-    def _converted(self, tensor: aclTensor) -> bool:
-        return tensor.numel > 0 and (_np(tensor) != self.compute or not tensor.is_contiguous())
+def _convert_out(tensor: aclTensor, compute: np.dtype, ctx: Any, src: int, dst: int) -> None:
+    """A compute-dtype result converted into its output's dtype (then scattered if strided)."""
+    shape, _ = _as3(tensor)
+    gpu.convert_copy(ctx, compute, _np(tensor), shape, (shape[1] * shape[2], shape[2], 1), src, dst)
 
-    def _add_in(self, tensor: aclTensor) -> None:
-        offset = self.layout.take(tensor.numel * self.compute.itemsize) if self._converted(tensor) else None
-        self.inputs.append((tensor, offset))
 
-    def _add_out(self, tensor: aclTensor) -> None:
-        if not self._converted(tensor):
-            self.outputs.append((tensor, None))
-            return
-        offset = self.layout.take(tensor.numel * self.compute.itemsize) if _np(tensor) != self.compute else None
-        if not tensor.is_contiguous():
-            self.staging.need_out(tensor)
-        self.outputs.append((tensor, offset))
-
-    def finish(self, plan_bytes: int) -> int:
-        self.plan_offset = self.layout.take(0)
-        self.layout.take(plan_bytes)
-        return self.layout.size
-
-    def _where(self, entries, wanted: aclTensor, ws: int) -> int:
-        for tensor, offset in entries:
-            if tensor is wanted:
-                if offset is not None:
-                    return ws + offset
-                return self.staging.address(wanted, ws) if wanted.numel else 0
-        raise KeyError(wanted)
-
-    def address_in(self, t: aclTensor, ws: int) -> int:
-        return self._where(self.inputs, t, ws)
-
-    def address_out(self, t: aclTensor, ws: int) -> int:
-        return self._where(self.outputs, t, ws)
-
-    def gather(self, ctx: Any, ws: int) -> None:
-        """Strided gather + conversion of every operand that needs it (one tbc_pad_copy each)."""
-        for tensor, offset in self.inputs:
-            if offset is not None:
-                shape, strides = _as3(tensor)
-                gpu.convert_copy(ctx, _np(tensor), self.compute, shape, strides, tensor_ptr(tensor), ws + offset)
-
-    def scatter(self, ctx: Any, ws: int) -> None:
-        for tensor, offset in self.outputs:
-            if offset is not None:   # convert the compute-dtype result into the output's dtype
-                shape, _ = _as3(tensor)
-                dense = (shape[1] * shape[2], shape[2], 1)
-                gpu.convert_copy(ctx, self.compute, _np(tensor), shape, dense, ws + offset,
-                                 self.staging.address(tensor, ws))
-        self.staging.scatter(ctx, [tensor for tensor, _ in self.outputs], ws)
+def _workspace(device: Any, compute: np.dtype, inputs: tuple[aclTensor, ...], outputs: tuple[aclTensor, ...],
+               plan_bytes: int) -> Workspace:
+    """A compute-dtype copy of each converted or strided input, then per output its compute-dtype
+    buffer (other dtype) and its staged copy (strided), then the GEMM plan's own bytes."""
+    if device.kind == "cpu":
+        return NO_WORKSPACE
+    builder = WorkspaceBuilder()
+    for tensor in inputs:
+        if tensor.numel > 0 and (_np(tensor) != compute or not tensor.is_contiguous()):
+            builder.convert(tensor, tensor.numel * compute.itemsize, partial(_convert_in, tensor, compute))
+    for tensor in outputs:
+        if tensor.numel > 0 and _np(tensor) != compute:
+            builder.convert(tensor, tensor.numel * compute.itemsize, partial(_convert_out, tensor, compute),
+                            output=True)
+        builder.stage(tensor, output=True)
+    builder.reserve("gemm", plan_bytes)
+    return builder.build()
 
 
 def _as3(tensor: aclTensor) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -198,34 +162,37 @@ def _check_gemm_limits(c: Checks, device: Any, T: int, B: int, Cin: int, Cout: i
 
 
 # ------------------------------------------------------------------------------ plans
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _ConvTbcPlan(Plan):
     """What both directions pass to the GPU plan besides their operands."""
 
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
+
+    T: int
+    B: int
+    Cin: int
+    K: int
+    Cout: int
+    pad: int
+    cube_math_type: int
+    compute: np.dtype          # the one dtype the GEMM plan runs in (`promote`)
+
     def _launch_args(self, workspace: int) -> dict[str, Any]:
         return dict(T=self.T, B=self.B, Cin=self.Cin, Cout=self.Cout, K=self.K, pad=self.pad, dtype=self.compute,
-                    cube_math_type=self.cube_math_type, workspace_ptr=workspace + self.io.plan_offset)
+                    cube_math_type=self.cube_math_type,
+                    workspace_ptr=workspace + self.workspace.ranges.get("gemm", 0))
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ConvTbcBackwardPlan(_ConvTbcPlan):
-    op = "aclnnConvTbcBackward"
-
-    def __init__(self, device: Any, grad: aclTensor, input: aclTensor, weight: aclTensor, bias: aclTensor,
-                 pad: int, cube_math_type: int, grad_input: aclTensor, grad_weight: aclTensor,
-                 grad_bias: aclTensor):
-        self.grad, self.input, self.weight, self.bias = grad, input, weight, bias
-        self.grad_input, self.grad_weight, self.grad_bias = grad_input, grad_weight, grad_bias
-        self.pad, self.cube_math_type = pad, cube_math_type
-        self.tensors = {"self": grad, "input": input, "weight": weight, "bias": bias, "gradInput": grad_input,
-                        "gradWeight": grad_weight, "gradBias": grad_bias}
-        self.T, self.B, self.Cin = input.shape
-        self.K, _, self.Cout = weight.shape
-        self.compute = promote(grad, input, weight)
-        self.io = None
-        self.workspace_size = 0
-        if device.kind != "cpu":
-            self.io = _Io(self.compute, (grad, input, weight), (grad_input, grad_weight, grad_bias))
-            self.workspace_size = self.io.finish(gpu.backward_workspace_bytes(
-                self.T, self.B, self.Cin, self.Cout, self.K, pad, self.compute, cube_math_type))
+    op: ClassVar[str] = "aclnnConvTbcBackward"
+    grad: aclTensor
+    input: aclTensor
+    weight: aclTensor
+    bias: aclTensor
+    grad_input: aclTensor
+    grad_weight: aclTensor
+    grad_bias: aclTensor
 
     def run_host(self, device: Any, workspace: int) -> None:
         grad, input_, weight = (host_array(device, t) for t in (self.grad, self.input, self.weight))
@@ -242,33 +209,23 @@ class ConvTbcBackwardPlan(_ConvTbcPlan):
             write_out(view, result)
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        io = self.io
-        io.gather(ctx, workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
         gpu.launch_backward(
-            ctx, grad=io.address_in(self.grad, workspace), input=io.address_in(self.input, workspace),
-            weight=io.address_in(self.weight, workspace), grad_input=io.address_out(self.grad_input, workspace),
-            grad_weight=io.address_out(self.grad_weight, workspace),
-            grad_bias=io.address_out(self.grad_bias, workspace), **self._launch_args(workspace))
-        io.scatter(ctx, workspace)
+            ctx, grad=ws.address(self.grad, workspace), input=ws.address(self.input, workspace),
+            weight=ws.address(self.weight, workspace), grad_input=ws.address(self.grad_input, workspace),
+            grad_weight=ws.address(self.grad_weight, workspace),
+            grad_bias=ws.address(self.grad_bias, workspace), **self._launch_args(workspace))
+        ws.scatter(ctx, workspace)
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ConvTbcPlan(_ConvTbcPlan):
-    op = "aclnnConvTbc"
-
-    def __init__(self, device: Any, input: aclTensor, weight: aclTensor, bias: aclTensor, pad: int,
-                 out: aclTensor, cube_math_type: int):
-        self.input, self.weight, self.bias, self.out = input, weight, bias, out
-        self.pad, self.cube_math_type = pad, cube_math_type
-        self.tensors = {"self": input, "weight": weight, "bias": bias, "out": out}
-        self.T, self.B, self.Cin = input.shape
-        self.K, _, self.Cout = weight.shape
-        self.compute = promote(input, weight, bias)
-        self.io = None
-        self.workspace_size = 0
-        if device.kind != "cpu":
-            self.io = _Io(self.compute, (input, weight, bias), (out,))
-            self.workspace_size = self.io.finish(gpu.forward_workspace_bytes(
-                self.T, self.B, self.Cin, self.Cout, self.K, pad, self.compute, cube_math_type))
+    op: ClassVar[str] = "aclnnConvTbc"
+    input: aclTensor
+    weight: aclTensor
+    bias: aclTensor
+    out: aclTensor
 
     def run_host(self, device: Any, workspace: int) -> None:
         input_, weight, bias = (host_array(device, t) for t in (self.input, self.weight, self.bias))
@@ -278,18 +235,18 @@ class ConvTbcPlan(_ConvTbcPlan):
         write_out(out, reference.conv_tbc(input_, weight, bias, self.pad))
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        io = self.io
-        io.gather(ctx, workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
         gpu.launch_forward(
-            ctx, input=io.address_in(self.input, workspace), weight=io.address_in(self.weight, workspace),
-            bias=io.address_in(self.bias, workspace), out=io.address_out(self.out, workspace),
+            ctx, input=ws.address(self.input, workspace), weight=ws.address(self.weight, workspace),
+            bias=ws.address(self.bias, workspace), out=ws.address(self.out, workspace),
             **self._launch_args(workspace))
-        io.scatter(ctx, workspace)
+        ws.scatter(ctx, workspace)
 
 
 # ------------------------------------------------------------------------------ phase 1
 def _build_backward(device: Any, self: Any, input: Any, weight: Any, bias: Any, pad: Any, cubeMathType: Any,
-                    gradInput: Any, gradWeight: Any, gradBias: Any) -> Plan:
+                    gradInput: Any, gradWeight: Any, gradBias: Any) -> Plan | EmptyPlan:
     """aclnnConvTbcBackwardGetWorkspaceSize(self, input, weight, bias, pad, cubeMathType, gradInput,
     gradWeight, gradBias) -> (status, workspaceSize, executor)."""
     c = Checks("aclnnConvTbcBackward", device)
@@ -318,11 +275,18 @@ def _build_backward(device: Any, self: Any, input: Any, weight: Any, bias: Any, 
     c.output("gradInput", grad_input, **inputs, gradWeight=grad_weight, gradBias=grad_bias)
     c.output("gradWeight", grad_weight, **inputs, gradBias=grad_bias)
     c.output("gradBias", grad_bias, **inputs)
-    return ConvTbcBackwardPlan(device, grad, input_, weight_, bias_, pad, cube_math_type, grad_input, grad_weight,
-                               grad_bias)
+    K = weight_.shape[0]
+    compute = promote(grad, input_, weight_)
+    workspace = _workspace(device, compute, (grad, input_, weight_), (grad_input, grad_weight, grad_bias),
+                           gpu.backward_workspace_bytes(T, B, Cin, Cout, K, pad, compute, cube_math_type))
+    return ConvTbcBackwardPlan(
+        tensors=tensors, workspace=workspace, T=T, B=B, Cin=Cin, K=K, Cout=Cout, pad=pad,
+        cube_math_type=cube_math_type, compute=compute, grad=grad, input=input_, weight=weight_, bias=bias_,
+        grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias)
 
 
-def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out: Any, cubeMathType: Any) -> Plan:
+def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out: Any, cubeMathType: Any
+                   ) -> Plan | EmptyPlan:
     """aclnnConvTbcGetWorkspaceSize(self, weight, bias, pad, out, cubeMathType) -> (status, workspaceSize,
     executor); `self` is the input (T, B, Cin)."""
     c = Checks("aclnnConvTbc", device)
@@ -341,7 +305,12 @@ def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out
     _check_gemm_limits(c, device, T, B, Cin, Cout, K, pad)
     c.memory(self=input_, weight=weight_, bias=bias_, out=out_)
     c.output("out", out_, self=input_, weight=weight_, bias=bias_)
-    return ConvTbcPlan(device, input_, weight_, bias_, pad, out_, cube_math_type)
+    compute = promote(input_, weight_, bias_)
+    workspace = _workspace(device, compute, (input_, weight_, bias_), (out_,),
+                           gpu.forward_workspace_bytes(T, B, Cin, Cout, K, pad, compute, cube_math_type))
+    return ConvTbcPlan(
+        tensors=tensors, workspace=workspace, T=T, B=B, Cin=Cin, K=K, Cout=Cout, pad=pad,
+        cube_math_type=cube_math_type, compute=compute, input=input_, weight=weight_, bias=bias_, out=out_)
 
 
 aclnnConvTbcBackwardGetWorkspaceSize = make_get_workspace_size("aclnnConvTbcBackward", _build_backward)

@@ -23,12 +23,13 @@ every tensor in a live device allocation, out neither overlapping itself nor any
 
 The cpu device runs `reference/cross_entropy.py` on host views (strided views are fine); cuda and
 emulated run `ops/cross_entropy/launch.py`, whose kernels want contiguous tensors: strided operands
-are gathered into (and strided outputs scattered from) workspace copies through `StagedIo`. The
+are gathered into (and strided outputs scattered from) workspace copies through the plan's `Workspace`. The
 workspace is [staging copies][the GPU plan's own bytes].
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, TILING, Checks
-from ..plan import EmptyPlan, Plan, StagedIo, host_array, write_out
+from ..plan import STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT16, D.ACL_FLOAT, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT64, D.ACL_INT32)
@@ -122,74 +123,88 @@ def _check_loss_shape(c: Checks, name: str, loss: aclTensor, reduction: str, N: 
         c.fail(TILING, f"{name} shape {list(loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
 
 
-class CrossEntropyLossGradPlan(Plan):
-    op = GRAD_OP
+def _workspace(inputs: list[aclTensor | None], outputs: list[aclTensor], plan_bytes: int) -> Workspace:
+    """Staged copies of strided operands, then the GPU plan's own bytes (asked for on every device)."""
+    builder = WorkspaceBuilder()
+    builder.stage_all(inputs, outputs)
+    builder.reserve("kernels", plan_bytes)
+    return builder.build()
 
-    def __init__(self, grad_loss: aclTensor, log_prob: aclTensor, target: aclTensor, weight: aclTensor | None,
-                 out: aclTensor, reduction: str, ignore_index: int, label_smoothing: float):
-        self.grad_loss, self.log_prob, self.target, self.weight, self.out = grad_loss, log_prob, target, weight, out
-        self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
-        self.N, self.C = log_prob.shape
-        self.tensors = {"gradLoss": grad_loss, "logProb": log_prob, "target": target, "weightOptional": weight,
-                        "out": out}
-        self.io = StagedIo([grad_loss, log_prob, target, weight], [out])
-        self.workspace_size = self.io.reserve_plan(gpu.grad_workspace_bytes(
-            self.N, self.C, reduction, label_smoothing, weight is not None))
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class _CrossEntropyPlan(Plan):
+    """Both directions: the target, the optional weight, the reduction and its parameters."""
+
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
+
+    target: aclTensor
+    weight: aclTensor | None
+    reduction: str
+    ignore_index: int
+    label_smoothing: float
+    N: int
+    C: int
+
+    def _host_weight(self, device: Any) -> np.ndarray | None:
+        return None if self.weight is None else host_array(device, self.weight)
+
+    def _launch_args(self, workspace: int, x: aclTensor) -> dict[str, Any]:
+        """The kernel arguments both launches share (`x`: the (N, C) input whose dtype they run in)."""
+        ws = self.workspace
+        return dict(target_ptr=ws.address(self.target, workspace), weight_ptr=ws.address(self.weight, workspace),
+                    workspace_ptr=ws.at("kernels", workspace), N=self.N, C=self.C, dtype=_np(x),
+                    target_dtype=_np(self.target), reduction=self.reduction, ignore_index=self.ignore_index,
+                    label_smoothing=self.label_smoothing)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CrossEntropyLossGradPlan(_CrossEntropyPlan):
+    op: ClassVar[str] = GRAD_OP
+    grad_loss: aclTensor
+    log_prob: aclTensor
+    out: aclTensor
 
     def run_host(self, device: Any, workspace: int) -> None:
-        weight = None if self.weight is None else host_array(device, self.weight)
         reference.cross_entropy_loss_grad(  # straight into out (any strides; checked not to alias the inputs)
             host_array(device, self.grad_loss), host_array(device, self.log_prob), host_array(device, self.target),
-            weight, self.reduction, self.ignore_index, self.label_smoothing, out=host_array(device, self.out))
+            self._host_weight(device), self.reduction, self.ignore_index, self.label_smoothing,
+            out=host_array(device, self.out))
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        io = self.io
-        io.gather(ctx, workspace)
-        at = lambda tensor: io.address(tensor, workspace)  # noqa: E731
-        gpu.launch_grad(ctx, grad_loss_ptr=at(self.grad_loss), log_prob_ptr=at(self.log_prob),
-                        target_ptr=at(self.target), weight_ptr=at(self.weight), out_ptr=at(self.out),
-                        workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
-                        dtype=_np(self.log_prob), target_dtype=_np(self.target), reduction=self.reduction,
-                        ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
-        io.scatter(ctx, workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
+        gpu.launch_grad(ctx, grad_loss_ptr=ws.address(self.grad_loss, workspace),
+                        log_prob_ptr=ws.address(self.log_prob, workspace), out_ptr=ws.address(self.out, workspace),
+                        **self._launch_args(workspace, self.log_prob))
+        ws.scatter(ctx, workspace)
 
 
-class CrossEntropyLossPlan(Plan):
-    op = FORWARD_OP
-
-    def __init__(self, input: aclTensor, target: aclTensor, weight: aclTensor | None, loss: aclTensor,
-                 log_prob: aclTensor, reduction: str, ignore_index: int, label_smoothing: float):
-        self.input, self.target, self.weight, self.loss, self.log_prob = input, target, weight, loss, log_prob
-        self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
-        self.N, self.C = input.shape
-        self.tensors = {"input": input, "target": target, "weightOptional": weight, "lossOut": loss,
-                        "logProbOut": log_prob}
-        self.io = StagedIo([input, target, weight], [loss, log_prob])
-        self.workspace_size = self.io.reserve_plan(gpu.forward_workspace_bytes(self.N, self.C, reduction))
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CrossEntropyLossPlan(_CrossEntropyPlan):
+    op: ClassVar[str] = FORWARD_OP
+    input: aclTensor
+    loss: aclTensor
+    log_prob: aclTensor
 
     def run_host(self, device: Any, workspace: int) -> None:
-        weight = None if self.weight is None else host_array(device, self.weight)
         log_prob_out = host_array(device, self.log_prob) if self.log_prob.numel else None
         loss, _ = reference.cross_entropy_loss(
-            host_array(device, self.input), host_array(device, self.target), weight, self.reduction,
-            self.ignore_index, self.label_smoothing, log_prob_out=log_prob_out)
+            host_array(device, self.input), host_array(device, self.target), self._host_weight(device),
+            self.reduction, self.ignore_index, self.label_smoothing, log_prob_out=log_prob_out)
         write_out(host_array(device, self.loss), np.reshape(loss, self.loss.shape))
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        io = self.io
-        io.gather(ctx, workspace)
-        at = lambda tensor: io.address(tensor, workspace)  # noqa: E731
-        gpu.launch_forward(ctx, input_ptr=at(self.input), target_ptr=at(self.target), weight_ptr=at(self.weight),
-                           loss_ptr=at(self.loss), log_prob_ptr=at(self.log_prob),
-                           workspace_ptr=io.plan_workspace(workspace), N=self.N, C=self.C,
-                           dtype=_np(self.input), target_dtype=_np(self.target), reduction=self.reduction,
-                           ignore_index=self.ignore_index, label_smoothing=self.label_smoothing)
-        io.scatter(ctx, workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
+        gpu.launch_forward(ctx, input_ptr=ws.address(self.input, workspace),
+                           loss_ptr=ws.address(self.loss, workspace), log_prob_ptr=ws.address(self.log_prob, workspace),
+                           **self._launch_args(workspace, self.input))
+        ws.scatter(ctx, workspace)
 
 
 def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weightOptional: Any,
                     gradZlossOptional: Any, lseForZlossOptional: Any, reductionOptional: Any, ignoreIndex: Any,
-                    labelSmoothing: Any, lseSquareScaleForZloss: Any, out: Any) -> Plan:
+                    labelSmoothing: Any, lseSquareScaleForZloss: Any, out: Any) -> Plan | EmptyPlan:
     """aclnnCrossEntropyLossGradGetWorkspaceSize(gradLoss, logProb, target, weightOptional,
     gradZlossOptional, lseForZlossOptional, reductionOptional, ignoreIndex, labelSmoothing,
     lseSquareScaleForZloss, out) -> (status, workspaceSize, executor)."""
@@ -214,13 +229,17 @@ def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weigh
         return EmptyPlan(c.op)
     c.memory(gradLoss=grad_loss, logProb=log_prob, target=target_, weightOptional=weight, out=out_)
     c.output("out", out_, gradLoss=grad_loss, logProb=log_prob, target=target_, weightOptional=weight)
-    return CrossEntropyLossGradPlan(grad_loss, log_prob, target_, weight, out_, reduction, ignore_index,
-                                    label_smoothing)
+    workspace = _workspace([grad_loss, log_prob, target_, weight], [out_], gpu.grad_workspace_bytes(
+        N, C, reduction, label_smoothing, weight is not None))
+    return CrossEntropyLossGradPlan(
+        tensors={"gradLoss": grad_loss, "logProb": log_prob, "target": target_, "weightOptional": weight, "out": out_},
+        workspace=workspace, target=target_, weight=weight, reduction=reduction, ignore_index=ignore_index,
+        label_smoothing=label_smoothing, N=N, C=C, grad_loss=grad_loss, log_prob=log_prob, out=out_)
 
 
 def _build_forward(device: Any, input: Any, target: Any, weightOptional: Any, reductionOptional: Any,
                    ignoreIndex: Any, labelSmoothing: Any, lseSquareScaleForZloss: Any, returnZloss: Any,
-                   lossOut: Any, logProbOut: Any, zlossOut: Any, lseForZlossOut: Any) -> Plan:
+                   lossOut: Any, logProbOut: Any, zlossOut: Any, lseForZlossOut: Any) -> Plan | EmptyPlan:
     """aclnnCrossEntropyLossGetWorkspaceSize(input, target, weightOptional, reductionOptional, ignoreIndex,
     labelSmoothing, lseSquareScaleForZloss, returnZloss, lossOut, logProbOut, zlossOut, lseForZlossOut)
     -> (status, workspaceSize, executor)."""
@@ -244,7 +263,12 @@ def _build_forward(device: Any, input: Any, target: Any, weightOptional: Any, re
     c.memory(input=input_, target=target_, weightOptional=weight, lossOut=loss, logProbOut=log_prob)
     c.output("lossOut", loss, input=input_, target=target_, weightOptional=weight, logProbOut=log_prob)
     c.output("logProbOut", log_prob, input=input_, target=target_, weightOptional=weight)
-    return CrossEntropyLossPlan(input_, target_, weight, loss, log_prob, reduction, ignore_index, label_smoothing)
+    workspace = _workspace([input_, target_, weight], [loss, log_prob], gpu.forward_workspace_bytes(N, C, reduction))
+    return CrossEntropyLossPlan(
+        tensors={"input": input_, "target": target_, "weightOptional": weight, "lossOut": loss,
+                 "logProbOut": log_prob},
+        workspace=workspace, target=target_, weight=weight, reduction=reduction, ignore_index=ignore_index,
+        label_smoothing=label_smoothing, N=N, C=C, input=input_, loss=loss, log_prob=log_prob)
 
 
 aclnnCrossEntropyLossGradGetWorkspaceSize = make_get_workspace_size(GRAD_OP, _build_backward)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
-from ...kernels.context import KernelContext, ptr
+from ...kernels.context import KernelContext, KernelFile, ptr
+from ...kernels.occupancy import blocks_per_sm, context_arch
 
 FILE = "cross_entropy.cu"
 REDUCE_THREADS = 256
@@ -40,13 +41,15 @@ def _iname(dtype) -> str:
     return dtypes.supported_name(dtype, _I, "cross-entropy: unsupported target dtype")
 
 
-def all_name_expressions() -> list[str]:
-    """Every instantiation the plan can launch (kernels/manifest.py lists exactly these)."""
+def _kernel_names() -> tuple[str, ...]:
     out = [f"ce_weight_sums<{i}>" for i in _I.values()]
     out += [f"ce_grad<{t}, {i}>" for t in _T.values() for i in _I.values()]
     out += [f"ce_forward<{t}, {i}>" for t in _T.values() for i in _I.values()]
     out += [f"ce_loss_reduce<{t}>" for t in _T.values()]
-    return out
+    return tuple(out)
+
+
+KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
 
 
 def _pow2_ceil(n: int) -> int:
@@ -72,15 +75,21 @@ def forward_workspace_bytes(N: int, C: int, reduction: str) -> int:
     return 16 * N if reduction in ("mean", "sum") and N > 0 and C > 0 else 0
 
 
-def grad_geometry(ctx: KernelContext, N: int, C: int, itemsize: int, block: int | None = None,
+def _wave(ctx: KernelContext, expr: str, block: int) -> int:
+    """Blocks of one full wave of `expr` on ctx's device (kernels/occupancy.py)."""
+    return int(ctx.sm_count) * blocks_per_sm(context_arch(ctx), FILE, expr, block)
+
+
+def grad_geometry(ctx: KernelContext, expr: str, N: int, C: int, itemsize: int, block: int | None = None,
                   max_blocks: int | None = None) -> tuple[int, int, int]:
-    """(grid, block, group) of ce_grad: `group` threads (a power of two) share a row; a group may
-    span blocks when there are few rows, so that a long row still fills the GPU."""
+    """(grid, block, group) of ce_grad instantiation `expr`: `group` threads (a power of two) share a
+    row; a group may span blocks when there are few rows, so that a long row still fills the GPU. The
+    grid is at most one full wave at the kernel's occupancy (or `max_blocks`)."""
     V = 16 // itemsize
-    cap = max_blocks or ctx.sm_count * 8
     want = _pow2_ceil(-(-C // V))                      # one 16-byte vector per thread
     if block is None:
         block = max(32, min(256, _pow2_ceil(N * min(want, 256))))
+    cap = max_blocks or _wave(ctx, expr, block)
     group = min(want, block)
     if want > block and N * group < cap * block:       # few rows: spread each over several blocks
         group = max(block, min(want, _pow2_floor(cap * block // max(N, 1))))
@@ -104,24 +113,26 @@ def launch_grad(ctx: KernelContext, *, grad_loss_ptr: int, log_prob_ptr: int, ta
     red = 0
     if _needs_red(reduction, ls, has_w):
         red = int(workspace_ptr)
-        ctx.launch(FILE, f"ce_weight_sums<{_I[i]}>", (1,), (REDUCE_THREADS,),
+        ctx.launch(FILE, KERNELS.name("ce_weight_sums", _I[i]), (1,), (REDUCE_THREADS,),
                    (ptr(target_ptr), ptr(weight_ptr or 0), ptr(red), np.int64(N), np.int64(C),
                     np.int64(ignore_index), np.int32(reduction == "mean"), np.int32(ls != 0.0 and has_w)))
-    grid, blk, group = grad_geometry(ctx, N, C, _ITEM[t], block, max_blocks)
+    expr = KERNELS.name("ce_grad", _T[t], _I[i])
+    grid, blk, group = grad_geometry(ctx, expr, N, C, _ITEM[t], block, max_blocks)
     vec = int((int(log_prob_ptr) - int(out_ptr)) % 16 == 0)
-    ctx.launch(FILE, f"ce_grad<{_T[t]}, {_I[i]}>", (grid,), (blk,),
+    ctx.launch(FILE, expr, (grid,), (blk,),
                (ptr(grad_loss_ptr), ptr(log_prob_ptr), ptr(target_ptr), ptr(weight_ptr or 0), ptr(out_ptr),
                 ptr(red), np.int64(N), np.int64(C), np.int64(ignore_index), np.int32(_RED_CODE[reduction]),
                 np.float64(ls), np.int64(group), np.int32(vec)))
 
 
-def forward_geometry(ctx: KernelContext, N: int, C: int, itemsize: int, block: int | None = None,
+def forward_geometry(ctx: KernelContext, expr: str, N: int, C: int, itemsize: int, block: int | None = None,
                      max_blocks: int | None = None) -> tuple[int, int]:
-    """(grid, block) of ce_forward: one block per row, grid-stride over rows."""
+    """(grid, block) of ce_forward instantiation `expr`: one block per row, grid-stride over rows
+    beyond one full wave at the kernel's occupancy (or `max_blocks`)."""
     V = 16 // itemsize
     if block is None:
         block = max(32, min(256, _pow2_ceil(-(-C // (4 * V)))))   # about 4 vectors per thread
-    grid = max(1, min(N, max_blocks or ctx.sm_count * 8))
+    grid = max(1, min(N, max_blocks or _wave(ctx, expr, block)))
     return grid, block
 
 
@@ -135,13 +146,14 @@ def launch_forward(ctx: KernelContext, *, input_ptr: int, target_ptr: int, weigh
         raise ValueError(f"cross-entropy: reduction {reduction!r}")
     reduced = reduction != "none"
     if N > 0 and C > 0:
-        grid, blk = forward_geometry(ctx, N, C, _ITEM[t], block, max_blocks)
+        expr = KERNELS.name("ce_forward", _T[t], _I[i])
+        grid, blk = forward_geometry(ctx, expr, N, C, _ITEM[t], block, max_blocks)
         vec = int((int(input_ptr) - int(log_prob_ptr)) % 16 == 0)
-        ctx.launch(FILE, f"ce_forward<{_T[t]}, {_I[i]}>", (grid,), (blk,),
+        ctx.launch(FILE, expr, (grid,), (blk,),
                    (ptr(input_ptr), ptr(target_ptr), ptr(weight_ptr or 0), ptr(log_prob_ptr),
                     ptr(0 if reduced else loss_ptr), ptr(workspace_ptr if reduced else 0), np.int64(N),
                     np.int64(C), np.int64(ignore_index), np.float64(label_smoothing), np.int32(vec)))
     if reduced:
         n = N if C > 0 else 0
-        ctx.launch(FILE, f"ce_loss_reduce<{_T[t]}>", (1,), (REDUCE_THREADS,),
+        ctx.launch(FILE, KERNELS.name("ce_loss_reduce", _T[t]), (1,), (REDUCE_THREADS,),
                    (ptr(workspace_ptr if n else 0), np.int64(n), np.int32(_RED_CODE[reduction]), ptr(loss_ptr)))

@@ -40,19 +40,22 @@ GPU workspace (bytes; each range rounded up to 256, in this order):
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ... import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...kernels.context import ptr
+from ...kernels.occupancy import wave_grid
 from ...reference import ctc_loss as reference
 from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import EmptyPlan, Plan, StagedIo, grid_for, host_array, write_out
+from ..plan import NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 __all__ = ["aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize",
            "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize"]
@@ -76,13 +79,15 @@ def cast_targets_host(targets: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ shared checks
+@dataclass(frozen=True)
 class _Sizes:
     """Host facts shared by both directions after the checks."""
-
-    def __init__(self, T: int, N: int, C: int, input_lengths: tuple[int, ...], target_lengths: tuple[int, ...],
-                 targets_2d: bool):
-        self.T, self.N, self.C = T, N, C
-        self.input_lengths, self.target_lengths, self.targets_2d = input_lengths, target_lengths, targets_2d
+    T: int
+    N: int
+    C: int
+    input_lengths: tuple[int, ...]
+    target_lengths: tuple[int, ...]
+    targets_2d: bool
 
 
 def _check_time_not_empty(c: Checks, log_probs: aclTensor) -> None:
@@ -161,34 +166,28 @@ def _check_gpu_limit(c: Checks, device: Any, max_target_length: int, log_probs: 
                         "states)")
 
 
-# ------------------------------------------------------------------------------ GPU staging
-class _GpuIo(StagedIo):
-    """StagedIo plus an int64 copy of targets given in another dtype (cast by ctc_cast_targets)."""
+# ------------------------------------------------------------------------------ workspace
+def _cast_targets(targets: aclTensor, ctx: Any, src: int, dst: int) -> None:
+    """The int64 copy of BOOL / FLOAT / FLOAT16 targets (kernel ctc_cast_targets, CANN's cast)."""
+    count = targets.numel
+    grid = wave_grid(ctx, gpu.FILE, "aclg::ctc_cast_targets", -(-count // CAST_BLOCK), CAST_BLOCK)
+    ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid,), (CAST_BLOCK,),
+               (ptr(src), ptr(dst), np.int64(count), np.int32(int(targets.dtype)),
+                np.int32(targets.dtype == D.ACL_BOOL)))
 
-    def __init__(self, N: int, inputs: list[aclTensor], outputs: list[aclTensor], targets: aclTensor):
-        super().__init__(inputs, outputs)
-        self.targets = targets
-        self.cast = targets.dtype in CAST_TYPES and targets.numel > 0
-        self.cast_offset = self.layout.take(8 * targets.numel) if self.cast else None
-        self.size = self.reserve_plan(gpu.backward_workspace_bytes(N))
 
-    def target_dtype(self) -> str:
-        if self.cast or self.targets.dtype == D.ACL_INT64:
-            return "int64"
-        return "int32"
-
-    def stage_inputs(self, ctx: Any, ws: int) -> int:
-        """Contiguous copies of strided inputs; returns the address of the (cast) targets."""
-        self.gather(ctx, ws)
-        src = self.address(self.targets, ws)
-        if not self.cast or self.cast_offset is None:
-            return src
-        dst = ws + self.cast_offset
-        count = self.targets.numel
-        ctx.launch(gpu.FILE, "aclg::ctc_cast_targets", (grid_for(count, CAST_BLOCK, ctx.sm_count),),
-                   (CAST_BLOCK,), (ptr(src), ptr(dst), np.int64(count), np.int32(int(self.targets.dtype)),
-                                   np.int32(self.targets.dtype == D.ACL_BOOL)))
-        return dst
+def _workspace(device: Any, N: int, inputs: list[aclTensor], outputs: list[aclTensor], targets: aclTensor
+               ) -> Workspace:
+    """Staged copies of strided operands, the int64 cast of targets given in another dtype, then the
+    per-sample tiling (cuda/emulated; the cpu device needs none)."""
+    if device.kind == "cpu":
+        return NO_WORKSPACE
+    builder = WorkspaceBuilder()
+    builder.stage_all(inputs, outputs)
+    if targets.dtype in CAST_TYPES and targets.numel > 0:
+        builder.convert(targets, 8 * targets.numel, partial(_cast_targets, targets))
+    builder.reserve("tiling", gpu.backward_workspace_bytes(N))
+    return builder.build()
 
 
 def _dtype_name(tensor: aclTensor) -> str:
@@ -197,18 +196,23 @@ def _dtype_name(tensor: aclTensor) -> str:
 
 
 # ------------------------------------------------------------------------------ plans
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _CtcPlan(Plan):
-    """What both directions keep: sizes, blank, zeroInfinity, and (cuda/emulated) the staging."""
+    """What both directions keep: sizes, blank, zeroInfinity, the element types the kernels see."""
 
-    def _setup(self, device: Any, log_probs: aclTensor, targets: aclTensor, sizes: _Sizes, blank: int,
-               zero_infinity: bool, inputs: list[aclTensor], outputs: list[aclTensor]) -> None:
-        self.log_probs, self.targets = log_probs, targets
-        self.sizes, self.blank, self.zero_infinity = sizes, blank, zero_infinity
-        self.io = None
-        self.workspace_size = 0
-        if device.kind != "cpu":
-            self.io = _GpuIo(sizes.N, inputs, outputs, targets)
-            self.workspace_size = self.io.size
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
+
+    log_probs: aclTensor
+    targets: aclTensor
+    sizes: _Sizes
+    blank: int
+    zero_infinity: bool
+
+    @property
+    def target_dtype(self) -> str:
+        """The targets' type in the kernels: int64 after the cast, else the given int32 / int64."""
+        cast = self.targets.dtype in CAST_TYPES and self.targets.numel > 0
+        return "int64" if cast or self.targets.dtype == D.ACL_INT64 else "int32"
 
     def _lengths(self) -> tuple[np.ndarray, np.ndarray]:
         return np.array(self.sizes.input_lengths, np.int64), np.array(self.sizes.target_lengths, np.int64)
@@ -216,29 +220,25 @@ class _CtcPlan(Plan):
     def _host_targets(self, device: Any) -> np.ndarray:
         return cast_targets_host(host_array(device, self.targets))
 
-    def _launch_args(self, targets_ptr: int, workspace: int) -> dict[str, Any]:
+    def _launch_args(self, workspace: int) -> dict[str, Any]:
         """The kernel arguments both launches share."""
-        sizes = self.sizes
+        sizes, ws = self.sizes, self.workspace
         input_lengths, target_lengths = self._lengths()
-        return dict(log_probs_ptr=self.io.address(self.log_probs, workspace), targets_ptr=targets_ptr,
-                    workspace_ptr=self.io.plan_workspace(workspace), T=sizes.T, N=sizes.N, C=sizes.C,
-                    dtype=_dtype_name(self.log_probs), target_dtype=self.io.target_dtype(),
-                    targets_2d_stride=self.targets.shape[1] if sizes.targets_2d else 0,
+        return dict(log_probs_ptr=ws.address(self.log_probs, workspace),
+                    targets_ptr=ws.address(self.targets, workspace), workspace_ptr=ws.at("tiling", workspace),
+                    T=sizes.T, N=sizes.N, C=sizes.C, dtype=_dtype_name(self.log_probs),
+                    target_dtype=self.target_dtype, targets_2d_stride=self.targets.shape[1] if sizes.targets_2d else 0,
                     targets_numel=self.targets.numel, input_lengths=input_lengths, target_lengths=target_lengths,
                     blank=self.blank, zero_infinity=self.zero_infinity)
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class CtcLossBackwardPlan(_CtcPlan):
-    op = "aclnnCtcLossBackward"
-
-    def __init__(self, device: Any, grad_out: aclTensor, log_probs: aclTensor, targets: aclTensor,
-                 neg_log_likelihood: aclTensor, log_alpha: aclTensor, out: aclTensor, sizes: _Sizes, blank: int,
-                 zero_infinity: bool):
-        self.grad_out, self.neg_log_likelihood, self.log_alpha, self.out = grad_out, neg_log_likelihood, log_alpha, out
-        self.tensors = {"gradOut": grad_out, "logProbs": log_probs, "targets": targets,
-                        "negLogLikelihood": neg_log_likelihood, "logAlpha": log_alpha, "out": out}
-        self._setup(device, log_probs, targets, sizes, blank, zero_infinity,
-                    [grad_out, log_probs, targets, neg_log_likelihood, log_alpha], [out])
+    op: ClassVar[str] = "aclnnCtcLossBackward"
+    grad_out: aclTensor
+    neg_log_likelihood: aclTensor
+    log_alpha: aclTensor
+    out: aclTensor
 
     def run_host(self, device: Any, workspace: int) -> None:
         input_lengths, target_lengths = self._lengths()
@@ -249,26 +249,21 @@ class CtcLossBackwardPlan(_CtcPlan):
         write_out(host_array(device, self.out), grad)
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        io = self.io
-        targets_ptr = io.stage_inputs(ctx, workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
         gpu.launch_backward(
-            ctx, grad_out_ptr=io.address(self.grad_out, workspace),
-            neg_log_likelihood_ptr=io.address(self.neg_log_likelihood, workspace),
-            log_alpha_ptr=io.address(self.log_alpha, workspace), out_ptr=io.address(self.out, workspace),
-            X=self.log_alpha.shape[2], **self._launch_args(targets_ptr, workspace))
-        io.scatter(ctx, workspace)
+            ctx, grad_out_ptr=ws.address(self.grad_out, workspace),
+            neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
+            log_alpha_ptr=ws.address(self.log_alpha, workspace), out_ptr=ws.address(self.out, workspace),
+            X=self.log_alpha.shape[2], **self._launch_args(workspace))
+        ws.scatter(ctx, workspace)
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class CtcLossPlan(_CtcPlan):
-    op = "aclnnCtcLoss"
-
-    def __init__(self, device: Any, log_probs: aclTensor, targets: aclTensor, neg_log_likelihood: aclTensor,
-                 log_alpha: aclTensor, sizes: _Sizes, blank: int, zero_infinity: bool):
-        self.neg_log_likelihood, self.log_alpha = neg_log_likelihood, log_alpha
-        self.tensors = {"logProbs": log_probs, "targets": targets, "negLogLikelihoodOut": neg_log_likelihood,
-                        "logAlphaOut": log_alpha}
-        self._setup(device, log_probs, targets, sizes, blank, zero_infinity, [log_probs, targets],
-                    [neg_log_likelihood, log_alpha])
+    op: ClassVar[str] = "aclnnCtcLoss"
+    neg_log_likelihood: aclTensor
+    log_alpha: aclTensor
 
     def run_host(self, device: Any, workspace: int) -> None:
         input_lengths, target_lengths = self._lengths()
@@ -279,18 +274,18 @@ class CtcLossPlan(_CtcPlan):
         write_out(host_array(device, self.log_alpha), log_alpha)
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        io = self.io
-        targets_ptr = io.stage_inputs(ctx, workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
         gpu.launch_forward(
-            ctx, neg_log_likelihood_ptr=io.address(self.neg_log_likelihood, workspace),
-            log_alpha_ptr=io.address(self.log_alpha, workspace), **self._launch_args(targets_ptr, workspace))
-        io.scatter(ctx, workspace)
+            ctx, neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
+            log_alpha_ptr=ws.address(self.log_alpha, workspace), **self._launch_args(workspace))
+        ws.scatter(ctx, workspace)
 
 
 # ------------------------------------------------------------------------------ phase 1
 def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inputLengths: Any,
                     targetLengths: Any, negLogLikelihood: Any, logAlpha: Any, blank: Any, zeroInfinity: Any,
-                    out: Any) -> Plan:
+                    out: Any) -> Plan | EmptyPlan:
     """aclnnCtcLossBackwardGetWorkspaceSize(gradOut, logProbs, targets, inputLengths, targetLengths,
     negLogLikelihood, logAlpha, blank, zeroInfinity, out) -> (status, workspaceSize, executor)."""
     c = Checks("aclnnCtcLossBackward", device)
@@ -337,12 +332,18 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
     c.output("out", out_, gradOut=grad_out, logProbs=log_probs, targets=targets_,
              negLogLikelihood=neg_log_likelihood, logAlpha=log_alpha)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    return CtcLossBackwardPlan(device, grad_out, log_probs, targets_, neg_log_likelihood, log_alpha, out_, sizes,
-                               blank, zero_infinity)
+    workspace = _workspace(device, N, [grad_out, log_probs, targets_, neg_log_likelihood, log_alpha], [out_],
+                           targets_)
+    return CtcLossBackwardPlan(
+        tensors={"gradOut": grad_out, "logProbs": log_probs, "targets": targets_,
+                 "negLogLikelihood": neg_log_likelihood, "logAlpha": log_alpha, "out": out_},
+        workspace=workspace, log_probs=log_probs, targets=targets_, sizes=sizes, blank=blank,
+        zero_infinity=zero_infinity, grad_out=grad_out, neg_log_likelihood=neg_log_likelihood,
+        log_alpha=log_alpha, out=out_)
 
 
 def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, targetLengths: Any, blank: Any,
-                   zeroInfinity: Any, negLogLikelihoodOut: Any, logAlphaOut: Any) -> Plan:
+                   zeroInfinity: Any, negLogLikelihoodOut: Any, logAlphaOut: Any) -> Plan | EmptyPlan:
     """aclnnCtcLossGetWorkspaceSize(logProbs, targets, inputLengths, targetLengths, blank, zeroInfinity,
     negLogLikelihoodOut, logAlphaOut) -> (status, workspaceSize, executor)."""
     c = Checks("aclnnCtcLoss", device)
@@ -374,7 +375,12 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    return CtcLossPlan(device, log_probs, targets_, neg_log_likelihood, log_alpha, sizes, blank, zero_infinity)
+    workspace = _workspace(device, N, [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
+    return CtcLossPlan(
+        tensors={"logProbs": log_probs, "targets": targets_, "negLogLikelihoodOut": neg_log_likelihood,
+                 "logAlphaOut": log_alpha},
+        workspace=workspace, log_probs=log_probs, targets=targets_, sizes=sizes, blank=blank,
+        zero_infinity=zero_infinity, neg_log_likelihood=neg_log_likelihood, log_alpha=log_alpha)
 
 
 aclnnCtcLossBackwardGetWorkspaceSize = make_get_workspace_size("aclnnCtcLossBackward", _build_backward)

@@ -15,7 +15,8 @@ every device.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch
 from ..checks import INVALID, Checks, broadcast_shapes
-from ..plan import EmptyPlan, Plan, host_array, tensor_ptr, write_out
+from ..plan import EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, tensor_ptr, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}
@@ -55,23 +56,44 @@ def _broadcast_shape(c: Checks, self_: aclTensor, target: aclTensor) -> tuple[in
     return broadcast
 
 
-class KlDivBackwardPlan(Plan):
-    op = "aclnnKlDivBackward"
+def _workspace(tiling_bytes: int) -> Workspace:
+    """The launcher's tiling (and the forward's partials) at the workspace head; asked for on every device."""
+    builder = WorkspaceBuilder()
+    builder.reserve("tiling", tiling_bytes)
+    return builder.build()
 
-    def __init__(self, grad_output: aclTensor, self_: aclTensor, target: aclTensor, out: aclTensor,
-                 reduction: int, log_target: bool):
-        self.grad_output, self.self_shape, self.target, self.out = grad_output, self_.shape, target, out
-        self.reduction, self.log_target = reduction, log_target
-        self.tensors = {"gradOutput": grad_output, "self": self_, "target": target, "out": out}
-        self.math = _math_dtype(grad_output, self_, target)
-        args = self._kernel_args()
-        self.layout = launch.plan_backward(**args)  # one set of decisions for the size and the launch
-        self.workspace_size = launch.backward_workspace_bytes(**args, layout=self.layout)
 
-    def _kernel_args(self) -> dict[str, Any]:
-        return dict(grad_output=_kernel_operand(self.grad_output), target=_kernel_operand(self.target),
-                    out=_kernel_operand(self.out), self_shape=self.self_shape, reduction=self.reduction,
-                    log_target=self.log_target)
+@dataclass(frozen=True, eq=False, kw_only=True)
+class _KlDivPlan(Plan):
+    """Both directions: the target, the output, the reduction, and the launcher's layout decisions
+    (`launch.plan_*`), made once for the workspace size and the launch."""
+
+    kernel_files: ClassVar[tuple[str, ...]] = (launch.FILE,)
+
+    target: aclTensor
+    out: aclTensor
+    reduction: int
+    log_target: bool
+    math: np.dtype          # the reference's math precision
+    layout: Any             # launch.plan_backward / plan_forward
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class KlDivBackwardPlan(_KlDivPlan):
+    op: ClassVar[str] = "aclnnKlDivBackward"
+    grad_output: aclTensor
+    self_shape: tuple[int, ...]
+
+    @classmethod
+    def build(cls, grad_output: aclTensor, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int,
+              log_target: bool) -> KlDivBackwardPlan:
+        args = _backward_args(grad_output, self_.shape, target, out, reduction, log_target)
+        layout = launch.plan_backward(**args)
+        return cls(tensors={"gradOutput": grad_output, "self": self_, "target": target, "out": out},
+                   workspace=_workspace(launch.backward_workspace_bytes(**args, layout=layout)), target=target,
+                   out=out, reduction=reduction, log_target=log_target,
+                   math=_math_dtype(grad_output, self_, target), layout=layout, grad_output=grad_output,
+                   self_shape=self_.shape)
 
     def run_host(self, device: Any, workspace: int) -> None:
         reference.kl_div_backward(host_array(device, self.grad_output), host_array(device, self.target),
@@ -79,24 +101,37 @@ class KlDivBackwardPlan(Plan):
                                   out=host_array(device, self.out))
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        launch.launch_backward(ctx, **self._kernel_args(), workspace_ptr=workspace, layout=self.layout)
+        launch.launch_backward(ctx, **_backward_args(self.grad_output, self.self_shape, self.target, self.out,
+                                                     self.reduction, self.log_target),
+                               workspace_ptr=self.workspace.at("tiling", workspace), layout=self.layout)
 
 
-class KlDivPlan(Plan):
-    op = "aclnnKlDiv"
+def _backward_args(grad_output: aclTensor, self_shape: tuple[int, ...], target: aclTensor, out: aclTensor,
+                   reduction: int, log_target: bool) -> dict[str, Any]:
+    return dict(grad_output=_kernel_operand(grad_output), target=_kernel_operand(target), out=_kernel_operand(out),
+                self_shape=self_shape, reduction=reduction, log_target=log_target)
 
-    def __init__(self, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int, log_target: bool):
-        self.self_, self.target, self.out = self_, target, out
-        self.reduction, self.log_target = reduction, log_target
-        self.tensors = {"self": self_, "target": target, "out": out}
-        self.math = _math_dtype(self_, target)
-        args = self._kernel_args()
-        self.layout = launch.plan_forward(**args)  # one set of decisions for the size and the launch
-        self.workspace_size = launch.forward_workspace_bytes(**args, layout=self.layout)
 
-    def _kernel_args(self) -> dict[str, Any]:
-        return dict(self=_kernel_operand(self.self_), target=_kernel_operand(self.target),
-                    out=_kernel_operand(self.out), reduction=self.reduction, log_target=self.log_target)
+def _forward_args(self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int, log_target: bool
+                  ) -> dict[str, Any]:
+    return dict(self=_kernel_operand(self_), target=_kernel_operand(target), out=_kernel_operand(out),
+                reduction=reduction, log_target=log_target)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class KlDivPlan(_KlDivPlan):
+    op: ClassVar[str] = "aclnnKlDiv"
+    self_: aclTensor
+
+    @classmethod
+    def build(cls, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int, log_target: bool
+              ) -> KlDivPlan:
+        args = _forward_args(self_, target, out, reduction, log_target)
+        layout = launch.plan_forward(**args)
+        return cls(tensors={"self": self_, "target": target, "out": out},
+                   workspace=_workspace(launch.forward_workspace_bytes(**args, layout=layout)), target=target,
+                   out=out, reduction=reduction, log_target=log_target, math=_math_dtype(self_, target),
+                   layout=layout, self_=self_)
 
     def run_host(self, device: Any, workspace: int) -> None:
         result = reference.kl_div(host_array(device, self.self_), host_array(device, self.target),
@@ -104,11 +139,12 @@ class KlDivPlan(Plan):
         write_out(host_array(device, self.out), result)
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        launch.launch_forward(ctx, **self._kernel_args(), workspace_ptr=workspace, layout=self.layout)
+        launch.launch_forward(ctx, **_forward_args(self.self_, self.target, self.out, self.reduction, self.log_target),
+                              workspace_ptr=self.workspace.at("tiling", workspace), layout=self.layout)
 
 
 def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduction: Any, logTarget: Any,
-                    out: Any) -> Plan:
+                    out: Any) -> Plan | EmptyPlan:
     """aclnnKlDivBackwardGetWorkspaceSize(gradOutput, self, target, reduction, logTarget, out)
     -> (status, workspaceSize, executor)."""
     c = Checks("aclnnKlDivBackward", device)
@@ -131,10 +167,11 @@ def _build_backward(device: Any, gradOutput: Any, self: Any, target: Any, reduct
         return EmptyPlan(c.op)
     c.memory(gradOutput=grad_output, self=self_, target=target_, out=out_)
     c.output("out", out_, gradOutput=grad_output, target=target_)  # self's values are never read
-    return KlDivBackwardPlan(grad_output, self_, target_, out_, reduction, log_target)
+    return KlDivBackwardPlan.build(grad_output, self_, target_, out_, reduction, log_target)
 
 
-def _build_forward(device: Any, self: Any, target: Any, reduction: Any, logTarget: Any, out: Any) -> Plan:
+def _build_forward(device: Any, self: Any, target: Any, reduction: Any, logTarget: Any, out: Any
+                   ) -> Plan | EmptyPlan:
     """aclnnKlDivGetWorkspaceSize(self, target, reduction, logTarget, out) -> (status, workspaceSize, executor)."""
     c = Checks("aclnnKlDiv", device)
     c.not_null(self=self, target=target, out=out)
@@ -153,7 +190,7 @@ def _build_forward(device: Any, self: Any, target: Any, reduction: Any, logTarge
         return EmptyPlan(c.op)
     c.memory(self=self_, target=target_, out=out_)
     c.output("out", out_, self=self_, target=target_)
-    return KlDivPlan(self_, target_, out_, reduction, log_target)
+    return KlDivPlan.build(self_, target_, out_, reduction, log_target)
 
 
 aclnnKlDivBackwardGetWorkspaceSize = make_get_workspace_size("aclnnKlDivBackward", _build_backward)

@@ -29,11 +29,11 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ... import dtypes
-from ...kernels.context import KernelContext, ptr
+from ...kernels.context import KernelContext, KernelFile, ptr
+from ...kernels.occupancy import wave_grid
 
 FILE = "kl_div.cu"
 BLOCK = 256
-BLOCKS_PER_SM = 4
 MAX_RANK = 8
 TILING_BYTES = 512
 MAX_PARTIALS = 1024
@@ -47,14 +47,16 @@ _ITEMSIZE = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN = 0, 1, 2, 3
 
 
-def all_name_expressions() -> list[str]:
-    """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
+def _kernel_names() -> tuple[str, ...]:
     storage = [_STORAGE[code] for code in (FLOAT, FLOAT16, BF16, DOUBLE)]
     math_types = ["float", "double"]
-    return ([f"kl_bwd_contig<{t}>" for t in storage] + [f"kl_bwd_strided<{m}>" for m in math_types]
-            + [f"kl_bwd_strided_block<{m}>" for m in math_types] + [f"kl_fwd_contig<{t}>" for t in storage]
-            + [f"kl_fwd_strided<{m}>" for m in math_types] + [f"kl_fwd_partial_contig<{t}>" for t in storage]
-            + [f"kl_fwd_partial_strided<{m}>" for m in math_types] + [f"kl_fwd_final<{m}>" for m in math_types])
+    return tuple([f"kl_bwd_contig<{t}>" for t in storage] + [f"kl_bwd_strided<{m}>" for m in math_types]
+                 + [f"kl_bwd_strided_block<{m}>" for m in math_types] + [f"kl_fwd_contig<{t}>" for t in storage]
+                 + [f"kl_fwd_strided<{m}>" for m in math_types] + [f"kl_fwd_partial_contig<{t}>" for t in storage]
+                 + [f"kl_fwd_partial_strided<{m}>" for m in math_types] + [f"kl_fwd_final<{m}>" for m in math_types])
+
+
+KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
 
 
 class Tensor(NamedTuple):
@@ -125,8 +127,9 @@ def _space_words(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> list
     return words
 
 
-def _grid(ctx: KernelContext, work: int) -> int:
-    return max(1, min(-(-work // BLOCK), max(1, int(ctx.sm_count)) * BLOCKS_PER_SM))
+def _grid(ctx: KernelContext, expr: str, work: int) -> int:
+    """One block per BLOCK work items, capped at one full wave of `expr` (grid-stride loops)."""
+    return wave_grid(ctx, FILE, expr, -(-work // BLOCK), BLOCK)
 
 
 def _aligned(*ptrs: int) -> bool:
@@ -211,7 +214,8 @@ def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape,
         n = p.n_out
         vec = _aligned(t.ptr, o.ptr) and (p.g_scalar or _aligned(g.ptr))
         nv = n // (16 // _ITEMSIZE[o.dtype])
-        ctx.launch(FILE, f"kl_bwd_contig<{_STORAGE[o.dtype]}>", (_grid(ctx, nv if vec and nv else n),), (BLOCK,),
+        expr = KERNELS.name("kl_bwd_contig", _STORAGE[o.dtype])
+        ctx.launch(FILE, expr, (_grid(ctx, expr, nv if vec and nv else n),), (BLOCK,),
                    (ptr(g.ptr), ptr(t.ptr), ptr(o.ptr), np.int64(n), np.int32(p.g_scalar), lt,
                     np.int32(vec), coef))
         return
@@ -221,12 +225,13 @@ def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape,
     m = "double" if double else "float"
     args = (ptr(g.ptr), np.int32(g.dtype), ptr(t.ptr), np.int32(t.dtype), ptr(o.ptr), np.int32(o.dtype),
             ptr(workspace_ptr), np.int64(p.n_out), np.int64(n_red), lt, coef)
-    threads_cap = max(1, int(ctx.sm_count)) * BLOCKS_PER_SM * BLOCK
-    if n_red >= BLOCK_REDUCE_MIN and p.n_out < 2 * threads_cap:
-        grid = max(1, min(p.n_out, max(1, int(ctx.sm_count)) * BLOCKS_PER_SM))
-        ctx.launch(FILE, f"kl_bwd_strided_block<{m}>", (grid,), (BLOCK,), args)
+    per_thread = KERNELS.name("kl_bwd_strided", m)
+    wave_threads = _grid(ctx, per_thread, 2**62) * BLOCK   # threads of one full wave of the per-thread kernel
+    if n_red >= BLOCK_REDUCE_MIN and p.n_out < 2 * wave_threads:
+        per_block = KERNELS.name("kl_bwd_strided_block", m)   # a block per out element, up to one wave
+        ctx.launch(FILE, per_block, (wave_grid(ctx, FILE, per_block, p.n_out, BLOCK),), (BLOCK,), args)
     else:
-        ctx.launch(FILE, f"kl_bwd_strided<{m}>", (_grid(ctx, p.n_out),), (BLOCK,), args)
+        ctx.launch(FILE, per_thread, (_grid(ctx, per_thread, p.n_out),), (BLOCK,), args)
 
 
 # ============================================================================ forward
@@ -288,11 +293,13 @@ def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log
         if p.fast:
             vec = _aligned(s.ptr, t.ptr, o.ptr)
             nv = p.n // (16 // _ITEMSIZE[o.dtype])
-            ctx.launch(FILE, f"kl_fwd_contig<{_STORAGE[o.dtype]}>", (_grid(ctx, nv if vec and nv else p.n),),
-                       (BLOCK,), (ptr(s.ptr), ptr(t.ptr), ptr(o.ptr), np.int64(p.n), lt, np.int32(vec)))
+            expr = KERNELS.name("kl_fwd_contig", _STORAGE[o.dtype])
+            ctx.launch(FILE, expr, (_grid(ctx, expr, nv if vec and nv else p.n),), (BLOCK,),
+                       (ptr(s.ptr), ptr(t.ptr), ptr(o.ptr), np.int64(p.n), lt, np.int32(vec)))
         else:
             ctx.upload(workspace_ptr, np.asarray(_space_words(sizes, strides), dtype=np.int64))
-            ctx.launch(FILE, f"kl_fwd_strided<{m}>", (_grid(ctx, p.n),), (BLOCK,),
+            expr = KERNELS.name("kl_fwd_strided", m)
+            ctx.launch(FILE, expr, (_grid(ctx, expr, p.n),), (BLOCK,),
                        (ptr(s.ptr), np.int32(s.dtype), ptr(t.ptr), np.int32(t.dtype), ptr(o.ptr),
                         np.int32(o.dtype), ptr(workspace_ptr), np.int64(p.n), lt))
         return
@@ -313,15 +320,17 @@ def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log
         if fast:
             vec = _aligned(s.ptr, t.ptr)
             nv = p.n // (16 // _ITEMSIZE[s.dtype])
-            count = min(_grid(ctx, nv if vec and nv else p.n), MAX_PARTIALS)
-            ctx.launch(FILE, f"kl_fwd_partial_contig<{_STORAGE[s.dtype]}>", (count,), (BLOCK,),
+            expr = KERNELS.name("kl_fwd_partial_contig", _STORAGE[s.dtype])
+            count = min(_grid(ctx, expr, nv if vec and nv else p.n), MAX_PARTIALS)
+            ctx.launch(FILE, expr, (count,), (BLOCK,),
                        (ptr(s.ptr), ptr(t.ptr), np.int64(p.n), lt, np.int32(vec), ptr(partials)))
         else:
             ctx.upload(workspace_ptr, np.asarray(_space_words(sizes, strides[:2]), dtype=np.int64))
-            count = min(_grid(ctx, p.n), MAX_PARTIALS)
-            ctx.launch(FILE, f"kl_fwd_partial_strided<{m}>", (count,), (BLOCK,),
+            expr = KERNELS.name("kl_fwd_partial_strided", m)
+            count = min(_grid(ctx, expr, p.n), MAX_PARTIALS)
+            ctx.launch(FILE, expr, (count,), (BLOCK,),
                        (ptr(s.ptr), np.int32(s.dtype), ptr(t.ptr), np.int32(t.dtype), ptr(workspace_ptr),
                         np.int64(p.n), lt, ptr(partials)))
     dv = np.float64(div) if p.double else np.float32(div)
-    ctx.launch(FILE, f"kl_fwd_final<{m}>", (1,), (BLOCK,),
+    ctx.launch(FILE, KERNELS.name("kl_fwd_final", m), (1,), (BLOCK,),
                (ptr(partials), np.int64(count), dv, ptr(o.ptr), np.int32(o.dtype)))

@@ -27,14 +27,18 @@ There is no S2 <= 4096 limit (docs/API.md §7): any row length works on every de
 Devices: cpu runs `reference/scaled_masked_softmax.py` on host views (strided views read in place,
 a broadcast mask is never expanded); cuda and emulated run the GPU plan of
 `ops/scaled_masked_softmax/launch.py`, which wants contiguous tensors: any strided operand (the mask
-included) is gathered into the workspace by `Staging` and a strided output is produced there and
+included) is gathered into the workspace (`WorkspaceBuilder.stage`) and a strided output is produced there and
 scattered back. A mask whose batch or head dim is a stride-0 broadcast view is passed to the kernels
 as Bm = 1 / Nm = 1 instead of being expanded. The workspace is zero unless something is staged.
 """
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
 
 from ... import dtypes
 from ...executor import make_execute, make_get_workspace_size
@@ -44,7 +48,7 @@ from ...status import aclFormat as F
 from ...tensor import aclTensor
 from . import launch as gpu
 from ..checks import INVALID, Checks
-from ..plan import EmptyPlan, Plan, Staging, WorkspaceLayout, host_array, write_out
+from ..plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, WorkspaceBuilder, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16)
 MASK_TYPES = (D.ACL_BOOL,)
@@ -73,56 +77,39 @@ def _mask_view(mask: aclTensor | None) -> tuple[aclTensor | None, int, int, bool
     return mask, Bm, Nm, not dense
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _SmsmPlan(Plan):
-    """Shared by both directions: `inputs` are the float operands (named `input_names`), `out` the
-    one output (named `output_name`)."""
+    """Shared by both directions: `inputs` are the float operands, `out` the one output; Bm, Nm the
+    mask's batch and head sizes as the kernels index it (1 for a broadcast dim)."""
 
-    input_names: tuple[str, ...] = ()
-    output_name = ""
+    kernel_files: ClassVar[tuple[str, ...]] = (gpu.FILE, STRIDED_COPY.file)
 
-    def _setup(self, device: Any, inputs: tuple[aclTensor, ...], mask: aclTensor | None, out: aclTensor,
-               scale: float, fix_triu_mask: bool) -> None:
-        self.inputs, self.mask, self.out = inputs, mask, out
-        self.scale, self.fix_triu_mask = scale, fix_triu_mask
-        self.tensors = {**dict(zip(self.input_names, inputs)), "mask": mask, self.output_name: out}
-        self.B, self.N, self.S1, self.S2 = out.shape
-        self.dtype = dtypes.to_numpy(out.dtype)
-        self.workspace_size = 0
-        self.staging = None
-        if device.kind == "cpu":
-            return
-        layout = WorkspaceLayout()
-        staging = Staging(layout)
-        for tensor in inputs:
-            staging.need_in(tensor)
-        mask_view, self.Bm, self.Nm, self.mask_staged = _mask_view(mask)
-        if mask_view is not None and self.mask_staged:  # the staged copy is the whole contiguous mask
-            staging.need_in(mask_view)
-            self.Bm, self.Nm = mask_view.shape[0], mask_view.shape[1]
-        staging.need_out(out)
-        self.workspace_size = layout.size + gpu.workspace_bytes(self.B, self.N, self.S1, self.S2, self.dtype)
-        self.staging = staging
+    inputs: tuple[aclTensor, ...]
+    mask: aclTensor | None
+    out: aclTensor
+    scale: float
+    fix_triu_mask: bool
+    B: int
+    N: int
+    S1: int
+    S2: int
+    Bm: int
+    Nm: int
+    dtype: np.dtype
 
     def _mask_host(self, device: Any):
         return None if self.mask is None else host_array(device, self.mask)
 
-    def _gather(self, ctx: Any, workspace: int) -> None:
-        self.staging.gather(ctx, list(self.inputs) + ([self.mask] if self.mask_staged else []), workspace)
-
     def _launch_args(self, workspace: int) -> dict[str, Any]:
         """The kernel arguments both launches share."""
-        return dict(mask_ptr=0 if self.mask is None else self.staging.address(self.mask, workspace),
-                    workspace_ptr=workspace, B=self.B, N=self.N, S1=self.S1, S2=self.S2, Bm=self.Bm, Nm=self.Nm,
-                    dtype=self.dtype, scale=self.scale, fix_triu_mask=self.fix_triu_mask)
+        return dict(mask_ptr=self.workspace.address(self.mask, workspace), workspace_ptr=workspace, B=self.B,
+                    N=self.N, S1=self.S1, S2=self.S2, Bm=self.Bm, Nm=self.Nm, dtype=self.dtype, scale=self.scale,
+                    fix_triu_mask=self.fix_triu_mask)
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
-    op = "aclnnScaledMaskedSoftmaxBackward"
-    input_names, output_name = ("gradOutput", "y"), "out"
-
-    def __init__(self, device: Any, grad_output: aclTensor, y: aclTensor, mask: aclTensor | None, out: aclTensor,
-                 scale: float, fix_triu_mask: bool):
-        self._setup(device, (grad_output, y), mask, out, scale, fix_triu_mask)
+    op: ClassVar[str] = "aclnnScaledMaskedSoftmaxBackward"
 
     def run_host(self, device: Any, workspace: int) -> None:
         grad_output, y = (host_array(device, t) for t in self.inputs)
@@ -131,20 +118,16 @@ class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
         grad_output, y = self.inputs
-        self._gather(ctx, workspace)
-        gpu.launch_backward(ctx, grad_ptr=self.staging.address(grad_output, workspace),
-                            y_ptr=self.staging.address(y, workspace),
-                            out_ptr=self.staging.address(self.out, workspace), **self._launch_args(workspace))
-        self.staging.scatter(ctx, [self.out], workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
+        gpu.launch_backward(ctx, grad_ptr=ws.address(grad_output, workspace), y_ptr=ws.address(y, workspace),
+                            out_ptr=ws.address(self.out, workspace), **self._launch_args(workspace))
+        ws.scatter(ctx, workspace)
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ScaledMaskedSoftmaxPlan(_SmsmPlan):
-    op = "aclnnScaledMaskedSoftmax"
-    input_names, output_name = ("x",), "y"
-
-    def __init__(self, device: Any, x: aclTensor, mask: aclTensor | None, y: aclTensor, scale: float,
-                 fix_triu_mask: bool):
-        self._setup(device, (x,), mask, y, scale, fix_triu_mask)
+    op: ClassVar[str] = "aclnnScaledMaskedSoftmax"
 
     def run_host(self, device: Any, workspace: int) -> None:
         result = reference.scaled_masked_softmax(host_array(device, self.inputs[0]), self._mask_host(device),
@@ -152,10 +135,34 @@ class ScaledMaskedSoftmaxPlan(_SmsmPlan):
         write_out(host_array(device, self.out), result)
 
     def launch_kernels(self, ctx: Any, workspace: int) -> None:
-        self._gather(ctx, workspace)
-        gpu.launch_forward(ctx, x_ptr=self.staging.address(self.inputs[0], workspace),
-                           y_ptr=self.staging.address(self.out, workspace), **self._launch_args(workspace))
-        self.staging.scatter(ctx, [self.out], workspace)
+        ws = self.workspace
+        ws.gather(ctx, workspace)
+        gpu.launch_forward(ctx, x_ptr=ws.address(self.inputs[0], workspace), y_ptr=ws.address(self.out, workspace),
+                           **self._launch_args(workspace))
+        ws.scatter(ctx, workspace)
+
+
+def _plan(plan_type: type[_SmsmPlan], device: Any, tensors: Mapping[str, aclTensor | None],
+          inputs: tuple[aclTensor, ...], mask: aclTensor | None, out: aclTensor, scale: float,
+          fix_triu_mask: bool) -> _SmsmPlan:
+    """Either direction's plan: on cuda / emulated the workspace stages strided inputs, a mask the
+    kernels cannot index in place (`_mask_view`) and a strided output."""
+    B, N, S1, S2 = out.shape
+    workspace = NO_WORKSPACE
+    Bm = Nm = 1
+    if device.kind != "cpu":
+        builder = WorkspaceBuilder()
+        builder.stage_all(inputs, ())
+        mask_view, Bm, Nm, mask_staged = _mask_view(mask)
+        if mask_view is not None and mask_staged:  # the staged copy is the whole contiguous mask
+            builder.stage(mask_view)
+            Bm, Nm = mask_view.shape[0], mask_view.shape[1]
+        builder.stage(out, output=True)
+        builder.reserve("kernels", gpu.workspace_bytes(B, N, S1, S2, dtypes.to_numpy(out.dtype)))
+        workspace = builder.build()
+    return plan_type(tensors=tensors, workspace=workspace, inputs=inputs, mask=mask, out=out, scale=scale,
+                     fix_triu_mask=fix_triu_mask, B=B, N=N, S1=S1, S2=S2, Bm=Bm, Nm=Nm,
+                     dtype=dtypes.to_numpy(out.dtype))
 
 
 # ------------------------------------------------------------------------------ shared checks
@@ -202,7 +209,7 @@ def _validate(c: Checks, first: str, floats: dict[str, Any], mask: Any, scale: A
 
 
 def _build_backward(device: Any, gradOutput: Any, y: Any, mask: Any, scale: Any, fixTriuMask: Any,
-                    out: Any) -> Plan:
+                    out: Any) -> Plan | EmptyPlan:
     """aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize(gradOutput, y, mask, scale, fixTriuMask, out)
     -> (status, workspaceSize, executor)."""
     c = Checks("aclnnScaledMaskedSoftmaxBackward", device)
@@ -213,10 +220,12 @@ def _build_backward(device: Any, gradOutput: Any, y: Any, mask: Any, scale: Any,
         return EmptyPlan(c.op)
     c.memory(gradOutput=grad_output, y=y_, mask=mask_, out=out_)
     c.output("out", out_, gradOutput=grad_output, y=y_, mask=mask_)
-    return ScaledMaskedSoftmaxBackwardPlan(device, grad_output, y_, mask_, out_, scale_value, fix_triu_mask)
+    return _plan(ScaledMaskedSoftmaxBackwardPlan, device, {"gradOutput": grad_output, "y": y_, "mask": mask_,
+                                                           "out": out_},
+                 (grad_output, y_), mask_, out_, scale_value, fix_triu_mask)
 
 
-def _build_forward(device: Any, x: Any, mask: Any, scale: Any, fixTriuMask: Any, y: Any) -> Plan:
+def _build_forward(device: Any, x: Any, mask: Any, scale: Any, fixTriuMask: Any, y: Any) -> Plan | EmptyPlan:
     """aclnnScaledMaskedSoftmaxGetWorkspaceSize(x, mask, scale, fixTriuMask, y)
     -> (status, workspaceSize, executor)."""
     c = Checks("aclnnScaledMaskedSoftmax", device)
@@ -226,7 +235,8 @@ def _build_forward(device: Any, x: Any, mask: Any, scale: Any, fixTriuMask: Any,
         return EmptyPlan(c.op)
     c.memory(x=x_, mask=mask_, y=y_)
     c.output("y", y_, x=x_, mask=mask_)
-    return ScaledMaskedSoftmaxPlan(device, x_, mask_, y_, scale_value, fix_triu_mask)
+    return _plan(ScaledMaskedSoftmaxPlan, device, {"x": x_, "mask": mask_, "y": y_}, (x_,), mask_, y_, scale_value,
+                 fix_triu_mask)
 
 
 aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize = make_get_workspace_size("aclnnScaledMaskedSoftmaxBackward",

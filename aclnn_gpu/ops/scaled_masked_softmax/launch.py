@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from ...kernels.context import KernelFile
 
 FILE = "scaled_masked_softmax.cu"
 
@@ -66,8 +67,7 @@ def _block_chunks(vw: int) -> list[int]:
     return [c for c in (1, 2, 4) if c * vw <= BLOCK_MAX_ELEMS] if vw > 1 else [4, 16]
 
 
-def all_name_expressions() -> list[str]:
-    """Every instantiation this plan can launch (what kernels/manifest.py lists for the file)."""
+def _kernel_names() -> tuple[str, ...]:
     out = []
     for direction in ("bwd", "fwd"):
         for name in ("float32", "float16", "bfloat16"):
@@ -78,7 +78,10 @@ def all_name_expressions() -> list[str]:
                 # staging g and y of an fp32 row beyond the register range never fits 48 KiB
                 stages = ("false",) if (direction, name) == ("bwd", "float32") else ("true", "false")
                 out += [f"smsm_{direction}_long<{t}, {vw}, {st}>" for st in stages]
-    return out
+    return tuple(out)
+
+
+KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
 
 
 def workspace_bytes(B: int = 0, N: int = 0, S1: int = 0, S2: int = 0, dtype=None) -> int:
@@ -106,17 +109,17 @@ def choose(S2: int, dtype, rows: int, sm_count: int, aligned: bool, direction: s
         c = next(c for c in _warp_chunks(vw) if 32 * c >= nchunks)
         rows_per_block = WARP_BLOCK // 32
         grid = min(_ceil_div(rows, rows_per_block), sm_count * (THREADS_PER_SM // WARP_BLOCK))
-        return f"smsm_{direction}_rows<{t}, {vw}, {c}, false>", grid, WARP_BLOCK, 0
+        return KERNELS.name(f"smsm_{direction}_rows", t, vw, c, "false"), grid, WARP_BLOCK, 0
     if S2 <= BLOCK_MAX_S2:
         c = next(c for c in _block_chunks(vw) if ROW_BLOCK_MAX * c >= nchunks)
         threads = min(ROW_BLOCK_MAX, 32 * _ceil_div(_ceil_div(nchunks, c), 32))
         grid = min(rows, sm_count * max(1, THREADS_PER_SM // threads))
-        return f"smsm_{direction}_rows<{t}, {vw}, {c}, true>", grid, threads, 0
+        return KERNELS.name(f"smsm_{direction}_rows", t, vw, c, "true"), grid, threads, 0
     grid = min(rows, sm_count * (THREADS_PER_SM // LONG_BLOCK))
     smem = stage_bytes(S2, name, direction)
     if smem <= STAGE_MAX_BYTES:
-        return f"smsm_{direction}_long<{t}, {vw}, true>", grid, LONG_BLOCK, smem
-    return f"smsm_{direction}_long<{t}, {vw}, false>", grid, LONG_BLOCK, 0
+        return KERNELS.name(f"smsm_{direction}_long", t, vw, "true"), grid, LONG_BLOCK, smem
+    return KERNELS.name(f"smsm_{direction}_long", t, vw, "false"), grid, LONG_BLOCK, 0
 
 
 def _common(B, N, S1, S2, Bm, Nm, scale, fix_triu_mask, mask_ptr):
