@@ -565,13 +565,13 @@ class _Replay:
             return None  # type: ignore[return-value]
         if self.kind == "numpy":
             self.kind = _array_kind(array)
-        host = self.prepared.get(id(array))
-        if host is None:
-            host = _host_operand(array)
         i = self.inputs
         self.inputs = i + 1
-        if (host.shape, host.strides, host.dtype) != self.entry.layouts[i]:
-            raise _Retry(uncacheable=True)
+        host = self.prepared.get(id(array))
+        if host is None:   # not an argument as passed (the signature holds those layouts): check it
+            host = self.prepared[id(array)] = _host_operand(array)
+            if (host.shape, host.strides, host.dtype) != self.entry.layouts[i]:
+                raise _Retry(uncacheable=True)
         self.views.append(call_cache.bytes_of(host))
         return self.entry.tensors[i]
 
