@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -84,6 +85,32 @@ def _timed(fn: Callable[[], Any], calls: int, batches: int) -> tuple[float, floa
     return min(samples), statistics.median(samples)
 
 
+def _plan_run_us(call: Callable[[], Any], calls: int, batches: int) -> tuple[float, float]:
+    """Per-call microseconds spent inside `call_cache.run` (the cached plan's NumPy work, on the
+    calling thread) during batches of a cached call: the rest of the call is the library's Python."""
+    from aclnn_gpu import call_cache
+    real, spent = call_cache.run, [0.0]
+
+    def timed(*args: Any) -> None:
+        start = time.perf_counter()
+        try:
+            real(*args)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    call_cache.run = timed
+    try:
+        samples = []
+        for _ in range(batches):
+            spent[0] = 0.0
+            for _ in range(calls):
+                call()
+            samples.append(spent[0] / calls * 1e6)
+    finally:
+        call_cache.run = real
+    return min(samples), statistics.median(samples)
+
+
 def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
     """Both tables' rows (microseconds per call) and the load average before and after."""
     import torch
@@ -106,6 +133,7 @@ def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
                                                                                         autograd[2])
             row: dict[str, Any] = {"operator": op, "direction": direction}
             row["functional"] = _timed(call, calls, batches)
+            row["plan_run"] = _plan_run_us(call, calls, batches)
             row["torch"] = _timed(theirs, calls, batches)
             row["autograd"] = _timed(ours_ag, calls, batches)
             row["torch_autograd"] = _timed(theirs_ag, calls, batches)
@@ -118,22 +146,29 @@ def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
             "loadavg_after": list(os.getloadavg()), "cpu_count": os.cpu_count()}
 
 
-def _cells(row: dict, ours: str, uncached: str, theirs: str) -> list:
-    (o_min, o_med), (u_min, u_med), (t_min, t_med) = row[ours], row[uncached], row[theirs]
-    return [row["operator"], f"{o_min:.1f} / {o_med:.1f}", f"{u_min:.1f} / {u_med:.1f}", f"{t_min:.1f} / {t_med:.1f}",
-            f"{o_min / t_min:.1f}x", f"{o_med / t_med:.1f}x"]
+def _pair(figures: tuple[float, float]) -> str:
+    return f"{figures[0]:.1f} / {figures[1]:.1f}"
 
 
 def table(result: dict) -> str:
     """The two Markdown tables, and the load the figures were taken under."""
-    heads = ["fastest / median us", "cache off: fastest / median us", "PyTorch: fastest / median us",
-             "ratio (fastest)", "ratio (median)"]
-    functional = common.markdown_table(["functional call", *heads],
-                                       [_cells(r, "functional", "functional_uncached", "torch")
-                                        for r in result["rows"]], "lrrrrr")
-    autograd = common.markdown_table(["aclnn_gpu.torch (autograd)", *heads],
-                                     [_cells(r, "autograd", "autograd_uncached", "torch_autograd")
-                                      for r in result["rows"]], "lrrrrr")
+    ratio = ["ratio (fastest)", "ratio (median)"]
+    rows = []
+    for r in result["rows"]:
+        ours, theirs = r["functional"], r["torch"]
+        rows.append([r["operator"], _pair(ours), _pair(r["plan_run"]), _pair(r["functional_uncached"]),
+                     _pair(theirs), f"{ours[0] / theirs[0]:.1f}x", f"{ours[1] / theirs[1]:.1f}x"])
+    functional = common.markdown_table(
+        ["functional call", "us (fastest / median)", "of which the plan's NumPy run", "cache off",
+         "PyTorch's call", *ratio], rows, "lrrrrrr")
+    rows = []
+    for r in result["rows"]:
+        ours, theirs = r["autograd"], r["torch_autograd"]
+        rows.append([r["operator"], _pair(ours), _pair(r["autograd_uncached"]), _pair(theirs),
+                     f"{ours[0] / theirs[0]:.1f}x", f"{ours[1] / theirs[1]:.1f}x"])
+    autograd = common.markdown_table(
+        ["aclnn_gpu.torch (autograd)", "us (fastest / median)", "cache off", "PyTorch autograd", *ratio],
+        rows, "lrrrrr")
     before, after = result["loadavg_before"][0], result["loadavg_after"][0]
     return (f"{functional}\n\n{autograd}\n\nLoad average {before:.2f} before, {after:.2f} after, on "
             f"{result['cpu_count']} cores; {result['calls']} calls per batch, {result['batches']} batches.")

@@ -23,7 +23,7 @@ def test_every_operator_and_layer_is_timed():
     assert [row["operator"] for row in result["rows"]] == expected
     for row in result["rows"]:
         for column in ("functional", "functional_uncached", "torch", "autograd", "autograd_uncached",
-                       "torch_autograd"):
+                       "torch_autograd", "plan_run"):
             fastest, median = row[column]
             assert 0 < fastest <= median, (row["operator"], column)
     text = pythonic.table(result)
