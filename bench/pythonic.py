@@ -8,7 +8,9 @@ lending, GetWorkspaceSize, execute on the stream's worker thread, synchronize: t
 took before the cache) and PyTorch's call of the same operator (the callable the operators table
 of `python -m bench` times). An `aclnn_gpu.torch` row is the autograd wrapper against PyTorch's
 autograd of the same op: forward with inputs that require grad, backward as `torch.autograd.grad`.
-Per-call figures over batches of calls: the fastest batch and the median one; ratio = ours / PyTorch.
+Per-call figures over batches of calls (a batch lasts about a millisecond, so that on a loaded
+machine many batches escape preemption): the fastest batch and the median one; ratio = ours /
+PyTorch.
 Also run alone: `python -m bench.pythonic [--calls N]`.
 """
 from __future__ import annotations
@@ -80,8 +82,20 @@ def _backward(torch: Any, forward: Callable, inputs: list) -> Callable[[], Any]:
     return lambda: torch.autograd.grad(out, inputs, seed, retain_graph=True)
 
 
+BATCH_US = 1000.0   # a batch lasts about this long: short enough that many escape preemption on a loaded machine
+
+
+def _batch_calls(fn: Callable[[], Any], calls: int) -> int:
+    """Calls per batch: at most `calls`, fewer for a slow call, so that one batch lasts ~BATCH_US."""
+    start = time.perf_counter()
+    for _ in range(3):
+        fn()
+    each = (time.perf_counter() - start) / 3 * 1e6
+    return max(1, min(calls, int(BATCH_US / max(each, 1e-3))))
+
+
 def _timed(fn: Callable[[], Any], calls: int, batches: int) -> tuple[float, float]:
-    samples = batch_us(fn, calls, batches)
+    samples = batch_us(fn, _batch_calls(fn, calls), batches)
     return min(samples), statistics.median(samples)
 
 
@@ -98,6 +112,7 @@ def _plan_run_us(call: Callable[[], Any], calls: int, batches: int) -> tuple[flo
         finally:
             spent[0] += time.perf_counter() - start
 
+    calls = _batch_calls(call, calls)
     call_cache.run = timed
     try:
         samples = []
@@ -114,9 +129,19 @@ def _plan_run_us(call: Callable[[], Any], calls: int, batches: int) -> tuple[flo
 def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
     """Both tables' rows (microseconds per call) and the load average before and after."""
     import torch
-
-    from aclnn_gpu import call_cache
     load_before = os.getloadavg()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # tiny tensors gain nothing from intra-op threads, which stall on a loaded machine
+    try:
+        rows = _rows(torch, families, calls, batches)
+    finally:
+        torch.set_num_threads(threads)
+    return {"rows": rows, "calls": calls, "batches": batches, "loadavg_before": list(load_before),
+            "loadavg_after": list(os.getloadavg()), "cpu_count": os.cpu_count()}
+
+
+def _rows(torch: Any, families: list, calls: int, batches: int) -> list[dict]:
+    from aclnn_gpu import call_cache
     rows = []
     for fam in families:
         p = fam.tiny()
@@ -142,8 +167,7 @@ def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
                 row["autograd_uncached"] = _timed(ours_ag if direction == "forward"
                                                   else _backward(torch, autograd[0], autograd[2]), calls, batches)
             rows.append(row)
-    return {"rows": rows, "calls": calls, "batches": batches, "loadavg_before": list(load_before),
-            "loadavg_after": list(os.getloadavg()), "cpu_count": os.cpu_count()}
+    return rows
 
 
 def _pair(figures: tuple[float, float]) -> str:
