@@ -48,8 +48,8 @@ class aclTensor:
     """A view `storage[offset + sum(i_k * stride_k)]` of `dtype` elements starting at `data`."""
 
     __slots__ = ("shape", "dtype", "strides", "offset", "format", "storage_shape", "data", "destroyed",
-                 "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "memory_checked",
-                 "__weakref__")
+                 "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "_contiguous",
+                 "memory_checked", "__weakref__")
 
     # A descriptor's fields are fixed at creation (CANN has no setters for them here), so the derived
     # values the checks of both phases need are computed once: rank, numel, itemsize, and the element
@@ -71,6 +71,7 @@ class aclTensor:
         self._itemsize = dtypes.itemsize(dtype) if dtypes.has_numpy(dtype) else None
         self._span: tuple[int, int] | None = None
         self._byte_span: tuple[int, int] | None = None
+        self._contiguous: bool | None = None
 
     @property
     def itemsize(self) -> int:
@@ -102,7 +103,11 @@ class aclTensor:
         return span
 
     def is_contiguous(self) -> bool:
-        return all(s == c for n, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if n != 1)
+        dense = self._contiguous   # computed once: phase 1 asks it of every operand on every call
+        if dense is None:
+            dense = self._contiguous = all(s == c for n, s, c in zip(self.shape, self.strides,
+                                                                    contiguous_strides(self.shape)) if n != 1)
+        return dense
 
     def __repr__(self) -> str:
         state = " destroyed" if self.destroyed else ""

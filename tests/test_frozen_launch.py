@@ -112,3 +112,43 @@ def test_recorder_rebases_only_workspace_pointers():
     recorder.launch("f.cu", "k", (1,), (32,), (np.uint64(SENTINEL + 512), np.uint64(0x7F00_0000_1000), np.int64(3)))
     (launch,) = recorder.steps
     assert launch.patches == ((0, 512),)
+
+
+def test_a_second_plan_with_the_same_launch_key_reuses_the_record(session):
+    status, ws, first = _kl_backward(session)
+    assert status == 0
+    # same tensors, same arguments: the record is shared (phase 1 pays the recording once)
+    plan = first.plan
+    again = plan.with_frozen_launch(plan.frozen.sm_count, "sm_90")
+    assert again.frozen is plan.frozen and again.launch_key() == plan.launch_key()
+    # another output tensor (another address): a new record, whose launches write the new tensor
+    rng = np.random.default_rng(0)
+    g = session.tensor(rng.standard_normal((3, 5)).astype(np.float32), strided=True)
+    x = session.tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    t = session.tensor(rng.standard_normal((3, 5)).astype(np.float16), strided=True, offset=1)
+    out = session.tensor(np.zeros((3, 5), np.float32), strided=True)
+    status, ws2, second = acl.aclnnKlDivBackwardGetWorkspaceSize(g, x, t, 3, False, out)
+    assert status == 0 and ws2 == ws
+    assert second.plan.launch_key() != plan.launch_key() and second.plan.frozen is not plan.frozen
+    work = session.malloc(ws2)
+    live, replay = Calls(4), Calls(4)
+    second.plan.launch_kernels(live, work)
+    second.plan.run_kernels(replay, work)
+    assert replay.calls == live.calls
+    # a different reduction changes the key too
+    status, _, third = acl.aclnnKlDivBackwardGetWorkspaceSize(g, x, t, 1, False, out)
+    assert status == 0 and third.plan.frozen is not second.plan.frozen
+
+
+def test_plans_are_frozen_dataclasses_with_declared_kernel_files(session):
+    import dataclasses
+    for build in (_kl_backward, _conv_tbc_backward):
+        status, _, ex = build(session)
+        assert status == 0
+        plan = ex.plan
+        assert dataclasses.is_dataclass(plan) and plan.kernel_files
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            plan.frozen = None
+        launched = {step.file for step in plan.frozen.steps if hasattr(step, "expr")}
+        assert launched <= set(plan.kernel_files)
+        acl.aclDestroyAclOpExecutor(ex)

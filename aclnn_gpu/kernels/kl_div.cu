@@ -17,7 +17,7 @@
 //    there, and it avoids 4^3 instantiations per kernel. Templated only on the math type M.
 // logTarget is a runtime flag (uniform branch) for the same reason.
 //
-// Tiling layouts (int64 words at the workspace head, written by ops/kl_div_gpu.py):
+// Tiling layouts (int64 words at the workspace head, written by ops/kl_div/launch.py):
 //  backward general: [0, 33)  kept space  = self's dims  [rank, size[8], stride_g[8], stride_t[8], stride_out[8]]
 //                    [33, 58) reduced space = B's dims along which self was broadcast
 //                                            [rank, size[8], stride_g[8], stride_t[8]]

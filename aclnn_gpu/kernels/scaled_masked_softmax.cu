@@ -10,7 +10,7 @@
 // `mrow_b` (= Nm*S1, or 0 when Bm == 1) and `mrow_n` (= S1, or 0 when Nm == 1). mask == nullptr
 // means no mask. `causal` != 0 additionally masks j > i, i = row index within S1 (fixTriuMask).
 //
-// Row mappings (the host picks by S2, see ops/scaled_masked_softmax_gpu.py):
+// Row mappings (the host picks by S2, see ops/scaled_masked_softmax/launch.py):
 //   smsm_{fwd,bwd}_rows<T, VW, CHUNKS, BLOCK=false>: a warp per row, several rows per block; the
 //       row lives in registers (CHUNKS*VW elements per lane).
 //   smsm_{fwd,bwd}_rows<T, VW, CHUNKS, BLOCK=true> : a block per row, row in registers

@@ -14,6 +14,7 @@ kernel launched is one the plan type declares (`Plan.kernel_files`) and the mani
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ from ..kernels.occupancy import DEFAULT_ARCH
 SENTINEL = 0x7EAD_0000_0000_0000
 SENTINEL_SPAN = 1 << 48
 ALIGN = 16  # the launchers choose vector paths on 16-byte alignment: a base this aligned keeps their choices
+
+
+_POINTER_TYPES = frozenset({int, np.uint64, np.int64})
 
 
 def _in_workspace(value: Any) -> bool:
@@ -104,7 +108,9 @@ class Recorder:
         return offset
 
     def _patches(self, values: Sequence[Any]) -> tuple[tuple[int, int], ...]:
-        return tuple((i, self._offset(v)) for i, v in enumerate(values) if _in_workspace(v))
+        # pointers are np.uint64 (kernels) or int (GEMMs); the type test first keeps this pass cheap
+        return tuple((i, self._offset(v)) for i, v in enumerate(values)
+                     if type(v) in _POINTER_TYPES and SENTINEL <= v < SENTINEL + SENTINEL_SPAN)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         data = np.array(host, copy=True, order="C")
@@ -125,6 +131,27 @@ class Recorder:
         if any(_in_workspace(v) for v in kwargs.values()):
             raise AssertionError("GEMM workspace pointers must be positional to be rebased")
         self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args)))
+
+
+CACHE_SIZE = 256   # frozen launches kept by freeze_cached (oldest dropped first)
+_cache: dict[tuple, FrozenLaunch] = {}
+_cache_lock = threading.Lock()
+
+
+def freeze_cached(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
+    """`freeze`, reusing the record of an earlier plan with the same `plan.launch_key()` on a device of
+    the same SM count and architecture: the launcher is a function of exactly those values, so a
+    training loop that calls GetWorkspaceSize again with the same tensors pays the recording once
+    (CANN's aclnn cache does the same for its executors)."""
+    key = (plan.launch_key(), sm_count, arch)
+    frozen = _cache.get(key)
+    if frozen is None:
+        frozen = freeze(plan, sm_count, arch)
+        with _cache_lock:
+            if len(_cache) >= CACHE_SIZE:
+                del _cache[next(iter(_cache))]
+            _cache[key] = frozen
+    return frozen
 
 
 def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:

@@ -17,7 +17,7 @@ one object both the size GetWorkspaceSize reports and the launches' addresses co
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,7 +29,7 @@ from ..kernels.occupancy import wave_grid
 from ..status import aclnnStatus
 from ..tensor import aclTensor
 from .frozen import ALIGN as FROZEN_ALIGN
-from .frozen import FrozenLaunch, freeze
+from .frozen import FrozenLaunch, freeze_cached
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vector loads want 16)
@@ -56,13 +56,34 @@ class Plan:
         raise NotImplementedError
 
     def launch_kernels(self, ctx: KernelContext, workspace: int) -> None:
-        """The operator's launcher: uploads, launches and GEMMs through `ctx` (recorded in phase 1)."""
+        """The whole launcher (recorded in phase 1): the workspace's staged and converted inputs, the
+        operator's own launches, then its staged and converted outputs."""
+        self.workspace.gather(ctx, workspace)
+        self.launch_operator(ctx, workspace)
+        self.workspace.scatter(ctx, workspace)
+
+    def launch_operator(self, ctx: KernelContext, workspace: int) -> None:
+        """The operator's uploads, launches and GEMMs through `ctx`, on the workspace's addresses."""
         raise NotImplementedError
 
     def with_frozen_launch(self, sm_count: int, arch: str) -> Plan:
-        """Phase 1 on a kernel device: this plan with its launcher recorded once (`ops/frozen.py`) for a
-        device of `sm_count` multiprocessors of architecture `arch`."""
-        return replace(self, frozen=freeze(self, sm_count, arch))
+        """Phase 1 on a kernel device: this plan with its launcher recorded (`ops/frozen.py`) for a
+        device of `sm_count` multiprocessors of architecture `arch`, or the record of an earlier plan
+        with the same `launch_key`."""
+        frozen = freeze_cached(self, sm_count, arch)
+        # a copy sharing every field but `frozen` (dataclasses.replace would re-run __init__ over all)
+        plan = object.__new__(type(self))
+        plan.__dict__.update(self.__dict__, frozen=frozen)
+        return plan
+
+    def launch_key(self) -> tuple:
+        """What the launcher's calls depend on: the plan type and every field but the tensors mapping,
+        the workspace and the launcher's derived layouts (a tensor by its address and layout)."""
+        names = _KEY_FIELDS.get(type(self))
+        if names is None:
+            names = _KEY_FIELDS[type(self)] = tuple(
+                f.name for f in fields(self) if f.name not in _NOT_KEYED and not f.metadata.get("derived"))
+        return (type(self), self.workspace.size, *[_key_of(getattr(self, name)) for name in names])
 
     def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
         """Phase 2 on a kernel device: replay the frozen launch on the real workspace. A workspace
@@ -72,6 +93,20 @@ class Plan:
             self.launch_kernels(ctx, workspace)
         else:
             frozen.run(ctx, workspace)
+
+
+DERIVED = {"derived": True}   # field metadata: computed from the other fields, left out of `launch_key`
+_NOT_KEYED = ("tensors", "workspace", "frozen")
+_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _key_of(value: Any) -> Any:
+    kind = type(value)
+    if kind is aclTensor:   # a descriptor's fields are fixed at creation
+        return value.data, value.offset, value.shape, value.strides, value.dtype
+    if kind is tuple:
+        return tuple(_key_of(v) for v in value)
+    return value
 
 
 @dataclass(frozen=True)

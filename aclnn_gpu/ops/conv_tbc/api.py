@@ -10,11 +10,11 @@ which takes contiguous tensors of ONE dtype:
     dtype; otherwise float32) and non-contiguous or converted operands are copied into the
     workspace by `tbc_pad_copy<Tin, Tout>` (strided gather + conversion in one pass);
   * outputs of another dtype or non-contiguous are produced in a workspace buffer, converted by
-    `tbc_pad_copy` and, if strided, scattered with `Staging`. Each output keeps its own dtype.
+    `tbc_pad_copy` and, if strided, scattered (`WorkspaceBuilder.stage`). Each output keeps its own dtype.
 The cpu device runs `reference/conv_tbc.py` (float32 BLAS math whatever cubeMathType says) and
 needs no workspace. GPU workspace, in this order (`WorkspaceBuilder` ranges): a compute-dtype copy of
 each converted or strided input, then per output its compute-dtype buffer (other dtype) and its
-`Staging` copy (strided), then the GEMM plan's own bytes (launch.*_workspace_bytes).
+staged copy (strided), then the GEMM plan's own bytes (launch.*_workspace_bytes).
 
 cubeMathType -> GPU matrix precision (kernels/gemm.compute_mode): 0 KEEP_DTYPE: fp32 inputs in true
 fp32 (CUBLAS_COMPUTE_32F); 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: TF32 tensor cores
@@ -208,15 +208,13 @@ class ConvTbcBackwardPlan(_ConvTbcPlan):
         for view, result in zip((grad_input, grad_weight, grad_bias), results):
             write_out(view, result)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_backward(
             ctx, grad=ws.address(self.grad, workspace), input=ws.address(self.input, workspace),
             weight=ws.address(self.weight, workspace), grad_input=ws.address(self.grad_input, workspace),
             grad_weight=ws.address(self.grad_weight, workspace),
             grad_bias=ws.address(self.grad_bias, workspace), **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -234,14 +232,12 @@ class ConvTbcPlan(_ConvTbcPlan):
             input_ = input_.astype(np.float32)
         write_out(out, reference.conv_tbc(input_, weight, bias, self.pad))
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_forward(
             ctx, input=ws.address(self.input, workspace), weight=ws.address(self.weight, workspace),
             bias=ws.address(self.bias, workspace), out=ws.address(self.out, workspace),
             **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 # ------------------------------------------------------------------------------ phase 1

@@ -159,6 +159,9 @@ class _CrossEntropyPlan(Plan):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class CrossEntropyLossGradPlan(_CrossEntropyPlan):
+    """out = d loss / d logits from gradLoss and logProb: ce_weight_sums (when D or sum_c w[c] is
+    needed, into the workspace), then ce_grad."""
+
     op: ClassVar[str] = GRAD_OP
     grad_loss: aclTensor
     log_prob: aclTensor
@@ -170,17 +173,17 @@ class CrossEntropyLossGradPlan(_CrossEntropyPlan):
             self._host_weight(device), self.reduction, self.ignore_index, self.label_smoothing,
             out=host_array(device, self.out))
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_grad(ctx, grad_loss_ptr=ws.address(self.grad_loss, workspace),
                         log_prob_ptr=ws.address(self.log_prob, workspace), out_ptr=ws.address(self.out, workspace),
                         **self._launch_args(workspace, self.log_prob))
-        ws.scatter(ctx, workspace)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class CrossEntropyLossPlan(_CrossEntropyPlan):
+    """(loss, logProb) of the logits `input`: ce_forward, then ce_loss_reduce for mean and sum."""
+
     op: ClassVar[str] = FORWARD_OP
     input: aclTensor
     loss: aclTensor
@@ -193,13 +196,11 @@ class CrossEntropyLossPlan(_CrossEntropyPlan):
             self.reduction, self.ignore_index, self.label_smoothing, log_prob_out=log_prob_out)
         write_out(host_array(device, self.loss), np.reshape(loss, self.loss.shape))
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_forward(ctx, input_ptr=ws.address(self.input, workspace),
                            loss_ptr=ws.address(self.loss, workspace), log_prob_ptr=ws.address(self.log_prob, workspace),
                            **self._launch_args(workspace, self.input))
-        ws.scatter(ctx, workspace)
 
 
 def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weightOptional: Any,

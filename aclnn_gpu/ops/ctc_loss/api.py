@@ -33,7 +33,7 @@ NaN, inf or huge values become -1, an out-of-range label that makes that sample 
 outside [0, C) in device data makes that sample's loss / logAlpha slice / gradient NaN only.
 
 GPU workspace (bytes; each range rounded up to 256, in this order):
-    sum over strided operands of round256(numel * itemsize) + 256     (Staging copy + its tiling)
+    sum over strided operands of round256(numel * itemsize) + 256     (staged copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
   + round256(24 * N)                                   tiling [Lin, L, offset] per sample
 (0 when N == 0). The cpu device needs no workspace.
@@ -248,15 +248,13 @@ class CtcLossBackwardPlan(_CtcPlan):
             host_array(device, self.log_alpha), self.blank, self.zero_infinity)
         write_out(host_array(device, self.out), grad)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_backward(
             ctx, grad_out_ptr=ws.address(self.grad_out, workspace),
             neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
             log_alpha_ptr=ws.address(self.log_alpha, workspace), out_ptr=ws.address(self.out, workspace),
             X=self.log_alpha.shape[2], **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -273,13 +271,11 @@ class CtcLossPlan(_CtcPlan):
         write_out(host_array(device, self.neg_log_likelihood), neg_log_likelihood)
         write_out(host_array(device, self.log_alpha), log_alpha)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_forward(
             ctx, neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
             log_alpha_ptr=ws.address(self.log_alpha, workspace), **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 # ------------------------------------------------------------------------------ phase 1

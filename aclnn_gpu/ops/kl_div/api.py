@@ -15,7 +15,7 @@ every device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,7 +26,7 @@ from ...status import aclDataType as D
 from ...tensor import aclTensor
 from . import launch
 from ..checks import INVALID, Checks, broadcast_shapes
-from ..plan import EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, tensor_ptr, write_out
+from ..plan import DERIVED, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, tensor_ptr, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}
@@ -65,8 +65,8 @@ def _workspace(tiling_bytes: int) -> Workspace:
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class _KlDivPlan(Plan):
-    """Both directions: the target, the output, the reduction, and the launcher's layout decisions
-    (`launch.plan_*`), made once for the workspace size and the launch."""
+    """Both directions: the target, the output, the reduction; each direction adds the launcher's
+    layout decisions (`launch.plan_*`), made once for the workspace size and the launch."""
 
     kernel_files: ClassVar[tuple[str, ...]] = (launch.FILE,)
 
@@ -75,7 +75,6 @@ class _KlDivPlan(Plan):
     reduction: int
     log_target: bool
     math: np.dtype          # the reference's math precision
-    layout: Any             # launch.plan_backward / plan_forward
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -83,6 +82,7 @@ class KlDivBackwardPlan(_KlDivPlan):
     op: ClassVar[str] = "aclnnKlDivBackward"
     grad_output: aclTensor
     self_shape: tuple[int, ...]
+    layout: launch.BackwardLayout = field(metadata=DERIVED)   # from the fields above
 
     @classmethod
     def build(cls, grad_output: aclTensor, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int,
@@ -100,7 +100,7 @@ class KlDivBackwardPlan(_KlDivPlan):
                                   self.self_shape, self.reduction, self.log_target, self.math,
                                   out=host_array(device, self.out))
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         launch.launch_backward(ctx, **_backward_args(self.grad_output, self.self_shape, self.target, self.out,
                                                      self.reduction, self.log_target),
                                workspace_ptr=self.workspace.at("tiling", workspace), layout=self.layout)
@@ -122,6 +122,7 @@ def _forward_args(self_: aclTensor, target: aclTensor, out: aclTensor, reduction
 class KlDivPlan(_KlDivPlan):
     op: ClassVar[str] = "aclnnKlDiv"
     self_: aclTensor
+    layout: launch.ForwardLayout = field(metadata=DERIVED)   # from the fields above
 
     @classmethod
     def build(cls, self_: aclTensor, target: aclTensor, out: aclTensor, reduction: int, log_target: bool
@@ -138,7 +139,7 @@ class KlDivPlan(_KlDivPlan):
                                   self.reduction, self.log_target, self.math)
         write_out(host_array(device, self.out), result)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         launch.launch_forward(ctx, **_forward_args(self.self_, self.target, self.out, self.reduction, self.log_target),
                               workspace_ptr=self.workspace.at("tiling", workspace), layout=self.layout)
 

@@ -23,8 +23,10 @@ Layout: tiling at offset 0, the forward's per-block partials at offset TILING_BY
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,21 +61,25 @@ def _kernel_names() -> tuple[str, ...]:
 KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
 
 
-class Tensor(NamedTuple):
+@dataclass(frozen=True)
+class Operand:
+    """A tensor as the kernels see it: address (view offset folded in), shape, element strides, ACL
+    dtype code."""
     ptr: int
-    shape: tuple
-    strides: tuple
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
     dtype: int
 
 
-def _t(x) -> Tensor:
+def _t(x: Operand | tuple) -> Operand:
+    """An Operand from `(ptr, shape, strides, dtype)`; the host checks refused ranks over 8 and other
+    dtypes already (the asserts state the invariant, they are not checks)."""
+    if isinstance(x, Operand):
+        return x
     p, shape, strides, dtype = x
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
-    if len(shape) != len(strides) or len(shape) > MAX_RANK:
-        raise ValueError("kl_div launch: shape/strides rank mismatch or rank > 8")
-    if int(dtype) not in _STORAGE:
-        raise ValueError(f"kl_div launch: unsupported dtype code {dtype}")
-    return Tensor(int(p), shape, strides, int(dtype))
+    assert len(shape) == len(strides) <= MAX_RANK and int(dtype) in _STORAGE, x
+    return Operand(int(p), shape, strides, int(dtype))
 
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple:
@@ -91,7 +97,7 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple:
     return tuple(out)
 
 
-def _bstrides(t: Tensor, shape: Sequence[int]) -> list:
+def _bstrides(t: Operand, shape: Sequence[int]) -> list:
     """t's element strides over the broadcast space `shape` (0 along broadcast dims)."""
     rank = len(shape)
     out = []
@@ -153,7 +159,10 @@ def _coef(reduction: int, b_shape: Sequence[int], double: bool):
 
 
 # ============================================================================ backward
-class _BwdPlan(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class BackwardLayout:
+    """The backward's decisions, made once in phase 1 (`plan_backward`): the workspace size and the
+    launch both read them."""
     n_out: int
     fast: bool
     g_scalar: bool
@@ -162,14 +171,10 @@ class _BwdPlan(NamedTuple):
     b_shape: tuple
 
 
-def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
+def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
     g, t, o = _t(grad_output), _t(target), _t(out)
     self_shape = tuple(int(s) for s in self_shape)
-    if o.shape != self_shape:
-        raise ValueError("kl_div launch: out shape must equal self shape")
-    b = broadcast_shape(self_shape, t.shape)
-    if broadcast_shape(b, g.shape) != b:
-        raise ValueError("kl_div launch: gradOutput does not broadcast to B")
+    b = broadcast_shape(self_shape, t.shape)   # out is self's shape and g broadcasts to b: checked by api.py
     rank = len(b)
     lead = rank - len(self_shape)
     sg, st = _bstrides(g, b), _bstrides(t, b)
@@ -186,22 +191,28 @@ def _plan_backward(grad_output, target, out, self_shape) -> _BwdPlan:
     fast = (len(red[0]) == 0 and len(ksizes) <= 1 and g.dtype == t.dtype == o.dtype
             and all(s == 1 for s in kt + ko) and all(s in (0, 1) for s in kg))
     g_scalar = fast and (len(kg) == 0 or kg[0] == 0)
-    return _BwdPlan(n_out, fast, g_scalar, kept, red, b)
+    return BackwardLayout(n_out, fast, g_scalar, kept, red, b)
 
 
-def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> _BwdPlan:
-    """The backward's layout decisions, made once: the workspace size and the launch both read them."""
-    return _plan_backward(grad_output, target, out, self_shape)
+def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> BackwardLayout:
+    """The backward's layout decisions, made once: the workspace size and the launch both read them
+    (memoised: phase 1 of a training loop meets the same operands again)."""
+    return _cached_backward(_t(grad_output), _t(target), _t(out), tuple(int(s) for s in self_shape))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_backward(g: Operand, t: Operand, o: Operand, self_shape: tuple[int, ...]) -> BackwardLayout:
+    return _plan_backward(g, t, o, self_shape)
 
 
 def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=0, log_target=False,
-                             layout: _BwdPlan | None = None) -> int:
+                             layout: BackwardLayout | None = None) -> int:
     p = layout or _plan_backward(grad_output, target, out, self_shape)
     return 0 if p.n_out == 0 or p.fast else TILING_BYTES
 
 
 def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape, reduction: int,
-                    log_target: bool, workspace_ptr: int, layout: _BwdPlan | None = None) -> None:
+                    log_target: bool, workspace_ptr: int, layout: BackwardLayout | None = None) -> None:
     """out = sum over self's broadcast axes of -(e * g) * coef, cast to out's dtype."""
     g, t, o = _t(grad_output), _t(target), _t(out)
     p = layout or _plan_backward(g, t, o, self_shape)
@@ -235,7 +246,9 @@ def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape,
 
 
 # ============================================================================ forward
-class _FwdPlan(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class ForwardLayout:
+    """The forward's decisions, made once in phase 1 (`plan_forward`)."""
     n: int
     fast: bool
     space: tuple     # (sizes, [stride_s, stride_t, stride_out])
@@ -244,33 +257,33 @@ class _FwdPlan(NamedTuple):
     double: bool
 
 
-def _plan_forward(self, target, out, reduction) -> _FwdPlan:
+def _plan_forward(self, target, out, reduction) -> ForwardLayout:
     s, t, o = _t(self), _t(target), _t(out)
     b = broadcast_shape(s.shape, t.shape)
     reduce = int(reduction) in (REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN)
-    if reduce:
-        if math.prod(o.shape) != 1:
-            raise ValueError("kl_div launch: a reduced KL output has one element")
-        so = [0] * len(b)
-    else:
-        if o.shape != b:
-            raise ValueError("kl_div launch: out shape must equal broadcast(self, target)")
-        so = list(o.strides)
+    # out: one element for a reduction, else shape b (checked by api.py)
+    so = [0] * len(b) if reduce else list(o.strides)
     space = _coalesce(list(b), [_bstrides(s, b), _bstrides(t, b), so])
     sizes, (ss, st, so2) = space
     dt_same = s.dtype == t.dtype and (reduce or o.dtype == s.dtype)
     fast = (dt_same and len(sizes) <= 1 and all(x == 1 for x in ss + st)
             and (reduce or all(x == 1 for x in so2)))
-    return _FwdPlan(math.prod(b), fast, space, b, reduce, _math_double(s.dtype, t.dtype, o.dtype))
+    return ForwardLayout(math.prod(b), fast, space, b, reduce, _math_double(s.dtype, t.dtype, o.dtype))
 
 
-def plan_forward(*, self, target, out, reduction=1, log_target=False) -> _FwdPlan:
-    """The forward's layout decisions, made once: the workspace size and the launch both read them."""
-    return _plan_forward(self, target, out, reduction)
+def plan_forward(*, self, target, out, reduction=1, log_target=False) -> ForwardLayout:
+    """The forward's layout decisions, made once: the workspace size and the launch both read them
+    (memoised like `plan_backward`)."""
+    return _cached_forward(_t(self), _t(target), _t(out), int(reduction))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_forward(s: Operand, t: Operand, o: Operand, reduction: int) -> ForwardLayout:
+    return _plan_forward(s, t, o, reduction)
 
 
 def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False,
-                            layout: _FwdPlan | None = None) -> int:
+                            layout: ForwardLayout | None = None) -> int:
     p = layout or _plan_forward(self, target, out, reduction)
     tiling = 0 if p.fast or p.n == 0 else TILING_BYTES
     if not p.reduce:
@@ -279,7 +292,7 @@ def forward_workspace_bytes(*, self, target, out, reduction=1, log_target=False,
 
 
 def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log_target: bool,
-                   workspace_ptr: int, layout: _FwdPlan | None = None) -> None:
+                   workspace_ptr: int, layout: ForwardLayout | None = None) -> None:
     """none: out[B] = elementwise KL; sum/mean/batchmean: out (one element) = sum / div, by per-block
     partials (workspace + TILING_BYTES) combined in index order by one block."""
     s, t, o = _t(self), _t(target), _t(out)

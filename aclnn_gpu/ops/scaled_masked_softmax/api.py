@@ -116,13 +116,11 @@ class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
         reference.scaled_masked_softmax_backward(grad_output, y, self._mask_host(device), self.scale,
                                                  self.fix_triu_mask, out=host_array(device, self.out))
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         grad_output, y = self.inputs
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_backward(ctx, grad_ptr=ws.address(grad_output, workspace), y_ptr=ws.address(y, workspace),
                             out_ptr=ws.address(self.out, workspace), **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -134,12 +132,10 @@ class ScaledMaskedSoftmaxPlan(_SmsmPlan):
                                                  self.scale, self.fix_triu_mask)
         write_out(host_array(device, self.out), result)
 
-    def launch_kernels(self, ctx: Any, workspace: int) -> None:
+    def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
-        ws.gather(ctx, workspace)
         gpu.launch_forward(ctx, x_ptr=ws.address(self.inputs[0], workspace), y_ptr=ws.address(self.out, workspace),
                            **self._launch_args(workspace))
-        ws.scatter(ctx, workspace)
 
 
 def _plan(plan_type: type[_SmsmPlan], device: Any, tensors: Mapping[str, aclTensor | None],
