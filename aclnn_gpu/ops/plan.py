@@ -47,10 +47,10 @@ class Plan:
     tensors: Mapping[str, aclTensor | None]   # C parameter name -> tensor (None: an absent optional)
     workspace: Workspace
     frozen: FrozenLaunch | None = None          # the launcher's record (kernel devices, `with_frozen_launch`)
+    workspace_size: int = field(init=False, repr=False)   # workspace.size, a plain field: phase 2 reads it thrice
 
-    @property
-    def workspace_size(self) -> int:
-        return self.workspace.size
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workspace_size", self.workspace.size)
 
     def run_host(self, device: Any, workspace: int) -> None:
         raise NotImplementedError
