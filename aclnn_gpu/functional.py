@@ -19,12 +19,11 @@ import ctypes
 import functools
 import inspect
 import math
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import dtypes
+from . import call_cache, dtypes
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .executor import aclOpExecutor
 from .runtime import aclrtStream, device_of, get_device, resolve_stream, using_device
@@ -37,30 +36,163 @@ REDUCTION_CODES = {"none": 0, "mean": 1, "sum": 2, "batchmean": 3}
 INVALID = 161002   # ACLNN_ERR_PARAM_INVALID
 
 
-def _public(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Every failure of a functional call surfaces as AclnnError naming the function: a user error
-    found inside the library (a device that cannot run here) keeps its status; anything else
-    escaping is a library bug, reported as an internal error rather than a bare exception."""
-    signature = inspect.signature(fn)
+def _operator(*, values: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A functional entry point from its body `body(call, *args)`, which describes its arrays through
+    `call` (a `_Call`, or a `_Replay` of a cached signature) and returns the results. The public
+    function takes the body's parameters and a keyword-only `stream`. `values`: the parameters whose
+    values (integer lists) shape the plan, as the lengths of CTC do (call_cache keys them by value).
 
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        signature.bind(*args, **kwargs)   # a call that does not fit the signature: Python's TypeError
+    Every failure of a functional call surfaces as AclnnError naming the function: a user error
+    found inside the library (a device that cannot run here) keeps its status; anything else
+    escaping is a library bug, reported as an internal error rather than a bare exception. A call
+    that does not fit the signature is Python's TypeError, as for any function."""
+    def wrap(body: Callable[..., Any]) -> Callable[..., Any]:
+        name = body.__name__
+        signature = inspect.signature(body)
+        params = list(signature.parameters.values())[1:]
+        stream = inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation="aclrtStream | None")
+        public = signature.replace(parameters=[*params, stream])
+        by_value = frozenset(i for i, p in enumerate(params) if p.name in values)
+
+        def fits(args: tuple, kwargs: dict) -> None:
+            try:
+                public.bind(*args, **kwargs)
+            except TypeError as e:   # raised here, not from inside the library's handling
+                raise TypeError(str(e)) from None
+
+        @functools.wraps(body)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return _dispatch(body, name, args, kwargs, by_value, values)
+            except AclnnError:
+                fits(args, kwargs)
+                raise
+            except OpError as e:
+                fits(args, kwargs)
+                raise AclnnError(e.status, f"{name}: {e.message}") from None
+            except Exception as e:
+                fits(args, kwargs)
+                raise AclnnError(aclError.ACL_ERROR_INTERNAL_ERROR,
+                                 f"{name}: internal error: {type(e).__name__}: {e}") from e
+        call.__signature__ = public  # type: ignore[attr-defined]
+        return call
+    return wrap
+
+
+def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by_value: frozenset,
+              values: tuple[str, ...]) -> Any:
+    """Run one functional call: cached on the cpu device when its signature allows (call_cache), else
+    uncached; on cuda on the GPU the arrays live on (CuPy's current GPU follows: host arrays are
+    copied to that GPU)."""
+    stream = kwargs.pop("stream", None)
+    device = get_device()
+    if device.kind == "cuda":
+        gpu = _arrays_gpu(name, (*args, *kwargs.values()))
+        with using_device(device if gpu is None else device_of(gpu)):
+            return _uncached(body, name, stream, args, kwargs, None)
+    impl = _inline_stream(device, stream) if device.kind == "cpu" and call_cache.cache.enabled else None
+    prepared: dict[int, np.ndarray] = {}
+    key = _signature(body, args, kwargs, by_value, values, prepared) if impl is not None else None
+    if key is None:
+        return _uncached(body, name, stream, args, kwargs, None)
+    entry = call_cache.cache.take(device, key)
+    if entry is not None and entry.plan is None:   # a signature the cache cannot run
+        call_cache.cache.give(device, key, entry)
+        return _uncached(body, name, stream, args, kwargs, None)
+    if entry is not None:
         try:
-            device = get_device()
-            if device.kind == "cuda":   # CuPy's current GPU follows: host arrays are copied to that GPU
-                gpu = _arrays_gpu(fn.__name__, (*args, *kwargs.values()))
-                with using_device(device if gpu is None else device_of(gpu)):
-                    return fn(*args, **kwargs)
-            return fn(*args, **kwargs)
-        except AclnnError:
+            result = body(_Replay(name, device, impl, entry, prepared), *args, **kwargs)
+        except _Retry as retry:
+            if retry.uncacheable:
+                call_cache.cache.give(device, key, call_cache.Entry.uncacheable())
+                return _uncached(body, name, stream, args, kwargs, None)
+        except BaseException:
+            call_cache.cache.give(device, key, entry)
             raise
-        except OpError as e:
-            raise AclnnError(e.status, f"{fn.__name__}: {e.message}") from None
-        except Exception as e:
-            raise AclnnError(aclError.ACL_ERROR_INTERNAL_ERROR,
-                             f"{fn.__name__}: internal error: {type(e).__name__}: {e}") from e
-    return call
+        else:
+            call_cache.cache.give(device, key, entry)
+            return result
+    return _uncached(body, name, stream, args, kwargs, (device, key))
+
+
+def _uncached(body: Callable[..., Any], name: str, stream: aclrtStream | None, args: tuple, kwargs: dict,
+              cache_as: tuple[Any, tuple] | None) -> Any:
+    """The call through the two-phase API: descriptors, lending, GetWorkspaceSize, execute on the
+    stream, synchronize. With `cache_as` (device, signature) it leaves its phase 1 in the cache."""
+    call = _Call(name, stream, record=cache_as is not None)
+    try:
+        result = body(call, *args, **kwargs)
+    finally:
+        call.close()
+    if cache_as is not None:
+        call_cache.cache.give(*cache_as, call.entry())
+    return result
+
+
+def _inline_stream(device: Any, stream: Any) -> Any:
+    """The device stream a cached call may synchronize and then run on the calling thread: the
+    default stream, or a live stream of `device`; None (the uncached path, which reports what is
+    wrong) for anything else and for a stream that captures."""
+    if stream is None:
+        impl = device.default_stream
+    elif type(stream) is aclrtStream and not stream.destroyed and stream.device is device:
+        impl = stream.impl
+    else:
+        return None
+    worker = getattr(impl, "worker", None)
+    if worker is None or getattr(worker, "capture", None) is not None:
+        return None
+    return impl
+
+
+_UNKEYED = object()
+
+
+def _key_of(value: Any, by_value: bool, prepared: dict[int, np.ndarray]) -> Any:
+    """One argument's part of a call signature: an array's layout (its host view, kept in `prepared`
+    for the call), a scalar's type and value (floats by their bits: -0.0 and NaN are their own),
+    an integer list's values; _UNKEYED for anything else (the call is not cached)."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is bool or kind is int or kind is str:
+        return kind, value
+    if kind is float:
+        return kind, value.hex()
+    if by_value:
+        if (kind is list or kind is tuple) and all(type(v) is int for v in value):
+            return "values", tuple(value)
+        return _UNKEYED
+    if kind is np.ndarray or (kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")):
+        host = prepared[id(value)] = _host_operand(value)
+        return host.shape, host.strides, host.dtype
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return kind, float(value).hex() if value.dtype.kind == "f" else int(value)
+    return _UNKEYED
+
+
+def _signature(body: Callable[..., Any], args: tuple, kwargs: dict, by_value: frozenset, values: tuple[str, ...],
+               prepared: dict[int, np.ndarray]) -> tuple | None:
+    """The call's signature for call_cache (None: not cacheable): the body, each positional
+    argument's part, then (after a marker) each keyword argument's name and part."""
+    parts: list[Any] = [body]
+    try:
+        for i, value in enumerate(args):
+            part = _key_of(value, i in by_value, prepared)
+            if part is _UNKEYED:
+                return None
+            parts.append(part)
+        if kwargs:
+            parts.append(_UNKEYED)   # the marker: keyword parts follow
+            for name, value in kwargs.items():
+                part = _key_of(value, name in values, prepared)
+                if part is _UNKEYED:
+                    return None
+                parts.append((name, part))
+    except Exception:   # noqa: BLE001 - an argument the uncached path will report
+        return None
+    return tuple(parts)
 
 
 def _gpu_of(array: Any) -> int | None:
@@ -156,7 +288,10 @@ def _to_numpy(array: Any) -> np.ndarray:
             tensor = tensor.cpu()
         if tensor.dtype == torch.bfloat16:  # NumPy's DLPack knows no bfloat16
             return np.from_dlpack(tensor.view(torch.int16)).view(dtypes.bfloat16)
-        return np.from_dlpack(tensor)
+        try:
+            return tensor.numpy()   # the same zero-copy view as DLPack's, at a third of its cost
+        except (RuntimeError, TypeError):
+            return np.from_dlpack(tensor)   # (what DLPack says about a tensor NumPy cannot view)
     if kind == "cupy":
         return array.get()
     if isinstance(array, np.ndarray):
@@ -222,15 +357,43 @@ class _GpuOutput:
         return host.view(self.dtype) if self.dtype == dtypes.bfloat16 else host
 
 
+def _host_operand(array: Any) -> np.ndarray:
+    """The host array a host-memory device is given for an argument: its own memory (zero-copy),
+    or a contiguous copy when its strides are negative or not whole elements."""
+    host = _to_numpy(array)
+    if not host.flags.c_contiguous and any(s < 0 or s % host.itemsize for s in host.strides):
+        host = np.ascontiguousarray(host)
+    return host
+
+
+def _span(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> int:
+    """Bytes from the first element of a view with non-negative strides to the end of its last."""
+    if math.prod(shape) == 0:
+        return 0
+    return sum((n - 1) * s for n, s in zip(shape, byte_strides)) + itemsize
+
+
+def _synchronize(impl: Any, name: str) -> None:
+    """Wait for a call's stream; a failure of its queued work is the call's AclnnError."""
+    try:
+        impl.synchronize()
+    except OpError as e:
+        raise AclnnError(e.status, e.message) from None
+    except Exception as e:  # noqa: BLE001
+        raise AclnnError(507000, f"{name}: queued work failed: {e}") from None
+
+
 class _Call:
     """One functional call: lends the caller's arrays to the library, runs the two phases, cleans up.
 
     Memory that already lives where the device computes is lent zero-copy (host arrays on the cpu
     and emulated devices; CuPy arrays and CUDA tensors on the cuda device): its range is registered
     with the device's allocation registry for the length of the call. Anything else is copied.
+    With `record` (the first call of a signature on the cpu device) it also notes what call_cache
+    keeps: the descriptors, the plan and each operand's byte range (`entry()`).
     """
 
-    def __init__(self, name: str, stream: aclrtStream | None):
+    def __init__(self, name: str, stream: aclrtStream | None, record: bool = False):
         self.name = name
         self.device = get_device()
         self.on_gpu = self.device.kind == "cuda"
@@ -239,13 +402,22 @@ class _Call:
         self.owned: list[int] = []
         self.keep: list[Any] = []
         self.kind = "numpy"
+        self.record = record       # False once anything makes the signature uncacheable
+        self.tensors: list[aclTensor] = []
+        self.layouts: list[tuple] = []
+        self.outputs: list[tuple[aclTensor, tuple[int, ...], np.dtype]] = []
+        self.int_arrays: list[aclIntArray] = []
+        self.slots: list[tuple[int, int]] = []   # each operand's byte range, in call order
+        self.written = 0                         # bit k: slot k is an output with bytes
+        self.plan: Any = None
+        self.workspace: tuple[int, int] = (0, 0)
 
     def _lend(self, address: int, shape: Sequence[int], byte_strides: Sequence[int], itemsize: int,
               owner: Any) -> bool:
         """Register [address, address + span) for this call; False when it partly overlaps an allocation."""
-        if math.prod(shape) == 0:
+        span = _span(shape, byte_strides, itemsize)
+        if span == 0:
             return True
-        span = sum((n - 1) * s for n, s in zip(shape, byte_strides)) + itemsize
         raw = owner if self.on_gpu else np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address))
         try:
             if self.device.registry.borrow(address, span, raw) is not None:
@@ -257,8 +429,6 @@ class _Call:
 
     def _host_address(self, array: np.ndarray) -> tuple[int, np.ndarray]:
         """(address, the array actually described) of a host array on a host-memory device."""
-        if any(s < 0 or s % array.itemsize for s in array.strides):
-            array = np.ascontiguousarray(array)
         if array.size and not self._lend(array.ctypes.data, array.shape, array.strides, array.itemsize, array):
             array = np.ascontiguousarray(array).copy()
             self._lend(array.ctypes.data, array.shape, array.strides, array.itemsize, array)
@@ -294,8 +464,15 @@ class _Call:
             gpu, dtype = _to_cupy(array)
             address, gpu = self._gpu_address(gpu)
             return self._describe(address, gpu.shape, gpu.strides, dtype, fmt, name)
-        address, host = self._host_address(_to_numpy(array))
-        return self._describe(address, host.shape, host.strides, host.dtype, fmt, name)
+        operand = _host_operand(array)
+        address, host = self._host_address(operand)
+        tensor = self._describe(address, host.shape, host.strides, host.dtype, fmt, name)
+        if self.record:
+            self.record = host is operand   # a copy (it straddled an allocation) is not the caller's layout
+            self.tensors.append(tensor)
+            self.layouts.append((host.shape, host.strides, host.dtype))
+            self.slots.append((address, address + _span(host.shape, host.strides, host.itemsize)))
+        return tensor
 
     def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
                ) -> tuple[aclTensor, Any]:
@@ -311,35 +488,48 @@ class _Call:
             handle = np.empty(tuple(shape), dtype)
             address, _ = self._host_address(handle)
             strides = handle.strides
-        return self._describe(address, tuple(shape), strides, dtype, fmt, "output"), handle
+        tensor = self._describe(address, tuple(shape), strides, dtype, fmt, "output")
+        if self.record:
+            self.outputs.append((tensor, tuple(shape), dtype))
+            self.written |= (1 << len(self.slots)) if handle.nbytes else 0
+            self.slots.append((address, address + handle.nbytes))
+        return tensor, handle
 
     def int_array(self, values: Any, name: str) -> aclIntArray:
         array = aclCreateIntArray(_int_list(self.name, name, values))
         if array is None:
             raise AclnnError(161002, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
+        self.int_arrays.append(array)
         return array
 
     def run(self, get_workspace_size: Callable[..., tuple[int, int, aclOpExecutor]],
             execute: Callable[..., int], *args: Any) -> None:
         status, workspace_size, executor = get_workspace_size(*args)
         check_status(status)
+        self.plan = executor.plan
         workspace = None
         if workspace_size:
             workspace = self.device.malloc(workspace_size)
             self.owned.append(workspace)
+            self.workspace = (workspace, workspace_size)
         check_status(execute(workspace, workspace_size, executor, self.stream))
-        try:
-            resolve_stream(self.stream, self.name).synchronize()
-        except OpError as e:
-            raise AclnnError(e.status, e.message) from None
-        except Exception as e:  # noqa: BLE001
-            raise AclnnError(507000, f"{self.name}: queued work failed: {e}") from None
+        _synchronize(resolve_stream(self.stream, self.name), self.name)
 
     def result(self, handle: Any) -> Any:
         """An output as the caller's array kind (torch in, torch out; on the GPU it stays there)."""
         if isinstance(handle, _GpuOutput):
             return handle.as_kind(self.kind)
         return _from_numpy(handle, self.kind)
+
+    def entry(self) -> call_cache.Entry:
+        """What call_cache keeps of this (successful, recorded) call: its phase 1, or the note that
+        the signature cannot be cached (an operand copied, or two operands sharing memory)."""
+        workspace, size = self.workspace
+        slots = [*self.slots, (workspace, workspace + size)]
+        if not self.record or self.plan is None or not call_cache.disjoint(slots):
+            return call_cache.Entry.uncacheable()
+        return call_cache.Entry(self.plan, self.tensors, self.layouts, self.outputs, self.int_arrays, slots,
+                                self.written, workspace, size)
 
     def close(self) -> None:
         for address in self.borrowed:
@@ -348,115 +538,160 @@ class _Call:
             self.device.free(address)
 
 
-@contextmanager
-def _call(name: str, stream: aclrtStream | None) -> Iterator[_Call]:
-    call = _Call(name, stream)
-    try:
-        yield call
-    finally:
-        call.close()
+class _Retry(Exception):
+    """A cached call that cannot finish from its entry: it runs uncached (and, when `uncacheable`,
+    its signature is never cached again)."""
+
+    def __init__(self, uncacheable: bool):
+        super().__init__()
+        self.uncacheable = uncacheable
+
+
+class _Replay:
+    """A functional call of a cached signature (call_cache): `_Call`'s methods over the entry. The
+    arrays are not lent or described; the entry's plan runs on them on the calling thread."""
+
+    __slots__ = ("name", "device", "impl", "entry", "prepared", "views", "kind", "inputs", "outputs", "ints")
+
+    def __init__(self, name: str, device: Any, impl: Any, entry: call_cache.Entry,
+                 prepared: dict[int, np.ndarray]):
+        self.name, self.device, self.impl, self.entry, self.prepared = name, device, impl, entry, prepared
+        self.views: list[np.ndarray | None] = []   # each operand's bytes, in the entry's slot order
+        self.kind = "numpy"
+        self.inputs = self.outputs = self.ints = 0
+
+    def tensor(self, array: Any, name: str, fmt: int = aclFormat.ACL_FORMAT_ND) -> aclTensor:
+        if array is None:
+            return None  # type: ignore[return-value]
+        if self.kind == "numpy":
+            self.kind = _array_kind(array)
+        i = self.inputs
+        self.inputs = i + 1
+        host = self.prepared.get(id(array))
+        if host is None:   # not an argument as passed (the signature holds those layouts): check it
+            host = self.prepared[id(array)] = _host_operand(array)
+            if (host.shape, host.strides, host.dtype) != self.entry.layouts[i]:
+                raise _Retry(uncacheable=True)
+        self.views.append(call_cache.bytes_of(host))
+        return self.entry.tensors[i]
+
+    def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
+               ) -> tuple[aclTensor, Any]:
+        i = self.outputs
+        self.outputs = i + 1
+        tensor, expected_shape, expected_dtype = self.entry.outputs[i]
+        handle = np.empty(shape, dtype)
+        if handle.shape != expected_shape or handle.dtype != expected_dtype:
+            raise _Retry(uncacheable=True)
+        self.views.append(call_cache.bytes_of(handle))
+        return tensor, handle
+
+    def int_array(self, values: Any, name: str) -> aclIntArray:
+        i = self.ints
+        self.ints = i + 1
+        return self.entry.int_arrays[i]   # the signature holds the values
+
+    def run(self, get_workspace_size: Callable[..., Any], execute: Callable[..., int], *args: Any) -> None:
+        _synchronize(self.impl, self.name)   # earlier work on the stream first, as the stream orders it
+        try:
+            call_cache.run(self.entry, self.device, self.views)
+        except Exception as e:  # noqa: BLE001 - the uncached path runs it again and reports what it reports
+            raise _Retry(uncacheable=isinstance(e, call_cache.OutsideSlots)) from e
+
+    result = _Call.result
 
 
 # ---------------------------------------------------------------------------- KL divergence
-@_public
-def kl_div(self: Any, target: Any, reduction: str | int = "mean", log_target: bool = False, *,
-           stream: aclrtStream | None = None) -> Any:
+@_operator()
+def kl_div(call: _Call, self: Any, target: Any, reduction: str | int = "mean", log_target: bool = False) -> Any:
     """KL divergence loss (aclnnKlDiv): `none` gives the broadcast shape, the others a 0-D array."""
     from .ops.kl_div import aclnnKlDiv, aclnnKlDivGetWorkspaceSize
     code = _reduction("kl_div", reduction, ("none", "mean", "sum", "batchmean"))
-    with _call("kl_div", stream) as call:
-        x, t = call.tensor(self, "self"), call.tensor(target, "target")
-        shape: tuple[int, ...] = ()
-        if code == 0 and x is not None and t is not None:
-            try:
-                shape = np.broadcast_shapes(x.shape, t.shape)
-            except ValueError:   # the API names the mismatch
-                pass
-        out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
-        call.run(aclnnKlDivGetWorkspaceSize, aclnnKlDiv, x, t, code, log_target, out)
-        return call.result(host)
+    x, t = call.tensor(self, "self"), call.tensor(target, "target")
+    shape: tuple[int, ...] = ()
+    if code == 0 and x is not None and t is not None:
+        try:
+            shape = np.broadcast_shapes(x.shape, t.shape)
+        except ValueError:   # the API names the mismatch
+            pass
+    out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
+    call.run(aclnnKlDivGetWorkspaceSize, aclnnKlDiv, x, t, code, log_target, out)
+    return call.result(host)
 
 
-@_public
-def kl_div_backward(grad_output: Any, self: Any, target: Any, reduction: str | int = "mean",
-                    log_target: bool = False, *, stream: aclrtStream | None = None) -> Any:
+@_operator()
+def kl_div_backward(call: _Call, grad_output: Any, self: Any, target: Any, reduction: str | int = "mean",
+                    log_target: bool = False) -> Any:
     """Gradient of kl_div with respect to `self` (aclnnKlDivBackward), in `self`'s dtype."""
     from .ops.kl_div import aclnnKlDivBackward, aclnnKlDivBackwardGetWorkspaceSize
     code = _reduction("kl_div_backward", reduction, ("none", "mean", "sum", "batchmean"))
-    with _call("kl_div_backward", stream) as call:
-        g, x, t = call.tensor(grad_output, "grad_output"), call.tensor(self, "self"), call.tensor(target, "target")
-        out, host = call.output(x.shape if x is not None else (), dtypes.to_numpy(x.dtype) if x is not None
-                                else np.float32)
-        call.run(aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivBackward, g, x, t, code, log_target, out)
-        return call.result(host)
+    g, x, t = call.tensor(grad_output, "grad_output"), call.tensor(self, "self"), call.tensor(target, "target")
+    out, host = call.output(x.shape if x is not None else (), dtypes.to_numpy(x.dtype) if x is not None
+                            else np.float32)
+    call.run(aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivBackward, g, x, t, code, log_target, out)
+    return call.result(host)
 
 
 # ---------------------------------------------------------------------------- ConvTBC
-@_public
-def conv_tbc(input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
-             stream: aclrtStream | None = None) -> Any:
+@_operator()
+def conv_tbc(call: _Call, input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0) -> Any:
     """ConvTBC forward (aclnnConvTbc): input (T, B, Cin), weight (K, Cin, Cout), bias (Cout) ->
     (T + 2*pad - K + 1, B, Cout) in the input's dtype."""
     from .ops.conv_tbc import aclnnConvTbc, aclnnConvTbcGetWorkspaceSize
     pad, cube_math_type = _integer("conv_tbc", "pad", pad), _integer("conv_tbc", "cube_math_type", cube_math_type)
-    with _call("conv_tbc", stream) as call:
-        x, w, b = call.tensor(input, "input"), call.tensor(weight, "weight"), call.tensor(bias, "bias")
-        shape: tuple[int, ...] = ()
-        if x is not None and w is not None and len(x.shape) == 3 and len(w.shape) == 3:
-            shape = (max(x.shape[0] + 2 * pad - w.shape[0] + 1, 0), x.shape[1], w.shape[2])
-        out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
-        call.run(aclnnConvTbcGetWorkspaceSize, aclnnConvTbc, x, w, b, pad, out, cube_math_type)
-        return call.result(host)
+    x, w, b = call.tensor(input, "input"), call.tensor(weight, "weight"), call.tensor(bias, "bias")
+    shape: tuple[int, ...] = ()
+    if x is not None and w is not None and len(x.shape) == 3 and len(w.shape) == 3:
+        shape = (max(x.shape[0] + 2 * pad - w.shape[0] + 1, 0), x.shape[1], w.shape[2])
+    out, host = call.output(shape, dtypes.to_numpy(x.dtype) if x is not None else np.float32)
+    call.run(aclnnConvTbcGetWorkspaceSize, aclnnConvTbc, x, w, b, pad, out, cube_math_type)
+    return call.result(host)
 
 
-@_public
-def conv_tbc_backward(grad: Any, input: Any, weight: Any, bias: Any, pad: int = 0, cube_math_type: int = 0, *,
-                      stream: aclrtStream | None = None) -> tuple[Any, Any, Any]:
+@_operator()
+def conv_tbc_backward(call: _Call, grad: Any, input: Any, weight: Any, bias: Any, pad: int = 0,
+                      cube_math_type: int = 0) -> tuple[Any, Any, Any]:
     """ConvTBC backward (aclnnConvTbcBackward): (grad_input, grad_weight, grad_bias) in the dtypes of
     input, weight and bias."""
     from .ops.conv_tbc import aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize
     pad = _integer("conv_tbc_backward", "pad", pad)
     cube_math_type = _integer("conv_tbc_backward", "cube_math_type", cube_math_type)   # 0..3: the API checks
-    with _call("conv_tbc_backward", stream) as call:
-        g, x = call.tensor(grad, "grad"), call.tensor(input, "input")
-        w, b = call.tensor(weight, "weight"), call.tensor(bias, "bias")
-        outs = [call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
-                            else np.float32) for t in (x, w, b)]
-        call.run(aclnnConvTbcBackwardGetWorkspaceSize, aclnnConvTbcBackward, g, x, w, b, pad,
-                 cube_math_type, outs[0][0], outs[1][0], outs[2][0])
-        return tuple(call.result(host) for _, host in outs)
+    g, x = call.tensor(grad, "grad"), call.tensor(input, "input")
+    w, b = call.tensor(weight, "weight"), call.tensor(bias, "bias")
+    outs = [call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
+                        else np.float32) for t in (x, w, b)]
+    call.run(aclnnConvTbcBackwardGetWorkspaceSize, aclnnConvTbcBackward, g, x, w, b, pad,
+             cube_math_type, outs[0][0], outs[1][0], outs[2][0])
+    return tuple(call.result(host) for _, host in outs)
 
 
 # ---------------------------------------------------------------------------- scaled masked softmax
-@_public
-def scaled_masked_softmax(x: Any, mask: Any, scale: float = 1.0, fix_triu_mask: bool = False, *,
-                          stream: aclrtStream | None = None) -> Any:
+@_operator()
+def scaled_masked_softmax(call: _Call, x: Any, mask: Any, scale: float = 1.0, fix_triu_mask: bool = False) -> Any:
     """Scaled masked softmax (aclnnScaledMaskedSoftmax): x (B, N, S1, S2) float, mask bool
     (Bm, Nm, S1, S2) with Bm in {B, 1}, Nm in {N, 1} (true = masked out; None allowed with
     fix_triu_mask) -> y = softmax(scale * x) over the last axis in x's dtype, zeros on fully masked rows."""
     from .ops.scaled_masked_softmax import aclnnScaledMaskedSoftmax, aclnnScaledMaskedSoftmaxGetWorkspaceSize
-    with _call("scaled_masked_softmax", stream) as call:
-        t, m = call.tensor(x, "x"), call.tensor(mask, "mask")
-        y, host = call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
-                              else np.float32)
-        call.run(aclnnScaledMaskedSoftmaxGetWorkspaceSize, aclnnScaledMaskedSoftmax, t, m, scale, fix_triu_mask, y)
-        return call.result(host)
+    t, m = call.tensor(x, "x"), call.tensor(mask, "mask")
+    y, host = call.output(t.shape if t is not None else (), dtypes.to_numpy(t.dtype) if t is not None
+                          else np.float32)
+    call.run(aclnnScaledMaskedSoftmaxGetWorkspaceSize, aclnnScaledMaskedSoftmax, t, m, scale, fix_triu_mask, y)
+    return call.result(host)
 
 
-@_public
-def scaled_masked_softmax_backward(grad_output: Any, y: Any, mask: Any, scale: float = 1.0,
-                                   fix_triu_mask: bool = False, *, stream: aclrtStream | None = None) -> Any:
+@_operator()
+def scaled_masked_softmax_backward(call: _Call, grad_output: Any, y: Any, mask: Any, scale: float = 1.0,
+                                   fix_triu_mask: bool = False) -> Any:
     """Gradient of scaled_masked_softmax with respect to x (aclnnScaledMaskedSoftmaxBackward):
     scale * y * (grad_output - rowsum(grad_output * y)), 0 where masked, in grad_output's dtype."""
     from .ops.scaled_masked_softmax import (aclnnScaledMaskedSoftmaxBackward,
                                             aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize)
-    with _call("scaled_masked_softmax_backward", stream) as call:
-        g, yt, m = call.tensor(grad_output, "grad_output"), call.tensor(y, "y"), call.tensor(mask, "mask")
-        out, host = call.output(g.shape if g is not None else (), dtypes.to_numpy(g.dtype) if g is not None
-                                else np.float32)
-        call.run(aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize, aclnnScaledMaskedSoftmaxBackward, g, yt, m,
-                 scale, fix_triu_mask, out)
-        return call.result(host)
+    g, yt, m = call.tensor(grad_output, "grad_output"), call.tensor(y, "y"), call.tensor(mask, "mask")
+    out, host = call.output(g.shape if g is not None else (), dtypes.to_numpy(g.dtype) if g is not None
+                            else np.float32)
+    call.run(aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize, aclnnScaledMaskedSoftmaxBackward, g, yt, m,
+             scale, fix_triu_mask, out)
+    return call.result(host)
 
 
 # ---------------------------------------------------------------------------- cross-entropy
@@ -467,88 +702,82 @@ def _ce_result(call: _Call, host: np.ndarray) -> Any:
     return result.reshape(host.shape) if tuple(result.shape) != host.shape else result
 
 
-@_public
-def cross_entropy_loss(input: Any, target: Any, weight: Any = None, reduction: str | int = "mean",
-                       ignore_index: int = -100, label_smoothing: float = 0.0, *,
-                       stream: aclrtStream | None = None) -> tuple[Any, Any]:
+@_operator()
+def cross_entropy_loss(call: _Call, input: Any, target: Any, weight: Any = None, reduction: str | int = "mean",
+                       ignore_index: int = -100, label_smoothing: float = 0.0) -> tuple[Any, Any]:
     """Cross-entropy loss over logits (aclnnCrossEntropyLoss): input (N, C), target (N,) int64/int32,
     weight (C,) float32 or None -> (loss, log_prob); loss is (N,) for "none", else 0-D; both in the
     input's dtype."""
     from .ops.cross_entropy import aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize
     name = _reduction_name("cross_entropy_loss", reduction)
-    with _call("cross_entropy_loss", stream) as call:
-        x, t, w = call.tensor(input, "input"), call.tensor(target, "target"), call.tensor(weight, "weight")
-        dt = dtypes.to_numpy(x.dtype) if x is not None else np.float32
-        n = x.shape[0] if x is not None and len(x.shape) >= 1 else 0
-        loss, loss_host = call.output((n,) if name == "none" else (), dt)
-        lp, lp_host = call.output(x.shape if x is not None else (0, 0), dt)
-        call.run(aclnnCrossEntropyLossGetWorkspaceSize, aclnnCrossEntropyLoss, x, t, w, name, ignore_index,
-                 label_smoothing, 0.0, False, loss, lp, None, None)
-        return _ce_result(call, loss_host), _ce_result(call, lp_host)
+    x, t, w = call.tensor(input, "input"), call.tensor(target, "target"), call.tensor(weight, "weight")
+    dt = dtypes.to_numpy(x.dtype) if x is not None else np.float32
+    n = x.shape[0] if x is not None and len(x.shape) >= 1 else 0
+    loss, loss_host = call.output((n,) if name == "none" else (), dt)
+    lp, lp_host = call.output(x.shape if x is not None else (0, 0), dt)
+    call.run(aclnnCrossEntropyLossGetWorkspaceSize, aclnnCrossEntropyLoss, x, t, w, name, ignore_index,
+             label_smoothing, 0.0, False, loss, lp, None, None)
+    return _ce_result(call, loss_host), _ce_result(call, lp_host)
 
 
-@_public
-def cross_entropy_loss_grad(grad_loss: Any, log_prob: Any, target: Any, weight: Any = None,
-                            reduction: str | int = "mean", ignore_index: int = -100, label_smoothing: float = 0.0,
-                            *, stream: aclrtStream | None = None) -> Any:
+@_operator()
+def cross_entropy_loss_grad(call: _Call, grad_loss: Any, log_prob: Any, target: Any, weight: Any = None,
+                            reduction: str | int = "mean", ignore_index: int = -100,
+                            label_smoothing: float = 0.0) -> Any:
     """Gradient of cross_entropy_loss with respect to the logits (aclnnCrossEntropyLossGrad), given
     log_prob = log_softmax(logits): (N, C) in log_prob's dtype. grad_loss is (N,) for "none", else a
     scalar (0-D or [1])."""
     from .ops.cross_entropy import aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize
     name = _reduction_name("cross_entropy_loss_grad", reduction)
-    with _call("cross_entropy_loss_grad", stream) as call:
-        g, lp = call.tensor(grad_loss, "grad_loss"), call.tensor(log_prob, "log_prob")
-        t, w = call.tensor(target, "target"), call.tensor(weight, "weight")
-        out, host = call.output(lp.shape if lp is not None else (), dtypes.to_numpy(lp.dtype) if lp is not None
-                                else np.float32)
-        call.run(aclnnCrossEntropyLossGradGetWorkspaceSize, aclnnCrossEntropyLossGrad, g, lp, t, w, None, None,
-                 name, ignore_index, label_smoothing, 0.0, out)
-        return _ce_result(call, host)
+    g, lp = call.tensor(grad_loss, "grad_loss"), call.tensor(log_prob, "log_prob")
+    t, w = call.tensor(target, "target"), call.tensor(weight, "weight")
+    out, host = call.output(lp.shape if lp is not None else (), dtypes.to_numpy(lp.dtype) if lp is not None
+                            else np.float32)
+    call.run(aclnnCrossEntropyLossGradGetWorkspaceSize, aclnnCrossEntropyLossGrad, g, lp, t, w, None, None,
+             name, ignore_index, label_smoothing, 0.0, out)
+    return _ce_result(call, host)
 
 
 # ---------------------------------------------------------------------------- CTC loss
-@_public
-def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
-             zero_infinity: bool = False, *, stream: aclrtStream | None = None) -> tuple[Any, Any]:
+@_operator(values=("input_lengths", "target_lengths"))
+def ctc_loss(call: _Call, log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+             zero_infinity: bool = False) -> tuple[Any, Any]:
     """CTC loss (aclnnCtcLoss): log_probs (T, N, C), targets (N, S) padded or 1-D concatenated, lengths
     as sequences of ints or integer arrays -> (neg_log_likelihood (N,), log_alpha (N, T, 2*maxL+1)) in
     log_probs' dtype. zero_infinity returns 0 for an infinite loss."""
     from .ops.ctc_loss import aclnnCtcLoss, aclnnCtcLossGetWorkspaceSize
-    with _call("ctc_loss", stream) as call:
-        lp, tg = call.tensor(log_probs, "log_probs"), call.tensor(targets, "targets")
-        il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
-        tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
-        max_l = max([0, *_int_list("ctc_loss", "target_lengths", target_lengths)]) if target_lengths is not None else 0
-        T, N = (lp.shape[0], lp.shape[1]) if lp is not None and len(lp.shape) == 3 else (0, 0)
-        dt = dtypes.to_numpy(lp.dtype) if lp is not None else np.dtype(np.float32)
-        nll, nll_host = call.output((N,), dt)
-        la, la_host = call.output((N, T, 2 * max_l + 1), dt)
-        call.run(aclnnCtcLossGetWorkspaceSize, aclnnCtcLoss, lp, tg, il, tl, blank, zero_infinity, nll, la)
-        return call.result(nll_host), call.result(la_host)
+    lp, tg = call.tensor(log_probs, "log_probs"), call.tensor(targets, "targets")
+    il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
+    tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
+    max_l = max([0, *_int_list("ctc_loss", "target_lengths", target_lengths)]) if target_lengths is not None else 0
+    T, N = (lp.shape[0], lp.shape[1]) if lp is not None and len(lp.shape) == 3 else (0, 0)
+    dt = dtypes.to_numpy(lp.dtype) if lp is not None else np.dtype(np.float32)
+    nll, nll_host = call.output((N,), dt)
+    la, la_host = call.output((N, T, 2 * max_l + 1), dt)
+    call.run(aclnnCtcLossGetWorkspaceSize, aclnnCtcLoss, lp, tg, il, tl, blank, zero_infinity, nll, la)
+    return call.result(nll_host), call.result(la_host)
 
 
-@_public
-def ctc_loss_backward(grad_out: Any, log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
-                      neg_log_likelihood: Any, log_alpha: Any, blank: int = 0, zero_infinity: bool = False, *,
-                      stream: aclrtStream | None = None) -> Any:
+@_operator(values=("input_lengths", "target_lengths"))
+def ctc_loss_backward(call: _Call, grad_out: Any, log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
+                      neg_log_likelihood: Any, log_alpha: Any, blank: int = 0, zero_infinity: bool = False) -> Any:
     """PyTorch's raw `_ctc_loss_backward` (aclnnCtcLossBackward): the gradient with respect to the
     logits (T, N, C), no reduction, in grad_out's dtype. With zero_infinity a sample is zeroed only
     when the neg_log_likelihood given is +inf: pass the raw loss, not ctc_loss(zero_infinity=True)'s."""
     from .ops.ctc_loss import aclnnCtcLossBackward, aclnnCtcLossBackwardGetWorkspaceSize
-    with _call("ctc_loss_backward", stream) as call:
-        g, lp = call.tensor(grad_out, "grad_out"), call.tensor(log_probs, "log_probs")
-        tg = call.tensor(targets, "targets")
-        il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
-        tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
-        nll, la = call.tensor(neg_log_likelihood, "neg_log_likelihood"), call.tensor(log_alpha, "log_alpha")
-        dt = dtypes.to_numpy(g.dtype) if g is not None else np.dtype(np.float32)
-        out, host = call.output(lp.shape if lp is not None else (), dt)
-        call.run(aclnnCtcLossBackwardGetWorkspaceSize, aclnnCtcLossBackward, g, lp, tg, il, tl, nll, la, blank,
-                 zero_infinity, out)
-        return call.result(host)
+    g, lp = call.tensor(grad_out, "grad_out"), call.tensor(log_probs, "log_probs")
+    tg = call.tensor(targets, "targets")
+    il = call.int_array(input_lengths, "input_lengths") if input_lengths is not None else None
+    tl = call.int_array(target_lengths, "target_lengths") if target_lengths is not None else None
+    nll, la = call.tensor(neg_log_likelihood, "neg_log_likelihood"), call.tensor(log_alpha, "log_alpha")
+    dt = dtypes.to_numpy(g.dtype) if g is not None else np.dtype(np.float32)
+    out, host = call.output(lp.shape if lp is not None else (), dt)
+    call.run(aclnnCtcLossBackwardGetWorkspaceSize, aclnnCtcLossBackward, g, lp, tg, il, tl, nll, la, blank,
+             zero_infinity, out)
+    return call.result(host)
 
 
 __all__ = ["AclnnError", "kl_div", "kl_div_backward", "conv_tbc", "conv_tbc_backward",
-           "scaled_masked_softmax", "scaled_masked_softmax_backward",
-           "cross_entropy_loss", "cross_entropy_loss_grad",
-           "ctc_loss", "ctc_loss_backward"]
+       "scaled_masked_softmax", "scaled_masked_softmax_backward",
+       "cross_entropy_loss", "cross_entropy_loss_grad",
+       "ctc_loss", "ctc_loss_backward"]

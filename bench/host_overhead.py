@@ -21,9 +21,9 @@ import numpy as np
 from . import common, instant_cupy
 
 
-def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[], Any] = lambda: None) -> float:
-    """Median over `batches` of (time of `calls` calls / calls), after one warm-up batch; `after`
-    runs between batches, untimed (the cpu device's synchronize)."""
+def batch_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[], Any] = lambda: None) -> list[float]:
+    """Per-call microseconds of each of `batches` timed batches of `calls` calls, after one warm-up
+    batch; `after` runs between batches, untimed (the cpu device's synchronize)."""
     for _ in range(calls):
         fn()
     after()
@@ -34,7 +34,12 @@ def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable
             fn()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
         after()
-    return statistics.median(samples)
+    return samples
+
+
+def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[], Any] = lambda: None) -> float:
+    """The median of batch_us: the per-call figure of the host-overhead tables."""
+    return statistics.median(batch_us(fn, calls, batches, after))
 
 
 class InstantDevice:

@@ -25,9 +25,9 @@ import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench import capture, common, host_overhead  # noqa: E402
+    from bench import capture, common, host_overhead, pythonic  # noqa: E402
 else:
-    from . import capture, common, host_overhead
+    from . import capture, common, host_overhead, pythonic
 
 F32 = np.dtype(np.float32)
 SCALE = 0.125
@@ -548,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     code_path = host_overhead.cuda_code_path(FAMILIES, calls=n_calls, batches=5 if args.quick else 9)
     replays = capture.run(FAMILIES, calls=n_calls, batches=5 if args.quick else 9)
+    # the pythonic layers on the cpu device (their cache serves the cpu device only)
+    layers = pythonic.measure(FAMILIES, calls=min(n_calls, 100), batches=5 if args.quick else 9) \
+        if kind == "cpu" else None
     if kind != "cuda":   # a loaded machine can spoil one measurement: the best of the start and the end
         again = common.measure_ceilings(kind, args.quick)
         ceilings = {k: max(v, again.get(k, v)) for k, v in ceilings.items()}
@@ -577,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "device": kind,
               "device_description": _describe(), "quick": args.quick, "dtype": dt.name, "machine": mach,
               "ceilings": ceilings, "operators": operators, "overhead": overhead,
-              "cuda_code_path": code_path, "capture": replays, "scaling": scaling,
+              "cuda_code_path": code_path, "capture": replays, "pythonic": layers, "scaling": scaling,
               "acceptance": {"per_operator": per_op, "geomean": gm, "max": worst, "max_operator": worst_name,
                              "rule": "geomean <= 0.8 and max <= 1.5", "pass": passed,
                              "applies": kind == "cpu"},
@@ -618,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Replaying a captured model (aclmdlRIExecuteAsync) beside the direct calls (microseconds per "
           "operator; tiny tensors, median of batches)\n")
     print(capture.table(replays))
+    if layers is not None:
+        print("\n## Tiny functional and aclnn_gpu.torch calls beside PyTorch's (microseconds per call; cpu device)\n")
+        print(pythonic.table(layers))
     print("\n## Scaling of the backward operators (ms)\n")
     print(common.markdown_table(["operator", "shapes", "elements", "ours ms", "torch ms", "ratio", *fastest],
                                 [[s["operator"], s["shapes"], s["size"], s["ours_ms"], s["torch_ms"],

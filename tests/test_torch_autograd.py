@@ -3,6 +3,8 @@ values and gradients, in float64 (where the operator takes DOUBLE) and float32; 
 on the float64 ones; zero-copy lending; importing aclnn_gpu does not import torch."""
 from __future__ import annotations
 
+import contextlib
+
 import subprocess
 import sys
 
@@ -240,22 +242,37 @@ def test_results_are_torch_tensors_on_the_input_device(gen):
     assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
 
 
-def test_cpu_tensors_are_lent_without_copies(gen, monkeypatch):
+@pytest.mark.parametrize("cached", [False, True])
+def test_cpu_tensors_are_lent_without_copies(gen, monkeypatch, cached):
     """On the cpu device the operator reads the torch tensor's own memory: functional's copy path is
-    never taken for contiguous or strided torch CPU tensors."""
+    never taken for contiguous or strided torch CPU tensors, whether a call describes them (the
+    uncached path) or runs a cached plan on them (call_cache: a signature's second call)."""
     import aclnn_gpu.functional as F
-    described = []
-    original = F._Call._describe
-    monkeypatch.setattr(F._Call, "_describe",
-                        lambda self, address, *rest: described.append(address) or original(self, address, *rest))
+    from aclnn_gpu import call_cache
+    read = []
+    original = F._Call._describe if not cached else call_cache.bytes_of
+    if cached:
+        monkeypatch.setattr(call_cache, "bytes_of", lambda a: read.append(a.ctypes.data) or original(a))
+    else:
+        monkeypatch.setattr(F._Call, "_describe",
+                            lambda self, address, *rest: read.append(address) or original(self, address, *rest))
     x = torch.randn(6, 2, 4, generator=gen, requires_grad=True)
     w = torch.randn(3, 4, 5, generator=gen, requires_grad=True)
     b = torch.randn(5, generator=gen, requires_grad=True)
-    AT.conv_tbc(x, w, b, 1).sum().backward()
     lp = torch.randn(10, 4, generator=gen).log_softmax(-1)[:, ::2]     # a strided view
-    AT.kl_div(lp.requires_grad_(), torch.rand(10, 2, generator=gen), reduction="sum").backward()
+    t = torch.rand(10, 2, generator=gen)
+
+    def calls():
+        AT.conv_tbc(x, w, b, 1).sum().backward()
+        AT.kl_div(lp.requires_grad_(), t, reduction="sum").backward()
+
+    with call_cache.disabled() if not cached else contextlib.nullcontext():
+        calls()
+        hits = call_cache.cache.hits
+        calls()
+    assert call_cache.cache.hits > hits or not cached
     for tensor in (x, w, b, lp):
-        assert tensor.data_ptr() in described, "a torch CPU tensor was copied instead of lent"
+        assert tensor.data_ptr() in read, "a torch CPU tensor was copied instead of lent"
 
 
 def test_importing_aclnn_gpu_does_not_import_torch():
