@@ -161,8 +161,9 @@ def train(step: Step, stream, steps: int, run_step) -> tuple[list[float], float]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", "200")))
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", "200")),
+                        help="training steps of each run, direct and replayed (default 200, or ACLNN_EXAMPLE_STEPS)")
     steps = parser.parse_args().steps
     check(acl.aclInit(None), "aclInit")
     check(acl.aclrtSetDevice(0), "aclrtSetDevice")

@@ -137,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=2, help="rank processes (must divide the batch of %d)"
                         % train_ctc.N)
-    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", 5)))
-    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--steps", type=int, default=int(os.environ.get("ACLNN_EXAMPLE_STEPS", 5)),
+                        help="SGD steps (default 5, or ACLNN_EXAMPLE_STEPS)")
+    parser.add_argument("--rtol", type=float, default=1e-4,
+                        help="relative tolerance of the final parameters against one process on the full batch")
     args = parser.parse_args(argv)
     if args.ranks < 1 or train_ctc.N % args.ranks:
         parser.error(f"--ranks must divide the batch of {train_ctc.N}")
