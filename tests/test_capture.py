@@ -694,3 +694,94 @@ def test_capture_bench_runs(monkeypatch):
         assert [r["operator"] for r in rows] == [n for f in FAMILIES for n in (f.forward, f.backward)]
         assert all(r["direct_us"] > 0 and r["replay_us"] > 0 for r in rows)
     assert "sequence of the 10" in capture_bench.table(result)
+
+
+# ------------------------------------------------------------------------------------------ replay bookkeeping
+def _host_only(session: Any) -> None:
+    if session.kind == "cuda":
+        pytest.skip("queues host functions on the stream's worker thread (cpu and emulated)")
+
+
+def test_a_replay_queued_behind_a_failure_still_finishes(session, s):
+    """The stream skips work queued after a failure; a skipped replay still completes its events' marks
+    and stops counting as running, so the model can be destroyed and its event waited for."""
+    _host_only(session)
+    event = ok(acl.aclrtCreateEvent())
+    model = capture(s.stream, lambda st: ok(acl.aclrtRecordEvent(event, st)))
+
+    def fails() -> None:
+        raise ValueError("a failing task")
+    _queue_host_task(s.stream, fails)
+    ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(s.stream)) != 0   # the failure, reported once
+    assert _in_thread(lambda: acl.aclrtSynchronizeEvent(event)) == 0
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyEvent(event))
+
+
+def test_a_replay_that_cannot_be_queued_is_not_left_running():
+    from aclnn_gpu.device.hoststream import HostStream
+    stream = HostStream("capfix")
+    stream.begin_capture()
+    stream.submit(lambda: None)
+    work = stream.end_capture()
+    stream.close()
+    with pytest.raises(RuntimeError, match="destroyed"):
+        stream.replay(work)
+    assert work.pending == 0 and work.last is not None and work.last.is_set()
+
+
+def test_a_wait_orders_after_the_latest_replay(session, s):
+    """Two replays queued on one stream: the event recorded in the model refers to the SECOND replay's
+    record (as after two aclrtRecordEvent calls), not to whichever replay reaches it first."""
+    _host_only(session)
+    event = ok(acl.aclrtCreateEvent())
+    model = capture(s.stream, lambda st: ok(acl.aclrtRecordEvent(event, st)))
+    started, gate = threading.Event(), threading.Event()
+    other = ok(acl.aclrtCreateStream())
+    after_wait = threading.Event()
+    try:
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        _queue_host_task(s.stream, lambda: (started.set(), gate.wait(60)))   # between the two replays
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtStreamWaitEvent(other, event))
+        _queue_host_task(other, after_wait.set)
+        assert started.wait(60)                           # the first replay has recorded the event
+        assert not after_wait.wait(0.2)                   # the wait is for the second replay's record
+        assert acl.aclrtQueryEventStatus(event) == (0, acl.ACL_EVENT_RECORDED_STATUS_NOT_READY)
+    finally:
+        gate.set()
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(other)) == 0
+    assert after_wait.is_set()
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyEvent(event))
+    ok(acl.aclrtDestroyStream(other))
+
+
+def test_replays_of_one_model_on_two_streams_do_not_overlap(session, s):
+    """CUDA orders successive launches of one graph (they share the plans' workspaces): a replay waits
+    for the previous replay of the same model, whatever the stream."""
+    _host_only(session)
+    running, overlap = [0], []
+    lock = threading.Lock()
+
+    def body() -> None:
+        with lock:
+            running[0] += 1
+            overlap.append(running[0])
+        threading.Event().wait(0.05)
+        with lock:
+            running[0] -= 1
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    _queue_host_task(s.stream, body)
+    model = ok(acl.aclmdlRICaptureEnd(s.stream))
+    other = ok(acl.aclrtCreateStream())
+    for _ in range(3):
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclmdlRIExecuteAsync(model, other))
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(other)) == 0
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(s.stream)) == 0
+    assert len(overlap) == 6 and max(overlap) == 1
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyStream(other))

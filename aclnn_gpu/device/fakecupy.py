@@ -187,7 +187,7 @@ class Event:
         self.mark: HostEventMark | None = None
 
     def record(self, stream: Stream | None = None) -> None:
-        self.mark = (stream or get_current_stream()).worker.record()
+        self.mark = (stream or get_current_stream()).worker.record(self)
 
     def synchronize(self) -> None:
         if self.mark is not None:
