@@ -785,3 +785,52 @@ def test_replays_of_one_model_on_two_streams_do_not_overlap(session, s):
     assert len(overlap) == 6 and max(overlap) == 1
     ok(acl.aclmdlRIDestroy(model))
     ok(acl.aclrtDestroyStream(other))
+
+
+def test_synchronous_calls_during_a_capture_wait_for_the_work_queued_before_it(session, s):
+    """RELAXED: a synchronous aclrtMemcpy during a capture must still wait for the work the capturing
+    stream was given BEFORE the capture began (it may use the memory being read or freed)."""
+    _host_only(session)
+    ptr = s.malloc(64)
+    finished = threading.Event()
+    _queue_host_task(s.stream, lambda: (threading.Event().wait(0.3), finished.set()))
+    ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+    try:
+        seen = bytearray(64)
+        assert _in_thread(lambda: acl.aclrtMemcpy(seen, 64, ptr, 64, D2H)) == 0
+        assert finished.is_set(), "the synchronous copy did not wait for the work queued before the capture"
+    finally:
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
+
+
+def test_the_device_counts_a_capture_until_it_has_ended(monkeypatch):
+    """cuda device code (emulated): `capturing` is counted before CUDA begins (undone when beginning
+    fails) and until CUDA has ended, even when ending fails."""
+    from support import use_device
+    use_device("emulated")
+    s = DeviceArrays()
+    try:
+        device = s.stream.device
+        impl = s.stream.impl
+        seen: list[int] = []
+        real_end = impl.cupy.end_capture
+
+        def failing_end() -> Any:
+            seen.append(device.capturing)
+            real_end()
+            raise RuntimeError("cudaErrorStreamCaptureInvalidated")
+        monkeypatch.setattr(impl.cupy, "begin_capture", lambda mode: (seen.append(device.capturing),
+                                                                      (_ for _ in ()).throw(RuntimeError("no"))))
+        with pytest.raises(RuntimeError):
+            device.begin_capture(impl)
+        assert seen == [1] and device.capturing == 0
+        monkeypatch.undo()
+        device.begin_capture(impl)
+        monkeypatch.setattr(impl.cupy, "end_capture", failing_end)
+        with pytest.raises(RuntimeError):
+            device.end_capture(impl)
+        assert seen == [1, 1] and device.capturing == 0
+    finally:
+        monkeypatch.undo()
+        s.close()

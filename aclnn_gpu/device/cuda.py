@@ -21,8 +21,9 @@ buffer at every replay: it is page-locked in place (cudaHostRegister) for the mo
 A captured copy reads its source when the graph runs, so a table
 upload made while capturing must not come from the reused `UploadRing`: it comes from a pinned
 buffer the model owns (`uploads.captured_upload`). While a stream of the device captures, the
-synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one and copy
-on a private non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
+synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one (for a
+capturing one: the event recorded on it just before its capture began) and copy on a private
+non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
 capturing stream, which CUDA refuses.
 """
 from __future__ import annotations
@@ -84,6 +85,7 @@ class CudaStream(DeviceStream):
         # where the synchronous aclrtMemcpy / aclrtMemset run and where PyTorch works by default, so
         # an operator never starts before the data it reads has arrived.
         self.cupy = cp.cuda.Stream(non_blocking=False)
+        self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
 
     def synchronize(self) -> None:
         self.cupy.synchronize()
@@ -213,6 +215,9 @@ class CudaDevice(Device):
             for stream in self.live_streams():
                 if stream.capture is None:
                     stream.synchronize()
+                elif getattr(stream, "before_capture", None) is not None:
+                    # the work queued on it before the capture began may still use the memory
+                    stream.before_capture.synchronize()  # type: ignore[attr-defined]
 
     def _synchronous_stream(self) -> Any:
         """The stream a synchronous copy or memset runs on while a stream captures (see the docstring)."""
@@ -350,14 +355,31 @@ class CudaDevice(Device):
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:
-        with self.scope:
-            stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)  # type: ignore[attr-defined]
+        """Counted as capturing BEFORE CUDA begins (a synchronous call racing with this one must not
+        deviceSynchronize a capturing stream); the event recorded first is what synchronous calls wait
+        for on this stream while it captures (the work queued before the capture)."""
+        assert isinstance(stream, CudaStream)
         self.capturing += 1
+        try:
+            with self.scope:
+                before = self.cp.cuda.Event(disable_timing=True)
+                before.record(stream.cupy)
+                stream.before_capture = before
+                stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)
+        except BaseException:
+            stream.before_capture = None
+            self.capturing -= 1
+            raise
 
     def end_capture(self, stream: DeviceStream) -> CudaGraph:
-        self.capturing -= 1
-        with self.scope:
-            return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))  # type: ignore[attr-defined]
+        """Counted as capturing until CUDA has ended the capture (even when ending fails)."""
+        assert isinstance(stream, CudaStream)
+        try:
+            with self.scope:
+                return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))
+        finally:
+            stream.before_capture = None
+            self.capturing -= 1
 
     def launch_graph(self, graph: CudaGraph, stream: DeviceStream) -> None:
         with self.scope:
