@@ -834,3 +834,20 @@ def test_the_device_counts_a_capture_until_it_has_ended(monkeypatch):
     finally:
         monkeypatch.undo()
         s.close()
+
+
+def test_a_host_to_host_copy_between_buffer_objects_is_refused_in_a_capture(session, s):
+    """Nothing to record: it would run at capture time and never at a replay. Refused, naming the call;
+    the buffer is untouched and the capture stays valid."""
+    src, dst = np.arange(16, dtype=np.uint8), bytearray(16)
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    try:
+        assert acl.aclrtMemcpyAsync(dst, 16, src, 16, H2H, s.stream) == E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+        assert "aclrtMemcpyAsync" in acl.aclGetRecentErrMsg() and "dst" in acl.aclGetRecentErrMsg()
+        assert dst == bytearray(16)
+    finally:
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtMemcpyAsync(dst, 16, src, 16, H2H, s.stream))   # outside a capture: copied
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    assert bytes(dst) == src.tobytes()
