@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from .errors import c_api, fail
+from .graph.state import refuse_invalidated
 from .ops.plan import check_plan_memory
 from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
@@ -111,6 +112,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
                                   "(aclrtMalloc's memory is; an offset into it must keep that)")
                 executor.checked_workspace = (workspace, generation)
         impl = resolve_stream(stream, op, status=INVALID, device=device)
+        if impl.capture is not None:   # before the executor is spent or the model holds the plan (all devices)
+            refuse_invalidated(op, impl.capture)
         executor.checked_generation = check_plan_memory(op, plan, device, executor.checked_generation)
         if not executor.repeatable:
             executor.spent = True

@@ -851,3 +851,23 @@ def test_a_host_to_host_copy_between_buffer_objects_is_refused_in_a_capture(sess
     ok(acl.aclrtMemcpyAsync(dst, 16, src, 16, H2H, s.stream))   # outside a capture: copied
     ok(acl.aclrtSynchronizeStream(s.stream))
     assert bytes(dst) == src.tobytes()
+
+
+def test_an_operator_on_an_invalidated_capture_is_refused_before_it_is_spent(session, s):
+    """507903 on every device, checked before the non-repeatable executor is spent and before the
+    model holds the plan's memory: the same executor runs once the capture has ended."""
+    grad, target = s.tensor(np.ones(8, np.float32)), s.tensor(np.full(8, 2.0, np.float32))
+    x, out = s.tensor(np.zeros(8, np.float32)), s.empty([8], np.float32)
+    status, workspace, size, executor = s.prepare(acl.aclnnKlDivBackwardGetWorkspaceSize, grad, x, target, 0, False,
+                                                  out)
+    ok(status)
+    ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+    assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED   # invalidates it
+    assert acl.aclnnKlDivBackward(workspace, size, executor, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    assert "aclnnKlDivBackward" in acl.aclGetRecentErrMsg()
+    model = acl.aclmdlRICaptureGetInfo(s.stream)[2]
+    assert not model.capture.plans and not model.capture.allocations
+    assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    ok(acl.aclnnKlDivBackward(workspace, size, executor, s.stream))   # not spent by the refused call
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    np.testing.assert_array_equal(s.read(out), np.full(8, -2.0, np.float32))

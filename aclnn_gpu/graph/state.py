@@ -189,6 +189,7 @@ def refuse_wait(fn: str, impl: Any, event: Any) -> None:
 
 
 def refuse_invalidated(fn: str, capture: Any) -> None:
+    """Work queued on a stream whose capture was invalidated (CUDA: cudaErrorStreamCaptureInvalidated)."""
     if capture.invalidated is not None:
         fail(aclError.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
              f"{fn}: the stream's capture was invalidated ({capture.invalidated}); end it with aclmdlRICaptureEnd")
