@@ -395,5 +395,13 @@ class CudaDevice(Device):
                 f"{self.sm_count} SMs, {self.arch})")
 
     def close(self) -> None:
+        """aclrtResetDevice: the captures still in progress are ended first (their graphs dropped;
+        CUDA refuses cudaDeviceSynchronize while a stream captures), then the device is drained."""
+        for stream in self.live_streams():
+            if getattr(stream, "before_capture", None) is not None:
+                try:
+                    self.end_capture(stream)
+                except Exception:  # noqa: BLE001 - an invalidated capture: nothing to keep either way
+                    pass
         with self.scope:
             self.cp.cuda.runtime.deviceSynchronize()

@@ -240,9 +240,11 @@ class _Runtime:
     @staticmethod
     def deviceSynchronize() -> None:
         device = _current_device()
-        for stream in _all_streams():
-            if stream.device_id == device:
-                stream.worker.drain()
+        streams = [stream for stream in _all_streams() if stream.device_id == device]
+        if any(stream.worker.capture is not None for stream in streams):   # as CUDA refuses it
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: cudaDeviceSynchronize while a stream captures")
+        for stream in streams:
+            stream.worker.drain()
 
     @staticmethod
     def hostRegister(ptr: int, size: int, flags: int) -> None:
