@@ -872,3 +872,44 @@ def test_an_operator_on_an_invalidated_capture_is_refused_before_it_is_spent(ses
     ok(acl.aclnnKlDivBackward(workspace, size, executor, s.stream))   # not spent by the refused call
     ok(acl.aclrtSynchronizeStream(s.stream))
     np.testing.assert_array_equal(s.read(out), np.full(8, -2.0, np.float32))
+
+
+def test_captured_copies_page_lock_shared_overlapping_and_pinned_buffers():
+    """emulated (the cuda device's code; fakecupy refuses a double cudaHostRegister as CUDA does): the
+    same buffer in two models, overlapping views, a buffer over aclrtMallocHost memory and the same
+    start with a larger count are all captured; the pages stay locked until the last model goes."""
+    import ctypes
+
+    from support import use_device
+
+    from aclnn_gpu.device import fakecupy
+    use_device("emulated")
+    s = DeviceArrays()
+    try:
+        n = 3 * 4096
+        ptr = s.malloc(n)
+        buffer = np.zeros(2 * n, np.uint8)
+        host = ok(acl.aclrtMallocHost(64))
+        over_pinned = (ctypes.c_uint8 * 64).from_address(host)
+
+        def first(st: Any) -> None:
+            ok(acl.aclrtMemcpyAsync(buffer[:100], 100, ptr, 100, D2H, st))
+            ok(acl.aclrtMemcpyAsync(buffer[50:5000], 4950, ptr, 4950, D2H, st))    # overlaps the first
+            ok(acl.aclrtMemcpyAsync(over_pinned, 64, ptr, 64, D2H, st))           # already pinned
+        models = [capture(s.stream, first)]
+        models.append(capture(s.stream, lambda st: ok(acl.aclrtMemcpyAsync(buffer[:n], n, ptr, n, D2H, st))))
+        tail = buffer.ctypes.data + n - 1
+        assert fakecupy.cuda.runtime.pointerGetAttributes(tail).type == 1   # the larger count's tail too
+        ok(acl.aclrtMemset(ptr, n, 7, n))
+        for model in models:
+            ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        assert (buffer[:n] == 7).all() and bytes(over_pinned) == bytes([7]) * 64
+        ok(acl.aclmdlRIDestroy(models[0]))
+        assert fakecupy.cuda.runtime.pointerGetAttributes(buffer.ctypes.data).type == 1   # the second model's
+        ok(acl.aclmdlRIDestroy(models[1]))
+        assert fakecupy.cuda.runtime.pointerGetAttributes(buffer.ctypes.data).type == 0
+        assert fakecupy.cuda.runtime.pointerGetAttributes(tail).type == 0
+        ok(acl.aclrtFreeHost(host))
+    finally:
+        s.close()

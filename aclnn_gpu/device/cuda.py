@@ -36,6 +36,7 @@ import numpy as np
 
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
+from .hostpins import HostPins
 from .registry import Allocation, Registry
 from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
 
@@ -174,6 +175,7 @@ class CudaDevice(Device):
         self._modules: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], Any] = {}
         self._module_lock = threading.Lock()
+        self.host_pins = HostPins(lambda: self.cp.cuda.runtime)   # caller buffers page-locked for captures
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
         self.arch = f"sm_{self.properties.get('major', 0)}{self.properties.get('minor', 0)}"
@@ -245,7 +247,7 @@ class CudaDevice(Device):
     def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
         staged = np.frombuffer(host, np.uint8)
         if stream is not None and stream.capture is not None:
-            self._copy(dst, self._pin_for_capture(stream.capture, staged), staged.nbytes, stream)
+            self._copy(dst, self._pin_for_capture(stream.capture, staged, "src"), staged.nbytes, stream)
             return
         self._copy(dst, staged.ctypes.data, staged.nbytes, stream)
         if stream is not None:  # the caller may reuse its (pageable) buffer as soon as we return
@@ -254,32 +256,33 @@ class CudaDevice(Device):
     def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
         target = np.frombuffer(host, np.uint8)
         if stream is not None and stream.capture is not None:
-            self._copy(self._pin_for_capture(stream.capture, target), src, target.nbytes, stream)
+            self._copy(self._pin_for_capture(stream.capture, target, "dst"), src, target.nbytes, stream)
             return
         self._copy(target.ctypes.data, src, target.nbytes, stream)
         if stream is not None:
             stream.synchronize()
 
-    def _pin_for_capture(self, capture: Any, array: np.ndarray) -> int:
-        """The address of a caller's host buffer that a captured copy reads or writes at every replay:
-        page-locked in place (cudaHostRegister) until the model is released, which keeps the buffer
-        alive; a buffer overlapping one already registered is refused by CUDA (OpError 207000)."""
+    def _pin_for_capture(self, capture: Any, array: np.ndarray, what: str) -> int:
+        """The address of a caller's host buffer (aclrtMemcpyAsync's `what`, src or dst) that a captured
+        copy reads or writes at every replay: page-locked in place through the device's table
+        (`hostpins.HostPins`) until the model is released; the model keeps the buffer alive."""
         from ..errors import fail
         from ..status import aclError
         address = int(array.ctypes.data)
-        if address not in capture.pinned:
-            with self.scope:
-                try:
-                    self.cp.cuda.runtime.hostRegister(address, array.nbytes, 0)
-                except Exception as e:  # noqa: BLE001 - CUDA's refusal, reported with ACL's code
-                    fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                         f"a captured copy's host buffer could not be page-locked for the graph ({e}); use "
-                         "aclrtMallocHost memory for it")
-            capture.pinned[address] = array
+        key = (address, array.nbytes)
+        if key not in capture.pinned and array.nbytes:
+            try:
+                with self.scope:
+                    starts = self.host_pins.acquire(address, array.nbytes)
+            except Exception as e:  # noqa: BLE001 - CUDA's refusal, reported with ACL's code
+                fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                     f"aclrtMemcpyAsync: {what} is a host buffer object that a captured copy uses at every replay, and "
+                     f"it could not be page-locked for the graph ({e}); use aclrtMallocHost memory for it")
+            capture.pinned[key] = array
 
             def unregister() -> None:
                 with self.scope:
-                    self.cp.cuda.runtime.hostUnregister(address)
+                    self.host_pins.release(starts)
             capture.on_release.append(unregister)
         return address
 

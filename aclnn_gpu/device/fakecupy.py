@@ -18,6 +18,7 @@ one task on the target stream's worker.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import threading
 import weakref
@@ -79,7 +80,7 @@ class Device:
 class MemoryPointer:
     """Like cupy.cuda.MemoryPointer: owns a buffer, exposes `.ptr` and the `.device_id` it was made on."""
 
-    __slots__ = ("ptr", "size", "buffer", "device_id")
+    __slots__ = ("ptr", "size", "buffer", "device_id", "__weakref__")
 
     def __init__(self, size: int):
         self.ptr, self.buffer = aligned_buffer(size)
@@ -95,7 +96,26 @@ def alloc(size: int) -> MemoryPointer:
     return MemoryPointer(size)
 
 
-alloc_pinned_memory = alloc
+_pinned_allocations: "weakref.WeakValueDictionary[int, MemoryPointer]" = weakref.WeakValueDictionary()
+_registered: dict[int, int] = {}   # hostRegister'ed start -> end
+
+
+def alloc_pinned_memory(size: int) -> MemoryPointer:
+    """Whole pages, as cudaHostAlloc gives: no pageable byte shares a page with pinned memory."""
+    memory = MemoryPointer(0)
+    pages = -(-max(size, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+    raw = np.empty(pages + mmap.PAGESIZE, np.uint8)
+    start = (-raw.ctypes.data) % mmap.PAGESIZE
+    memory.buffer = raw[start:start + pages]
+    memory.ptr, memory.size = memory.buffer.ctypes.data, pages
+    _pinned_allocations[memory.ptr] = memory
+    return memory
+
+
+def _page_locked(ptr: int, end: int) -> bool:
+    """Whether [ptr, end) overlaps pinned or registered host memory (as CUDA tracks it)."""
+    spans = [(start, start + memory.size) for start, memory in list(_pinned_allocations.items())]
+    return any(start < end and ptr < stop for start, stop in spans + list(_registered.items()))
 
 _streams: "weakref.WeakValueDictionary[int, Stream]" = weakref.WeakValueDictionary()
 _stream_ids = iter(range(1, 1 << 62))
@@ -248,11 +268,21 @@ class _Runtime:
 
     @staticmethod
     def hostRegister(ptr: int, size: int, flags: int) -> None:
-        pass   # host memory is all the emulator has
+        # host memory is all the emulator has; what CUDA refuses is refused alike
+        if _page_locked(ptr, ptr + size):
+            raise RuntimeError("cudaErrorHostMemoryAlreadyRegistered: part of the range is already page-locked")
+        _registered[ptr] = ptr + size
 
     @staticmethod
     def hostUnregister(ptr: int) -> None:
-        pass
+        if _registered.pop(ptr, None) is None:
+            raise RuntimeError("cudaErrorHostMemoryNotRegistered: no registration starts there")
+
+    memoryTypeUnregistered, memoryTypeHost = 0, 1
+
+    @staticmethod
+    def pointerGetAttributes(ptr: int) -> SimpleNamespace:
+        return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1) else 0)
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:

@@ -61,7 +61,7 @@ class Capture:
         self.plans: list[Any] = []            # operator plans the graph runs (kept alive by the model)
         self.allocations: set[Any] = set()    # registry Allocations the recorded work uses
         self.keep: list[Any] = []             # pinned upload buffers (cuda device)
-        self.pinned: dict[int, Any] = {}      # caller's host buffers page-locked for captured copies (cuda)
+        self.pinned: dict[Any, Any] = {}      # (address, nbytes) -> caller's host buffer a captured copy uses (cuda)
         self.on_release: list[Any] = []       # what the device undoes when the model goes (hostUnregister)
 
     # ------------------------------------------------------------------ what the recorded work uses
