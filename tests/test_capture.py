@@ -913,3 +913,30 @@ def test_captured_copies_page_lock_shared_overlapping_and_pinned_buffers():
         ok(acl.aclrtFreeHost(host))
     finally:
         s.close()
+
+
+def test_fakecupy_treats_captured_event_records_as_cuda_does():
+    """A plain record in a capture is graph-internal (the event is unusable afterwards, as CUDA's
+    cudaErrorCapturedEvent); an EXTERNAL record (what the cuda device uses) is recorded by each replay."""
+    from aclnn_gpu.device import fakecupy
+    cuda = fakecupy.cuda
+    stream, plain, external = cuda.Stream(), cuda.Event(), cuda.Event()
+    gate = threading.Event()
+    try:
+        stream.begin_capture()
+        plain.record(stream)
+        cuda.runtime.eventRecordWithFlags(external, stream.ptr, cuda.runtime.eventRecordExternal)
+        graph = stream.end_capture()
+        with pytest.raises(RuntimeError, match="cudaErrorCapturedEvent"):
+            plain.synchronize()
+        stream.submit(lambda: gate.wait(60))
+        graph.launch(stream)
+        assert not external.done          # points at the replay's record, which waits behind the gate
+        gate.set()
+        external.synchronize()
+        assert external.done
+        plain.record(stream)              # recorded outside a capture: usable again
+        plain.synchronize()
+    finally:
+        gate.set()
+        stream.close()

@@ -101,6 +101,21 @@ class CudaStream(DeviceStream):
                 release()
 
 
+def record_external(cp: Any, event: Any, stream: Any) -> None:
+    """cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal): in a capture, an event-record
+    node that records the event at every replay (ACL's aclrtRecordEvent in a model). A plain
+    cudaEventRecord there is graph-internal: the event is unusable outside the capture
+    (cudaErrorCapturedEvent). CuPy has no eventRecordWithFlags; cuda-bindings does (fakecupy has its own)."""
+    runtime = cp.cuda.runtime
+    if hasattr(runtime, "eventRecordWithFlags"):   # fakecupy
+        runtime.eventRecordWithFlags(event, stream.ptr, runtime.eventRecordExternal)
+        return
+    from cuda.bindings import runtime as cudart
+    err, = cudart.cudaEventRecordWithFlags(event.ptr, stream.ptr, cudart.cudaEventRecordExternal)
+    if err != cudart.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"cudaEventRecordWithFlags: {err.name}")
+
+
 class CudaEvent(DeviceEvent):
     def __init__(self, cp: Any):
         self.cp = cp
@@ -108,7 +123,10 @@ class CudaEvent(DeviceEvent):
         self._recorded = False
 
     def record(self, stream: DeviceStream) -> None:
-        self.cupy.record(stream.cupy)  # type: ignore[attr-defined]
+        if stream.capture is not None:   # recorded at every replay, and usable after the capture (below)
+            record_external(self.cp, self.cupy, stream.cupy)  # type: ignore[attr-defined]
+        else:
+            self.cupy.record(stream.cupy)  # type: ignore[attr-defined]
         self._recorded = True
 
     def synchronize(self) -> None:
@@ -315,6 +333,11 @@ class CudaDevice(Device):
             return CudaEvent(self.cp)
 
     def stream_wait_event(self, stream: DeviceStream, event: DeviceEvent) -> None:
+        if stream.capture is not None:
+            # the runtime lets a capturing stream wait only for an event recorded in its own capture,
+            # on this very stream: already ordered, and an externally recorded event is no capture
+            # dependency (the replay must not wait for an older record of it)
+            return
         if event.recorded():   # the event may belong to another device: CUDA allows that wait
             with self.scope:
                 stream.cupy.wait_event(event.cupy)  # type: ignore[attr-defined]

@@ -203,22 +203,37 @@ class Graph:
 
 
 class Event:
+    """Like cupy.cuda.Event. As in CUDA, a plain record in a capturing stream is a graph-internal node:
+    the event is unusable outside the capture (cudaErrorCapturedEvent) until recorded again outside;
+    `runtime.eventRecordWithFlags(..., EXTERNAL)` records it at every replay instead."""
+
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self.mark: HostEventMark | None = None
+        self.captured = False   # its latest record was a plain record in a capture
 
     def record(self, stream: Stream | None = None) -> None:
-        self.mark = (stream or get_current_stream()).worker.record(self)
+        worker = (stream or get_current_stream()).worker
+        self.captured = worker.capture is not None
+        self.mark = worker.record()
+
+    def _usable(self) -> None:
+        if self.captured:
+            raise RuntimeError("cudaErrorCapturedEvent: the event was last recorded in a capturing stream")
 
     def synchronize(self) -> None:
+        self._usable()
         if self.mark is not None:
             self.mark.done.wait()
 
     @property
     def done(self) -> bool:
+        self._usable()
         return self.mark is None or self.mark.done.is_set()
 
 
 def get_elapsed_time(start: Event, end: Event) -> float:
+    start._usable()
+    end._usable()
     assert start.mark is not None and end.mark is not None
     return (end.mark.time - start.mark.time) * 1e3
 
@@ -279,6 +294,16 @@ class _Runtime:
             raise RuntimeError("cudaErrorHostMemoryNotRegistered: no registration starts there")
 
     memoryTypeUnregistered, memoryTypeHost = 0, 1
+    eventRecordDefault, eventRecordExternal = 0, 1
+
+    @staticmethod
+    def eventRecordWithFlags(event: Event, stream: int, flags: int) -> None:
+        """cudaEventRecordWithFlags (fakecupy takes the Event object): EXTERNAL in a capture records the
+        event at every replay (each replay points it at its own mark)."""
+        worker = _stream(stream).worker
+        external = bool(flags & 1) and worker.capture is not None
+        event.captured = worker.capture is not None and not external
+        event.mark = worker.record(event if external else None)
 
     @staticmethod
     def pointerGetAttributes(ptr: int) -> SimpleNamespace:
