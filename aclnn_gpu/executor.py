@@ -13,6 +13,7 @@ from typing import Any
 
 from .errors import c_api, fail
 from .graph.state import refuse_invalidated
+from .kernels.occupancy import DEFAULT_ARCH
 from .ops.plan import check_plan_memory
 from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
@@ -143,7 +144,7 @@ def make_get_workspace_size(op: str, build):
         plan = build(device, *args, **kwargs)
         sm_count = getattr(device, "sm_count", None)
         if sm_count is not None:  # cuda and emulated: record the launcher once, for this device
-            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", ""))
+            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", DEFAULT_ARCH))
         return aclnnStatus.ACLNN_SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
 
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"
