@@ -12,6 +12,8 @@ import threading
 from typing import Any
 
 from .errors import c_api, fail
+from .graph.state import refuse_invalidated
+from .kernels.occupancy import DEFAULT_ARCH
 from .ops.plan import check_plan_memory
 from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
@@ -111,6 +113,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
                                   "(aclrtMalloc's memory is; an offset into it must keep that)")
                 executor.checked_workspace = (workspace, generation)
         impl = resolve_stream(stream, op, status=INVALID, device=device)
+        if impl.capture is not None:   # before the executor is spent or the model holds the plan (all devices)
+            refuse_invalidated(op, impl.capture)
         executor.checked_generation = check_plan_memory(op, plan, device, executor.checked_generation)
         if not executor.repeatable:
             executor.spent = True
@@ -140,7 +144,7 @@ def make_get_workspace_size(op: str, build):
         plan = build(device, *args, **kwargs)
         sm_count = getattr(device, "sm_count", None)
         if sm_count is not None:  # cuda and emulated: record the launcher once, for this device
-            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", ""))
+            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", DEFAULT_ARCH))
         return aclnnStatus.ACLNN_SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
 
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"

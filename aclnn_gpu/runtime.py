@@ -517,6 +517,10 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
         device.copy_from_host(d, s, impl)
     elif isinstance(s, int):
         device.copy_to_host(d, s, impl)
+    elif capture is not None:   # no device work to record: it would run now and never at a replay
+        fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+             f"{fn}: dst and src are both host buffer objects while the stream captures; such a copy is not "
+             "recorded into the model (copy between aclrtMallocHost addresses, or make it outside the capture)")
     else:
         d[:] = s
     return OK

@@ -448,7 +448,8 @@ def test_captures_on_two_streams_from_two_threads(session):
 
 def test_a_device_reset_ends_its_captures(session):
     """aclrtResetDevice while a GLOBAL capture is in progress: the capture is gone with its stream, and
-    allocations are allowed again."""
+    allocations are allowed again (emulated: the device ends the capture before its deviceSynchronize,
+    which fakecupy refuses during a capture as CUDA does)."""
     s = DeviceArrays()
     ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
     assert acl.aclrtMalloc(16, 0)[0] == E.ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT
@@ -694,3 +695,248 @@ def test_capture_bench_runs(monkeypatch):
         assert [r["operator"] for r in rows] == [n for f in FAMILIES for n in (f.forward, f.backward)]
         assert all(r["direct_us"] > 0 and r["replay_us"] > 0 for r in rows)
     assert "sequence of the 10" in capture_bench.table(result)
+
+
+# ------------------------------------------------------------------------------------------ replay bookkeeping
+def _host_only(session: Any) -> None:
+    if session.kind == "cuda":
+        pytest.skip("queues host functions on the stream's worker thread (cpu and emulated)")
+
+
+def test_a_replay_queued_behind_a_failure_still_finishes(session, s):
+    """The stream skips work queued after a failure; a skipped replay still completes its events' marks
+    and stops counting as running, so the model can be destroyed and its event waited for."""
+    _host_only(session)
+    event = ok(acl.aclrtCreateEvent())
+    model = capture(s.stream, lambda st: ok(acl.aclrtRecordEvent(event, st)))
+
+    def fails() -> None:
+        raise ValueError("a failing task")
+    _queue_host_task(s.stream, fails)
+    ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(s.stream)) != 0   # the failure, reported once
+    assert _in_thread(lambda: acl.aclrtSynchronizeEvent(event)) == 0
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyEvent(event))
+
+
+def test_a_replay_that_cannot_be_queued_is_not_left_running():
+    from aclnn_gpu.device.hoststream import HostStream
+    stream = HostStream("capfix")
+    stream.begin_capture()
+    stream.submit(lambda: None)
+    work = stream.end_capture()
+    stream.close()
+    with pytest.raises(RuntimeError, match="destroyed"):
+        stream.replay(work)
+    assert work.pending == 0 and work.last is not None and work.last.is_set()
+
+
+def test_a_wait_orders_after_the_latest_replay(session, s):
+    """Two replays queued on one stream: the event recorded in the model refers to the SECOND replay's
+    record (as after two aclrtRecordEvent calls), not to whichever replay reaches it first."""
+    _host_only(session)
+    event = ok(acl.aclrtCreateEvent())
+    model = capture(s.stream, lambda st: ok(acl.aclrtRecordEvent(event, st)))
+    started, gate = threading.Event(), threading.Event()
+    other = ok(acl.aclrtCreateStream())
+    after_wait = threading.Event()
+    try:
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        _queue_host_task(s.stream, lambda: (started.set(), gate.wait(60)))   # between the two replays
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtStreamWaitEvent(other, event))
+        _queue_host_task(other, after_wait.set)
+        assert started.wait(60)                           # the first replay has recorded the event
+        assert not after_wait.wait(0.2)                   # the wait is for the second replay's record
+        assert acl.aclrtQueryEventStatus(event) == (0, acl.ACL_EVENT_RECORDED_STATUS_NOT_READY)
+    finally:
+        gate.set()
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(other)) == 0
+    assert after_wait.is_set()
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyEvent(event))
+    ok(acl.aclrtDestroyStream(other))
+
+
+def test_replays_of_one_model_on_two_streams_do_not_overlap(session, s):
+    """CUDA orders successive launches of one graph (they share the plans' workspaces): a replay waits
+    for the previous replay of the same model, whatever the stream."""
+    _host_only(session)
+    running, overlap = [0], []
+    lock = threading.Lock()
+
+    def body() -> None:
+        with lock:
+            running[0] += 1
+            overlap.append(running[0])
+        threading.Event().wait(0.05)
+        with lock:
+            running[0] -= 1
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    _queue_host_task(s.stream, body)
+    model = ok(acl.aclmdlRICaptureEnd(s.stream))
+    other = ok(acl.aclrtCreateStream())
+    for _ in range(3):
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclmdlRIExecuteAsync(model, other))
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(other)) == 0
+    assert _in_thread(lambda: acl.aclrtSynchronizeStream(s.stream)) == 0
+    assert len(overlap) == 6 and max(overlap) == 1
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtDestroyStream(other))
+
+
+def test_synchronous_calls_during_a_capture_wait_for_the_work_queued_before_it(session, s):
+    """RELAXED: a synchronous aclrtMemcpy during a capture must still wait for the work the capturing
+    stream was given BEFORE the capture began (it may use the memory being read or freed)."""
+    _host_only(session)
+    ptr = s.malloc(64)
+    finished = threading.Event()
+    _queue_host_task(s.stream, lambda: (threading.Event().wait(0.3), finished.set()))
+    ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+    try:
+        seen = bytearray(64)
+        assert _in_thread(lambda: acl.aclrtMemcpy(seen, 64, ptr, 64, D2H)) == 0
+        assert finished.is_set(), "the synchronous copy did not wait for the work queued before the capture"
+    finally:
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
+
+
+def test_the_device_counts_a_capture_until_it_has_ended(monkeypatch):
+    """cuda device code (emulated): `capturing` is counted before CUDA begins (undone when beginning
+    fails) and until CUDA has ended, even when ending fails."""
+    from support import use_device
+    use_device("emulated")
+    s = DeviceArrays()
+    try:
+        device = s.stream.device
+        impl = s.stream.impl
+        seen: list[int] = []
+        real_end = impl.cupy.end_capture
+
+        def failing_end() -> Any:
+            seen.append(device.capturing)
+            real_end()
+            raise RuntimeError("cudaErrorStreamCaptureInvalidated")
+        monkeypatch.setattr(impl.cupy, "begin_capture", lambda mode: (seen.append(device.capturing),
+                                                                      (_ for _ in ()).throw(RuntimeError("no"))))
+        with pytest.raises(RuntimeError):
+            device.begin_capture(impl)
+        assert seen == [1] and device.capturing == 0
+        monkeypatch.undo()
+        device.begin_capture(impl)
+        monkeypatch.setattr(impl.cupy, "end_capture", failing_end)
+        with pytest.raises(RuntimeError):
+            device.end_capture(impl)
+        assert seen == [1, 1] and device.capturing == 0
+    finally:
+        monkeypatch.undo()
+        s.close()
+
+
+def test_a_host_to_host_copy_between_buffer_objects_is_refused_in_a_capture(session, s):
+    """Nothing to record: it would run at capture time and never at a replay. Refused, naming the call;
+    the buffer is untouched and the capture stays valid."""
+    src, dst = np.arange(16, dtype=np.uint8), bytearray(16)
+    ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
+    try:
+        assert acl.aclrtMemcpyAsync(dst, 16, src, 16, H2H, s.stream) == E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+        assert "aclrtMemcpyAsync" in acl.aclGetRecentErrMsg() and "dst" in acl.aclGetRecentErrMsg()
+        assert dst == bytearray(16)
+    finally:
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))
+    ok(acl.aclmdlRIDestroy(model))
+    ok(acl.aclrtMemcpyAsync(dst, 16, src, 16, H2H, s.stream))   # outside a capture: copied
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    assert bytes(dst) == src.tobytes()
+
+
+def test_an_operator_on_an_invalidated_capture_is_refused_before_it_is_spent(session, s):
+    """507903 on every device, checked before the non-repeatable executor is spent and before the
+    model holds the plan's memory: the same executor runs once the capture has ended."""
+    grad, target = s.tensor(np.ones(8, np.float32)), s.tensor(np.full(8, 2.0, np.float32))
+    x, out = s.tensor(np.zeros(8, np.float32)), s.empty([8], np.float32)
+    status, workspace, size, executor = s.prepare(acl.aclnnKlDivBackwardGetWorkspaceSize, grad, x, target, 0, False,
+                                                  out)
+    ok(status)
+    ok(acl.aclmdlRICaptureBegin(s.stream, RELAXED))
+    assert acl.aclrtSynchronizeStream(s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURED   # invalidates it
+    assert acl.aclnnKlDivBackward(workspace, size, executor, s.stream) == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    assert "aclnnKlDivBackward" in acl.aclGetRecentErrMsg()
+    model = acl.aclmdlRICaptureGetInfo(s.stream)[2]
+    assert not model.capture.plans and not model.capture.allocations
+    assert acl.aclmdlRICaptureEnd(s.stream)[0] == E.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    ok(acl.aclnnKlDivBackward(workspace, size, executor, s.stream))   # not spent by the refused call
+    ok(acl.aclrtSynchronizeStream(s.stream))
+    np.testing.assert_array_equal(s.read(out), np.full(8, -2.0, np.float32))
+
+
+def test_captured_copies_page_lock_shared_overlapping_and_pinned_buffers():
+    """emulated (the cuda device's code; fakecupy refuses a double cudaHostRegister as CUDA does): the
+    same buffer in two models, overlapping views, a buffer over aclrtMallocHost memory and the same
+    start with a larger count are all captured; the pages stay locked until the last model goes."""
+    import ctypes
+
+    from support import use_device
+
+    from aclnn_gpu.device import fakecupy
+    use_device("emulated")
+    s = DeviceArrays()
+    try:
+        n = 3 * 4096
+        ptr = s.malloc(n)
+        buffer = np.zeros(2 * n, np.uint8)
+        host = ok(acl.aclrtMallocHost(64))
+        over_pinned = (ctypes.c_uint8 * 64).from_address(host)
+
+        def first(st: Any) -> None:
+            ok(acl.aclrtMemcpyAsync(buffer[:100], 100, ptr, 100, D2H, st))
+            ok(acl.aclrtMemcpyAsync(buffer[50:5000], 4950, ptr, 4950, D2H, st))    # overlaps the first
+            ok(acl.aclrtMemcpyAsync(over_pinned, 64, ptr, 64, D2H, st))           # already pinned
+        models = [capture(s.stream, first)]
+        models.append(capture(s.stream, lambda st: ok(acl.aclrtMemcpyAsync(buffer[:n], n, ptr, n, D2H, st))))
+        tail = buffer.ctypes.data + n - 1
+        assert fakecupy.cuda.runtime.pointerGetAttributes(tail).type == 1   # the larger count's tail too
+        ok(acl.aclrtMemset(ptr, n, 7, n))
+        for model in models:
+            ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        assert (buffer[:n] == 7).all() and bytes(over_pinned) == bytes([7]) * 64
+        ok(acl.aclmdlRIDestroy(models[0]))
+        assert fakecupy.cuda.runtime.pointerGetAttributes(buffer.ctypes.data).type == 1   # the second model's
+        ok(acl.aclmdlRIDestroy(models[1]))
+        assert fakecupy.cuda.runtime.pointerGetAttributes(buffer.ctypes.data).type == 0
+        assert fakecupy.cuda.runtime.pointerGetAttributes(tail).type == 0
+        ok(acl.aclrtFreeHost(host))
+    finally:
+        s.close()
+
+
+def test_fakecupy_treats_captured_event_records_as_cuda_does():
+    """A plain record in a capture is graph-internal (the event is unusable afterwards, as CUDA's
+    cudaErrorCapturedEvent); an EXTERNAL record (what the cuda device uses) is recorded by each replay."""
+    from aclnn_gpu.device import fakecupy
+    cuda = fakecupy.cuda
+    stream, plain, external = cuda.Stream(), cuda.Event(), cuda.Event()
+    gate = threading.Event()
+    try:
+        stream.begin_capture()
+        plain.record(stream)
+        cuda.runtime.eventRecordWithFlags(external, stream.ptr, cuda.runtime.eventRecordExternal)
+        graph = stream.end_capture()
+        with pytest.raises(RuntimeError, match="cudaErrorCapturedEvent"):
+            plain.synchronize()
+        stream.submit(lambda: gate.wait(60))
+        graph.launch(stream)
+        assert not external.done          # points at the replay's record, which waits behind the gate
+        gate.set()
+        external.synchronize()
+        assert external.done
+        plain.record(stream)              # recorded outside a capture: usable again
+        plain.synchronize()
+    finally:
+        gate.set()
+        stream.close()

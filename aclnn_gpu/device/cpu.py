@@ -46,7 +46,7 @@ class HostEvent(DeviceEvent):
         self.mark: HostEventMark | None = None
 
     def record(self, stream: DeviceStream) -> None:
-        self.mark = stream.worker.record()  # type: ignore[attr-defined]
+        self.mark = stream.worker.record(self)  # type: ignore[attr-defined]
 
     def synchronize(self) -> None:
         if self.mark is not None:

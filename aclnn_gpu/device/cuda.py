@@ -21,8 +21,9 @@ buffer at every replay: it is page-locked in place (cudaHostRegister) for the mo
 A captured copy reads its source when the graph runs, so a table
 upload made while capturing must not come from the reused `UploadRing`: it comes from a pinned
 buffer the model owns (`uploads.captured_upload`). While a stream of the device captures, the
-synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one and copy
-on a private non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
+synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one (for a
+capturing one: the event recorded on it just before its capture began) and copy on a private
+non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
 capturing stream, which CUDA refuses.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
+from .hostpins import HostPins
 from .registry import Allocation, Registry
 from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
 
@@ -84,6 +86,7 @@ class CudaStream(DeviceStream):
         # where the synchronous aclrtMemcpy / aclrtMemset run and where PyTorch works by default, so
         # an operator never starts before the data it reads has arrived.
         self.cupy = cp.cuda.Stream(non_blocking=False)
+        self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
 
     def synchronize(self) -> None:
         self.cupy.synchronize()
@@ -98,6 +101,21 @@ class CudaStream(DeviceStream):
                 release()
 
 
+def record_external(cp: Any, event: Any, stream: Any) -> None:
+    """cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal): in a capture, an event-record
+    node that records the event at every replay (ACL's aclrtRecordEvent in a model). A plain
+    cudaEventRecord there is graph-internal: the event is unusable outside the capture
+    (cudaErrorCapturedEvent). CuPy has no eventRecordWithFlags; cuda-bindings does (fakecupy has its own)."""
+    runtime = cp.cuda.runtime
+    if hasattr(runtime, "eventRecordWithFlags"):   # fakecupy
+        runtime.eventRecordWithFlags(event, stream.ptr, runtime.eventRecordExternal)
+        return
+    from cuda.bindings import runtime as cudart
+    err, = cudart.cudaEventRecordWithFlags(event.ptr, stream.ptr, cudart.cudaEventRecordExternal)
+    if err != cudart.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"cudaEventRecordWithFlags: {err.name}")
+
+
 class CudaEvent(DeviceEvent):
     def __init__(self, cp: Any):
         self.cp = cp
@@ -105,7 +123,10 @@ class CudaEvent(DeviceEvent):
         self._recorded = False
 
     def record(self, stream: DeviceStream) -> None:
-        self.cupy.record(stream.cupy)  # type: ignore[attr-defined]
+        if stream.capture is not None:   # recorded at every replay, and usable after the capture (below)
+            record_external(self.cp, self.cupy, stream.cupy)  # type: ignore[attr-defined]
+        else:
+            self.cupy.record(stream.cupy)  # type: ignore[attr-defined]
         self._recorded = True
 
     def synchronize(self) -> None:
@@ -172,6 +193,7 @@ class CudaDevice(Device):
         self._modules: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], Any] = {}
         self._module_lock = threading.Lock()
+        self.host_pins = HostPins(lambda: self.cp.cuda.runtime)   # caller buffers page-locked for captures
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
         self.arch = f"sm_{self.properties.get('major', 0)}{self.properties.get('minor', 0)}"
@@ -213,6 +235,9 @@ class CudaDevice(Device):
             for stream in self.live_streams():
                 if stream.capture is None:
                     stream.synchronize()
+                elif getattr(stream, "before_capture", None) is not None:
+                    # the work queued on it before the capture began may still use the memory
+                    stream.before_capture.synchronize()  # type: ignore[attr-defined]
 
     def _synchronous_stream(self) -> Any:
         """The stream a synchronous copy or memset runs on while a stream captures (see the docstring)."""
@@ -240,7 +265,7 @@ class CudaDevice(Device):
     def copy_from_host(self, dst: int, host: memoryview, stream: DeviceStream | None) -> None:
         staged = np.frombuffer(host, np.uint8)
         if stream is not None and stream.capture is not None:
-            self._copy(dst, self._pin_for_capture(stream.capture, staged), staged.nbytes, stream)
+            self._copy(dst, self._pin_for_capture(stream.capture, staged, "src"), staged.nbytes, stream)
             return
         self._copy(dst, staged.ctypes.data, staged.nbytes, stream)
         if stream is not None:  # the caller may reuse its (pageable) buffer as soon as we return
@@ -249,32 +274,33 @@ class CudaDevice(Device):
     def copy_to_host(self, host: memoryview, src: int, stream: DeviceStream | None) -> None:
         target = np.frombuffer(host, np.uint8)
         if stream is not None and stream.capture is not None:
-            self._copy(self._pin_for_capture(stream.capture, target), src, target.nbytes, stream)
+            self._copy(self._pin_for_capture(stream.capture, target, "dst"), src, target.nbytes, stream)
             return
         self._copy(target.ctypes.data, src, target.nbytes, stream)
         if stream is not None:
             stream.synchronize()
 
-    def _pin_for_capture(self, capture: Any, array: np.ndarray) -> int:
-        """The address of a caller's host buffer that a captured copy reads or writes at every replay:
-        page-locked in place (cudaHostRegister) until the model is released, which keeps the buffer
-        alive; a buffer overlapping one already registered is refused by CUDA (OpError 207000)."""
+    def _pin_for_capture(self, capture: Any, array: np.ndarray, what: str) -> int:
+        """The address of a caller's host buffer (aclrtMemcpyAsync's `what`, src or dst) that a captured
+        copy reads or writes at every replay: page-locked in place through the device's table
+        (`hostpins.HostPins`) until the model is released; the model keeps the buffer alive."""
         from ..errors import fail
         from ..status import aclError
         address = int(array.ctypes.data)
-        if address not in capture.pinned:
-            with self.scope:
-                try:
-                    self.cp.cuda.runtime.hostRegister(address, array.nbytes, 0)
-                except Exception as e:  # noqa: BLE001 - CUDA's refusal, reported with ACL's code
-                    fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                         f"a captured copy's host buffer could not be page-locked for the graph ({e}); use "
-                         "aclrtMallocHost memory for it")
-            capture.pinned[address] = array
+        key = (address, array.nbytes)
+        if key not in capture.pinned and array.nbytes:
+            try:
+                with self.scope:
+                    starts = self.host_pins.acquire(address, array.nbytes)
+            except Exception as e:  # noqa: BLE001 - CUDA's refusal, reported with ACL's code
+                fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                     f"aclrtMemcpyAsync: {what} is a host buffer object that a captured copy uses at every replay, and "
+                     f"it could not be page-locked for the graph ({e}); use aclrtMallocHost memory for it")
+            capture.pinned[key] = array
 
             def unregister() -> None:
                 with self.scope:
-                    self.cp.cuda.runtime.hostUnregister(address)
+                    self.host_pins.release(starts)
             capture.on_release.append(unregister)
         return address
 
@@ -307,6 +333,11 @@ class CudaDevice(Device):
             return CudaEvent(self.cp)
 
     def stream_wait_event(self, stream: DeviceStream, event: DeviceEvent) -> None:
+        if stream.capture is not None:
+            # the runtime lets a capturing stream wait only for an event recorded in its own capture,
+            # on this very stream: already ordered, and an externally recorded event is no capture
+            # dependency (the replay must not wait for an older record of it)
+            return
         if event.recorded():   # the event may belong to another device: CUDA allows that wait
             with self.scope:
                 stream.cupy.wait_event(event.cupy)  # type: ignore[attr-defined]
@@ -350,14 +381,31 @@ class CudaDevice(Device):
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:
-        with self.scope:
-            stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)  # type: ignore[attr-defined]
+        """Counted as capturing BEFORE CUDA begins (a synchronous call racing with this one must not
+        deviceSynchronize a capturing stream); the event recorded first is what synchronous calls wait
+        for on this stream while it captures (the work queued before the capture)."""
+        assert isinstance(stream, CudaStream)
         self.capturing += 1
+        try:
+            with self.scope:
+                before = self.cp.cuda.Event(disable_timing=True)
+                before.record(stream.cupy)
+                stream.before_capture = before
+                stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)
+        except BaseException:
+            stream.before_capture = None
+            self.capturing -= 1
+            raise
 
     def end_capture(self, stream: DeviceStream) -> CudaGraph:
-        self.capturing -= 1
-        with self.scope:
-            return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))  # type: ignore[attr-defined]
+        """Counted as capturing until CUDA has ended the capture (even when ending fails)."""
+        assert isinstance(stream, CudaStream)
+        try:
+            with self.scope:
+                return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))
+        finally:
+            stream.before_capture = None
+            self.capturing -= 1
 
     def launch_graph(self, graph: CudaGraph, stream: DeviceStream) -> None:
         with self.scope:
@@ -373,5 +421,13 @@ class CudaDevice(Device):
                 f"{self.sm_count} SMs, {self.arch})")
 
     def close(self) -> None:
+        """aclrtResetDevice: the captures still in progress are ended first (their graphs dropped;
+        CUDA refuses cudaDeviceSynchronize while a stream captures), then the device is drained."""
+        for stream in self.live_streams():
+            if getattr(stream, "before_capture", None) is not None:
+                try:
+                    self.end_capture(stream)
+                except Exception:  # noqa: BLE001 - an invalidated capture: nothing to keep either way
+                    pass
         with self.scope:
             self.cp.cuda.runtime.deviceSynchronize()

@@ -215,11 +215,13 @@ def reset(device_id: int) -> None:
             _state.platform = None   # the next device re-reads ACLNN_GPU_DEVICE and ACLNN_GPU_DEVICE_COUNT
     if device is not None:
         device.stale = f"was reset by aclrtResetDevice({device_id})"
-        device.close()
-        # its memory is released (aclrtResetDevice frees what the device held) and every cached
-        # pointer check is void: a check that passed through this device, or through peer access
-        # to it, must be made again (Registry.generation)
-        device.registry.clear()
+        try:
+            device.close()
+        finally:
+            # its memory is released (aclrtResetDevice frees what the device held) and every cached
+            # pointer check is void: a check that passed through this device, or through peer access
+            # to it, must be made again (Registry.generation)
+            device.registry.clear()
     Registry.bump()
 
 

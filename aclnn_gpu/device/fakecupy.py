@@ -18,6 +18,7 @@ one task on the target stream's worker.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import threading
 import weakref
@@ -79,7 +80,7 @@ class Device:
 class MemoryPointer:
     """Like cupy.cuda.MemoryPointer: owns a buffer, exposes `.ptr` and the `.device_id` it was made on."""
 
-    __slots__ = ("ptr", "size", "buffer", "device_id")
+    __slots__ = ("ptr", "size", "buffer", "device_id", "__weakref__")
 
     def __init__(self, size: int):
         self.ptr, self.buffer = aligned_buffer(size)
@@ -95,7 +96,26 @@ def alloc(size: int) -> MemoryPointer:
     return MemoryPointer(size)
 
 
-alloc_pinned_memory = alloc
+_pinned_allocations: "weakref.WeakValueDictionary[int, MemoryPointer]" = weakref.WeakValueDictionary()
+_registered: dict[int, int] = {}   # hostRegister'ed start -> end
+
+
+def alloc_pinned_memory(size: int) -> MemoryPointer:
+    """Whole pages, as cudaHostAlloc gives: no pageable byte shares a page with pinned memory."""
+    memory = MemoryPointer(0)
+    pages = -(-max(size, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+    raw = np.empty(pages + mmap.PAGESIZE, np.uint8)
+    start = (-raw.ctypes.data) % mmap.PAGESIZE
+    memory.buffer = raw[start:start + pages]
+    memory.ptr, memory.size = memory.buffer.ctypes.data, pages
+    _pinned_allocations[memory.ptr] = memory
+    return memory
+
+
+def _page_locked(ptr: int, end: int) -> bool:
+    """Whether [ptr, end) overlaps pinned or registered host memory (as CUDA tracks it)."""
+    spans = [(start, start + memory.size) for start, memory in list(_pinned_allocations.items())]
+    return any(start < end and ptr < stop for start, stop in spans + list(_registered.items()))
 
 _streams: "weakref.WeakValueDictionary[int, Stream]" = weakref.WeakValueDictionary()
 _stream_ids = iter(range(1, 1 << 62))
@@ -183,22 +203,37 @@ class Graph:
 
 
 class Event:
+    """Like cupy.cuda.Event. As in CUDA, a plain record in a capturing stream is a graph-internal node:
+    the event is unusable outside the capture (cudaErrorCapturedEvent) until recorded again outside;
+    `runtime.eventRecordWithFlags(..., EXTERNAL)` records it at every replay instead."""
+
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self.mark: HostEventMark | None = None
+        self.captured = False   # its latest record was a plain record in a capture
 
     def record(self, stream: Stream | None = None) -> None:
-        self.mark = (stream or get_current_stream()).worker.record()
+        worker = (stream or get_current_stream()).worker
+        self.captured = worker.capture is not None
+        self.mark = worker.record()
+
+    def _usable(self) -> None:
+        if self.captured:
+            raise RuntimeError("cudaErrorCapturedEvent: the event was last recorded in a capturing stream")
 
     def synchronize(self) -> None:
+        self._usable()
         if self.mark is not None:
             self.mark.done.wait()
 
     @property
     def done(self) -> bool:
+        self._usable()
         return self.mark is None or self.mark.done.is_set()
 
 
 def get_elapsed_time(start: Event, end: Event) -> float:
+    start._usable()
+    end._usable()
     assert start.mark is not None and end.mark is not None
     return (end.mark.time - start.mark.time) * 1e3
 
@@ -240,17 +275,39 @@ class _Runtime:
     @staticmethod
     def deviceSynchronize() -> None:
         device = _current_device()
-        for stream in _all_streams():
-            if stream.device_id == device:
-                stream.worker.drain()
+        streams = [stream for stream in _all_streams() if stream.device_id == device]
+        if any(stream.worker.capture is not None for stream in streams):   # as CUDA refuses it
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: cudaDeviceSynchronize while a stream captures")
+        for stream in streams:
+            stream.worker.drain()
 
     @staticmethod
     def hostRegister(ptr: int, size: int, flags: int) -> None:
-        pass   # host memory is all the emulator has
+        # host memory is all the emulator has; what CUDA refuses is refused alike
+        if _page_locked(ptr, ptr + size):
+            raise RuntimeError("cudaErrorHostMemoryAlreadyRegistered: part of the range is already page-locked")
+        _registered[ptr] = ptr + size
 
     @staticmethod
     def hostUnregister(ptr: int) -> None:
-        pass
+        if _registered.pop(ptr, None) is None:
+            raise RuntimeError("cudaErrorHostMemoryNotRegistered: no registration starts there")
+
+    memoryTypeUnregistered, memoryTypeHost = 0, 1
+    eventRecordDefault, eventRecordExternal = 0, 1
+
+    @staticmethod
+    def eventRecordWithFlags(event: Event, stream: int, flags: int) -> None:
+        """cudaEventRecordWithFlags (fakecupy takes the Event object): EXTERNAL in a capture records the
+        event at every replay (each replay points it at its own mark)."""
+        worker = _stream(stream).worker
+        external = bool(flags & 1) and worker.capture is not None
+        event.captured = worker.capture is not None and not external
+        event.mark = worker.record(event if external else None)
+
+    @staticmethod
+    def pointerGetAttributes(ptr: int) -> SimpleNamespace:
+        return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1) else 0)
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:

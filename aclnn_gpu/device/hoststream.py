@@ -47,13 +47,16 @@ if hasattr(os, "register_at_fork"):
 
 
 class HostEventMark:
-    """One recording of an event: completes when the stream reaches it."""
+    """One recording of an event: completes when the stream reaches it. A mark recorded in a capture
+    is a template: it knows its event (`owner`, the object whose `.mark` it is), and each replay
+    queued makes a fresh mark and points the event at it, as a direct record would."""
 
-    __slots__ = ("done", "time")
+    __slots__ = ("done", "time", "owner")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object = None) -> None:
         self.done = threading.Event()
         self.time = 0.0
+        self.owner = owner
 
     def complete(self) -> None:
         self.time = time.perf_counter()
@@ -61,40 +64,88 @@ class HostEventMark:
 
 
 class CapturedWork:
-    """The tasks and event marks a stream received while it captured, in order. `replay_task()` is
-    the one task that runs them all: each mark is re-armed when the replay is queued (a later event
-    synchronize waits for this replay) and completed when the replay reaches it; after a failing
-    task the rest is skipped, its marks still complete, and the failure is the replay's."""
+    """The tasks and event marks a stream received while it captured, in order. `replay_task()` makes
+    the one task that runs them all (a `Replay`)."""
 
-    __slots__ = ("steps", "invalidated", "pending", "lock")
+    __slots__ = ("steps", "invalidated", "pending", "lock", "last")
 
     def __init__(self) -> None:
         self.steps: list[object] = []
         self.invalidated: str | None = None   # why, once the capture was invalidated
         self.pending = 0                      # replays queued and not finished
         self.lock = threading.Lock()
+        self.last: threading.Event | None = None   # set when the latest replay queued has finished
 
     def add(self, task: object) -> None:
         if self.invalidated is not None:   # CUDA: cudaErrorStreamCaptureInvalidated
             fail(aclError.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
-                 f"the stream's capture was invalidated ({self.invalidated}); end it with aclmdlRICaptureEnd")
+                 "the stream's capture was invalidated (" + self.invalidated + "): work queued on it (an aclnn "
+                 "call, aclrtMemcpyAsync, aclrtMemsetAsync, aclrtRecordEvent...) is refused; end it with "
+                 "aclmdlRICaptureEnd")
         self.steps.append(task)
 
-    def replay_task(self) -> Callable[[], None]:
-        steps = tuple(self.steps)
-        marks = [step for step in steps if isinstance(step, HostEventMark)]
-        for mark in marks:
-            mark.done.clear()
+    def replay_task(self) -> "Replay":
+        """One replay, counted pending and chained after the previous replay of this work (see `Replay`)."""
         with self.lock:
+            replay = Replay(self, self.last)
+            self.last = replay.finished
             self.pending += 1
-
-        def replay() -> None:
-            try:
-                _run_steps(steps)
-            finally:
-                with self.lock:
-                    self.pending -= 1
         return replay
+
+
+class Replay:
+    """One queued replay of a CapturedWork. Its event marks are fresh (each event recorded in the
+    capture now refers to this replay's mark: a wait queued later orders after THIS replay); it first
+    waits for the previous replay of the same work (CUDA orders successive launches of one graph: the
+    replays share the plans' workspaces); after a failing step the rest is skipped, its marks still
+    complete, and the failure is the replay's. A replay the stream skips (queued behind a failure) or
+    that could not be queued still finishes: marks completed, pending count decremented."""
+
+    __slots__ = ("work", "steps", "previous", "finished", "_once")
+
+    def __init__(self, work: CapturedWork, previous: threading.Event | None) -> None:
+        self.work = work
+        self.previous = previous
+        self.finished = threading.Event()
+        self._once = threading.Lock()
+        steps: list[object] = []
+        for step in work.steps:
+            if isinstance(step, HostEventMark):
+                step = HostEventMark()
+            steps.append(step)
+        self.steps = tuple(steps)
+
+    def point_events(self) -> None:
+        """The events recorded in the capture now refer to this replay's marks (at queue time)."""
+        for template, step in zip(self.work.steps, self.steps):
+            if isinstance(template, HostEventMark) and template.owner is not None:
+                template.owner.mark = step   # type: ignore[attr-defined]
+
+    def __call__(self) -> None:
+        try:
+            if self.previous is not None:
+                self.previous.wait()
+            _run_steps(self.steps)
+        finally:
+            self.finish()
+
+    def skip(self) -> None:
+        """Queued behind a failure: nothing runs, but the bookkeeping completes (after the previous replay)."""
+        try:
+            if self.previous is not None:
+                self.previous.wait()
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        if not self._once.acquire(blocking=False):
+            return
+        for step in self.steps:
+            if isinstance(step, HostEventMark) and not step.done.is_set():
+                step.complete()
+        with self.work.lock:
+            self.work.pending -= 1
+        self.finished.set()
 
 
 def _run_steps(steps: tuple[object, ...]) -> None:
@@ -161,6 +212,8 @@ class HostStream:
                 task.complete()
                 continue
             if self._error is not None:
+                if isinstance(task, Replay):   # its marks complete and its model is no longer pending
+                    task.skip()
                 continue
             try:
                 task()
@@ -190,8 +243,9 @@ class HostStream:
     def submit(self, fn: Callable[[], None]) -> None:
         self._put(fn)
 
-    def record(self) -> HostEventMark:
-        mark = HostEventMark()
+    def record(self, owner: object = None) -> HostEventMark:
+        """A mark of event `owner` (the object whose `.mark` it becomes; a capture's replays repoint it)."""
+        mark = HostEventMark(owner if self.capture is not None else None)
         self._put(mark)
         return mark
 
@@ -219,13 +273,21 @@ class HostStream:
         return work
 
     def replay(self, work: CapturedWork) -> None:
-        """Queue a captured list as one task (on any stream)."""
-        self._put(work.replay_task())
+        """Queue a captured list as one task (on any stream). A replay that cannot be queued (destroyed
+        stream, StreamForked) finishes at once, so its model is not left pending."""
+        replay = work.replay_task()
+        try:
+            self._put(replay)
+        except BaseException:
+            replay.finish()
+            raise
+        replay.point_events()
 
     def synchronize(self) -> None:
         """Wait until everything queued so far has run; re-raise the first failure, once."""
         if self.capture is not None:   # CUDA: cudaErrorStreamCaptureUnsupported (the runtime refuses it first)
-            raise RuntimeError("a capturing stream cannot be synchronized")
+            fail(aclError.ACL_ERROR_RT_STREAM_CAPTURED, "aclrtSynchronizeStream: stream is capturing; its work is "
+                 "recorded, not run, so it cannot be waited for (end the capture with aclmdlRICaptureEnd first)")
         self.drain()
         if self._error is not None:  # set by the worker before it counted the task finished
             with self._error_lock:

@@ -61,7 +61,7 @@ class Capture:
         self.plans: list[Any] = []            # operator plans the graph runs (kept alive by the model)
         self.allocations: set[Any] = set()    # registry Allocations the recorded work uses
         self.keep: list[Any] = []             # pinned upload buffers (cuda device)
-        self.pinned: dict[int, Any] = {}      # caller's host buffers page-locked for captured copies (cuda)
+        self.pinned: dict[Any, Any] = {}      # (address, nbytes) -> caller's host buffer a captured copy uses (cuda)
         self.on_release: list[Any] = []       # what the device undoes when the model goes (hostUnregister)
 
     # ------------------------------------------------------------------ what the recorded work uses
@@ -189,6 +189,7 @@ def refuse_wait(fn: str, impl: Any, event: Any) -> None:
 
 
 def refuse_invalidated(fn: str, capture: Any) -> None:
+    """Work queued on a stream whose capture was invalidated (CUDA: cudaErrorStreamCaptureInvalidated)."""
     if capture.invalidated is not None:
         fail(aclError.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
              f"{fn}: the stream's capture was invalidated ({capture.invalidated}); end it with aclmdlRICaptureEnd")

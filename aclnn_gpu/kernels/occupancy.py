@@ -93,7 +93,8 @@ REGISTERS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
 
 
 def _arch_key(arch: str) -> str:
-    """The table's architecture for a device's ("sm_90", "90", "sm_100" -> the nearest not above)."""
+    """The table's architecture for a device's: the nearest not above ("sm_90", "90" -> "90", "sm_100" ->
+    "90"); one below the table, or no digits at all, gets the lowest ("sm_75", "" -> "80")."""
     number = int(re.sub(r"\D", "", str(arch)) or 0)
     known = sorted(LIMITS, key=int)
     below = [key for key in known if int(key) <= number]

@@ -1,6 +1,6 @@
 """Phase 1's frozen launch list: what a plan's kernels do, recorded once, replayed by every execute.
 
-`freeze(plan, sm_count)` runs the plan's launcher (`plan.launch_kernels`) once against `Recorder`,
+`freeze(plan, sm_count, arch)` runs the plan's launcher (`plan.launch_kernels`) once against `Recorder`,
 a KernelContext that keeps every upload, kernel launch and GEMM instead of running it, with the
 workspace at a sentinel base address. The result, a `FrozenLaunch` (a frozen dataclass), holds the
 bytes of every upload, the kernel name, geometry and argument tuple of every launch, and the
@@ -34,9 +34,10 @@ _POINTER_TYPES = frozenset({int, np.uint64, np.int64})
 
 
 def _in_workspace(value: Any) -> bool:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return SENTINEL <= int(value) < SENTINEL + SENTINEL_SPAN
-    return False
+    """Whether a launch argument or uploaded word is a workspace pointer: pointers are np.uint64
+    (kernels, uploaded tables) or int (GEMMs); the exact-type test first keeps this cheap and leaves
+    bools and narrower integers out. The one rule for arguments and uploads."""
+    return type(value) in _POINTER_TYPES and SENTINEL <= value < SENTINEL + SENTINEL_SPAN
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,7 @@ class Recorder:
         return offset
 
     def _patches(self, values: Sequence[Any]) -> tuple[tuple[int, int], ...]:
-        # pointers are np.uint64 (kernels) or int (GEMMs); the type test first keeps this pass cheap
-        return tuple((i, self._offset(v)) for i, v in enumerate(values)
-                     if type(v) in _POINTER_TYPES and SENTINEL <= v < SENTINEL + SENTINEL_SPAN)
+        return tuple((i, self._offset(v)) for i, v in enumerate(values) if _in_workspace(v))
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         data = np.array(host, copy=True, order="C")
