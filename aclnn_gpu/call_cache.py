@@ -26,9 +26,9 @@ the call holds for its whole length, of exactly the layout the plan was checked 
 signature, and checked again per operand); the outputs are fresh arrays, so they alias no input.
 
 Streams: the call first synchronizes its stream (earlier queued work runs first, and its failure
-is reported as the uncached path reports it), then runs the plan on the calling thread. Work that
-another thread queues on the same stream meanwhile is not ordered against it, as two host threads
-sharing a stream without an event never are. A capturing stream is never run this way.
+is reported as the uncached path reports it), then runs the plan on the calling thread while it
+holds the stream (`HostStream.holding`): work another thread queues meanwhile starts after it, never
+beside it. A capturing stream is never run this way.
 
 Bounded (MAX_ENTRIES least recently used per device), thread-safe, emptied in a fork() child, and
 void for a reset device: a reset device is never current again, and its entries are dropped at

@@ -15,11 +15,12 @@ also the rule on the cpu and emulated devices.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import inspect
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -547,6 +548,23 @@ class _Retry(Exception):
         self.uncacheable = uncacheable
 
 
+@contextlib.contextmanager
+def _holding(impl: Any, name: str) -> Iterator[None]:
+    """A cpu stream held for a run on the calling thread (`HostStream.holding`); a failure of its
+    queued work is the call's AclnnError, as `_synchronize` reports it."""
+    hold = impl.worker.holding()
+    try:
+        hold.__enter__()
+    except OpError as e:
+        raise AclnnError(e.status, e.message) from None
+    except Exception as e:  # noqa: BLE001
+        raise AclnnError(507000, f"{name}: queued work failed: {e}") from None
+    try:
+        yield
+    finally:
+        hold.__exit__(None, None, None)
+
+
 class _Replay:
     """A functional call of a cached signature (call_cache): `_Call`'s methods over the entry. The
     arrays are not lent or described; the entry's plan runs on them on the calling thread."""
@@ -572,6 +590,11 @@ class _Replay:
             host = self.prepared[id(array)] = _host_operand(array)
             if (host.shape, host.strides, host.dtype) != self.entry.layouts[i]:
                 raise _Retry(uncacheable=True)
+        if self.device.registry.host_allocations and host.size:
+            # an operand in aclrtMallocHost memory: the uncached path refuses it (161002, host memory)
+            found = self.device.registry.find(host.__array_interface__["data"][0], 1)
+            if found is not None and not found.on_device:
+                raise _Retry(uncacheable=False)
         self.views.append(call_cache.bytes_of(host))
         return self.entry.tensors[i]
 
@@ -592,11 +615,13 @@ class _Replay:
         return self.entry.int_arrays[i]   # the signature holds the values
 
     def run(self, get_workspace_size: Callable[..., Any], execute: Callable[..., int], *args: Any) -> None:
-        _synchronize(self.impl, self.name)   # earlier work on the stream first, as the stream orders it
-        try:
-            call_cache.run(self.entry, self.device, self.views)
-        except Exception as e:  # noqa: BLE001 - the uncached path runs it again and reports what it reports
-            raise _Retry(uncacheable=isinstance(e, call_cache.OutsideSlots)) from e
+        # as the stream's next task: earlier work on it first, and nothing queued meanwhile (by another
+        # thread) starts until the plan has run
+        with _holding(self.impl, self.name):
+            try:
+                call_cache.run(self.entry, self.device, self.views)
+            except Exception as e:  # noqa: BLE001 - the uncached path runs it again and reports what it reports
+                raise _Retry(uncacheable=isinstance(e, call_cache.OutsideSlots)) from e
 
     result = _Call.result
 

@@ -328,3 +328,64 @@ def test_emulated_device_is_not_cached():
     for _ in range(2):
         _same(F.kl_div(x, t, "batchmean"), _uncached(lambda: F.kl_div(x, t, "batchmean")))
     assert len(call_cache.cache) == 0
+
+
+# ---------------------------------------------------------------------------- review findings
+def _device_floats(n):
+    import ctypes
+    ret, ptr = acl.aclrtMalloc(4 * n, 0)
+    assert ret == 0
+    return ptr, np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
+
+
+def test_a_cached_call_never_overlaps_work_another_thread_queues_on_its_stream():
+    """A cached call runs on the calling thread as the stream's next task: memsets another thread
+    queues on the same stream run before or after it, never while it reads (a torn input would give
+    a result that is not uniform)."""
+    n = 1 << 20
+    ptr, x = _device_floats(n)
+    t = np.full(n, 0.5, f32)
+    ret, stream = acl.aclrtCreateStream()
+    assert ret == 0
+    F.kl_div(x, t, "none", stream=stream)          # caches the signature
+    hits = call_cache.cache.hits
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            acl.aclrtMemsetAsync(ptr, 4 * n, 0x3F, 4 * n, stream)
+            acl.aclrtMemsetAsync(ptr, 4 * n, 0x00, 4 * n, stream)
+            acl.aclrtSynchronizeStream(stream)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        torn = sum(len(np.unique(F.kl_div(x, t, "none", stream=stream))) > 1 for _ in range(30))
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert call_cache.cache.hits > hits            # the cached path ran
+    assert torn == 0
+    acl.aclrtSynchronizeStream(stream)
+    acl.aclrtDestroyStream(stream)
+    acl.aclrtFree(ptr)
+
+
+def test_an_operand_in_host_memory_is_refused_after_a_cached_call():
+    """aclrtMallocHost memory is not device memory: the cached path takes the uncached one, which
+    refuses it with 161002, as a first call does."""
+    import ctypes
+    rng = np.random.default_rng(5)
+    x, t = rng.standard_normal((4, 8)).astype(f32), rng.random((4, 8)).astype(f32)
+    ret, ptr = acl.aclrtMallocHost(x.nbytes)
+    assert ret == 0
+    pinned = np.ctypeslib.as_array((ctypes.c_float * 32).from_address(ptr)).reshape(4, 8)
+    pinned[...] = x
+    try:
+        _, first = _outcome(lambda: _uncached(lambda: F.kl_div(pinned, t, "sum")))
+        assert first is not None and first[0] == 161002 and "host memory" in first[1]
+        F.kl_div(x, t, "sum")                      # caches the signature
+        _, cached = _outcome(lambda: F.kl_div(pinned, t, "sum"))
+        assert cached == first
+    finally:
+        acl.aclrtFreeHost(ptr)

@@ -17,10 +17,11 @@ so a stream made before fork() is dead in the child: submitting to it or waiting
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import fail
 from ..status import aclError
@@ -173,6 +174,7 @@ class HostStream:
 
     def __init__(self, name: str = "stream") -> None:
         self._lock = threading.Lock()
+        self._running = threading.Lock()   # held by the worker while it runs a task, or by `holding()`
         self._work = threading.Condition(self._lock)   # the worker waits here for tasks
         self._done = threading.Condition(self._lock)   # drain() waits here for the finished count
         self._tasks: collections.deque = collections.deque()
@@ -189,7 +191,7 @@ class HostStream:
         self._thread.start()
 
     def _run(self) -> None:
-        lock, work, done, tasks = self._lock, self._work, self._done, self._tasks
+        lock, work, done, tasks, running = self._lock, self._work, self._done, self._tasks, self._running
         finished = False
         while True:
             with lock:
@@ -203,25 +205,31 @@ class HostStream:
                 self._sleeping = False
                 task = tasks.popleft()
             finished = True
-            if task is _STOP:
-                with lock:
-                    self._finished += 1
-                    done.notify_all()
-                return
-            if isinstance(task, HostEventMark):  # marks complete even after a failure
-                task.complete()
-                continue
-            if self._error is not None:
-                if isinstance(task, Replay):   # its marks complete and its model is no longer pending
-                    task.skip()
-                continue
+            with running:   # not while `holding()` runs host code as this stream's task
+                if self._step(task):
+                    return
+            task = None  # drop the reference before sleeping
+
+    def _step(self, task: object) -> bool:
+        """Run one task taken off the queue; True for the stop marker."""
+        if task is _STOP:
+            with self._lock:
+                self._finished += 1
+                self._done.notify_all()
+            return True
+        if isinstance(task, HostEventMark):  # marks complete even after a failure
+            task.complete()
+        elif self._error is not None:
+            if isinstance(task, Replay):   # its marks complete and its model is no longer pending
+                task.skip()
+        else:
             try:
-                task()
+                task()  # type: ignore[operator]
             except BaseException as e:  # noqa: BLE001 - reported at synchronize()
                 with self._error_lock:
                     if self._error is None:
                         self._error = e
-            task = None  # drop the reference before sleeping
+        return False
 
     def _put(self, task: object) -> None:
         if self.generation != _generation:
@@ -294,6 +302,24 @@ class HostStream:
                 error, self._error = self._error, None
             if error is not None:
                 raise error
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Run the block on the calling thread as if it were this stream's next task: everything
+        queued before it has run (its failure is raised, as `synchronize` raises it), and the worker
+        starts nothing queued meanwhile until the block ends, so work other threads queue runs after
+        it, never beside it."""
+        while True:
+            self.synchronize()
+            self._running.acquire()
+            with self._lock:
+                if self._finished >= self._submitted:   # drained, and the worker is between tasks
+                    break
+            self._running.release()   # work was queued (or the worker is counting a task): wait again
+        try:
+            yield
+        finally:
+            self._running.release()
 
     def drain(self) -> None:
         """Wait until everything queued so far has run, leaving a failure pending."""

@@ -59,6 +59,7 @@ class Registry:
         self._lock = threading.Lock()
         self._bases: list[int] = []
         self._by_base: dict[int, Allocation] = {}
+        self.host_allocations = 0   # live aclrtMallocHost ranges (the functional cache looks up only then)
 
     def reinit_after_fork(self) -> None:
         """A fork() child: a thread of the parent may have held the lock at fork time."""
@@ -68,12 +69,14 @@ class Registry:
         with self._lock:
             bisect.insort(self._bases, alloc.base)
             self._by_base[alloc.base] = alloc
+            self.host_allocations += not alloc.on_device
 
     def remove(self, base: int) -> Allocation | None:
         with self._lock:
             alloc = self._by_base.pop(base, None)
             if alloc is not None:
                 Registry.bump()
+                self.host_allocations -= not alloc.on_device
                 del self._bases[bisect.bisect_left(self._bases, base)]
             return alloc
 
@@ -82,6 +85,7 @@ class Registry:
         with self._lock:
             self._bases.clear()
             self._by_base.clear()
+            self.host_allocations = 0
             Registry.bump()
 
     def get(self, base: int) -> Allocation | None:
