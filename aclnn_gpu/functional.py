@@ -376,8 +376,13 @@ def _span(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> i
 
 def _synchronize(impl: Any, name: str) -> None:
     """Wait for a call's stream; a failure of its queued work is the call's AclnnError."""
+    _waited(impl.synchronize, name)
+
+
+def _waited(wait: Callable[[], Any], name: str) -> Any:
+    """`wait()`, with a failure of the stream's queued work raised as the call's AclnnError."""
     try:
-        impl.synchronize()
+        return wait()
     except OpError as e:
         raise AclnnError(e.status, e.message) from None
     except Exception as e:  # noqa: BLE001
@@ -553,12 +558,7 @@ def _holding(impl: Any, name: str) -> Iterator[None]:
     """A cpu stream held for a run on the calling thread (`HostStream.holding`); a failure of its
     queued work is the call's AclnnError, as `_synchronize` reports it."""
     hold = impl.worker.holding()
-    try:
-        hold.__enter__()
-    except OpError as e:
-        raise AclnnError(e.status, e.message) from None
-    except Exception as e:  # noqa: BLE001
-        raise AclnnError(507000, f"{name}: queued work failed: {e}") from None
+    _waited(hold.__enter__, name)
     try:
         yield
     finally:
