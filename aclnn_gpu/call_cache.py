@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -97,6 +98,13 @@ def disjoint(slots: list[tuple[int, int]]) -> bool:
     return all(a_end <= b_base for (_, a_end), (b_base, _) in zip(ranges, ranges[1:]))
 
 
+def span(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> int:
+    """Bytes from the first element of a view with non-negative strides to the end of its last."""
+    if math.prod(shape) == 0:
+        return 0
+    return sum((n - 1) * s for n, s in zip(shape, byte_strides)) + itemsize
+
+
 def bytes_of(array: np.ndarray) -> np.ndarray | None:
     """The bytes of an array with non-negative strides in whole elements, from its first element to
     the end of its last, as a uint8 view of the array's own memory (None for an empty array)."""
@@ -104,9 +112,9 @@ def bytes_of(array: np.ndarray) -> np.ndarray | None:
         return None
     if array.flags.c_contiguous:
         return array.reshape(-1).view(np.uint8)
-    count = sum((n - 1) * s for n, s in zip(array.shape, array.strides)) // array.itemsize + 1
-    span = np.lib.stride_tricks.as_strided(array, shape=(count,), strides=(array.itemsize,))
-    return span.view(np.uint8)
+    count = span(array.shape, array.strides, array.itemsize) // array.itemsize
+    elements = np.lib.stride_tricks.as_strided(array, shape=(count,), strides=(array.itemsize,))
+    return elements.view(np.uint8)
 
 
 class HostViews:

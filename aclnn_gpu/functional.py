@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import functools
 import inspect
-import math
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -367,13 +366,6 @@ def _host_operand(array: Any) -> np.ndarray:
     return host
 
 
-def _span(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> int:
-    """Bytes from the first element of a view with non-negative strides to the end of its last."""
-    if math.prod(shape) == 0:
-        return 0
-    return sum((n - 1) * s for n, s in zip(shape, byte_strides)) + itemsize
-
-
 def _synchronize(impl: Any, name: str) -> None:
     """Wait for a call's stream; a failure of its queued work is the call's AclnnError."""
     _waited(impl.synchronize, name)
@@ -421,7 +413,7 @@ class _Call:
     def _lend(self, address: int, shape: Sequence[int], byte_strides: Sequence[int], itemsize: int,
               owner: Any) -> bool:
         """Register [address, address + span) for this call; False when it partly overlaps an allocation."""
-        span = _span(shape, byte_strides, itemsize)
+        span = call_cache.span(shape, byte_strides, itemsize)
         if span == 0:
             return True
         raw = owner if self.on_gpu else np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address))
@@ -477,7 +469,7 @@ class _Call:
             self.record = host is operand   # a copy (it straddled an allocation) is not the caller's layout
             self.tensors.append(tensor)
             self.layouts.append((host.shape, host.strides, host.dtype))
-            self.slots.append((address, address + _span(host.shape, host.strides, host.itemsize)))
+            self.slots.append((address, address + call_cache.span(host.shape, host.strides, host.itemsize)))
         return tensor
 
     def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
