@@ -107,6 +107,7 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
             if retry.uncacheable:
                 call_cache.cache.give(device, key, call_cache.Entry.uncacheable())
                 return _uncached(body, name, stream, args, kwargs, None)
+            return _uncached(body, name, stream, args, kwargs, (device, key))   # records the signature again
         except BaseException:
             call_cache.cache.give(device, key, entry)
             raise
@@ -146,7 +147,8 @@ def _inline_stream(device: Any, stream: Any) -> Any:
     return impl
 
 
-_UNKEYED = object()
+_UNKEYED = object()    # _key_of: an argument that cannot be part of a signature
+_KEYWORDS = object()   # _signature: the keyword arguments' parts follow
 
 
 def _key_of(value: Any, by_value: bool, prepared: dict[int, np.ndarray]) -> Any:
@@ -164,7 +166,8 @@ def _key_of(value: Any, by_value: bool, prepared: dict[int, np.ndarray]) -> Any:
         if (kind is list or kind is tuple) and all(type(v) is int for v in value):
             return "values", tuple(value)
         return _UNKEYED
-    if kind is np.ndarray or (kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")):
+    # torch.Tensor exactly: subclasses (nn.Parameter lives in torch.nn.parameter) take the uncached path
+    if kind is np.ndarray or (kind.__module__ == "torch" and kind.__name__ == "Tensor"):
         host = prepared[id(value)] = _host_operand(value)
         return host.shape, host.strides, host.dtype
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
@@ -184,7 +187,7 @@ def _signature(body: Callable[..., Any], args: tuple, kwargs: dict, by_value: fr
                 return None
             parts.append(part)
         if kwargs:
-            parts.append(_UNKEYED)   # the marker: keyword parts follow
+            parts.append(_KEYWORDS)
             for name, value in kwargs.items():
                 part = _key_of(value, name in values, prepared)
                 if part is _UNKEYED:
