@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -239,20 +239,20 @@ class CudaDevice(Device):
                     # the work queued on it before the capture began may still use the memory
                     stream.before_capture.synchronize()  # type: ignore[attr-defined]
 
-    def _synchronous_stream(self) -> Any:
-        """The stream a synchronous copy or memset runs on while a stream captures (see the docstring)."""
+    def _while_capturing(self, issue: Callable[[int], None]) -> None:
+        """A synchronous copy or memset while a stream captures (see the module docstring): after the
+        device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
+        self.synchronize_quietly()
         if self._side_stream is None:
             self._side_stream = self.cp.cuda.Stream(non_blocking=True)
-        return self._side_stream
+        issue(self._side_stream.ptr)
+        self._side_stream.synchronize()
 
     def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
         with self.scope:   # cudaMemcpyDefault with unified addressing also copies between GPUs
             if stream is None and self.capturing:
-                self.synchronize_quietly()
-                side = self._synchronous_stream()
-                runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side.ptr)
-                side.synchronize()
+                self._while_capturing(lambda side: runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side))
             elif stream is None:
                 runtime.deviceSynchronize()
                 runtime.memcpy(dst, src, count, MEMCPY_DEFAULT)
@@ -308,10 +308,7 @@ class CudaDevice(Device):
         runtime = self.cp.cuda.runtime
         with self.scope:
             if stream is None and self.capturing:
-                self.synchronize_quietly()
-                side = self._synchronous_stream()
-                runtime.memsetAsync(ptr, value & 0xFF, count, side.ptr)
-                side.synchronize()
+                self._while_capturing(lambda side: runtime.memsetAsync(ptr, value & 0xFF, count, side))
             elif stream is None:
                 runtime.deviceSynchronize()
                 runtime.memset(ptr, value & 0xFF, count)
