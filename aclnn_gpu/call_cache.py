@@ -11,9 +11,11 @@ A later call of the same signature skips all of phase 1 and the stream hand-off.
 How a cached plan reaches the new arrays: translation, not rebinding. On a host-memory device a
 plan touches memory only through `device.host_view(ptr, nbytes)` (ops/plan.py `host_array`). The
 addresses inside the cached plan are those of the first call's operands, each owning one byte
-range (a slot: inputs and outputs in the order the call described them, then the workspace). A
-later call hands the plan `HostViews` instead of the device: its `host_view` maps a range inside
-slot k to the same bytes of this call's k-th operand. The plan is never modified, so whatever it
+range (a slot: inputs and outputs in the order the call described them). The workspace is not a
+slot: the cpu device's NumPy plans never read it (a plan that did would read outside its slots and
+take the uncached path), so a cached call allocates none. A later call hands the plan
+`HostViews` instead of the device: its `host_view` maps a range inside slot k to the same bytes of
+this call's k-th operand. The plan is never modified, so whatever it
 derived from the first call's addresses stays consistent; a read outside every slot is refused
 (`OutsideSlots`, after which the call takes the uncached path), never a read of stale memory.
 Signatures whose first call could not give each operand a range of its own (arguments sharing
@@ -21,7 +23,7 @@ memory, an operand copied because it straddled an allocation) are not cached.
 
 Why phase 2's checks still hold without running them: the executor is this module's own (never
 destroyed, run by one call at a time: an entry is taken out of the cache while a call uses it);
-its workspace is the entry's, of the size GetWorkspaceSize asked for; every operand is an array
+every operand is an array
 the call holds for its whole length, of exactly the layout the plan was checked against (the
 signature, and checked again per operand); the outputs are fresh arrays, so they alias no input.
 
@@ -45,10 +47,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .device.cpu import aligned_buffer
 
-MAX_ENTRIES = 64               # per device
-MAX_KEPT_WORKSPACE = 1 << 20   # bytes: an entry keeps a workspace up to this size, larger ones are per call
+MAX_ENTRIES = 64   # per device
 
 
 class OutsideSlots(RuntimeError):
@@ -60,36 +60,23 @@ class Entry:
     known not to be cacheable, and its calls take the uncached path without recording again."""
 
     __slots__ = ("plan", "tensors", "layouts", "outputs", "int_arrays", "bases", "ends", "written",
-                 "workspace_address", "workspace_size", "_workspace")
+                 "workspace_address")
 
     def __init__(self, plan: Any, tensors: list, layouts: list, outputs: list, int_arrays: list,
-                 slots: list[tuple[int, int]], written: int, workspace_address: int, workspace_size: int):
+                 slots: list[tuple[int, int]], written: int, workspace_address: int):
         self.plan = plan
         self.tensors = tensors          # the described inputs' aclTensors, in call order
         self.layouts = layouts          # per input: (shape, byte strides, dtype) of the array described
         self.outputs = outputs          # per output: (aclTensor, shape, dtype)
         self.int_arrays = int_arrays    # the aclIntArrays, in call order
-        self.bases = tuple(base for base, _ in slots)   # operands in call order, then the workspace
+        self.bases = tuple(base for base, _ in slots)   # operands in call order
         self.ends = tuple(end for _, end in slots)
         self.written = written          # bit k set: slot k is an output with bytes (a run must reach it)
-        self.workspace_address = workspace_address
-        self.workspace_size = workspace_size
-        self._workspace: np.ndarray | None = None
+        self.workspace_address = workspace_address   # the first call's: passed on, never read (see above)
 
     @classmethod
     def uncacheable(cls) -> "Entry":
-        return cls(None, [], [], [], [], [], 0, 0, 0)
-
-    def workspace(self) -> np.ndarray | None:
-        """The workspace bytes of this call (kept when small: an entry serves one call at a time)."""
-        if not self.workspace_size:
-            return None
-        if self._workspace is not None:
-            return self._workspace
-        _, buffer = aligned_buffer(self.workspace_size)
-        if self.workspace_size <= MAX_KEPT_WORKSPACE:
-            self._workspace = buffer
-        return buffer
+        return cls(None, [], [], [], [], [], 0, 0)
 
 
 def disjoint(slots: list[tuple[int, int]]) -> bool:
@@ -143,7 +130,7 @@ def run(entry: Entry, device: Any, views: list) -> None:
     plan = entry.plan
     if not plan.has_work:
         return
-    host = HostViews(device, entry, [*views, entry.workspace()])
+    host = HostViews(device, entry, views)
     with np.errstate(all="ignore"):
         plan.run_host(host, entry.workspace_address)
     if host.reached & entry.written != entry.written:   # it wrote an output some other way

@@ -411,7 +411,7 @@ class _Call:
         self.slots: list[tuple[int, int]] = []   # each operand's byte range, in call order
         self.written = 0                         # bit k: slot k is an output with bytes
         self.plan: Any = None
-        self.workspace: tuple[int, int] = (0, 0)
+        self.workspace = 0                       # the workspace's address (0: none)
 
     def _lend(self, address: int, shape: Sequence[int], byte_strides: Sequence[int], itemsize: int,
               owner: Any) -> bool:
@@ -512,7 +512,7 @@ class _Call:
         if workspace_size:
             workspace = self.device.malloc(workspace_size)
             self.owned.append(workspace)
-            self.workspace = (workspace, workspace_size)
+            self.workspace = workspace
         check_status(execute(workspace, workspace_size, executor, self.stream))
         _synchronize(resolve_stream(self.stream, self.name), self.name)
 
@@ -525,12 +525,10 @@ class _Call:
     def entry(self) -> call_cache.Entry:
         """What call_cache keeps of this (successful, recorded) call: its phase 1, or the note that
         the signature cannot be cached (an operand copied, or two operands sharing memory)."""
-        workspace, size = self.workspace
-        slots = [*self.slots, (workspace, workspace + size)]
-        if not self.record or self.plan is None or not call_cache.disjoint(slots):
+        if not self.record or self.plan is None or not call_cache.disjoint(self.slots):
             return call_cache.Entry.uncacheable()
-        return call_cache.Entry(self.plan, self.tensors, self.layouts, self.outputs, self.int_arrays, slots,
-                                self.written, workspace, size)
+        return call_cache.Entry(self.plan, self.tensors, self.layouts, self.outputs, self.int_arrays, self.slots,
+                                self.written, self.workspace)
 
     def close(self) -> None:
         for address in self.borrowed:

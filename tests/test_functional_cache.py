@@ -310,7 +310,7 @@ def test_fork_child_starts_with_an_empty_cache():
 
 def test_a_plan_reading_outside_its_operands_is_refused():
     """HostViews translates only the operands' ranges: anything else is OutsideSlots, never memory."""
-    entry = call_cache.Entry(None, [], [], [], [], [(4096, 4096 + 16), (8192, 8192 + 8)], 0, 0, 0)
+    entry = call_cache.Entry(None, [], [], [], [], [(4096, 4096 + 16), (8192, 8192 + 8)], 0, 0)
     views = call_cache.HostViews(runtime.get_device(), entry, [np.arange(16, dtype=np.uint8),
                                                                 np.arange(8, dtype=np.uint8)])
     assert views.host_view(4096 + 4, 8).tolist() == list(range(4, 12))
