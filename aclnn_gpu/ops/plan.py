@@ -205,10 +205,6 @@ def host_array(device: Any, tensor: aclTensor) -> np.ndarray:
                       strides=tuple(s * size for s in tensor.strides))
 
 
-def host_workspace(device: Any, workspace: int, nbytes: int) -> np.ndarray:
-    return device.host_view(workspace, nbytes) if nbytes else np.empty(0, np.uint8)
-
-
 def write_out(dst: np.ndarray, value: np.ndarray | float) -> None:
     """Store a result into an output view, rounding to the output's dtype."""
     np.copyto(dst, value, casting="unsafe")
