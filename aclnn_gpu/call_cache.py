@@ -29,7 +29,7 @@ signature, and checked again per operand); the outputs are fresh arrays, so they
 
 Streams: the call first synchronizes its stream (earlier queued work runs first, and its failure
 is reported as the uncached path reports it), then runs the plan on the calling thread while it
-holds the stream (`HostStream.holding`): work another thread queues meanwhile starts after it, never
+holds the stream (`HostStream.hold`): work another thread queues meanwhile starts after it, never
 beside it. A capturing stream is never run this way.
 
 Bounded (MAX_ENTRIES least recently used per device), thread-safe, emptied in a fork() child, and

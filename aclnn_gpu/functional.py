@@ -15,11 +15,10 @@ also the rule on the cpu and emulated devices.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import inspect
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -546,18 +545,6 @@ class _Retry(Exception):
         self.uncacheable = uncacheable
 
 
-@contextlib.contextmanager
-def _holding(impl: Any, name: str) -> Iterator[None]:
-    """A cpu stream held for a run on the calling thread (`HostStream.holding`); a failure of its
-    queued work is the call's AclnnError, as `_synchronize` reports it."""
-    hold = impl.worker.holding()
-    _waited(hold.__enter__, name)
-    try:
-        yield
-    finally:
-        hold.__exit__(None, None, None)
-
-
 class _Replay:
     """A functional call of a cached signature (call_cache): `_Call`'s methods over the entry. The
     arrays are not lent or described; the entry's plan runs on them on the calling thread."""
@@ -610,11 +597,14 @@ class _Replay:
     def run(self, get_workspace_size: Callable[..., Any], execute: Callable[..., int], *args: Any) -> None:
         # as the stream's next task: earlier work on it first, and nothing queued meanwhile (by another
         # thread) starts until the plan has run
-        with _holding(self.impl, self.name):
-            try:
-                call_cache.run(self.entry, self.device, self.views)
-            except Exception as e:  # noqa: BLE001 - the uncached path runs it again and reports what it reports
-                raise _Retry(uncacheable=isinstance(e, call_cache.OutsideSlots)) from e
+        worker = self.impl.worker
+        _waited(worker.hold, self.name)   # a failure of the stream's queued work is the call's AclnnError
+        try:
+            call_cache.run(self.entry, self.device, self.views)
+        except Exception as e:  # noqa: BLE001 - the uncached path runs it again and reports what it reports
+            raise _Retry(uncacheable=isinstance(e, call_cache.OutsideSlots)) from e
+        finally:
+            worker.unhold()
 
     result = _Call.result
 

@@ -17,11 +17,10 @@ so a stream made before fork() is dead in the child: submitting to it or waiting
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 from ..errors import fail
 from ..status import aclError
@@ -174,7 +173,7 @@ class HostStream:
 
     def __init__(self, name: str = "stream") -> None:
         self._lock = threading.Lock()
-        self._running = threading.Lock()   # held by the worker while it runs a task, or by `holding()`
+        self._running = threading.Lock()   # held by the worker while it runs a task, or by `hold()`
         self._work = threading.Condition(self._lock)   # the worker waits here for tasks
         self._done = threading.Condition(self._lock)   # drain() waits here for the finished count
         self._tasks: collections.deque = collections.deque()
@@ -205,7 +204,7 @@ class HostStream:
                 self._sleeping = False
                 task = tasks.popleft()
             finished = True
-            with running:   # not while `holding()` runs host code as this stream's task
+            with running:   # not while a `hold()` runs host code as this stream's task
                 if self._step(task):
                     return
             task = None  # drop the reference before sleeping
@@ -303,23 +302,20 @@ class HostStream:
             if error is not None:
                 raise error
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
-        """Run the block on the calling thread as if it were this stream's next task: everything
-        queued before it has run (its failure is raised, as `synchronize` raises it), and the worker
-        starts nothing queued meanwhile until the block ends, so work other threads queue runs after
-        it, never beside it."""
+    def hold(self) -> None:
+        """Make the calling thread this stream's next task, until `unhold()`: everything queued
+        before has run (its failure is raised, as `synchronize` raises it), and the worker starts
+        nothing queued meanwhile, so work other threads queue runs after the holder's, never beside it."""
         while True:
             self.synchronize()
             self._running.acquire()
             with self._lock:
                 if self._finished >= self._submitted:   # drained, and the worker is between tasks
-                    break
+                    return
             self._running.release()   # work was queued (or the worker is counting a task): wait again
-        try:
-            yield
-        finally:
-            self._running.release()
+
+    def unhold(self) -> None:
+        self._running.release()
 
     def drain(self) -> None:
         """Wait until everything queued so far has run, leaving a failure pending."""
