@@ -18,7 +18,8 @@ def main_streams(launch, share: float = 0.1) -> list:
 def launch_table(i: int, launch, out: list[str]) -> None:
     if isinstance(launch, GemmLaunch):
         out.append(f"launch {i}: {launch.kernel} ({launch.dtype}; not emulated: traffic modelled from the shape, "
-                   f"operands read once) DRAM {mb(launch.dram_bytes)}, {launch.flops / 1e9:.3f} GFLOP")
+                   f"distinct sectors of all batch entries) DRAM cold {mb(launch.dram_bytes)}, "
+                   f"L2 model {mb(launch.l2_dram_bytes)}, {launch.flops / 1e9:.3f} GFLOP")
         return
     sampled = (f", {launch.blocks_traced} of {launch.blocks} blocks traced (DRAM bytes scaled; site rows: traced "
                f"blocks)") if launch.blocks_traced != launch.blocks else ""
@@ -72,7 +73,8 @@ def to_json(p: CallProfile) -> dict:
     launches = []
     for x in p.launches:
         if isinstance(x, GemmLaunch):
-            launches.append({"kernel": x.kernel, "modelled": True, "dram_bytes": x.dram_bytes, "flops": x.flops})
+            launches.append({"kernel": x.kernel, "modelled": True, "dram_bytes": x.dram_bytes,
+                             "l2_dram_bytes": x.l2_dram_bytes, "flops": x.flops})
             continue
         launches.append({"kernel": x.kernel, "file": x.file.rsplit("/", 1)[-1], "grid": x.grid, "block": x.block,
                          "dram_bytes": x.dram_bytes, "l2_dram_bytes": x.l2_dram_bytes,

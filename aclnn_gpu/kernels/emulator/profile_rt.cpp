@@ -304,6 +304,18 @@ EMU_RT void emu_prof_configure(unsigned sample_every, uint64_t l2_bytes) {
   g_sample_every = sample_every ? sample_every : 1;
   if (l2_bytes) g_l2.reset(l2_bytes);
 }
+// Accesses outside any emulated kernel (a cuBLAS GEMM modelled from its shape, profile/__init__.py):
+// touch the L2 model over the sectors [lo[i], hi[i]) in order, as stores or loads; out = (read misses,
+// sectors newly dirtied) of these touches. The launch counters of the last kernel are left as they were.
+EMU_RT void emu_prof_l2_touch(const uint64_t* lo, const uint64_t* hi, int n, int store, uint64_t* out) {
+  const uint64_t misses = g_l2.read_misses, dirtied = g_l2.dirtied;
+  for (int i = 0; i < n; ++i)
+    for (uint64_t s = lo[i]; s < hi[i]; ++s) g_l2.touch(s, store != 0);
+  out[0] = g_l2.read_misses - misses;
+  out[1] = g_l2.dirtied - dirtied;
+  g_l2.read_misses = misses;
+  g_l2.dirtied = dirtied;
+}
 // Rows of (site, requests, sectors, ideal_sectors, bytes, lane_accesses, max_width, wavefronts,
 // ideal_wavefronts, store, shared, lanes) of the last launch; returns the row count (rows beyond cap
 // are not written).

@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import build as _build
 from . import record as _record
 
@@ -131,6 +133,7 @@ class _Runtime:
         self.lib.emu_prof_result_sites.argtypes = [u64p, ctypes.c_int]
         self.lib.emu_prof_result_sites.restype = ctypes.c_int
         self.lib.emu_prof_result_launch.argtypes = [u64p]
+        self.lib.emu_prof_l2_touch.argtypes = [u64p, u64p, ctypes.c_int, ctypes.c_int, u64p]
         self.sites: list[Site] = []
         self.site_ids: dict[tuple, int] = {}
         self.configure(1, 50 << 20)
@@ -151,6 +154,15 @@ class _Runtime:
         n = len(pcs)
         if n:
             self.lib.emu_prof_add_sites((ctypes.c_uint64 * n)(*pcs), (ctypes.c_uint32 * n)(*ids), n)
+
+    def l2_touch(self, lo, hi, store: bool) -> tuple[int, int]:
+        """Touch the L2 model over sectors [lo[i], hi[i]) (uint64 arrays); (read misses, sectors dirtied)."""
+        lo = np.ascontiguousarray(lo, dtype=np.uint64)
+        hi = np.ascontiguousarray(hi, dtype=np.uint64)
+        out = (ctypes.c_uint64 * 2)()
+        u64p = ctypes.POINTER(ctypes.c_uint64)
+        self.lib.emu_prof_l2_touch(lo.ctypes.data_as(u64p), hi.ctypes.data_as(u64p), len(lo), int(store), out)
+        return int(out[0]), int(out[1])
 
     def set_allocations(self, ranges: list[tuple[int, int]]) -> None:
         n = len(ranges)
@@ -211,6 +223,23 @@ def launch_allocations(desc, param_is_pointer) -> list[tuple[int, int]]:
         else:
             merged.append([lo, hi])
     return [(a, b) for a, b in merged]
+
+
+def l2_touch(lo, hi, store: bool) -> tuple[int, int]:
+    """Accesses of a modelled (not emulated) launch through the same L2 model as the kernels'
+    (sectors [lo[i], hi[i]) of the GPU address space, see `gpu_sector_shift`): (read misses, dirtied)."""
+    with LAUNCH_LOCK:
+        return runtime().l2_touch(lo, hi, store)
+
+
+def gpu_sector_shift(addr: int) -> int:
+    """Bytes to add to a host address of an emulated allocation to get the address the L2 model uses
+    for it (the runtime moves each allocation to a 256-byte aligned base, as cudaMalloc aligns)."""
+    found = _record.allocation_of(int(addr))
+    if found is None:
+        return 0
+    lo = found[0]
+    return ((lo + 255) & ~255) - lo
 
 
 def record_launch(profile: LaunchProfile) -> None:
