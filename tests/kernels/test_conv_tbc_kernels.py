@@ -183,14 +183,15 @@ def test_forward_empty_is_bias(ctx):
 
 
 def test_workspace_formula():
-    # batch-major copy of dy + the tap-reversed transposed weights, nothing else (no padded copies,
-    # no fp32 accumulator: the taps add up inside one GEMM's depth)
+    # batch-major copy of dy + the tap-reversed transposed weights (no padded copies, no fp32
+    # gradInput accumulator: the taps add up inside one GEMM's depth) + for fp16/bf16 the fp32 gradWeight
+    # sums (the K taps' products in one batched GEMM plus the boundary rows' with beta = 1)
     T, B, Cin, Cout, K, pad = 100, 4, 8, 16, 3, 1
     al = lambda n: -(-n // 256) * 256  # noqa: E731
     for dtype in DTYPES:
         e = dtype.itemsize
         assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == \
-            al(T * B * Cout * e) + al(K * Cin * Cout * e)
+            al(T * B * Cout * e) + al(K * Cin * Cout * e) + (al(K * Cin * Cout * 4) if e < 4 else 0)
         assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == al(T * B * Cin * e)
     # fp32 + USE_FP16: fp16 batch-major copy and weights, fp16 copies of x and dy for gradWeight
     assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \

@@ -129,6 +129,7 @@ def _backward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type, min_chunk_r
         ("w", K * Cout * Cin * o),
         ("x16", T * B * Cin * o if conv else 0),
         ("dy16", Tout * B * Cout * o if conv else 0),
+        ("dw32", K * Cin * Cout * 4 if dtype != F32 else 0),
         ("part", part),
     ])
 
@@ -243,25 +244,35 @@ def _tap_rows(gemm, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, c
                 compute=compute)
 
 
-def _grad_weight(ctx, gemm, *, T, B, Cin, Cout, K, pad, x, dy, gw, odt, dtype, compute):
-    """gradWeight[k] = x[rows of tap k]^T @ dy[valid output rows of tap k]; equal row ranges batched."""
+def _tap_range(t: int, T: int, K: int, pad: int) -> tuple[int, int]:
+    """[k0, k1): the taps k whose input row t + k - pad exists, for output row t."""
+    return max(0, pad - t), min(K, T + pad - t)
+
+
+def _grad_weight(ctx, gemm, *, T, B, Cin, Cout, K, pad, x, dy, acc, acc_dt, odt, compute):
+    """acc[k] = x[rows of tap k]^T @ dy[valid output rows of tap k] for every tap k, in acc_dt (gradWeight
+    itself, or the fp32 workspace a conversion pass rounds once): ONE strided-batched GEMM over the K
+    taps on the rows every tap reads (A = x shifted by one time row per tap, B = dy shared, stride 0),
+    then each remaining row t (at most K - 1 at either end) adds its taps with beta = 1."""
     Tout = T + 2 * pad - K + 1
-    o, oc = odt.itemsize, dtype.itemsize
-    ranges = [(max(0, pad - k), min(Tout, T + pad - k)) for k in range(K)]
-    k = 0
-    while k < K:
-        n = 1
-        while k + n < K and ranges[k + n] == ranges[k]:
-            n += 1
-        lo, hi = ranges[k]
-        if hi <= lo:
-            _fill_zero(ctx, dtype, gw + k * Cin * Cout * oc, n * Cin * Cout)
-        else:
-            rm_gemm(gemm, Cin, Cout, (hi - lo) * B, x + (lo + k - pad) * B * Cin * o, odt, Cin, True,
-                    dy + lo * B * Cout * o, odt, Cout, False, gw + k * Cin * Cout * oc, dtype, Cout,
-                    alpha=1.0, beta=0.0, batch=n, stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout,
-                    compute=compute)
-        k += n
+    o, oa = odt.itemsize, acc_dt.itemsize
+    lo = max(max(0, pad - k) for k in range(K))               # = pad: rows [lo, hi) are valid for every tap
+    hi = min(min(Tout, T + pad - k) for k in range(K))        # = Tout - pad
+    if hi > lo:
+        rm_gemm(gemm, Cin, Cout, (hi - lo) * B, x + (lo - pad) * B * Cin * o, odt, Cin, True,
+                dy + lo * B * Cout * o, odt, Cout, False, acc, acc_dt, Cout, alpha=1.0, beta=0.0, batch=K,
+                stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout, compute=compute)
+    else:   # no row every tap reads (T < K): every row is a boundary row, added to zeros
+        lo = hi = 0
+        _fill_zero(ctx, acc_dt, acc, K * Cin * Cout)
+    first, last = max(0, pad - K + 1), min(Tout, T + pad)     # rows some tap reads
+    for t in [*range(first, lo), *range(max(hi, first), last)]:
+        k0, k1 = _tap_range(t, T, K, pad)
+        if k1 <= k0:
+            continue
+        rm_gemm(gemm, Cin, Cout, B, x + (t + k0 - pad) * B * Cin * o, odt, Cin, True,
+                dy + t * B * Cout * o, odt, Cout, False, acc + k0 * Cin * Cout * oa, acc_dt, Cout, alpha=1.0,
+                beta=1.0, batch=k1 - k0, stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout, compute=compute)
 
 
 def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_math_type, grad, input,
@@ -291,8 +302,12 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
         x, dy = ws("x16"), ws("dy16")
         _copy(ctx, dtype, odt, input, x, (T, B, Cin), _dense((T, B, Cin)))
         _copy(ctx, dtype, odt, grad, dy, (Tout, B, Cout), _dense((Tout, B, Cout)))
-    _grad_weight(ctx, gemm, T=T, B=B, Cin=Cin, Cout=Cout, K=K, pad=pad, x=x, dy=dy, gw=grad_weight, odt=odt,
-                 dtype=dtype, compute=compute)
+    # gradWeight: fp32 sums, rounded once to its dtype (straight into it when that is fp32)
+    acc = ws("dw32") if dtype != F32 else grad_weight
+    _grad_weight(ctx, gemm, T=T, B=B, Cin=Cin, Cout=Cout, K=K, pad=pad, x=x, dy=dy, acc=acc, acc_dt=F32, odt=odt,
+                 compute=compute)
+    if acc != grad_weight:
+        _copy(ctx, F32, dtype, acc, grad_weight, (K, Cin, Cout), _dense((K, Cin, Cout)))
     _tap_rows(gemm, rows_out=T, Tn=Tout, B=B, C=Cout, N=Cin, K=K, first=pad - K + 1, src=ws("sdy"),
               wstack=ws("w"), out=grad_input, odt=odt, cdt=dtype, beta=0.0, compute=compute)
 
