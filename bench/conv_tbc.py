@@ -11,9 +11,10 @@ the matrix throughput of a large cuBLAS GEMM timed in the same run (fp32, TF32 a
 CPU / emulated: sizes that take roughly 5-200 ms in PyTorch on the CPU, median time after warm-up,
 ratio = ours / PyTorch (lower is better). Prints a Markdown table.
 --model: our backward's launches as the emulator's memory profiler measures them (python -m
-aclnn_gpu.profile; GEMMs modelled from their shapes) beside PyTorch's launch sequence of the same
-shape, estimated from aten/src/ATen/native/ConvolutionTBC.cpp with the same roofline model (an
-estimate, not a measurement; defaults: T=1024 B=32 C=1024 K=3 pad=1 fp16).
+aclnn_gpu.profile; GEMMs modelled from their shapes and addresses) beside PyTorch's launch sequence of
+the same shape (bench/torch_launches.py, read from aten/src/ATen/native/ConvolutionTBC.cpp), both with
+the same roofline and L2 model (an estimate, not a measurement; defaults: T=1024 B=32 C=1024 K=3
+pad=1 fp16).
 """
 from __future__ import annotations
 
@@ -177,47 +178,24 @@ def bench_cuda(quick):
               f"{100 * fa / pk:.0f}% |")
 
 
-def torch_backward_model(T, B, Cin, Cout, K, pad, itemsize=2, dtype="float16") -> dict:
-    """PyTorch's conv_tbc_backward as a launch sequence (from ConvolutionTBC.cpp; an estimate):
-    zeros_like(input); K x dInput.narrow(tap rows).addmm_(dOutput rows, weight[k]^T); zeros_like(weight);
-    K x dWeight[k].addmm_(input rows^T, dOutput rows); zeros_like(bias); dOutput.sum(0); .sum(0);
-    dBias.copy_. Each launch: DRAM bytes (addmm_: operands read once, C read and written) over
-    3.35 TB/s or its FLOPs at the dense peak, whichever is larger, + 3 us -- the profiler's model."""
-    from aclnn_gpu.profile import HBM_BYTES_PER_S, LAUNCH_S, PEAK_FLOPS
-    e = itemsize
-    Tout = T + 2 * pad - K + 1
-    peak = PEAK_FLOPS.get(dtype, 67e12)
-    launches = []   # (bytes, flops)
-    launches.append((T * B * Cin * e, 0))                                   # zeros_like(input)
-    rows = [min(T + pad - k, Tout) - max(0, pad - k) for k in range(K)]     # PyTorch's t per tap
-    for t in rows:
-        if t > 0:
-            launches.append(((t * B * Cout + Cin * Cout + 2 * t * B * Cin) * e, 2 * t * B * Cout * Cin))
-    launches.append((K * Cin * Cout * e, 0))                                # zeros_like(weight)
-    for t in rows:
-        if t > 0:
-            launches.append(((t * B * Cin + t * B * Cout + 2 * Cin * Cout) * e, 2 * t * B * Cin * Cout))
-    launches += [(Cout * e, 0), ((Tout * B * Cout + B * Cout) * e, 0), ((B * Cout + Cout) * e, 0),
-                 (2 * Cout * e, 0)]                                          # zeros, sum(0), sum(0), copy_
-    seconds = sum(max(b / HBM_BYTES_PER_S, f / peak) + LAUNCH_S for b, f in launches)
-    return {"launches": len(launches), "bytes": sum(b for b, _ in launches), "seconds": seconds}
-
-
 def model(T, B, C, K, pad) -> None:
-    """Our backward (profiled on the emulated device) beside PyTorch's launch sequence, fp16."""
+    """Our backward (profiled on the emulated device) beside PyTorch's launch sequence, fp16, both in the
+    profiler's model: bytes cold (each launch from an empty cache) and through the L2 model."""
     os.environ["ACLNN_GPU_DEVICE"] = "emulated"
     os.environ["ACLNN_GPU_EMU_PROFILE"] = "1"
     from aclnn_gpu.profile import profile_call
+    from bench import torch_launches
     p = profile_call("ConvTbcBackward", {"T": T, "B": B, "Cin": C, "Cout": C, "K": K, "pad": pad}, "fp16")
-    t = torch_backward_model(T, B, C, C, K, pad)
+    t = torch_launches.model("ConvTbcBackward", p.dims, 2, "float16")
     print(f"ConvTbcBackward T={T} B={B} C={C} K={K} pad={pad} fp16 (modelled H100: 3.35 TB/s, 989 TFLOP/s, "
-          "3 us per launch; not a measurement)\n")
-    print("| | launches | DRAM bytes | x operands | modelled time |")
+          "3 us per launch, 50 MiB L2 model; not a measurement)\n")
+    print("| | launches | DRAM bytes cold (x operands) | L2 model (x operands) | modelled time |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    print(f"| ours (profiler) | {len(p.launches)} | {p.l2_dram_bytes / 1e6:.1f} MB | "
-          f"{p.l2_dram_bytes / p.min_bytes:.2f} | {p.model_seconds * 1e6:.1f} us |")
-    print(f"| PyTorch launch sequence (estimate) | {t['launches']} | {t['bytes'] / 1e6:.1f} MB | "
-          f"{t['bytes'] / p.min_bytes:.2f} | {t['seconds'] * 1e6:.1f} us |")
+    rows = (("ours (profiler)", len(p.launches), p.dram_bytes, p.l2_dram_bytes, p.model_seconds),
+            ("PyTorch launch sequence (estimate)", t["launches"], t["cold_bytes"], t["bytes"], t["seconds"]))
+    for name, n, cold, l2, seconds in rows:
+        print(f"| {name} | {n} | {cold / 1e6:.1f} MB ({cold / p.min_bytes:.2f}) | {l2 / 1e6:.1f} MB "
+              f"({l2 / p.min_bytes:.2f}) | {seconds * 1e6:.1f} us |")
     print(f"\nPyTorch / ours modelled time: {t['seconds'] / p.model_seconds:.2f}x")
 
 

@@ -30,7 +30,9 @@ the bytes of their few elements. The PyTorch counterparts are the ones bench/run
     ConvTbc          aten.conv_tbc (aten/src/ATen/native/ConvolutionTBC.cpp): output = bias expanded
                      (a copy), then K addmm_ (cuBLAS GEMMs, beta = 1: output read and written)
     ConvTbcBackward  conv_tbc_backward (same file): gradInput zeros + K addmm_, gradWeight zeros + K
-                     addmm_ (per tap), gradBias = gradOutput summed over (T, B)
+                     addmm_ (per tap), gradBias zeros, gradOutput.sum(0), .sum(0), copy_ (2K + 6)
+                     ConvTbc's launches carry their footprints: `model` prices them through the
+                     profiler's L2 model (warm across the launches), as it prices our GEMMs
     ScaledMaskedSoftmax  bench's composition: x.mul(scale), masked_fill_(mask, -1e4), softmax
                      (SoftMax.cu: rows of <= 1024 elements, one read and one write). apex's fused
                      scaled_masked_softmax_cuda (apex/contrib/csrc/.../scaled_masked_softmax.h) would be
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-Launch = tuple[str, Callable[[dict, int], float], Callable[[dict, int], float]]
+Launch = tuple  # (name, bytes(d, e), flops(d, e)[, footprint(d, e) -> list[Touch]])
 NO_FLOPS: Callable[[dict, int], float] = lambda d, e: 0.0  # noqa: E731
 
 
@@ -71,32 +73,95 @@ def _tap_rows(d: dict) -> list[int]:
     return [max(0, min(_t_out(d), d["T"] + d["pad"] - k) - max(0, d["pad"] - k)) for k in range(d["K"])]
 
 
-def _addmm(rows: int, k: int, n: int, e: int) -> float:
-    """bytes of an addmm_ (beta = 1): A (rows x k) and B (k x n) read once, C read and written."""
-    return (rows * k + k * n + 2 * rows * n) * e
+# ConvTbc's launches also give their footprints, [(tensor, first byte, end byte, is_store)] in touch order
+# (A, B, C read, C written for a GEMM), so that `model` can run them through the profiler's L2 model as
+# it runs our GEMMs (aclnn_gpu/profile): every tensor is time-major and contiguous, a tap's rows one range.
+Touch = tuple[str, int, int, bool]
+Span = tuple[str, int, int]             # (tensor, first element, end element)
+
+
+def _rows(name: str, first_row: int, rows: int, row_elems: int) -> Span:
+    return (name, first_row * row_elems, (first_row + rows) * row_elems)
+
+
+def _footprint_launch(name: str, touches: Callable[[dict, int], list[Touch]],
+                      flops: Callable[[dict, int], float] = NO_FLOPS) -> tuple:
+    """A launch whose cold bytes are its footprint's (each range once) and which carries the footprint."""
+    return (name, lambda d, e: float(sum(hi - lo for _, lo, hi, _ in touches(d, e))), flops, touches)
+
+
+def _pass(name: str, reads: list[Span], writes: list[Span]) -> tuple:
+    """An elementwise or reduction kernel: its reads, then its writes, each range once."""
+    return _footprint_launch(name, lambda d, e: [(n, lo * e, hi * e, False) for n, lo, hi in reads] +
+                             [(n, lo * e, hi * e, True) for n, lo, hi in writes])
+
+
+def _addmm(name: str, a: Span, b: Span, c: Span, flops: float) -> tuple:
+    """An addmm_ (beta = 1): A and B read, C read and written."""
+    return _footprint_launch(name, lambda d, e: [(n, lo * e, hi * e, st) for (n, lo, hi), st
+                                                 in ((a, False), (b, False), (c, False), (c, True))],
+                             lambda d, e: flops)
+
+
+def _taps(d: dict) -> list[tuple[int, int, int, int]]:
+    """(k, rows, first input row, first output row) of the taps with rows (ConvolutionTBC.cpp's t,
+    iShift, oShift)."""
+    return [(k, rows, max(0, k - d["pad"]), max(0, d["pad"] - k)) for k, rows in enumerate(_tap_rows(d)) if rows > 0]
 
 
 def _conv_forward(d: dict) -> list[Launch]:
     B, Cin, Cout = d["B"], d["Cin"], d["Cout"]
-    out = [("bias expand copy", lambda d, e: _t_out(d) * B * Cout * e, NO_FLOPS)]
-    for k, rows in enumerate(_tap_rows(d)):
-        out.append((f"addmm_ tap {k}", lambda d, e, r=rows: _addmm(r * B, Cin, Cout, e),
-                    lambda d, e, r=rows: 2.0 * r * B * Cin * Cout))
+    out = [_pass("bias expand copy", [("bias", 0, Cout)], [_rows("y", 0, _t_out(d), B * Cout)])]
+    for k, rows, i0, o0 in _taps(d):
+        out.append(_addmm(f"addmm_ tap {k}", _rows("x", i0, rows, B * Cin), _rows("w", k, 1, Cin * Cout),
+                          _rows("y", o0, rows, B * Cout), 2.0 * rows * B * Cin * Cout))
     return out
 
 
 def _conv_backward(d: dict) -> list[Launch]:
-    B, Cin, Cout = d["B"], d["Cin"], d["Cout"]
-    out = [("gradInput zeros", lambda d, e: d["T"] * B * Cin * e, NO_FLOPS)]
-    for k, rows in enumerate(_tap_rows(d)):
-        out.append((f"addmm_ gradInput tap {k}", lambda d, e, r=rows: _addmm(r * B, Cout, Cin, e),
-                    lambda d, e, r=rows: 2.0 * r * B * Cin * Cout))
-    out.append(("gradWeight zeros", lambda d, e: d["K"] * Cin * Cout * e, NO_FLOPS))
-    for k, rows in enumerate(_tap_rows(d)):
-        out.append((f"addmm_ gradWeight tap {k}", lambda d, e, r=rows: _addmm(Cin, r * B, Cout, e),
-                    lambda d, e, r=rows: 2.0 * r * B * Cin * Cout))
-    out.append(("gradBias sum over (T, B)", lambda d, e: (_t_out(d) * B + 1) * Cout * e, NO_FLOPS))
+    B, Cin, Cout, K, T = d["B"], d["Cin"], d["Cout"], d["K"], d["T"]
+    out = [_pass("gradInput zeros", [], [_rows("dx", 0, T, B * Cin)])]
+    for k, rows, i0, o0 in _taps(d):
+        out.append(_addmm(f"addmm_ gradInput tap {k}", _rows("dy", o0, rows, B * Cout), _rows("w", k, 1, Cin * Cout),
+                          _rows("dx", i0, rows, B * Cin), 2.0 * rows * B * Cin * Cout))
+    out.append(_pass("gradWeight zeros", [], [_rows("dw", 0, K, Cin * Cout)]))
+    for k, rows, i0, o0 in _taps(d):
+        out.append(_addmm(f"addmm_ gradWeight tap {k}", _rows("x", i0, rows, B * Cin),
+                          _rows("dy", o0, rows, B * Cout), _rows("dw", k, 1, Cin * Cout), 2.0 * rows * B * Cin * Cout))
+    # dBias = zeros_like(bias); tmp = dOutput.sum(0); dBias.copy_(tmp.sum(0))
+    out += [_pass("gradBias zeros", [], [("db", 0, Cout)]),
+            _pass("dOutput.sum(0)", [_rows("dy", 0, _t_out(d), B * Cout)], [("tmp", 0, B * Cout)]),
+            _pass("tmp.sum(0)", [("tmp", 0, B * Cout)], [("tmp2", 0, Cout)]),
+            _pass("dBias.copy_", [("tmp2", 0, Cout)], [("db", 0, Cout)])]
     return out
+
+
+def l2_model_bytes(seq: list, d: dict, e: int, l2_mib: float = 50) -> list[int] | None:
+    """Per launch, the DRAM bytes of the profiler's L2 model (LRU over 32-byte sectors, warm across the
+    launches) for a sequence whose launches all give footprints; None when one does not, or when the
+    profiler's runtime (clang++, kernels/emulator/profiling.py) is unavailable. Each tensor lives at
+    its own 256-aligned base, as cudaMalloc places them."""
+    if not seq or any(len(launch) < 4 for launch in seq):
+        return None
+    try:
+        from aclnn_gpu.kernels.emulator import profiling
+        rt = profiling.runtime()
+    except Exception:   # no compiler for the runtime: the cold bytes stand
+        return None
+    bases: dict[str, int] = {}
+    moved = []
+    with profiling.LAUNCH_LOCK:
+        rt.configure(1, int(l2_mib * 2**20))     # an empty L2, as a profiled call starts
+        for launch in seq:
+            total = 0
+            for name, lo, hi, store in launch[3](d, e):
+                if hi <= lo:
+                    continue
+                base = bases.setdefault(name, (len(bases) + 1) << 40)
+                misses, dirtied = rt.l2_touch([(base + lo) // 32], [(base + hi - 1) // 32 + 1], store)
+                total += 32 * (misses + dirtied)
+            moved.append(total)
+    return moved
 
 
 def _ctc_backward() -> list[Launch]:
@@ -172,10 +237,14 @@ def launches(op: str, d: dict, table: dict | None = None) -> list[Launch]:
 
 
 def model(op: str, d: dict, e: int, dtype: str, table: dict | None = None) -> dict:
-    """The launch count, DRAM bytes, FLOPs and modelled H100 seconds of PyTorch's sequence."""
+    """The launch count, DRAM bytes, FLOPs and modelled H100 seconds of PyTorch's sequence. Bytes are the
+    L2 model's where the launches give footprints (ConvTbc: `l2_model_bytes`, as our GEMMs are priced),
+    else each launch's cold bytes; "cold_bytes" is always the latter."""
     from aclnn_gpu.profile import HBM_BYTES_PER_S, LAUNCH_S, PEAK_FLOPS
     seq = launches(op, d, table)
-    seconds = sum(max(b(d, e) / HBM_BYTES_PER_S, f(d, e) / PEAK_FLOPS.get(dtype, 67e12)) + LAUNCH_S
-                  for _, b, f in seq)
-    return {"launches": len(seq), "bytes": sum(b(d, e) for _, b, _ in seq),
-            "flops": sum(f(d, e) for _, _, f in seq), "seconds": seconds, "names": [n for n, _, _ in seq]}
+    cold = [launch[1](d, e) for launch in seq]
+    moved = l2_model_bytes(seq, d, e) or cold
+    flops = [launch[2](d, e) for launch in seq]
+    seconds = sum(max(b / HBM_BYTES_PER_S, f / PEAK_FLOPS.get(dtype, 67e12)) + LAUNCH_S for b, f in zip(moved, flops))
+    return {"launches": len(seq), "bytes": sum(moved), "cold_bytes": sum(cold), "flops": sum(flops),
+            "seconds": seconds, "names": [launch[0] for launch in seq]}
