@@ -169,6 +169,9 @@ class CudaKernelContext:
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
         self.device.gemm(self.stream.cupy, *args, **kwargs)
 
+    def gemm_batched(self, *args: Any, **kwargs: Any) -> None:
+        self.device.gemm_batched(self.stream.cupy, *args, **kwargs)
+
 
 class CudaGraph:
     """A captured CUDA graph and the event recorded after its latest launch (graph_busy)."""
@@ -369,6 +372,11 @@ class CudaDevice(Device):
         """cublasGemmStridedBatchedEx on `stream` (a cupy Stream); kernels/gemm.CublasGemm."""
         from ..kernels import gemm
         gemm.CublasGemm(stream)(*args, **kwargs)
+
+    def gemm_batched(self, stream: Any, *args: Any, **kwargs: Any) -> None:
+        """cublasGemmBatchedEx on `stream`; kernels/gemm.CublasGemm.batched."""
+        from ..kernels import gemm
+        gemm.CublasGemm(stream).batched(*args, **kwargs)
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)

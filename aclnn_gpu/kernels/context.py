@@ -35,6 +35,12 @@ class KernelContext(Protocol):
         """cublasGemmStridedBatchedEx semantics (column-major), ordered on the plan's stream; see
         kernels/gemm.py (types are NumPy dtypes, compute "32F" or "32F_FAST_TF32")."""
 
+    def gemm_batched(self, transa: bool, transb: bool, m: int, n: int, k: int, alpha: float,
+                     a_array: int, a_type, lda: int, b_array: int, b_type, ldb: int, beta: float,
+                     c_array: int, c_type, ldc: int, batch: int, compute: str = "32F") -> None:
+        """cublasGemmBatchedEx semantics: the operands of entry i are the i-th pointers of the device
+        pointer arrays, read when the GEMM runs (an upload queued before it fills them)."""
+
 
 @dataclass(frozen=True)
 class KernelFile:
@@ -93,3 +99,7 @@ class StandaloneEmuContext:
     def gemm_strided_batched(self, *args, **kwargs) -> None:
         from .gemm import gemm_numpy
         gemm_numpy(*args, **kwargs)
+
+    def gemm_batched(self, *args, **kwargs) -> None:
+        from .gemm import gemm_batched_numpy
+        gemm_batched_numpy(*args, **kwargs)

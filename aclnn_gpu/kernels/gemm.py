@@ -12,6 +12,14 @@ ml_dtypes.bfloat16); `compute` is COMPUTE_32F (true fp32 math) or COMPUTE_32F_FA
 operands rounded to TF32, 10-bit mantissa, fp32 accumulation). fp16 / bf16 operands always
 accumulate in fp32 (COMPUTE_32F).
 
+The pointer-array form, cublasGemmBatchedEx's, for batches no single stride describes:
+
+    gemm_batched(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb,
+                 beta, c_array, c_type, ldc, batch, compute)
+
+X_i = the i-th 8-byte device pointer of the array at device address x_array (read when the GEMM runs,
+in stream order, so an upload queued before it on the stream fills it). The C_i must not overlap.
+
 Row-major callers use `rm_gemm`: a row-major C = A @ B is the column-major C^T = B^T A^T, so the
 operands swap and (M, N) become (n, m) -- no data moves.
 
@@ -19,10 +27,13 @@ Implementations:
 * `NumpyGemm`  -- over host memory (the `emulated` device and StandaloneEmuContext): views of the
   memory through ctypes, float32 matmul, TF32 emulated by rounding the operands' mantissas to 10
   bits (round to nearest even), results rounded to C's dtype.
-* `CublasGemm` -- cupy.cuda.cublas.gemmStridedBatchedEx on the stream of the plan (CUDA device).
+* `CublasGemm` -- cupy.cuda.cublas.gemmStridedBatchedEx on the stream of the plan (CUDA device);
+  `CublasGemm.batched` -- cublasGemmBatchedEx called through ctypes on the libcublas CuPy loaded (CuPy
+  14 wraps gemmStridedBatchedEx and gemmEx but not gemmBatchedEx), same handle, stream and modes.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from dataclasses import dataclass
 from typing import Any
@@ -102,8 +113,33 @@ def _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch):
 
 def gemm_numpy(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
                beta, c, c_type, ldc, stride_c, batch, compute=COMPUTE_32F):
-    a_type, b_type, c_type = np.dtype(a_type), np.dtype(b_type), np.dtype(c_type)
     _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
+    _gemm_host(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
+               beta, c, c_type, ldc, stride_c, batch, compute)
+
+
+def host_pointers(array: int, batch: int) -> list[int]:
+    """The `batch` 8-byte pointers of a pointer array at a host address (emulated device memory)."""
+    if batch == 0:
+        return []
+    return [int(p) for p in np.frombuffer((ctypes.c_uint64 * batch).from_address(array), dtype=np.uint64)]
+
+
+def gemm_batched_numpy(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb,
+                       beta, c_array, c_type, ldc, batch, compute=COMPUTE_32F):
+    """gemm_batched over host memory: the pointer arrays are read now (in stream order on the emulated
+    device), then each entry runs as a batch of one."""
+    _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
+    if m == 0 or n == 0 or batch == 0:
+        return
+    for a, b, c in zip(*(host_pointers(x, batch) for x in (a_array, b_array, c_array))):
+        _gemm_host(transa, transb, m, n, k, alpha, a, a_type, lda, 0, b, b_type, ldb, 0, beta, c, c_type, ldc, 0, 1,
+                   compute)
+
+
+def _gemm_host(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
+               beta, c, c_type, ldc, stride_c, batch, compute):
+    a_type, b_type, c_type = np.dtype(a_type), np.dtype(b_type), np.dtype(c_type)
     if m == 0 or n == 0 or batch == 0:
         return
     A = _host_matrix(a, a_type, k if transa else m, m if transa else k, lda, stride_a, batch)
@@ -133,6 +169,13 @@ def rm_gemm(gemm, M, N, K, a, a_type, lda, trans_a, b, b_type, ldb, trans_b, c, 
          beta, c, c_type, ldc, stride_c, batch, compute)
 
 
+def rm_gemm_batched(gemm_batched, M, N, K, a_array, a_type, lda, trans_a, b_array, b_type, ldb, trans_b, c_array,
+                    c_type, ldc, batch, alpha=1.0, beta=0.0, compute=COMPUTE_32F):
+    """`rm_gemm` over pointer arrays (device addresses of `batch` pointers each): C_i = op(A_i) @ op(B_i)."""
+    gemm_batched(bool(trans_b), bool(trans_a), N, M, K, alpha, b_array, b_type, ldb, a_array, a_type, lda,
+                 beta, c_array, c_type, ldc, batch, compute)
+
+
 # ------------------------------------------------------------------------------ cuBLAS (CUDA device)
 def _cuda_type(dt: np.dtype) -> int:
     # cudaDataType_t: CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14
@@ -155,6 +198,26 @@ def cublas_and_handle() -> tuple[Any, Any]:
     return cublas, device.get_cublas_handle()
 
 
+def cublas_gemm_batched_ex() -> Any:
+    """cublasGemmBatchedEx of the libcublas CuPy loaded, through ctypes (tests replace this)."""
+    global _GEMM_BATCHED_EX
+    if _GEMM_BATCHED_EX is None:
+        from cupy.cuda import runtime
+        cublas_and_handle()                      # loads CuPy's cuBLAS module, hence libcublas.so.<major>
+        lib = ctypes.CDLL(f"libcublas.so.{runtime.runtimeGetVersion() // 1000}")
+        fn = lib.cublasGemmBatchedEx
+        i, p = ctypes.c_int, ctypes.c_void_p
+        # (handle, transa, transb, m, n, k, alpha*, Aarray, Atype, lda, Barray, Btype, ldb, beta*, Carray,
+        #  Ctype, ldc, batchCount, computeType, algo) -> cublasStatus_t
+        fn.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i, i]
+        fn.restype = i
+        _GEMM_BATCHED_EX = fn
+    return _GEMM_BATCHED_EX
+
+
+_GEMM_BATCHED_EX: Any = None
+
+
 class CublasGemm:
     """gemm_strided_batched on a CUDA stream through cupy.cuda.cublas.gemmStridedBatchedEx.
 
@@ -173,26 +236,54 @@ class CublasGemm:
         _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
         if m == 0 or n == 0 or batch == 0:
             return
+        al, be = _scalar(alpha), _scalar(beta)   # alive until the call returns (host pointer mode)
+        with self._modes() as (cublas, handle, comp, op):
+            # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call
+            # (overriding cublasSetStream), so the plan's stream is made current for the call
+            with self.stream:
+                cublas.gemmStridedBatchedEx(
+                    handle, op(transa), op(transb), int(m), int(n), int(k),
+                    al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
+                    int(b), _cuda_type(b_type), int(ldb), int(stride_b),
+                    be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
+                    int(batch), comp(compute), cublas.CUBLAS_GEMM_DEFAULT)
+
+    def batched(self, transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb,
+                beta, c_array, c_type, ldc, batch, compute=COMPUTE_32F):
+        """cublasGemmBatchedEx (pointer arrays in device memory) with the same modes as __call__."""
+        _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
+        if m == 0 or n == 0 or batch == 0:
+            return
+        fn = cublas_gemm_batched_ex()
+        al, be = _scalar(alpha), _scalar(beta)   # alive until the call returns (host pointer mode)
+        with self._modes() as (cublas, handle, comp, op), self.stream:
+            cublas.setStream(handle, self.stream.ptr)   # a direct call: no CuPy wrapper sets it
+            status = fn(handle, op(transa), op(transb), int(m), int(n), int(k), al.ctypes.data,
+                        int(a_array), _cuda_type(a_type), int(lda), int(b_array), _cuda_type(b_type), int(ldb),
+                        be.ctypes.data, int(c_array), _cuda_type(c_type), int(ldc), int(batch), comp(compute),
+                        cublas.CUBLAS_GEMM_DEFAULT)
+            if status != 0:   # CuPy's own check: the CUBLASError its wrapped calls raise
+                cublas.check_status(status)
+
+    @contextlib.contextmanager
+    def _modes(self):
+        """The handle for one call: math mode CUBLAS_DEFAULT_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION,
+        host pointer mode; the previous modes restored after it. Yields (module, handle, compute type of
+        a compute string, operation of a transpose flag)."""
         cublas, handle = cublas_and_handle()
-        comp = {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
-                COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute]
-        al = np.array(alpha, dtype=np.float32)
-        be = np.array(beta, dtype=np.float32)
         old = cublas.getMathMode(handle)
         old_pm = cublas.getPointerMode(handle)
         cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
         cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)   # alpha/beta read at the call
         try:
-            # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call
-            # (overriding cublasSetStream), so the plan's stream is made current for the call
-            with self.stream:
-                cublas.gemmStridedBatchedEx(
-                    handle, cublas.CUBLAS_OP_T if transa else cublas.CUBLAS_OP_N,
-                    cublas.CUBLAS_OP_T if transb else cublas.CUBLAS_OP_N, int(m), int(n), int(k),
-                    al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
-                    int(b), _cuda_type(b_type), int(ldb), int(stride_b),
-                    be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
-                    int(batch), comp, cublas.CUBLAS_GEMM_DEFAULT)
+            yield (cublas, handle,
+                   lambda compute: {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
+                                    COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute],
+                   lambda trans: cublas.CUBLAS_OP_T if trans else cublas.CUBLAS_OP_N)
         finally:
             cublas.setMathMode(handle, old)
             cublas.setPointerMode(handle, old_pm)
+
+
+def _scalar(value: float) -> np.ndarray:
+    return np.array(value, dtype=np.float32)

@@ -4,9 +4,10 @@
 a KernelContext that keeps every upload, kernel launch and GEMM instead of running it, with the
 workspace at a sentinel base address. The result, a `FrozenLaunch` (a frozen dataclass), holds the
 bytes of every upload, the kernel name, geometry and argument tuple of every launch, and the
-positions of the arguments that point into the workspace. Phase 2 (`FrozenLaunch.run`) only
-rebases those few arguments on the real workspace and enqueues the steps on the stream: no shape
-arithmetic, no dtype tables, no tiling built again.
+positions of the arguments that point into the workspace (and of the 8-byte words of an uploaded
+table that do: a GEMM's pointer array). Phase 2 (`FrozenLaunch.run`) only rebases those few values
+on the real workspace and enqueues the steps on the stream: no shape arithmetic, no dtype tables,
+no tiling built again.
 
 The recorder also checks that every workspace range a step touches lies inside the size
 GetWorkspaceSize reported, so the workspace size and the launches cannot disagree, and that every
@@ -43,7 +44,16 @@ def _in_workspace(value: Any) -> bool:
 @dataclass(frozen=True)
 class Upload:
     offset: int            # into the workspace
-    data: np.ndarray       # read-only, C-contiguous
+    data: np.ndarray       # read-only, C-contiguous; the words at `patches` hold workspace offsets
+    patches: np.ndarray | None = None   # flat indices of 8-byte words that point into the workspace
+
+    def rebased(self, workspace: int) -> np.ndarray:
+        if self.patches is None:
+            return self.data
+        data = self.data.copy()
+        flat = data.reshape(-1)
+        flat[self.patches] += data.dtype.type(workspace)
+        return data
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class Gemm:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]                   # never mutated (no workspace pointers: see Recorder)
     patches: tuple[tuple[int, int], ...]
+    batched: bool = False                    # gemm_batched (pointer arrays), else gemm_strided_batched
 
 
 @dataclass(frozen=True)
@@ -82,12 +93,12 @@ class FrozenLaunch:
                     args = patched
                 ctx.launch(step.file, step.expr, step.grid, step.block, args, step.shared_mem)
             elif isinstance(step, Upload):
-                ctx.upload(workspace + step.offset, step.data)
+                ctx.upload(workspace + step.offset, step.rebased(workspace))
             else:
                 gemm_args = list(step.args)
                 for i, offset in step.patches:
                     gemm_args[i] = workspace + offset
-                ctx.gemm_strided_batched(*gemm_args, **step.kwargs)
+                (ctx.gemm_batched if step.batched else ctx.gemm_strided_batched)(*gemm_args, **step.kwargs)
 
 
 class Recorder:
@@ -113,10 +124,19 @@ class Recorder:
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         data = np.array(host, copy=True, order="C")
-        if data.dtype.itemsize == 8 and data.dtype.kind in "iu" and any(_in_workspace(v) for v in data.ravel()):
-            raise AssertionError("an upload holds workspace addresses; the frozen launch cannot rebase them")
+        patches = None
+        if data.dtype.itemsize == 8 and data.dtype.kind in "iu":   # words that point into the workspace
+            flat = data.reshape(-1)
+            inside = np.flatnonzero((flat >= flat.dtype.type(SENTINEL)) &
+                                    (flat < flat.dtype.type(SENTINEL + SENTINEL_SPAN)))
+            if len(inside):
+                for i in inside:
+                    self._offset(int(flat[i]))           # a pointer past the workspace is an error
+                flat[inside] -= flat.dtype.type(SENTINEL)
+                patches = inside
+                patches.setflags(write=False)
         data.setflags(write=False)
-        self.steps.append(Upload(self._offset(dst, data.nbytes), data))
+        self.steps.append(Upload(self._offset(dst, data.nbytes), data, patches))
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
                shared_mem: int = 0) -> None:
@@ -127,9 +147,15 @@ class Recorder:
                                  tuple(args), self._patches(args), int(shared_mem)))
 
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
+        self._gemm(args, kwargs, batched=False)
+
+    def gemm_batched(self, *args: Any, **kwargs: Any) -> None:
+        self._gemm(args, kwargs, batched=True)
+
+    def _gemm(self, args: tuple, kwargs: dict, batched: bool) -> None:
         if any(_in_workspace(v) for v in kwargs.values()):
             raise AssertionError("GEMM workspace pointers must be positional to be rebased")
-        self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args)))
+        self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args), batched))
 
 
 CACHE_SIZE = 256   # frozen launches kept by freeze_cached (oldest dropped first)

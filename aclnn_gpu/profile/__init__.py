@@ -80,15 +80,14 @@ class CallProfile:
 SECTOR = 32
 
 
-def _sectors(addr: int, itemsize: int, rows: int, cols: int, ld: int, stride: int, batch: int) -> np.ndarray:
+def _sectors(entries: np.ndarray, itemsize: int, rows: int, cols: int, ld: int) -> np.ndarray:
     """Merged [lo, hi) intervals (an (n, 2) int64 array, 32-byte sector numbers) of the column-major
-    rows x cols matrices at addr + i * stride elements, i < batch (entries may overlap)."""
-    if rows <= 0 or cols <= 0 or batch <= 0:
+    rows x cols matrices (leading dimension ld) at the byte addresses `entries` (they may overlap)."""
+    if rows <= 0 or cols <= 0 or len(entries) == 0:
         return np.zeros((0, 2), np.int64)
     if cols == 1 or ld == rows:        # each entry is one contiguous run
         rows, cols = rows * cols, 1
-    starts = (addr + itemsize * (np.arange(batch, dtype=np.int64)[:, None] * stride
-                                 + np.arange(cols, dtype=np.int64)[None, :] * ld)).ravel()
+    starts = (entries[:, None] + itemsize * ld * np.arange(cols, dtype=np.int64)[None, :]).ravel()
     return _merge(starts // SECTOR, (starts + rows * itemsize - 1) // SECTOR + 1)
 
 
@@ -110,40 +109,69 @@ def _count(iv: np.ndarray) -> int:
     return int((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0
 
 
-def _gemm_bytes(transa, transb, m, n, k, a, a_type, lda, stride_a, b, b_type, ldb, stride_b, beta, c, c_type,
-                ldc, stride_c, batch, shift=lambda addr: 0) -> tuple[int, list[tuple[np.ndarray, bool]]]:
-    """Cold DRAM bytes of a (strided-batched, column-major) GEMM: the distinct sectors it reads (A, B,
-    and C when beta != 0) plus those it writes (C), each once whatever the batch entries overlap; and
-    the sector intervals in touch order [(intervals, is_store)] for the L2 model. `shift(addr)` maps a
-    host address to the GPU address space of the L2 model (profiling.gpu_sector_shift)."""
-    def footprint(addr, dtype, rows, cols, ld, stride):
-        it = np.dtype(dtype).itemsize
-        return _sectors(int(addr) + shift(addr), it, rows, cols, ld, stride if batch > 1 else 0, batch)
-    fa = footprint(a, a_type, k if transa else m, m if transa else k, lda, stride_a)
-    fb = footprint(b, b_type, n if transb else k, k if transb else n, ldb, stride_b)
-    fc = footprint(c, c_type, m, n, ldc, stride_c)
+def _gemm_bytes(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc
+                ) -> tuple[int, list[tuple[np.ndarray, bool]]]:
+    """Cold DRAM bytes of a batched (column-major) GEMM whose entries start at the byte addresses a, b,
+    c (int64 arrays, one per batch entry: a strided batch's or a pointer array's): the distinct sectors
+    it reads (A, B, and C when beta != 0) plus those it writes (C), each once however the entries
+    overlap; and the sector intervals in touch order [(intervals, is_store)] for the L2 model."""
+    fa = _sectors(a, np.dtype(a_type).itemsize, k if transa else m, m if transa else k, lda)
+    fb = _sectors(b, np.dtype(b_type).itemsize, n if transb else k, k if transb else n, ldb)
+    fc = _sectors(c, np.dtype(c_type).itemsize, m, n, ldc)
     reads = [fa, fb] + ([fc] if beta != 0 else [])
     union = np.concatenate(reads)
     read = _merge(union[:, 0], union[:, 1])
     return SECTOR * (_count(read) + _count(fc)), [*((f, False) for f in reads), (fc, True)]
 
 
-def _recording_gemm(original, launches, l2: bool = False):
-    from ..kernels.emulator import profiling
+def _strided_entries(addr: int, dtype, stride: int, batch: int) -> np.ndarray:
+    return int(addr) + np.dtype(dtype).itemsize * stride * np.arange(batch, dtype=np.int64)
 
-    def gemm(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
-             beta, c, c_type, ldc, stride_c, batch, compute="32F"):
-        cold, touches = _gemm_bytes(transa, transb, m, n, k, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
-                                    beta, c, c_type, ldc, stride_c, batch,
-                                    shift=profiling.gpu_sector_shift if l2 else (lambda addr: 0))
+
+def _recorder(launches, l2: bool):
+    """record(m, n, k, batch, ...): append the GemmLaunch of a GEMM with entries at a, b, c."""
+    from ..kernels.emulator import profiling
+    shift = np.vectorize(profiling.gpu_sector_shift, otypes=[np.int64]) if l2 else None
+
+    def record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch):
+        if shift is not None and batch and m and n:
+            # the L2 model addresses allocations at their 256-aligned GPU base (profiling.gpu_sector_shift)
+            a, b, c = (x + shift(x) for x in (a, b, c))
+        cold, touches = _gemm_bytes(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc)
         l2_bytes = None
-        if l2 and m and n and batch:
+        if shift is not None and m and n and batch:
             moved = [profiling.l2_touch(iv[:, 0], iv[:, 1], store) for iv, store in touches]
             l2_bytes = SECTOR * sum(misses + dirtied for misses, dirtied in moved)
         launches.append(GemmLaunch(f"cuBLAS gemm {m}x{n}x{k}" + (f" x{batch}" if batch > 1 else ""), cold,
                                    2 * m * n * k * batch, np.dtype(a_type).name, l2_bytes=l2_bytes))
+    return record
+
+
+def _recording_gemm(original, launches, l2: bool = False):
+    record = _recorder(launches, l2)
+
+    def gemm(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
+             beta, c, c_type, ldc, stride_c, batch, compute="32F"):
+        record(transa, transb, m, n, k, _strided_entries(a, a_type, stride_a, batch), a_type, lda,
+               _strided_entries(b, b_type, stride_b, batch), b_type, ldb, beta,
+               _strided_entries(c, c_type, stride_c, batch), c_type, ldc, batch)
         return original(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
                         beta, c, c_type, ldc, stride_c, batch, compute)
+    return gemm
+
+
+def _recording_gemm_batched(original, launches, l2: bool = False):
+    """A pointer-array GEMM: its entries are read from the arrays (host memory on the emulated device)
+    when it runs; the arrays' own few bytes are not counted."""
+    from ..kernels.gemm import host_pointers
+    record = _recorder(launches, l2)
+
+    def gemm(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb, beta, c_array, c_type,
+             ldc, batch, compute="32F"):
+        a, b, c = (np.array(host_pointers(x, batch), dtype=np.int64) for x in (a_array, b_array, c_array))
+        record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch)
+        return original(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb, beta, c_array,
+                        c_type, ldc, batch, compute)
     return gemm
 
 
@@ -163,12 +191,13 @@ def profile_call(op: str, dims: dict | None = None, dtype: str | None = None, *,
     dt = DTYPES[dtype or spec.dtype]
     call = spec.setup(d, dt, np.random.default_rng(seed))
     result = CallProfile(op, d, dtype or spec.dtype, int(spec.min_bytes(d, dt.itemsize)), sample_every=sample_every)
-    original = gemm_module.gemm_numpy
+    original, original_batched = gemm_module.gemm_numpy, gemm_module.gemm_batched_numpy
     with profiling.collect(l2_bytes=int(l2_mib * 2**20), sample_every=sample_every) as launches:
         gemm_module.gemm_numpy = _recording_gemm(original, launches, l2=True)
+        gemm_module.gemm_batched_numpy = _recording_gemm_batched(original_batched, launches, l2=True)
         try:
             call()
         finally:
-            gemm_module.gemm_numpy = original
+            gemm_module.gemm_numpy, gemm_module.gemm_batched_numpy = original, original_batched
         result.launches = list(launches)
     return result

@@ -185,23 +185,25 @@ def test_forward_empty_is_bias(ctx):
 def test_workspace_formula():
     # batch-major copy of dy + the tap-reversed transposed weights (no padded copies, no fp32
     # gradInput accumulator: the taps add up inside one GEMM's depth) + for fp16/bf16 the fp32 gradWeight
-    # sums (the K taps' products in one batched GEMM plus the boundary rows' with beta = 1)
+    # sums (the K taps' products in one batched GEMM plus the boundary rows' with beta = 1) + the
+    # interior GEMM's three pointer arrays (B*K entries of 8 bytes)
     T, B, Cin, Cout, K, pad = 100, 4, 8, 16, 3, 1
     al = lambda n: -(-n // 256) * 256  # noqa: E731
+    ptrs = al(3 * B * K * 8)
     for dtype in DTYPES:
         e = dtype.itemsize
         assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == \
-            al(T * B * Cout * e) + al(K * Cin * Cout * e) + (al(K * Cin * Cout * 4) if e < 4 else 0)
-        assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == al(T * B * Cin * e)
+            al(T * B * Cout * e) + al(K * Cin * Cout * e) + (al(K * Cin * Cout * 4) if e < 4 else 0) + ptrs
+        assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, dtype, 0) == al(T * B * Cin * e) + ptrs
     # fp32 + USE_FP16: fp16 batch-major copy and weights, fp16 copies of x and dy for gradWeight
     assert plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
-        al(T * B * Cout * 2) + al(K * Cin * Cout * 2) + al(T * B * Cin * 2) + al(T * B * Cout * 2)
+        al(T * B * Cout * 2) + al(K * Cin * Cout * 2) + al(T * B * Cin * 2) + al(T * B * Cout * 2) + ptrs
     assert plan.forward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 2) == \
-        al(T * B * Cin * 2) + al(K * Cin * Cout * 2)
+        al(T * B * Cin * 2) + al(K * Cin * Cout * 2) + ptrs
     # many rows: the fp32 partial sums of gradBias
     S, _ = plan.bias_chunks(T * B, Cout, 16)
     assert S > 1 and plan.backward_workspace_bytes(T, B, Cin, Cout, K, pad, np.float32, 0, min_chunk_rows=16) == \
-        al(T * B * Cout * 4) + al(K * Cin * Cout * 4) + al(S * Cout * 4)
+        al(T * B * Cout * 4) + al(K * Cin * Cout * 4) + ptrs + al(S * Cout * 4)
     # empty input: the partials only
     assert plan.backward_workspace_bytes(0, B, Cin, Cout, K, 2, np.float32, 0) == 0
 

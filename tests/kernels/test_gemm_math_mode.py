@@ -55,6 +55,28 @@ class RecordingCublas(SimpleNamespace):
         fakecupy.get_current_stream().submit(lambda: gemm.gemm_numpy(*args))
 
 
+    def setStream(self, handle, stream):
+        self.stream = stream
+
+    def check_status(self, status):
+        raise AssertionError(f"cuBLAS status {status}")
+
+    def gemm_batched_ex(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+                        c_type, ldc, batch, compute, algo):
+        """cublasGemmBatchedEx as kernels/gemm.py calls it through ctypes (pointer arrays)."""
+        types = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 14: dtypes.bfloat16}
+        stream = fakecupy.get_current_stream()
+        assert self.stream == stream.ptr, "the plan's stream was not set on the handle"
+        self.calls.append({"math": self.math_mode, "pointer": self.pointer_mode, "compute": compute,
+                           "types": (types[a_type], types[b_type], types[c_type]), "batched": True})
+        al, be = (ctypes.c_float.from_address(p).value for p in (alpha, beta))
+        mode = {68: gemm.COMPUTE_32F, 77: gemm.COMPUTE_32F_FAST_TF32}[compute]
+        args = (bool(transa), bool(transb), m, n, k, al, a, types[a_type], lda, b, types[b_type], ldb, be, c,
+                types[c_type], ldc, batch, mode)
+        stream.submit(lambda: gemm.gemm_batched_numpy(*args))
+        return 0
+
+
 def conv_tbc_backward(s, dtype, cube, rng):
     T, B, Cin, Cout, K, pad = 40, 3, 5, 6, 3, 1
     mk = lambda *shape: rng.standard_normal(shape).astype(np.float32).astype(dtype)  # noqa: E731
@@ -83,9 +105,12 @@ def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
     recorder = RecordingCublas()
     monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (recorder, object()))
     device = get_device()
-    monkeypatch.setattr(device, "gemm", MethodType(CudaDevice.gemm, device))   # the cuda device's cuBLAS call
+    monkeypatch.setattr(gemm, "cublas_gemm_batched_ex", lambda: recorder.gemm_batched_ex)
+    monkeypatch.setattr(device, "gemm", MethodType(CudaDevice.gemm, device))   # the cuda device's cuBLAS calls
+    monkeypatch.setattr(device, "gemm_batched", MethodType(CudaDevice.gemm_batched, device))
     got = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))
     assert recorder.calls, "no GEMM went through cuBLAS"
+    assert any(call.get("batched") for call in recorder.calls), "no pointer-array GEMM went through cuBLAS"
     for call in recorder.calls:
         assert call["math"] & gemm.CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, call
         assert call["math"] & 0xF != TF32_TENSOR_OP_MATH, call   # TF32 only by the compute type

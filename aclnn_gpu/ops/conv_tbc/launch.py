@@ -61,7 +61,7 @@ import numpy as np
 
 from ... import dtypes
 from ...kernels.context import KernelContext, ptr
-from ...kernels.gemm import F32, compute_mode, rm_gemm
+from ...kernels.gemm import F32, compute_mode, rm_gemm, rm_gemm_batched
 
 FILE = "conv_tbc.cu"
 BLOCK = 256                 # threads per block, every kernel (tbc_batch_major requires 256)
@@ -130,6 +130,7 @@ def _backward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type, min_chunk_r
         ("x16", T * B * Cin * o if conv else 0),
         ("dy16", Tout * B * Cout * o if conv else 0),
         ("dw32", K * Cin * Cout * 4 if dtype != F32 else 0),
+        ("ptrs", pointer_table_bytes(B, K)),
         ("part", part),
     ])
 
@@ -144,6 +145,7 @@ def _forward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type) -> _Layout:
     return _layout([
         ("sx", B * T * Cin * o),
         ("w", K * Cin * Cout * o if conv else 0),
+        ("ptrs", pointer_table_bytes(B, K)),
     ])
 
 
@@ -223,18 +225,40 @@ def _batch_major(ctx, tin, tout, src, dst, Tn, B, C, *, sums=0, sum_dtype=None, 
         _batch_major(ctx, F32, F32, part, 0, S, 1, C, sums=sums, sum_dtype=sum_dtype)
 
 
-def _tap_rows(gemm, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cdt, beta, compute):
+def pointer_table_bytes(B: int, K: int) -> int:
+    """The A, B and C pointer arrays of the interior GEMM (one entry per sample and tap residue)."""
+    return 3 * B * K * 8
+
+
+def _tap_rows(ctx, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cdt, beta, compute, ptrs):
     """out[t, b, :] = beta*out[t, b, :] + sum over valid j < K of src[b, t + first + j, :] @ wstack[j]
     for t < rows_out, where src (B, Tn, C) is batch-major, wstack (K*C, N) row-major, out (rows_out, B,
-    N) time-major, and j is valid when 0 <= t + first + j < Tn (rows without one are left alone)."""
+    N) time-major, and j is valid when 0 <= t + first + j < Tn (rows without one are left alone).
+    `ptrs`: workspace for the interior GEMM's pointer arrays (pointer_table_bytes)."""
     o, oc = odt.itemsize, cdt.itemsize
+    gemm = ctx.gemm_strided_batched
     t0 = max(0, -first)
     t1 = max(t0, min(rows_out, Tn - K - first + 1))
-    for r in range(min(K, t1 - t0)):                       # interior: all K taps, by residue
-        rows = -(-(t1 - t0 - r) // K)
-        rm_gemm(gemm, rows, N, K * C, src + (t0 + r + first) * C * o, odt, K * C, False, wstack, odt, N, False,
-                out + (t0 + r) * B * N * oc, cdt, K * B * N, alpha=1.0, beta=beta, batch=B,
-                stride_a=Tn * C, stride_b=0, stride_c=N, compute=compute)
+    q, rem = divmod(t1 - t0, K)
+    if q > 0 and B > 0:
+        # interior rows t0 + r + K*u (u < q) of sample b, every residue r < K: non-overlapping windows,
+        # A = S + (b*Tn + t0 + r + first)*C with lda = K*C; ONE pointer-array GEMM over the B*K entries
+        # (residue fastest: a sample's entries read the same rows of S), pointers uploaded on the stream
+        entries = [(b, r) for b in range(B) for r in range(K)]
+        table = np.array([src + (b * Tn + t0 + r + first) * C * o for b, r in entries] +
+                         [wstack] * len(entries) +
+                         [out + ((t0 + r) * B + b) * N * oc for b, r in entries], dtype=np.uint64)
+        ctx.upload(ptrs, table)
+        n = len(entries) * 8
+        rm_gemm_batched(ctx.gemm_batched, q, N, K * C, ptrs, odt, K * C, False, ptrs + n, odt, N, False,
+                        ptrs + 2 * n, cdt, K * B * N, len(entries), alpha=1.0, beta=beta, compute=compute)
+    if rem > 0:
+        # the last rem interior rows (u = q of the first rem residues): one strided batch over those
+        # rows, each a GEMM over the B samples (lda = Tn*C) of depth K*C
+        t = t0 + K * q
+        rm_gemm(gemm, B, N, K * C, src + (t + first) * C * o, odt, Tn * C, False, wstack, odt, N, False,
+                out + t * B * N * oc, cdt, N, alpha=1.0, beta=beta, batch=rem, stride_a=C, stride_b=0,
+                stride_c=B * N, compute=compute)
     for t in [*range(0, min(t0, rows_out)), *range(t1, rows_out)]:    # boundary rows: their valid taps
         j0, j1 = max(0, -(t + first)), min(K, Tn - t - first)
         if j1 <= j0:
@@ -308,8 +332,8 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
                  compute=compute)
     if acc != grad_weight:
         _copy(ctx, F32, dtype, acc, grad_weight, (K, Cin, Cout), _dense((K, Cin, Cout)))
-    _tap_rows(gemm, rows_out=T, Tn=Tout, B=B, C=Cout, N=Cin, K=K, first=pad - K + 1, src=ws("sdy"),
-              wstack=ws("w"), out=grad_input, odt=odt, cdt=dtype, beta=0.0, compute=compute)
+    _tap_rows(ctx, rows_out=T, Tn=Tout, B=B, C=Cout, N=Cin, K=K, first=pad - K + 1, src=ws("sdy"),
+              wstack=ws("w"), out=grad_input, odt=odt, cdt=dtype, beta=0.0, compute=compute, ptrs=ws("ptrs"))
 
 
 def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_math_type, input, weight,
@@ -328,8 +352,8 @@ def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_m
     if odt != dtype:
         wop = workspace_ptr + lay.offsets["w"]
         _copy(ctx, dtype, odt, weight, wop, (K, Cin, Cout), _dense((K, Cin, Cout)))
-    _tap_rows(ctx.gemm_strided_batched, rows_out=Tout, Tn=T, B=B, C=Cin, N=Cout, K=K, first=-pad, src=sx,
-              wstack=wop, out=out, odt=odt, cdt=dtype, beta=1.0, compute=compute)
+    _tap_rows(ctx, rows_out=Tout, Tn=T, B=B, C=Cin, N=Cout, K=K, first=-pad, src=sx, wstack=wop, out=out,
+              odt=odt, cdt=dtype, beta=1.0, compute=compute, ptrs=workspace_ptr + lay.offsets.get("ptrs", 0))
 
 
 def all_name_expressions() -> list[str]:
