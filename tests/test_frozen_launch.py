@@ -30,6 +30,9 @@ class Calls:
     def gemm_strided_batched(self, *args, **kwargs):
         self.calls.append(("gemm", args, tuple(sorted(kwargs.items()))))
 
+    def gemm_batched(self, *args, **kwargs):
+        self.calls.append(("gemm_batched", args, tuple(sorted(kwargs.items()))))
+
 
 @pytest.fixture
 def session():
@@ -112,6 +115,31 @@ def test_recorder_rebases_only_workspace_pointers():
     recorder.launch("f.cu", "k", (1,), (32,), (np.uint64(SENTINEL + 512), np.uint64(0x7F00_0000_1000), np.int64(3)))
     (launch,) = recorder.steps
     assert launch.patches == ((0, 512),)
+
+
+class _PointerTable:
+    """A launcher that uploads a GEMM pointer array: two workspace pointers and a caller's pointer."""
+
+    workspace_size = 1024
+
+    def launch_kernels(self, ctx, workspace):
+        ctx.upload(workspace + 64, np.array([workspace + 512, 0x7F00_0000_1000, workspace], dtype=np.uint64))
+        ctx.gemm_batched(False, False, 2, 2, 2, 1.0, workspace + 64, np.float32, 2, workspace + 72, np.float32, 2,
+                         0.0, workspace + 80, np.float32, 2, 1)
+
+
+def test_uploaded_workspace_pointers_are_rebased():
+    frozen = freeze(_PointerTable(), 4)
+    upload = frozen.steps[0]
+    assert upload.patches == (0, 2) and list(upload.data) == [512, 0x7F00_0000_1000, 0]
+    for base in (0x10_0000, 0x20_0040):
+        live, replay = Calls(4), Calls(4)
+        _PointerTable().launch_kernels(live, base)
+        frozen.run(replay, base)
+        assert replay.calls == live.calls
+        assert replay.calls[0][2] == np.array([base + 512, 0x7F00_0000_1000, base], np.uint64).tobytes()
+        assert replay.calls[1][0] == "gemm_batched"
+    assert list(upload.data) == [512, 0x7F00_0000_1000, 0]   # the record itself is never patched
 
 
 def test_a_second_plan_with_the_same_launch_key_reuses_the_record(session):

@@ -45,14 +45,17 @@ def _in_workspace(value: Any) -> bool:
 class Upload:
     offset: int            # into the workspace
     data: np.ndarray       # read-only, C-contiguous; the words at `patches` hold workspace offsets
-    patches: np.ndarray | None = None   # flat indices of 8-byte words that point into the workspace
+    patches: tuple[int, ...] = ()   # flat indices of 8-byte words that point into the workspace
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_where", np.array(self.patches, dtype=np.intp))
 
     def rebased(self, workspace: int) -> np.ndarray:
-        if self.patches is None:
+        """The table with its workspace words pointing into the workspace at `workspace`."""
+        if not self.patches:
             return self.data
         data = self.data.copy()
-        flat = data.reshape(-1)
-        flat[self.patches] += data.dtype.type(workspace)
+        data.reshape(-1)[self._where] += data.dtype.type(workspace)   # type: ignore[attr-defined]
         return data
 
 
@@ -124,17 +127,15 @@ class Recorder:
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         data = np.array(host, copy=True, order="C")
-        patches = None
+        patches: tuple[int, ...] = ()
         if data.dtype.itemsize == 8 and data.dtype.kind in "iu":   # words that point into the workspace
             flat = data.reshape(-1)
             inside = np.flatnonzero((flat >= flat.dtype.type(SENTINEL)) &
                                     (flat < flat.dtype.type(SENTINEL + SENTINEL_SPAN)))
-            if len(inside):
-                for i in inside:
-                    self._offset(int(flat[i]))           # a pointer past the workspace is an error
-                flat[inside] -= flat.dtype.type(SENTINEL)
-                patches = inside
-                patches.setflags(write=False)
+            for i in inside:
+                self._offset(int(flat[i]))           # a pointer past the workspace is an error
+            flat[inside] -= flat.dtype.type(SENTINEL)
+            patches = tuple(int(i) for i in inside)
         data.setflags(write=False)
         self.steps.append(Upload(self._offset(dst, data.nbytes), data, patches))
 
