@@ -13,6 +13,9 @@
 //                             negative too) with dtype conversion: operand staging, fp16 copies for
 //                             cubeMathType 2, the tap-reversed transposed weights, bias broadcast.
 //   tbc_fill_zero<T>          zeros (a gradWeight tap without valid rows; the empty-input path).
+//   tbc_weights<T>            the backward's two weight-sized passes in one launch (fp16 / bf16):
+//                             gradInput's tap-reversed transposed weights and gradWeight rounded once
+//                             from the fp32 sums of its GEMMs.
 //
 // Sizes are long long; copy/fill are grid-stride with block size 256; tbc_batch_major needs
 // exactly 256 threads (8 warps).
@@ -107,6 +110,21 @@ __global__ void tbc_copy(const Tin* src, Tout* dst, i64 R, i64 B, i64 C, i64 s_t
       off = j * s_t + b * s_b + (r - b * C) * s_c;
     }
     dst[idx] = tbc::cvt<Tout>(src[off]);
+  }
+}
+
+// wt[(j*Cout + co)*Cin + ci] = w[((K-1-j)*Cin + ci)*Cout + co] and gw[i] = acc[i] rounded to T, for
+// i < K*Cin*Cout (both arrays are indexed by the same i: one pass over the weight-sized buffers).
+template <class T>
+__global__ void tbc_weights(const T* w, T* wt, const float* acc, T* gw, i64 K, i64 Cin, i64 Cout) {
+  const i64 CC = Cin * Cout;
+  const i64 n = K * CC;
+  for (i64 idx = aclg::global_thread(); idx < n; idx += aclg::grid_threads()) {
+    const i64 j = idx / CC;
+    const i64 r = idx - j * CC;
+    const i64 co = r / Cin;
+    wt[idx] = w[(K - 1 - j) * CC + (r - co * Cin) * Cout + co];
+    gw[idx] = tbc::cvt<T>(acc[idx]);
   }
 }
 

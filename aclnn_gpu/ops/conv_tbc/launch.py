@@ -318,20 +318,24 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
     # dy's batch-major copy (in the operand dtype) and gradBias, one pass over dy
     _batch_major(ctx, dtype, odt, grad, ws("sdy"), Tout, B, Cout, sums=grad_bias, part=ws("part"),
                  min_chunk_rows=min_chunk_rows)
-    # W[j] = w[K-1-j]^T: (K, Cout, Cin) from w (K, Cin, Cout) read backwards over the taps
-    _copy(ctx, dtype, odt, weight + (K - 1) * Cin * Cout * dtype.itemsize, ws("w"), (K, Cout, Cin),
-          (-Cin * Cout, 1, Cout))
     x, dy = input, grad
     if odt != dtype:   # cubeMathType 2: fp16 copies of the gradWeight operands
         x, dy = ws("x16"), ws("dy16")
         _copy(ctx, dtype, odt, input, x, (T, B, Cin), _dense((T, B, Cin)))
         _copy(ctx, dtype, odt, grad, dy, (Tout, B, Cout), _dense((Tout, B, Cout)))
-    # gradWeight: fp32 sums, rounded once to its dtype (straight into it when that is fp32)
+    # gradWeight: fp32 sums, straight into gradWeight when that is fp32, else into the workspace
     acc = ws("dw32") if dtype != F32 else grad_weight
     _grad_weight(ctx, gemm, T=T, B=B, Cin=Cin, Cout=Cout, K=K, pad=pad, x=x, dy=dy, acc=acc, acc_dt=F32, odt=odt,
                  compute=compute)
+    # W[j] = w[K-1-j]^T: (K, Cout, Cin) from w (K, Cin, Cout) read backwards over the taps; fp16 / bf16:
+    # the same launch rounds gradWeight once from its fp32 sums
     if acc != grad_weight:
-        _copy(ctx, F32, dtype, acc, grad_weight, (K, Cin, Cout), _dense((K, Cin, Cout)))
+        ctx.launch(FILE, f"tbc_weights<{_ct(dtype)}>", _grid(ctx, K * Cin * Cout), (BLOCK, 1, 1),
+                   (ptr(weight), ptr(ws("w")), ptr(acc), ptr(grad_weight), np.int64(K), np.int64(Cin),
+                    np.int64(Cout)))
+    else:
+        _copy(ctx, dtype, odt, weight + (K - 1) * Cin * Cout * dtype.itemsize, ws("w"), (K, Cout, Cin),
+              (-Cin * Cout, 1, Cout))
     _tap_rows(ctx, rows_out=T, Tn=Tout, B=B, C=Cout, N=Cin, K=K, first=pad - K + 1, src=ws("sdy"),
               wstack=ws("w"), out=grad_input, odt=odt, cdt=dtype, beta=0.0, compute=compute, ptrs=ws("ptrs"))
 
@@ -369,4 +373,6 @@ def all_name_expressions() -> list[str]:
     exprs += ["tbc_batch_major<float, __half, float>"]
     exprs += [f"tbc_batch_major<float, float, {c}>" for c in types if c != "float"]
     exprs += [f"tbc_fill_zero<{c}>" for c in types]
+    # the weight reorder + gradWeight's rounding of the fp16 / bf16 backward
+    exprs += [f"tbc_weights<{c}>" for c in types if c != "float"]
     return exprs
