@@ -241,6 +241,61 @@ def test_numpy_gemm_column_major_semantics(transa, transb):
     np.testing.assert_array_equal(C[mask], C0[mask])
 
 
+def test_numpy_pointer_array_gemm():
+    """gemm_batched_numpy: entry i multiplies the matrices its pointers name (any addresses: overlapping A
+    entries, one B shared by all), C entries written at their own pointers with alpha/beta."""
+    rng = np.random.default_rng(secrets.randbits(32))
+    m, n, k, batch = 3, 2, 4, 5
+    A = rng.standard_normal(64).astype(np.float32)
+    Bm = rng.standard_normal(k * n).astype(np.float32)
+    C = rng.standard_normal(batch * 16).astype(np.float32)
+    C0 = C.copy()
+    a_off = rng.integers(0, 64 - m * k, batch)                 # column-major m x k, lda = m: overlapping
+    c_off = rng.permutation(batch) * 16                          # disjoint outputs, any order
+    it = 4
+    table = np.array([A.ctypes.data + it * int(o) for o in a_off] + [Bm.ctypes.data] * batch +
+                     [C.ctypes.data + it * int(o) for o in c_off], dtype=np.uint64)
+    p = table.ctypes.data
+    G.gemm_batched_numpy(False, False, m, n, k, 2.0, p, np.float32, m, p + 8 * batch, np.float32, k, 0.5,
+                         p + 16 * batch, np.float32, m, batch, G.COMPUTE_32F)
+    b = Bm.reshape(n, k).T.astype(np.float64)
+    for i in range(batch):
+        a = A[a_off[i]:a_off[i] + m * k].reshape(k, m).T.astype(np.float64)
+        got = C[c_off[i]:c_off[i] + m * n].reshape(n, m).T
+        want = 2 * a @ b + 0.5 * C0[c_off[i]:c_off[i] + m * n].reshape(n, m).T
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    untouched = np.ones(C.size, bool)
+    for o in c_off:
+        untouched[o:o + m * n] = False
+    np.testing.assert_array_equal(C[untouched], C0[untouched])
+
+
+def test_backward_launch_structure():
+    """K=3 pad=1: one pointer-array GEMM for the interior gradInput rows (B*K entries), one strided batch
+    for the leftover interior rows, one per boundary row; gradWeight in one K-batched GEMM plus the two
+    boundary rows with beta = 1, rounded by tbc_weights (fp16)."""
+    from aclnn_gpu.ops.frozen import Gemm, Launch, Upload, freeze
+
+    T, B, C, K, pad = 11, 3, 8, 3, 1          # interior rows 1..9: 9 = 3 residues x 3, no leftover
+    class Plan:
+        workspace_size = plan.backward_workspace_bytes(T, B, C, C, K, pad, np.float16)
+        def launch_kernels(self, ctx, ws):
+            plan.launch_backward(ctx, T=T, B=B, Cin=C, Cout=C, K=K, pad=pad, dtype=np.float16, cube_math_type=0,
+                                 grad=1 << 20, input=2 << 20, weight=3 << 20, grad_input=4 << 20,
+                                 grad_weight=5 << 20, grad_bias=6 << 20, workspace_ptr=ws)
+    steps = freeze(Plan(), 4).steps
+    kernels = [s.expr.split("<")[0] for s in steps if isinstance(s, Launch)]
+    gemms = [s for s in steps if isinstance(s, Gemm)]
+    assert kernels == ["tbc_batch_major", "tbc_weights"]
+    assert [s.batched for s in gemms] == [False, False, False, True, False, False]
+    main = gemms[0].args
+    assert main[-2] == K and main[14] == 0.0                  # batch over the taps, beta 0
+    assert [g.args[14] for g in gemms[1:3]] == [1.0, 1.0]     # boundary rows add
+    uploads = [s for s in steps if isinstance(s, Upload)]
+    assert len(uploads) == 1 and uploads[0].data.size == 3 * B * K and len(uploads[0].patches) == 2 * B * K
+    assert gemms[3].args[16] == B * K                         # one entry per sample and residue
+
+
 def test_numpy_gemm_beta0_ignores_nan_and_tf32_rounds():
     A = np.full(4, 1 + 2 ** -20, np.float32)
     Bm = np.ones(4, np.float32)
