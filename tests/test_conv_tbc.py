@@ -145,6 +145,7 @@ GEMM_SHAPES = {   # T, B, Cin, Cout, K, pad: several interior rows per tap resid
     "pad_ge_K": (6, 2, 16, 8, 3, 3),         # output rows that read padding only (forward: bias)
     "T_lt_K": (2, 3, 8, 16, 5, 2),           # no interior row at all
     "B1_k2": (9, 1, 24, 16, 2, 1),
+    "weight_tiles": (7, 2, 40, 70, 3, 1),    # several 32 x 32 tiles of tbc_weights, partial at both edges
 }
 
 

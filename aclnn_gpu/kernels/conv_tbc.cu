@@ -113,18 +113,37 @@ __global__ void tbc_copy(const Tin* src, Tout* dst, i64 R, i64 B, i64 C, i64 s_t
   }
 }
 
-// wt[(j*Cout + co)*Cin + ci] = w[((K-1-j)*Cin + ci)*Cout + co] and gw[i] = acc[i] rounded to T, for
-// i < K*Cin*Cout (both arrays are indexed by the same i: one pass over the weight-sized buffers).
+// wt[((K-1-k)*Cout + co)*Cin + ci] = w[(k*Cin + ci)*Cout + co] (the tap-reversed transpose) and
+// gw[i] = acc[i] rounded to T, i < K*Cin*Cout. Block = 256 threads (32 x 8) over 32 x 32 (ci, co) tiles
+// of one tap: w, acc and gw are read / written along co, wt along ci (coalesced both ways through a
+// shared tile; fp32 in shared memory: no bank conflicts, and T -> float -> T is exact).
 template <class T>
 __global__ void tbc_weights(const T* w, T* wt, const float* acc, T* gw, i64 K, i64 Cin, i64 Cout) {
-  const i64 CC = Cin * Cout;
-  const i64 n = K * CC;
-  for (i64 idx = aclg::global_thread(); idx < n; idx += aclg::grid_threads()) {
-    const i64 j = idx / CC;
-    const i64 r = idx - j * CC;
-    const i64 co = r / Cin;
-    wt[idx] = w[(K - 1 - j) * CC + (r - co * Cin) * Cout + co];
-    gw[idx] = tbc::cvt<T>(acc[idx]);
+  __shared__ float tile[aclg::kWarp][aclg::kWarp + 1];
+  const int tx = threadIdx.x % aclg::kWarp;
+  const int ty = threadIdx.x / aclg::kWarp;
+  const int rows = blockDim.x / aclg::kWarp;
+  const i64 tiles_ci = (Cin + aclg::kWarp - 1) / aclg::kWarp;
+  const i64 tiles_co = (Cout + aclg::kWarp - 1) / aclg::kWarp;
+  const i64 per_tap = tiles_ci * tiles_co;
+  for (i64 id = blockIdx.x; id < K * per_tap; id += gridDim.x) {
+    const i64 k = id / per_tap;
+    const i64 ci0 = (id - k * per_tap) / tiles_co * aclg::kWarp;
+    const i64 co0 = (id - k * per_tap) % tiles_co * aclg::kWarp;
+    for (int i = ty; i < aclg::kWarp; i += rows) {
+      const i64 ci = ci0 + i, co = co0 + tx;
+      if (ci < Cin && co < Cout) {
+        const i64 at = (k * Cin + ci) * Cout + co;
+        tile[i][tx] = aclg::to_math(w[at]);
+        gw[at] = tbc::cvt<T>(acc[at]);
+      }
+    }
+    __syncthreads();
+    for (int i = ty; i < aclg::kWarp; i += rows) {
+      const i64 co = co0 + i, ci = ci0 + tx;
+      if (ci < Cin && co < Cout) wt[((K - 1 - k) * Cout + co) * Cin + ci] = aclg::from_math<T>(tile[tx][i]);
+    }
+    __syncthreads();
   }
 }
 

@@ -24,7 +24,8 @@ bf16 inputs always run their own tensor-core path with fp32 accumulation.
 The GPU plan (ops/conv_tbc/launch.py) never pads: each product covers only the rows its tap reads
 (inf/NaN meet no padding zeros, as in PyTorch), the K taps of gradInput and of the forward add up
 inside one GEMM depth over a batch-major copy (fp32 accumulation, one rounding, no accumulator
-pass), and gradBias comes from the pass that makes that copy.
+pass; the interior rows in one pointer-array GEMM), gradWeight's K taps run as one batched GEMM in
+fp32 rounded once, and gradBias comes from the pass that makes that copy.
 
 Empty input/weight (T, Cin or K == 0 with a non-empty self): gradInput = gradWeight = 0 and
 gradBias = sum of self over time and batch (docs/API.md §7; CANN writes B*Tout), on every device.

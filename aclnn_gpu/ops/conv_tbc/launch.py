@@ -4,7 +4,8 @@ Tensors are contiguous and of one storage dtype (float32, float16, bfloat16): in
 weight w (K, Cin, Cout), bias (Cout), grad / output dy (Tout, B, Cout), Tout = T + 2*pad - K + 1.
 The glue has validated everything, staged strided views into contiguous copies and promoted mixed
 dtypes; this module lays out the workspace, launches the kernels of `kernels/conv_tbc.cu` and runs
-the products through `ctx.gemm_strided_batched` (cuBLAS on the cuda device, NumPy on emulated).
+the products through `ctx.gemm_strided_batched` and `ctx.gemm_batched` (cuBLAS on the cuda device,
+NumPy on emulated).
 
 Precision (`kernels/gemm.compute_mode`): fp32 with cubeMathType 0 -> true fp32 (COMPUTE_32F);
 1, 3 -> TF32 (COMPUTE_32F_FAST_TF32); 2 -> operands converted to fp16 while they are copied anyway
@@ -14,42 +15,59 @@ accumulation (COMPUTE_32F and CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, 
 No padded copies, no padding multiplied: every product covers only the (time, tap) pairs whose
 rows exist, as PyTorch's narrow()s do, so an inf/NaN in one operand never meets a padding zero.
 
-Every sum over the K taps happens inside ONE GEMM's depth, so it accumulates in fp32 and is rounded
-once, straight into the output (no fp32 accumulator in memory, no cast pass). The trick is the
-batch-major copy S (B, Tn, C) of the time-major operand (`tbc_batch_major`): for one sample, the K
-time rows a tap window reads are contiguous, K*C elements, so "the K rows of the window" is one GEMM
-row of depth K*C. out[t] = sum_{j<K} src[t + first + j] @ Wj (Wj = the tap that reads window row j):
-  * interior rows (every tap valid), split by residue r = (t - t0) mod K: rows t0 + r + K*u read
-    non-overlapping windows, so A = S + (t0 + r + first)*C per sample with lda = K*C (cuBLAS needs
-    lda >= depth: overlapping windows of stride C are not a legal matrix) -- K strided-batched GEMMs
-    (batch = the B samples, stride T*C; C rows every K*B*N), M ~ T/K, N, depth K*C;
+Every sum over the K taps of gradInput and of the forward happens inside ONE GEMM's depth, so it
+accumulates in fp32 and is rounded once, straight into the output (no fp32 accumulator in memory, no
+cast pass). The trick is the batch-major copy S (B, Tn, C) of the time-major operand
+(`tbc_batch_major`): for one sample, the K time rows a tap window reads are contiguous, K*C elements,
+so "the K rows of the window" is one GEMM row of depth K*C. out[t] = sum_{j<K} src[t + first + j] @ Wj
+(Wj = the tap that reads window row j):
+  * interior rows (every tap valid) t0 + r + K*u, u < q = (t1 - t0) // K, for each residue r < K: rows
+    of one residue read non-overlapping windows, so A = S + (b*Tn + t0 + r + first)*C with lda = K*C
+    (cuBLAS needs lda >= depth: overlapping windows of stride C are not a legal matrix). ONE
+    pointer-array GEMM (cublasGemmBatchedEx; `ctx.gemm_batched`) over the B*K entries (sample b,
+    residue r), residue fastest; M = q, N, depth K*C; C rows every K*B*N. Its three pointer arrays are
+    uploaded into the workspace on the stream (the frozen launch rebases their workspace words). A
+    strided batch cannot express it: the entries' A offsets (b*Tn*C + r*C) and C offsets
+    ((r*B + b)*N) need two strides;
+  * the last (t1 - t0) % K interior rows: one strided batch over those rows (stride C in S, B*N in
+    out), each a GEMM over the B samples (lda = Tn*C) of depth K*C;
   * boundary rows (some taps read outside [0, Tn)): one GEMM per row t over its valid taps j0..j1-1,
     rows = the B samples (lda = Tn*C), depth (j1 - j0)*C -- at most 2*(K-1) small launches.
 gradInput = that with src = dy, first = pad - K + 1, Wj = w[K-1-j]^T: W (K*Cout, Cin) is the
-  tap-reversed transposed weight, one tbc_copy into the workspace; beta = 0.
+  tap-reversed transposed weight in the workspace; beta = 0.
 Forward y = the same with src = x, first = -pad, Wj = w[j] (w itself is the (K*Cin, Cout) stack),
   y pre-filled with the bias (a tbc_copy broadcast) and beta = 1: one rounding of bias + taps.
 gradWeight[k] = x[lo_k + k - pad : hi_k + k - pad]^T @ dy[lo_k : hi_k] over its valid output rows
-  [lo_k, hi_k) (lo_k = max(0, pad - k), hi_k = min(Tout, T + pad - k)): one GEMM per tap, depth
-  (hi_k - lo_k)*B, written straight into gradWeight; consecutive taps with the same rows are one
-  strided-batched GEMM (x stride B*Cin). A tap with no valid rows is zero-filled.
+  [lo_k, hi_k) (lo_k = max(0, pad - k), hi_k = min(Tout, T + pad - k)), in fp32: ONE strided-batched
+  GEMM over the K taps on the rows [pad, Tout - pad) every tap reads (A = x shifted by one time row
+  B*Cin per tap, B = dy with stride 0: the taps' overlapping operands are read once), then each
+  remaining row t (at most K - 1 at either end) adds its taps [k0, k1) with one strided-batched GEMM
+  of depth B and beta = 1 (a tap whose rows are all common gets none). fp32 gradWeight is the
+  accumulator itself; fp16 / bf16 sum into a workspace dW32 that `tbc_weights` rounds once into
+  gradWeight in the launch that also writes W (so W's reorder costs no launch of its own). With no
+  common row (T < K) dW32 is zero-filled and every row adds.
 gradBias = the column sums of dy, taken by the same tbc_batch_major pass that makes dy's batch-major
   copy (16-byte packets, fixed order, S > 1 row chunks -> fp32 partials + a second launch).
 
-Launches, backward K=3 pad=1: 1 (+1 partial sums) copy+bias, 1 weight reorder, 3 gradWeight, 3
-interior + 2 boundary gradInput GEMMs. Traffic (operand bytes X = T*B*C*2 for fp16): the copy reads
-and writes dy once (2X), each interior GEMM streams the copy once (3X) and gradInput is written once;
-PyTorch's conv_tbc_backward zero-fills gradInput, re-reads and re-writes it in K addmm_ (and rounds
-to fp16 after each), and sums dy in a separate reduction.
+Launches, backward K=3 pad=1 fp16: 1 (+1 partial sums) copy+bias, 1 gradWeight + 2 boundary rows,
+1 tbc_weights, 1 interior gradInput + 1 leftover rows (when (T - K + 1) % K != 0) + 2 boundary rows:
+10 at T=1024 B=32 C=1024 (PyTorch's conv_tbc_backward: 12). Traffic there (profiler, L2 model; X =
+T*B*C*2 bytes = 67.1 MB, the operands x, dy, dx, w, dW = 213.9 MB): the copy reads dy and writes S
+(2X), the interior GEMM reads S once and writes dx (2X), gradWeight reads x and dy once (2X) and
+writes dW32, tbc_weights moves the weights: 441 MB = 2.06x the operands (before this plan's batched
+GEMMs: 849 MB, 3.97x; PyTorch's sequence: 1165 MB). See bench/README.md ("ConvTbc backward,
+modelled").
 
 Workspace (bytes; every region rounded up to 256; o = operand itemsize: 2 for fp32 with
 cubeMathType 2 ("conv"), else the storage itemsize):
-  backward = Sdy + W + X16 + D16 + Part
+  backward = Sdy + W + X16 + D16 + DW32 + P + Part
     Sdy  = B * Tout * Cout * o               batch-major copy of dy
     W    = K * Cout * Cin * o                tap-reversed transposed weights
     X16  = T * B * Cin * 2, D16 = Tout * B * Cout * 2     fp16 copies for gradWeight, conv only
+    DW32 = K * Cin * Cout * 4                fp32 gradWeight sums, fp16 / bf16 only
+    P    = 3 * B * K * 8                     the interior GEMM's pointer arrays (A, B, C)
     Part = S * Cout * 4                      if S > 1 (gradBias row chunks, `bias_chunks`)
-  forward = Sx + W16: Sx = B * T * Cin * o, W16 = K * Cin * Cout * 2 (conv only)
+  forward = Sx + W16 + P: Sx = B * T * Cin * o, W16 = K * Cin * Cout * 2 (conv only)
   Empty input/weight (T, Cin or K == 0): gradInput = gradWeight = 0 (tbc_fill_zero), gradBias =
   column sums of dy (docs/API.md §7); workspace = Part only. Forward: y = bias broadcast.
 """
@@ -330,7 +348,9 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
     # W[j] = w[K-1-j]^T: (K, Cout, Cin) from w (K, Cin, Cout) read backwards over the taps; fp16 / bf16:
     # the same launch rounds gradWeight once from its fp32 sums
     if acc != grad_weight:
-        ctx.launch(FILE, f"tbc_weights<{_ct(dtype)}>", _grid(ctx, K * Cin * Cout), (BLOCK, 1, 1),
+        tiles = K * -(-Cin // WARP) * -(-Cout // WARP)
+        ctx.launch(FILE, f"tbc_weights<{_ct(dtype)}>", (max(1, min(tiles, ctx.sm_count * BLOCKS_PER_SM)), 1, 1),
+                   (BLOCK, 1, 1),
                    (ptr(weight), ptr(ws("w")), ptr(acc), ptr(grad_weight), np.int64(K), np.int64(Cin),
                     np.int64(Cout)))
     else:
