@@ -122,7 +122,7 @@ def host_pointers(array: int, batch: int) -> list[int]:
     """The `batch` 8-byte pointers of a pointer array at a host address (emulated device memory)."""
     if batch == 0:
         return []
-    return [int(p) for p in np.frombuffer((ctypes.c_uint64 * batch).from_address(array), dtype=np.uint64)]
+    return list((ctypes.c_uint64 * batch).from_address(array))
 
 
 def gemm_batched_numpy(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb,

@@ -55,7 +55,7 @@ class Upload:
         if not self.patches:
             return self.data
         data = self.data.copy()
-        data.reshape(-1)[self._where] += data.dtype.type(workspace)   # type: ignore[attr-defined]
+        data.reshape(-1)[self._where] += data.dtype.type(workspace)
         return data
 
 
