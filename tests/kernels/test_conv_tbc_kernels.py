@@ -277,13 +277,22 @@ def test_backward_launch_structure():
     from aclnn_gpu.ops.frozen import Gemm, Launch, Upload, freeze
 
     T, B, C, K, pad = 11, 3, 8, 3, 1          # interior rows 1..9: 9 = 3 residues x 3, no leftover
-    class Plan:
-        workspace_size = plan.backward_workspace_bytes(T, B, C, C, K, pad, np.float16)
-        def launch_kernels(self, ctx, ws):
-            plan.launch_backward(ctx, T=T, B=B, Cin=C, Cout=C, K=K, pad=pad, dtype=np.float16, cube_math_type=0,
-                                 grad=1 << 20, input=2 << 20, weight=3 << 20, grad_input=4 << 20,
-                                 grad_weight=5 << 20, grad_bias=6 << 20, workspace_ptr=ws)
-    steps = freeze(Plan(), 4).steps
+
+    def record(C):
+        class Plan:
+            workspace_size = plan.backward_workspace_bytes(T, B, C, C, K, pad, np.float16)
+
+            def launch_kernels(self, ctx, ws):
+                plan.launch_backward(ctx, T=T, B=B, Cin=C, Cout=C, K=K, pad=pad, dtype=np.float16,
+                                     cube_math_type=0, grad=1 << 20, input=2 << 20, weight=3 << 20,
+                                     grad_input=4 << 20, grad_weight=5 << 20, grad_bias=6 << 20, workspace_ptr=ws)
+        return freeze(Plan(), 4).steps
+
+    # C = 7 fp16: 14-byte rows, entries not 16-byte aligned: one strided batch per residue instead
+    gemms = [s for s in record(7) if isinstance(s, Gemm)]
+    assert not any(s.batched for s in gemms) and len(gemms) == 3 + K + 2
+    assert not any(isinstance(s, Upload) for s in record(7))
+    steps = record(C)
     kernels = [s.expr.split("<")[0] for s in steps if isinstance(s, Launch)]
     gemms = [s for s in steps if isinstance(s, Gemm)]
     assert kernels == ["tbc_batch_major", "tbc_weights"]

@@ -28,7 +28,10 @@ so "the K rows of the window" is one GEMM row of depth K*C. out[t] = sum_{j<K} s
     residue r), residue fastest; M = q, N, depth K*C; C rows every K*B*N. Its three pointer arrays are
     uploaded into the workspace on the stream (the frozen launch rebases their workspace words). A
     strided batch cannot express it: the entries' A offsets (b*Tn*C + r*C) and C offsets
-    ((r*B + b)*N) need two strides;
+    ((r*B + b)*N) need two strides. cuBLAS cannot check the alignment of pointers it reads from
+    device memory, so the pointer-array GEMM runs only when every entry is 16-byte aligned (C and N
+    multiples of 8 in fp16 / bf16, of 4 in fp32); otherwise one strided batch over the samples per
+    residue (K launches);
   * the last (t1 - t0) % K interior rows: one strided batch over those rows (stride C in S, B*N in
     out), each a GEMM over the B samples (lda = Tn*C) of depth K*C;
   * boundary rows (some taps read outside [0, Tn)): one GEMM per row t over its valid taps j0..j1-1,
@@ -258,7 +261,15 @@ def _tap_rows(ctx, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cd
     t0 = max(0, -first)
     t1 = max(t0, min(rows_out, Tn - K - first + 1))
     q, rem = divmod(t1 - t0, K)
-    if q > 0 and B > 0:
+    # cuBLAS cannot see the alignment of pointers held in device memory: the pointer-array GEMM only
+    # when every entry is 16-byte aligned, else one strided batch (over the samples) per residue
+    aligned = src % 16 == 0 and out % 16 == 0 and wstack % 16 == 0 and C * o % 16 == 0 and N * oc % 16 == 0
+    if q > 0 and B > 0 and not aligned:
+        for r in range(K):
+            rm_gemm(gemm, q, N, K * C, src + (t0 + r + first) * C * o, odt, K * C, False, wstack, odt, N, False,
+                    out + (t0 + r) * B * N * oc, cdt, K * B * N, alpha=1.0, beta=beta, batch=B,
+                    stride_a=Tn * C, stride_b=0, stride_c=N, compute=compute)
+    elif q > 0 and B > 0:
         # interior rows t0 + r + K*u (u < q) of sample b, every residue r < K: non-overlapping windows,
         # A = S + (b*Tn + t0 + r + first)*C with lda = K*C; ONE pointer-array GEMM over the B*K entries
         # (residue fastest: a sample's entries read the same rows of S), pointers uploaded on the stream
