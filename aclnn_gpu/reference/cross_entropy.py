@@ -47,14 +47,13 @@ _LSE_MIN = {np.float32: -64 * np.log(2.0), np.float64: -960 * np.log(2.0)}
 
 
 def _block_rows(N: int, C: int, chunk: int) -> int:
-    """Rows per block: about `chunk` elements, evened out so that the parallel split gives every
-    thread the same number of equal blocks (600 rows of 32 would split 320 / 280)."""
+    """Rows per block: about `chunk` elements, evened out to an even number of equal blocks so that
+    two threads get the same work (600 rows of 32 would split 320 / 280). It depends on N and C
+    only: every thread split (whole blocks per piece) gives the same blocks, hence the same bits
+    (a weighted row's b @ w may round by its place in a BLAS block)."""
     R = max(1, min(N, chunk // max(C, 1)))
-    if not _parallel(N, C):
-        return R
-    threads = parallel.workers()
     blocks = -(-N // R)
-    blocks = -(-blocks // threads) * threads
+    blocks += blocks % 2
     return -(-N // blocks)
 
 
