@@ -148,15 +148,16 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
     half precision).
 
     Rows take the unshifted form log_prob = x - lse, lse = log(sum_c exp(x)): three passes over a
-    block (exp, pairwise row sum, subtract) and a fourth (below) where PyTorch's shifted
-    form (x - max) - log(sum_c exp(x - max)) makes five (max, subtract, exp, sum, subtract). Each exp
-    is rounded to about an ulp either way and the sums have the same relative rounding, so the two
-    agree wherever the sum lies in [2^-64, overflow): the terms within float rounding of the largest
-    are then normal numbers. lse is taken in a wider type (float64 for float32 math, long double
-    for float64) and split into hi + lo (hi = lse rounded to the math type): (x - hi) - lo is exact in its first step for the
-    logits near the row's largest (Sterbenz), so the log-probs of confident predictions keep their
-    relative accuracy, as in PyTorch's form, instead of an error of half an ulp of lse. The other rows
-    (a logit above ~88 or all below ~-44 in float32, a NaN or +-inf: the sum is then inf, NaN, 0 or
+    block (exp, pairwise row sum, subtract) and a fourth (below) where PyTorch's shifted form
+    (x - max) - log(sum_c exp(x - max)) makes five (max, subtract, exp, sum, subtract), of which the
+    max is the pass that first reads the logits from memory. Each exp is rounded to about an ulp
+    either way and the sums have the same relative rounding, so the two agree to float rounding
+    wherever the sum lies in [2^-64, overflow): the terms within rounding of the largest are then
+    normal numbers. lse is taken in a wider type (float64 for float32 math, long double for float64)
+    and split into hi + lo (hi = lse rounded to the math type): (x - hi) - lo is exact in its first
+    step for the logits near the row's largest (Sterbenz), so their log-probs err by the sum's
+    rounding (~1e-7 in float32) instead of half an ulp of lse (1e-6 at lse = 30). The other rows (a
+    logit above ~88 or all below ~-44 in float32, a NaN or +-inf: the sum is then inf, NaN, 0 or
     tiny) and every row when C == 1 (PyTorch's exact 0) are redone afterwards in the shifted form,
     which gives PyTorch's special values. The choice is per row, so results never depend on the
     blocking or the thread split.
