@@ -214,15 +214,17 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
         if direct:
             nll[:] = log_prob[np.arange(N), tc]
         lse = hi.reshape(N)
-        with np.errstate(invalid="ignore"):  # NaN: redone
-            redo = np.nonzero(~((lse >= _LSE_MIN[M]) & (lse < np.inf)))[0]
-    if redo.size:
+        redo = None
+        if not (lse.min() >= _LSE_MIN[M] and lse.max() < np.inf):  # the common case in two calls
+            with np.errstate(invalid="ignore"):  # NaN: redone
+                redo = np.nonzero(~((lse >= _LSE_MIN[M]) & (lse < np.inf)))[0]
+    if redo is not None and redo.size:
         _shifted_rows(x, dt, M, redo, tc, w, log_prob, nll, smooth)
     # a near-certain row (true log-prob above about -2e-7) may come out slightly positive at its
     # largest logit: the float32 sum's rounding, ~1e-7 of it, where the shifted form's exp(0) = 1 is
     # exact. The target's entry is clamped to 0, as PyTorch gives there, so no loss is negative.
-    over = np.nonzero(nll > 0)[0]
-    if over.size:
+    if np.fmax.reduce(nll) > 0:   # (fmax: NaN rows do not hide the others)
+        over = np.nonzero(nll > 0)[0]
         nll[over] = 0
         log_prob[over, tc[over]] = 0
     np.negative(nll, out=nll)
@@ -317,9 +319,7 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
                 lowp.from_f32(p, out[q0:q1], sa, sc)
         # ignored rows (and D == 0): zeros whatever log_prob holds (p * 0 is NaN where it is NaN
         # or +inf); here, by the piece that wrote them, rather than by one thread after the join
-        idle = np.flatnonzero(~active[r0:r1])
-        if idle.size:
-            out[r0 + idle] = 0
+        out[r0:r1][~active[r0:r1]] = 0
 
     _parallel_rows(block, N, C, R)
 
