@@ -23,6 +23,7 @@ import numpy as np
 from . import lowp, parallel
 
 _F32 = np.float32
+_SUM_MIN = _F32(2.0 ** -64)   # the smallest row sum of exp the unshifted forward takes as it is
 
 
 def _combined_mask(mask, s1: int, s2: int, fix_triu_mask: bool):
@@ -80,13 +81,10 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
         keep = _keep_bits(cm)
         setb = np.invert(keep)
         setb &= np.uint32(0xFF800000)                    # masked -> the bits of -inf, kept -> 0
+        whole_row = cm.all(axis=-1, keepdims=True)       # fully masked rows: a zero sum is right there
 
-    def work(piece):
-        idx, midx, (i0, i1) = piece
-        xc, oc = x[idx], out[idx]
-        n = oc.size
-        A, Bf, Cf = _scratch(n)
-        t = oc if direct else A[:n].reshape(oc.shape)
+    def scaled(xc, t, midx):
+        """t = scale * x, -inf where masked."""
         if dtype == np.float16:
             lowp.f16_to_f32(xc, t)
             t *= sc
@@ -96,18 +94,48 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
             bits = t.view(np.uint32)
             np.bitwise_and(bits, keep[midx], out=bits)
             np.bitwise_or(bits, setb[midx], out=bits)
-        mx = t.max(axis=-1, keepdims=True)
-        np.copyto(mx, _F32(0), where=mx == _F32(-np.inf))         # fully masked row: exp(-inf) = 0, no NaN
-        t -= mx
-        np.exp(t, out=t)
+
+    def work(piece):
+        idx, midx, (i0, i1) = piece
+        xc, oc = x[idx], out[idx]
+        n = oc.size
+        A, Bf, Cf = _scratch(n)
+        t = oc if direct else A[:n].reshape(oc.shape)
+        scaled(xc, t, midx)
+        # unshifted: exp(t) / sum exp(t), two passes fewer than the max-shifted form (no max, no
+        # subtraction) and as accurate (each exp within about an ulp, the same relative rounding of
+        # the sum) wherever the sum lies in [2^-64, overflow); a chunk holding another row (a scaled
+        # logit above ~88, all below ~-44, NaN, +inf) is redone in the shifted form
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.exp(t, out=t)
         sm = t.sum(axis=-1, keepdims=True)
-        np.copyto(sm, _F32(1), where=sm == 0)            # fully masked row stays all zeros
-        t /= sm
+        good = sm.min() >= _SUM_MIN and sm.max() < np.inf
+        if not good and cm is not None:   # a zero sum is right for fully masked rows (zeros)
+            full = np.broadcast_to(whole_row[midx], sm.shape)
+            with np.errstate(invalid="ignore"):
+                good = bool((((sm >= _SUM_MIN) & (sm < np.inf)) | (full & (sm == 0))).all())
+        if good:
+            np.copyto(sm, _F32(1), where=sm == 0)        # fully masked row stays all zeros
+            t /= sm
+        else:
+            scaled(xc, t, midx)
+            _shifted_softmax(t)
         if not direct:
             lowp.from_f32(t, oc, Bf, Cf)
 
     _run_chunks(work, list(_chunks(x.shape, None if cm is None else cm.shape)))
     return out
+
+
+def _shifted_softmax(t: np.ndarray) -> None:
+    """t = softmax(t) over the last axis in place, by the max-shifted form (fully masked rows: 0)."""
+    mx = t.max(axis=-1, keepdims=True)
+    np.copyto(mx, _F32(0), where=mx == _F32(-np.inf))         # fully masked row: exp(-inf) = 0, no NaN
+    t -= mx
+    np.exp(t, out=t)
+    sm = t.sum(axis=-1, keepdims=True)
+    np.copyto(sm, _F32(1), where=sm == 0)            # fully masked row stays all zeros
+    t /= sm
 
 
 def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
@@ -120,13 +148,7 @@ def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
     m = _combined_mask(mask, s1, s2, fix_triu_mask)
     if m is not None:
         np.copyto(t, _F32(-np.inf), where=m)              # broadcasts the mask, no full-size copy
-    mx = t.max(axis=-1, keepdims=True)
-    mx[mx == -np.inf] = 0                                # fully masked row: exp(-inf) = 0, no NaN
-    t -= mx
-    np.exp(t, out=t)
-    s = t.sum(axis=-1, keepdims=True)
-    s[s == 0] = 1                                        # fully masked row stays all zeros
-    t /= s
+    _shifted_softmax(t)
     return t if dtype == _F32 else t.astype(dtype)
 
 
