@@ -204,3 +204,23 @@ def test_unshifted_forward_matches_the_shifted_form_and_torch(monkeypatch, dtype
     if mask is not None:
         full = np.broadcast_to(mask.all(axis=-1, keepdims=True), y.shape)
         assert np.all(y[full] == 0), f"seed={seed}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_rows_do_not_depend_on_their_chunk(monkeypatch, dtype):
+    """A row's result is the same bits whatever the chunking and whatever the other rows of its
+    chunk hold (a row sent to the shifted form does not take its neighbours along)."""
+    import aclnn_gpu.reference.scaled_masked_softmax as smx
+    rng = np.random.default_rng(_seed())
+    x = (rng.standard_normal((2, 3, 8, 64)) * 4).astype(dtype)
+    mask = make_mask(rng, "b1", 2, 3, 8, 64)
+    y = smx.scaled_masked_softmax(x, mask, 0.7)
+    x2 = x.copy()
+    x2[1, 2, 5, 7] = 300.0                                    # overflows: that row goes shifted
+    x2[0, 1, 3] = np.nan
+    y2 = smx.scaled_masked_softmax(x2, mask, 0.7)
+    keep = np.ones(x.shape[:3], bool)
+    keep[1, 2, 5] = keep[0, 1, 3] = False
+    assert y2[keep].tobytes() == y[keep].tobytes()
+    monkeypatch.setattr(smx, "CHUNK_ELEMS", 3 * 64)           # chunks of three rows
+    assert smx.scaled_masked_softmax(x, mask, 0.7).tobytes() == y.tobytes()

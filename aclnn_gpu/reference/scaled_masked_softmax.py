@@ -57,8 +57,9 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
     float16 / bfloat16 / float32; returns y in x's dtype. Fully masked rows are zeros.
 
     4-D inputs run in chunks of whole rows (CHUNK_ELEMS elements, cache-resident float32 scratch),
-    on the thread pool when large; every chunk does the same per-row operations as a whole-tensor
-    pass, so the result does not depend on the chunking."""
+    on the thread pool when large, in the unshifted form exp(t) / sum exp(t) (rows outside its range
+    redone in the max-shifted form, row by row); every row gets the same operations whatever its
+    chunk, so the result does not depend on the chunking."""
     x = np.asarray(x)
     if mask is not None:
         mask = np.asarray(mask)
@@ -104,22 +105,26 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
         scaled(xc, t, midx)
         # unshifted: exp(t) / sum exp(t), two passes fewer than the max-shifted form (no max, no
         # subtraction) and as accurate (each exp within about an ulp, the same relative rounding of
-        # the sum) wherever the sum lies in [2^-64, overflow); a chunk holding another row (a scaled
-        # logit above ~88, all below ~-44, NaN, +inf) is redone in the shifted form
-        with np.errstate(over="ignore", invalid="ignore"):
+        # the sum) wherever the sum lies in [2^-64, overflow); the other rows (a scaled logit above
+        # ~88, all below ~-44, NaN, +inf; a fully masked row's zero sum is right as it is) are redone
+        # in the shifted form, row by row, so no row depends on the others of its chunk
+        with np.errstate(all="ignore"):                  # overflow, inf / inf: rows redone below
             np.exp(t, out=t)
-        sm = t.sum(axis=-1, keepdims=True)
-        good = sm.min() >= _SUM_MIN and sm.max() < np.inf
-        if not good and cm is not None:   # a zero sum is right for fully masked rows (zeros)
-            full = np.broadcast_to(whole_row[midx], sm.shape)
-            with np.errstate(invalid="ignore"):
-                good = bool((((sm >= _SUM_MIN) & (sm < np.inf)) | (full & (sm == 0))).all())
-        if good:
+            sm = t.sum(axis=-1, keepdims=True)
+            redo = None
+            if not (sm.min() >= _SUM_MIN and sm.max() < np.inf):
+                bad = ~((sm >= _SUM_MIN) & (sm < np.inf))
+                if cm is not None:
+                    bad &= ~(np.broadcast_to(whole_row[midx], sm.shape) & (sm == 0))
+                redo = np.flatnonzero(bad)
             np.copyto(sm, _F32(1), where=sm == 0)        # fully masked row stays all zeros
             t /= sm
-        else:
-            scaled(xc, t, midx)
-            _shifted_softmax(t)
+        if redo is not None and redo.size:
+            again = Bf[:n].reshape(oc.shape)             # free until the final rounding
+            scaled(xc, again, midx)
+            rows = again.reshape(-1, S2)[redo]
+            _shifted_softmax(rows)
+            t.reshape(-1, S2)[redo] = rows
         if not direct:
             lowp.from_f32(t, oc, Bf, Cf)
 
