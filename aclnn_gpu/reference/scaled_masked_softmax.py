@@ -144,7 +144,7 @@ def _shifted_softmax(t: np.ndarray) -> None:
 
 
 def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
-    """The same computation over the whole tensor at once (shapes other than 4-D)."""
+    """Softmax over the whole tensor at once in the max-shifted form (shapes other than 4-D)."""
     dtype = x.dtype
     t = np.multiply(x, _F32(scale), dtype=_F32)          # the one float32 buffer (x is not written)
     if t.size == 0:
