@@ -289,3 +289,117 @@ def test_forward_into_a_strided_output_gives_the_same_bits():
     assert lp_f is out
     np.testing.assert_array_equal(loss_f, loss)
     np.testing.assert_array_equal(out, lp)
+
+
+def _storage(name):
+    import ml_dtypes
+    return {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+            "bfloat16": np.dtype(ml_dtypes.bfloat16)}[name]
+
+
+def mixed_magnitude_logits(rng, N, C):
+    """Rows for both forms of the forward: ordinary logits (the unshifted form), a row with a logit
+    above float32's exp overflow, a row entirely below -44 (sum under 2^-64), a confident row offset
+    by +40, a NaN row and an ignored one (both redone in the shifted form or zeroed)."""
+    x = rng.standard_normal((N, C)) * 3
+    x[1, 2] = 95.0
+    x[2] -= 60.0
+    x[3] += 40.0
+    x[3, 0] += 15.0
+    x[4, 1] = np.nan
+    t = rng.integers(0, C, N)
+    t[3] = 0
+    t[5] = -100
+    return x, t
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("ls,weighted", [(0.0, False), (0.1, True)])
+def test_unshifted_forward_matches_the_shifted_form_and_torch(rng, monkeypatch, dtype, ls, weighted):
+    """The forward's unshifted form (exp, row sum, x - hi - lo) against its shifted form (every row
+    redone, as PyTorch computes it) and PyTorch float64, on the same storage dtype; NaN-poisoned
+    log_prob_out; rows of both kinds in one call."""
+    import aclnn_gpu.reference.cross_entropy as ce
+    dt = _storage(dtype)
+    N, C = 12, 37
+    x, t = mixed_magnitude_logits(rng, N, C)
+    xs = x.astype(dt)
+    x64 = xs.astype(np.float64)
+    w = rng.uniform(0.5, 2, C) if weighted else None
+    wm = None if w is None else w.astype(np.float64 if dt == np.float64 else np.float32)
+
+    def run():
+        out = np.full((N, C), np.nan, dt)
+        loss, lp = ce.cross_entropy_loss(xs, t, wm, "none", -100, ls, log_prob_out=out)
+        assert lp is out and not np.isnan(lp[[0, 1, 2, 3, 5]].astype(np.float64)).any()
+        return loss.astype(np.float64), lp.astype(np.float64)
+
+    loss, lp = run()
+    monkeypatch.setattr(ce, "_LSE_MIN", {k: np.inf for k in ce._LSE_MIN})   # every row shifted
+    loss_s, lp_s = run()
+    ref_lp = torch.log_softmax(torch.tensor(x64), 1).numpy()
+    ref_loss = F.cross_entropy(torch.tensor(x64), torch.tensor(t), None if w is None else torch.tensor(
+        wm.astype(np.float64)), reduction="none", label_smoothing=ls).numpy()
+    tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 2e-6}.get(dt, 1e-2)
+    for got in (lp, lp_s):
+        same_nonfinite(got, ref_lp, "log_prob")
+        np.testing.assert_allclose(got, ref_lp, rtol=tol, atol=tol)
+    for got in (loss, loss_s):
+        same_nonfinite(got, np.where(t == -100, 0.0, ref_loss), "loss")
+        np.testing.assert_allclose(got, np.where(t == -100, 0.0, ref_loss), rtol=tol, atol=tol)
+    np.testing.assert_allclose(lp, lp_s, rtol=tol, atol=tol)
+
+
+def test_unshifted_forward_keeps_confident_rows_accurate():
+    """float32 logits offset by +40 with one class ahead by 12: the target's log-prob (about -2e-4)
+    within 3e-7 of float64 (x - lse in one float32 subtraction errs by half an ulp of lse, ~1.9e-6;
+    the hi + lo split keeps the error of PyTorch's shifted form)."""
+    rng = np.random.default_rng(11)
+    N, C = 64, 1000
+    x = (rng.standard_normal((N, C)) + 40).astype(np.float32)
+    t = rng.integers(0, C, N)
+    x[np.arange(N), t] += 12
+    _, lp = cross_entropy_loss(x, t, None, "none")
+    ref = torch.log_softmax(torch.tensor(x, dtype=torch.float64), 1).numpy()
+    err = np.abs(lp[np.arange(N), t] - ref[np.arange(N), t])
+    assert err.max() < 3e-7, err.max()
+
+
+def test_forward_and_grad_same_bits_for_any_thread_split(monkeypatch):
+    """Large problems split their rows over the pool: the same bits as one thread, weighted and
+    smoothed included (each row's arithmetic does not depend on its block)."""
+    import aclnn_gpu.reference.cross_entropy as ce
+    rng = np.random.default_rng(5)
+    N, C = 2 * ce._PARALLEL_MIN // 512 + 7, 512
+    x = (rng.standard_normal((N, C)) * 3).astype(np.float32)
+    x[5, 3] = 100.0                       # one row redone in the shifted form
+    t = rng.integers(0, C, N)
+    t[::5] = -100
+    w = rng.uniform(0.5, 2, C).astype(np.float32)
+    parallel_result = [ce.cross_entropy_loss(x, t, w, "none", -100, 0.1)]
+    parallel_result.append(ce.cross_entropy_loss_grad(np.float32(0.7), parallel_result[0][1], t, w, "mean", -100, 0.1))
+    monkeypatch.setattr(ce, "_PARALLEL_MIN", 1 << 62)
+    loss, lp = ce.cross_entropy_loss(x, t, w, "none", -100, 0.1)
+    grad = ce.cross_entropy_loss_grad(np.float32(0.7), lp, t, w, "mean", -100, 0.1)
+    assert loss.tobytes() == parallel_result[0][0].tobytes()
+    assert lp.tobytes() == parallel_result[0][1].tobytes()
+    assert grad.tobytes() == parallel_result[1].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_near_certain_rows_give_no_negative_loss(dtype):
+    """Rows whose target leads by 20-40: the loss is >= 0 and within float rounding of float64, and
+    the target's log-prob is <= 0, as PyTorch's shifted form guarantees."""
+    rng = np.random.default_rng(8)
+    N, C = 256, 64
+    x = rng.standard_normal((N, C)) + rng.uniform(-30, 30, (N, 1))
+    t = rng.integers(0, C, N)
+    x[np.arange(N), t] += rng.uniform(20, 40, N)
+    x = x.astype(dtype)
+    loss, lp = cross_entropy_loss(x, t, None, "none")
+    assert (loss >= 0).all() and (lp[np.arange(N), t] <= 0).all()
+    ref = F.cross_entropy(torch.tensor(x, dtype=torch.float64), torch.tensor(t), reduction="none").numpy()
+    # float64: its lse split through long double (x86's 64-bit mantissa; where long double is double,
+    # the split is void and the error is half an ulp of lse)
+    wide = np.finfo(np.longdouble).nmant > 52
+    np.testing.assert_allclose(loss, ref, rtol=0, atol=3e-7 if dtype == np.float32 else 1e-15 if wide else 1e-13)

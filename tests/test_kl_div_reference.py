@@ -11,10 +11,10 @@ from aclnn_gpu.reference import kl_div as reference
 REDUCTIONS = {reference.MEAN: "mean", reference.SUM: "sum", reference.BATCHMEAN: "batchmean"}
 
 
-def _inputs(rng, shape, dtype, log_target):
+def _inputs(rng, shape, dtype, log_target, zeros=True):
     x = rng.standard_normal(shape)
-    t = rng.standard_normal(shape) if log_target else rng.random(shape)
-    if not log_target:
+    t = rng.standard_normal(shape) if log_target else rng.random(shape) + (0 if zeros else 1e-3)
+    if not log_target and zeros:
         t.reshape(-1)[::97] = 0                     # xlogy: 0 * log 0 = 0
     return x.astype(dtype), t.astype(dtype)
 
@@ -23,10 +23,12 @@ def _inputs(rng, shape, dtype, log_target):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("log_target", [False, True])
 @pytest.mark.parametrize("reduction", list(REDUCTIONS))
-def test_reduced_forward_spans_chunks(dtype, log_target, reduction):
+@pytest.mark.parametrize("zeros", [True, False])
+def test_reduced_forward_spans_chunks(dtype, log_target, reduction, zeros):
+    """(zeros=False: targets all positive, the chunks skip xlogy's zero fix)"""
     rng = np.random.default_rng(7)
     shape = (3 * reference._CHUNK // 256 + 5, 256)   # three chunks and a partial one
-    x, t = _inputs(rng, shape, dtype, log_target)
+    x, t = _inputs(rng, shape, dtype, log_target, zeros)
     md = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
     got = reference.kl_div(x, t, reduction, log_target, md)
     assert got.shape == () and got.dtype == md

@@ -168,3 +168,59 @@ def test_long_rows():
     out = scaled_masked_softmax_backward(g, y, mask, 0.125, True)
     np.testing.assert_allclose(out, torch_backward(g, y, mask, 0.125, True), rtol=1e-4, atol=1e-8,
                                err_msg=f"seed={seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", ["none", "b1", "11"])
+@pytest.mark.parametrize("extreme", [None, "large", "small", "nan"])
+def test_unshifted_forward_matches_the_shifted_form_and_torch(monkeypatch, dtype, form, extreme):
+    """The forward's unshifted form (exp / sum exp) against its max-shifted form (forced for every
+    chunk) and PyTorch float64, in chunks of several rows: fully masked rows (zeros), and one row per
+    case that sends its chunk back to the shifted form (a scaled logit above exp's overflow, a row all
+    below -104 where every exp underflows, a NaN)."""
+    import aclnn_gpu.reference.scaled_masked_softmax as smx
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(smx, "CHUNK_ELEMS", 4 * 64)          # several chunks of 4 rows
+    B, N, S1, S2, scale = 2, 3, 8, 64, 0.7
+    x = (rng.standard_normal((B, N, S1, S2)) * 4).astype(np.float32)
+    if extreme == "large":
+        x[1, 2, 5, 7] = 300.0                                 # 210 after scaling: exp overflows
+    elif extreme == "small":
+        x[0, 1, 3] -= 400.0                                   # every exp underflows to 0
+        scale = 1.0                                           # (no float32 rounding of scale * -400)
+    elif extreme == "nan":
+        x[1, 0, 2, 9] = np.nan
+    x = x.astype(dtype)
+    mask = make_mask(rng, form, B, N, S1, S2)
+    y = smx.scaled_masked_softmax(x, mask, scale).astype(np.float64)
+    monkeypatch.setattr(smx, "_SUM_MIN", np.float32(np.inf))   # every chunk in the shifted form
+    y_shifted = smx.scaled_masked_softmax(x, mask, scale).astype(np.float64)
+    want = torch_forward(x.astype(np.float64), mask, scale, False)
+    rtol = RTOL[np.dtype(dtype)]
+    for got in (y, y_shifted):
+        assert np.array_equal(np.isnan(got), np.isnan(want)), f"seed={seed}"
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 1e-3, err_msg=f"seed={seed}")
+    if mask is not None:
+        full = np.broadcast_to(mask.all(axis=-1, keepdims=True), y.shape)
+        assert np.all(y[full] == 0), f"seed={seed}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_rows_do_not_depend_on_their_chunk(monkeypatch, dtype):
+    """A row's result is the same bits whatever the chunking and whatever the other rows of its
+    chunk hold (a row sent to the shifted form does not take its neighbours along)."""
+    import aclnn_gpu.reference.scaled_masked_softmax as smx
+    rng = np.random.default_rng(_seed())
+    x = (rng.standard_normal((2, 3, 8, 64)) * 4).astype(dtype)
+    mask = make_mask(rng, "b1", 2, 3, 8, 64)
+    y = smx.scaled_masked_softmax(x, mask, 0.7)
+    x2 = x.copy()
+    x2[1, 2, 5, 7] = 300.0                                    # overflows: that row goes shifted
+    x2[0, 1, 3] = np.nan
+    y2 = smx.scaled_masked_softmax(x2, mask, 0.7)
+    keep = np.ones(x.shape[:3], bool)
+    keep[1, 2, 5] = keep[0, 1, 3] = False
+    assert y2[keep].tobytes() == y[keep].tobytes()
+    monkeypatch.setattr(smx, "CHUNK_ELEMS", 3 * 64)           # chunks of three rows
+    assert smx.scaled_masked_softmax(x, mask, 0.7).tobytes() == y.tobytes()

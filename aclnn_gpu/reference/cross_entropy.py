@@ -25,6 +25,10 @@ Rules (docs/OPERATORS.md §2, §2, docs/API.md §7):
   the gradient of a -inf log_prob entry is finite, like autograd's (p = 0, expm1 = -1).
 - The gradient's target column is computed as b*expm1(lp_t) + s*(p_t*W - w_t) so that bf16 / fp16
   rows near a one-hot keep fp32 accuracy until the final rounding.
+- Finite rows of ordinary magnitude take an unshifted log-softmax, x - log(sum exp(x)), with the
+  log-sum split into float32 hi + lo (three to four passes instead of five; see _forward_rows): the
+  same accuracy as the shifted form (measured against float64: max and mean errors at or below
+  PyTorch float32's), not its exact bits.
 """
 from __future__ import annotations
 
@@ -35,20 +39,40 @@ import numpy as np
 from . import lowp, parallel
 
 _CHUNK = 1 << 17  # elements per row block: the per-block scratch stays in the L2 cache, and
-# Python overhead per block (about ten NumPy calls) stays small beside the work (1 << 16: 15% slower)
-
+# Python overhead per block (a few NumPy calls) stays small beside the work (1 << 16: 15% slower)
+_FORWARD_CHUNK = 1 << 18  # the forward's blocks: three passes over a block read its logits from
+# the L2 cache or L3; 1 MiB blocks were 5-10% faster than 512 KiB ones at 600 x 8192 (2 threads)
 
 _PARALLEL_MIN = 1 << 20  # elements: below this a single thread is faster
+
+# The smallest log(sum_c exp(x)) the forward's unshifted form accepts (float32: 2^-64: the terms
+# within rounding of the sum are then normal numbers); rows below are redone in the shifted form.
+_LSE_MIN = {np.float32: -64 * np.log(2.0), np.float64: -960 * np.log(2.0)}
+
+
+def _block_rows(N: int, C: int, chunk: int) -> int:
+    """Rows per block: about `chunk` elements, evened out to an even number of equal blocks so that
+    two threads get the same work (600 rows of 32 would split 320 / 280). It depends on N and C
+    only: every thread split (whole blocks per piece) gives the same blocks, hence the same bits
+    (a weighted row's b @ w may round by its place in a BLAS block)."""
+    R = max(1, min(N, chunk // max(C, 1)))
+    blocks = -(-N // R)
+    blocks += blocks % 2
+    return -(-N // blocks)
+
+
+def _parallel(N: int, C: int) -> bool:
+    return N * C >= _PARALLEL_MIN and N >= 2
 
 
 def _parallel_rows(block, N: int, C: int, R: int) -> None:
     """Run block(r0, r1) over [0, N) split into row ranges (multiples of R rows), in parallel when
     the problem is large enough to pay for it."""
-    if N * C < _PARALLEL_MIN or N < 2:
+    if not _parallel(N, C):
         block(0, N)
         return
     # whole blocks of R rows per piece: every block has the rows it would have in one piece
-    parallel.run_pieces(lambda rows: block(*rows), parallel.ranges(N, parallel.workers(), R))
+    parallel.run_pieces(lambda rows: block(*rows), parallel.ranges(N, parallel.workers(), R), here_last=True)
 
 
 def _math(dt) -> type:
@@ -120,26 +144,43 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
 
 def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
     """log_prob = log_softmax(x) by row blocks; nll = -log_prob[i, tc[i]]; smooth (when not None)
-    = -sum_c w[c] log_prob[i, c].
+    = -sum_c w[c] log_prob[i, c] (both from the float32 / float64 values, before any rounding to
+    half precision).
 
-    Row blocks of about _CHUNK elements (cache-resident scratch, allocated once per worker); large
-    problems run their blocks on the small thread pool (NumPy's ufuncs release the GIL). The
-    arithmetic is the same sequence of NumPy operations per row whatever the blocking."""
+    Rows take the unshifted form log_prob = x - lse, lse = log(sum_c exp(x)): three passes over a
+    block (exp, pairwise row sum, subtract) and a fourth (below) where PyTorch's shifted form
+    (x - max) - log(sum_c exp(x - max)) makes five (max, subtract, exp, sum, subtract), of which the
+    max is the pass that first reads the logits from memory. Each exp is rounded to about an ulp
+    either way and the sums have the same relative rounding, so the two agree to float rounding
+    wherever the sum lies in [2^-64, overflow): the terms within rounding of the largest are then
+    normal numbers. lse is taken in a wider type (float64 for float32 math, long double for float64)
+    and split into hi + lo (hi = lse rounded to the math type): (x - hi) - lo is exact in its first
+    step for the logits near the row's largest (Sterbenz), so their log-probs err by the sum's
+    rounding (~1e-7 in float32) instead of half an ulp of lse (1e-6 at lse = 30). The other rows (a
+    logit above ~88 or all below ~-44 in float32, a NaN or +-inf: the sum is then inf, NaN, 0 or
+    tiny) and every row when C == 1 (PyTorch's exact 0) are redone afterwards in the shifted form,
+    which gives PyTorch's special values. The choice is per row, so results never depend on the
+    blocking or the thread split.
+
+    Row blocks of about _FORWARD_CHUNK elements (cache-resident scratch, kept by each worker); large
+    problems run their blocks on the small thread pool (NumPy's ufuncs release the GIL)."""
     if not (N and C):
         return
-    R = max(1, min(N, _CHUNK // C))
+    R = _block_rows(N, C, _FORWARD_CHUNK)
     direct = dt == M  # fp32 / fp64: work in log_prob itself
     half = dt == np.float16
+    wide = np.float64 if M == np.float32 else np.longdouble   # lse's log (x86: 64-bit mantissa)
+    hi = np.empty((N, 1), M)  # lse rounded to M
+    lo = np.empty((N, 1), M)  # lse - hi
 
     def block(r0: int, r1: int) -> None:
-        with np.errstate(invalid="ignore"):  # per thread: inf - inf in rows holding +-inf gives NaN
+        with np.errstate(all="ignore"):  # exp overflow, log(0), inf - inf: such rows are redone below
             _block(r0, r1)
 
     def _block(r0: int, r1: int) -> None:
         n = min(R, r1 - r0)
         buf: Any = None if direct else parallel.kept("ce_forward_f32", (n, C), M)
         ex = parallel.kept("ce_forward_exp", (n, C), M)
-        mx = parallel.kept("ce_forward_rows", (n, 1), M)
         sa: Any = None   # set (and read) only for half-precision input
         sc: Any = None
         if half:
@@ -147,28 +188,62 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
         for q0 in range(r0, r1, R):
             q1 = min(r1, q0 + R)
             k = q1 - q0
-            b, e, m = (log_prob[q0:q1] if direct else buf[:k]), ex[:k], mx[:k]
             if direct:
-                np.maximum.reduce(x[q0:q1], axis=1, keepdims=True, out=m)
-                np.subtract(x[q0:q1], m, out=b)
+                xb, b = x[q0:q1], log_prob[q0:q1]
             else:  # float16 through lowp's table, bfloat16 through ml_dtypes' cast (both exact)
-                lowp.to_f32(x[q0:q1], b)
-                np.maximum.reduce(b, axis=1, keepdims=True, out=m)
-                b -= m
-            np.exp(b, out=e)
-            np.add.reduce(e, axis=1, keepdims=True, out=m)
-            np.log(m, out=m)
-            b -= m
-            nll[q0:q1] = b[np.arange(k), tc[q0:q1]]
+                xb = b = lowp.to_f32(x[q0:q1], buf[:k])
+            e, h = ex[:k], hi[q0:q1]
+            np.exp(xb, out=e)
+            np.add.reduce(e, axis=1, keepdims=True, out=h)
+            lse = np.log(h, dtype=wide)
+            np.copyto(h, lse, casting="unsafe")
+            np.subtract(lse, h, out=lo[q0:q1], casting="unsafe")
+            np.subtract(xb, h, out=b)
+            b -= lo[q0:q1]
+            if not direct:
+                nll[q0:q1] = b[np.arange(k), tc[q0:q1]]
             if smooth is not None:
                 smooth[q0:q1] = b.sum(axis=1) if w is None else b @ w
             if not direct:  # e is free now: rounding scratch
                 lowp.from_f32(b, log_prob[q0:q1], sa, sc)
 
-    _parallel_rows(block, N, C, R)
+    if C == 1:
+        redo = np.arange(N)
+    else:
+        _parallel_rows(block, N, C, R)
+        if direct:
+            nll[:] = log_prob[np.arange(N), tc]
+        lse = hi.reshape(N)
+        redo = None
+        if not (lse.min() >= _LSE_MIN[M] and lse.max() < np.inf):  # the common case in two calls
+            with np.errstate(invalid="ignore"):  # NaN: redone
+                redo = np.nonzero(~((lse >= _LSE_MIN[M]) & (lse < np.inf)))[0]
+    if redo is not None and redo.size:
+        _shifted_rows(x, dt, M, redo, tc, w, log_prob, nll, smooth)
+    # a near-certain row (true log-prob above about -2e-7) may come out slightly positive at its
+    # largest logit: the float32 sum's rounding, ~1e-7 of it, where the shifted form's exp(0) = 1 is
+    # exact. The target's entry is clamped to 0, as PyTorch gives there, so no loss is negative.
+    if np.fmax.reduce(nll) > 0:   # (fmax: NaN rows do not hide the others)
+        over = np.nonzero(nll > 0)[0]
+        nll[over] = 0
+        log_prob[over, tc[over]] = 0
     np.negative(nll, out=nll)
     if smooth is not None:
         np.negative(smooth, out=smooth)
+
+
+def _shifted_rows(x, dt, M, rows, tc, w, log_prob, nll, smooth):
+    """The rows `rows` of _forward_rows in PyTorch's shifted form (x - max) - log(sum exp(x - max)),
+    which gives its special values for rows holding inf or NaN and stays accurate for logits of any
+    magnitude."""
+    b = lowp.to_f32(x[rows], np.empty((rows.size, x.shape[1]), M))
+    with np.errstate(invalid="ignore"):  # inf - inf in rows holding +-inf: NaN, as in PyTorch
+        b -= np.maximum.reduce(b, axis=1, keepdims=True)
+        b -= np.log(np.add.reduce(np.exp(b), axis=1, keepdims=True))
+    nll[rows] = b[np.arange(rows.size), tc[rows]]
+    if smooth is not None:
+        smooth[rows] = b.sum(axis=1) if w is None else b @ w
+    log_prob[rows] = b if dt == M else lowp.from_f32(b, np.empty(b.shape, dt))
 
 
 def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction="mean",
@@ -211,7 +286,7 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
     else:   # no smoothing terms at all (not times 0: an infinite G must not give 0 * inf = NaN)
         a = b
 
-    R = max(1, min(N, _CHUNK // C))
+    R = _block_rows(N, C, _CHUNK)
     direct = dt == M  # fp32 / fp64: work in out itself
     sw = None if ls == 0.0 or w is None else w
     half = dt == np.float16  # float16 <-> float32 through lowp (NumPy's float16 casts are scalar)
@@ -242,6 +317,9 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
                     p -= np.multiply.outer(s[q0:q1], sw)
             if not direct:
                 lowp.from_f32(p, out[q0:q1], sa, sc)
+        # ignored rows (and D == 0): zeros whatever log_prob holds (p * 0 is NaN where it is NaN
+        # or +inf); here, by the piece that wrote them, rather than by one thread after the join
+        out[r0:r1][~active[r0:r1]] = 0
 
     _parallel_rows(block, N, C, R)
 
@@ -253,7 +331,6 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
         if ls != 0.0:
             col += s[rows] * (np.exp(lpt) * W - (M(1) if w is None else w[t]))
         out[rows, t] = col.astype(dt)
-    out[~active] = 0  # ignored rows (and D == 0): zeros whatever log_prob holds
     if bad.any():
         out[bad] = np.nan
     return out

@@ -142,7 +142,8 @@ def _reduced_sum(self: np.ndarray, target: np.ndarray, log_target: bool, md: np.
                     ak *= bk
                 else:                                   # xlogy(t, t) - t * x (PyTorch's form, see kl_div)
                     np.log(t, out=ak)
-                    np.copyto(ak, 0, where=t == 0)
+                    if not t.min() > 0:                 # zeros (NaN, negatives: the same pass)
+                        np.copyto(ak, 0, where=t == 0)  # (a masked copy: 0.1 ns per element)
                     ak *= t
                     np.multiply(t, x, out=bk)
                     ak -= bk

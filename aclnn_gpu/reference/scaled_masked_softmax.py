@@ -23,6 +23,7 @@ import numpy as np
 from . import lowp, parallel
 
 _F32 = np.float32
+_SUM_MIN = _F32(2.0 ** -64)   # the smallest row sum of exp the unshifted forward takes as it is
 
 
 def _combined_mask(mask, s1: int, s2: int, fix_triu_mask: bool):
@@ -56,8 +57,9 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
     float16 / bfloat16 / float32; returns y in x's dtype. Fully masked rows are zeros.
 
     4-D inputs run in chunks of whole rows (CHUNK_ELEMS elements, cache-resident float32 scratch),
-    on the thread pool when large; every chunk does the same per-row operations as a whole-tensor
-    pass, so the result does not depend on the chunking."""
+    on the thread pool when large, in the unshifted form exp(t) / sum exp(t) (rows outside its range
+    redone in the max-shifted form, row by row); every row gets the same operations whatever its
+    chunk, so the result does not depend on the chunking."""
     x = np.asarray(x)
     if mask is not None:
         mask = np.asarray(mask)
@@ -80,13 +82,10 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
         keep = _keep_bits(cm)
         setb = np.invert(keep)
         setb &= np.uint32(0xFF800000)                    # masked -> the bits of -inf, kept -> 0
+        whole_row = cm.all(axis=-1, keepdims=True)       # fully masked rows: a zero sum is right there
 
-    def work(piece):
-        idx, midx, (i0, i1) = piece
-        xc, oc = x[idx], out[idx]
-        n = oc.size
-        A, Bf, Cf = _scratch(n)
-        t = oc if direct else A[:n].reshape(oc.shape)
+    def scaled(xc, t, midx):
+        """t = scale * x, -inf where masked."""
         if dtype == np.float16:
             lowp.f16_to_f32(xc, t)
             t *= sc
@@ -96,13 +95,36 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
             bits = t.view(np.uint32)
             np.bitwise_and(bits, keep[midx], out=bits)
             np.bitwise_or(bits, setb[midx], out=bits)
-        mx = t.max(axis=-1, keepdims=True)
-        np.copyto(mx, _F32(0), where=mx == _F32(-np.inf))         # fully masked row: exp(-inf) = 0, no NaN
-        t -= mx
-        np.exp(t, out=t)
-        sm = t.sum(axis=-1, keepdims=True)
-        np.copyto(sm, _F32(1), where=sm == 0)            # fully masked row stays all zeros
-        t /= sm
+
+    def work(piece):
+        idx, midx, (i0, i1) = piece
+        xc, oc = x[idx], out[idx]
+        n = oc.size
+        A, Bf, Cf = _scratch(n)
+        t = oc if direct else A[:n].reshape(oc.shape)
+        scaled(xc, t, midx)
+        # unshifted: exp(t) / sum exp(t), two passes fewer than the max-shifted form (no max, no
+        # subtraction) and as accurate (each exp within about an ulp, the same relative rounding of
+        # the sum) wherever the sum lies in [2^-64, overflow); the other rows (a scaled logit above
+        # ~88, all below ~-44, NaN, +inf; a fully masked row's zero sum is right as it is) are redone
+        # in the shifted form, row by row, so no row depends on the others of its chunk
+        with np.errstate(all="ignore"):                  # overflow, inf / inf: rows redone below
+            np.exp(t, out=t)
+            sm = t.sum(axis=-1, keepdims=True)
+            redo = None
+            if not (sm.min() >= _SUM_MIN and sm.max() < np.inf):
+                bad = ~((sm >= _SUM_MIN) & (sm < np.inf))
+                if cm is not None:
+                    bad &= ~(np.broadcast_to(whole_row[midx], sm.shape) & (sm == 0))
+                redo = np.flatnonzero(bad)
+            np.copyto(sm, _F32(1), where=sm == 0)        # fully masked row stays all zeros
+            t /= sm
+        if redo is not None and redo.size:
+            again = Bf[:n].reshape(oc.shape)             # free until the final rounding
+            scaled(xc, again, midx)
+            rows = again.reshape(-1, S2)[redo]
+            _shifted_softmax(rows)
+            t.reshape(-1, S2)[redo] = rows
         if not direct:
             lowp.from_f32(t, oc, Bf, Cf)
 
@@ -110,8 +132,19 @@ def scaled_masked_softmax(x: np.ndarray, mask, scale: float = 1.0, fix_triu_mask
     return out
 
 
+def _shifted_softmax(t: np.ndarray) -> None:
+    """t = softmax(t) over the last axis in place, by the max-shifted form (fully masked rows: 0)."""
+    mx = t.max(axis=-1, keepdims=True)
+    np.copyto(mx, _F32(0), where=mx == _F32(-np.inf))         # fully masked row: exp(-inf) = 0, no NaN
+    t -= mx
+    np.exp(t, out=t)
+    sm = t.sum(axis=-1, keepdims=True)
+    np.copyto(sm, _F32(1), where=sm == 0)            # fully masked row stays all zeros
+    t /= sm
+
+
 def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
-    """The same computation over the whole tensor at once (shapes other than 4-D)."""
+    """Softmax over the whole tensor at once in the max-shifted form (shapes other than 4-D)."""
     dtype = x.dtype
     t = np.multiply(x, _F32(scale), dtype=_F32)          # the one float32 buffer (x is not written)
     if t.size == 0:
@@ -120,13 +153,7 @@ def _scaled_masked_softmax_whole(x, mask, scale, fix_triu_mask):
     m = _combined_mask(mask, s1, s2, fix_triu_mask)
     if m is not None:
         np.copyto(t, _F32(-np.inf), where=m)              # broadcasts the mask, no full-size copy
-    mx = t.max(axis=-1, keepdims=True)
-    mx[mx == -np.inf] = 0                                # fully masked row: exp(-inf) = 0, no NaN
-    t -= mx
-    np.exp(t, out=t)
-    s = t.sum(axis=-1, keepdims=True)
-    s[s == 0] = 1                                        # fully masked row stays all zeros
-    t /= s
+    _shifted_softmax(t)
     return t if dtype == _F32 else t.astype(dtype)
 
 
