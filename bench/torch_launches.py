@@ -172,10 +172,15 @@ def launches(op: str, d: dict, table: dict | None = None) -> list[Launch]:
 
 
 def model(op: str, d: dict, e: int, dtype: str, table: dict | None = None) -> dict:
-    """The launch count, DRAM bytes, FLOPs and modelled H100 seconds of PyTorch's sequence."""
-    from aclnn_gpu.profile import HBM_BYTES_PER_S, LAUNCH_S, PEAK_FLOPS
+    """The launch count, DRAM bytes, FLOPs and modelled H100 seconds of PyTorch's sequence: "seconds"
+    bytes-only (the roofline), "latency_seconds" latency-aware (a recursion kernel, LossCTC.cu's alpha
+    and beta, costs the larger of its bytes and its steps' critical path: aclnn_gpu/profile/latency.py,
+    the same function that prices ours)."""
+    from aclnn_gpu.profile import HBM_BYTES_PER_S, LAUNCH_S, PEAK_FLOPS, latency
     seq = launches(op, d, table)
-    seconds = sum(max(b(d, e) / HBM_BYTES_PER_S, f(d, e) / PEAK_FLOPS.get(dtype, 67e12)) + LAUNCH_S
-                  for _, b, f in seq)
+    roof = [max(b(d, e) / HBM_BYTES_PER_S, f(d, e) / PEAK_FLOPS.get(dtype, 67e12)) for _, b, f in seq]
+    recs = [latency.recursion(n, d, 8 if dtype == "float64" else 4) for n, _, _ in seq]
     return {"launches": len(seq), "bytes": sum(b(d, e) for _, b, _ in seq),
-            "flops": sum(f(d, e) for _, _, f in seq), "seconds": seconds, "names": [n for n, _, _ in seq]}
+            "flops": sum(f(d, e) for _, _, f in seq), "seconds": sum(roof) + len(seq) * LAUNCH_S,
+            "latency_seconds": sum(max(r, x.seconds if x else 0.0) for r, x in zip(roof, recs)) + len(seq) * LAUNCH_S,
+            "names": [n for n, _, _ in seq]}
