@@ -329,7 +329,10 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
           mine[2] = beta[0];
         }
       }
-      // occupancies of row (t, b): consecutive states per thread, contiguous across the block
+      __syncthreads();
+      // occupancies of row (t, b): consecutive states per thread, contiguous across the block. After
+      // the barrier, so that their exp is off the recursion's path: it overlaps the next step's
+      // shuffles and lse3 (beta[] changes only in that step's update, below this point)
       M* orow = occ + (t * N + b) * W;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
@@ -337,7 +340,6 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
         if (i < per && s < S)
           orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
       }
-      __syncthreads();
     }
     }
   }

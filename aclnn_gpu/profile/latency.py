@@ -122,9 +122,11 @@ def _torch_ctc(d: dict) -> Recursion:
 # per = ceil(S / threads) states per thread in registers; each step: __syncthreads(), two warp
 # shuffles and a shared-memory read of the neighbour warp's boundary (in parallel: one L1 round trip),
 # lse3 per state (independent across a thread's states: one chain plus ~40 instructions of issue per
-# extra state), the boundary written to shared memory (another round trip before the barrier); the
-# backward adds exp(alpha + beta - lp + nll) before its occupancy store. The log-probs (and the
-# backward's alpha) of step t are loaded launch.prefetch_distance() steps earlier into a register ring.
+# extra state), the boundary written to shared memory (another round trip before the barrier). The
+# backward's occupancy exp(alpha + beta - lp + nll) and its store come after the barrier, off the
+# path (independent of the next step's chain, they fill its stalls: counted as issue only). The
+# log-probs (and the backward's alpha) of step t are loaded launch.prefetch_distance() steps earlier
+# into a register ring.
 # Long path (ctc_*_long): 512 threads, ceil(S / 512) states per thread one after another (each reads
 # the previous step's values from the workspace slot, L2, and its log-prob (and alpha) in the step).
 def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
@@ -142,12 +144,12 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
         loads += (Load("log_alpha", "dram"),) if backward else ()
         return Recursion(d["T"], loads, serial=serial, alu=LSE3_CHAIN + (EXP_CHAIN if backward else 0),
                          warps=launch.MAX_THREADS // 32 * blocks_per_sm, instructions=60 * serial)
-    ahead = launch.prefetch_distance(geo)
+    p = re.search(r", (\d+)>$", name)              # the instantiation's P (the ring's distance)
+    ahead = launch.prefetch_distance(geo._replace(P=int(p.group(1)))) if p else launch.prefetch_distance(geo)
     loads = (Load("log_probs column (ring)", "dram", ahead),)
     loads += (Load("log_alpha (ring)", "dram", ahead),) if backward else ()
-    return Recursion(d["T"], loads, onchip=2 * L1_CYCLES,
-                     alu=LSE3_CHAIN + (EXP_CHAIN if backward else 0) + 40 * (geo.per - 1),
-                     warps=geo.threads // 32 * blocks_per_sm, instructions=30 + 40 * geo.per)
+    return Recursion(d["T"], loads, onchip=2 * L1_CYCLES, alu=LSE3_CHAIN + 40 * (geo.per - 1),
+                     warps=geo.threads // 32 * blocks_per_sm, instructions=30 + (55 if backward else 40) * geo.per)
 
 
 TORCH_RECURSIONS = ("ctc_loss_log_alpha_gpu_kernel", "ctc_loss_backward_log_beta_gpu_kernel")
