@@ -56,6 +56,8 @@ def test_ring_distance_is_the_kernels_own():
     big = launch.recursion_geometry(1000, 4)
     assert big.P == 8 and launch.prefetch_distance(big) == 1
     assert launch.prefetch_distance(launch.recursion_geometry(3000, 4)) == 0     # long path
+    chunk = re.search(r"constexpr int kLongChunk = (\d+);", src)
+    assert chunk and int(chunk.group(1)) == launch.LONG_CHUNK
 
 
 def test_the_kernels_each_side_launches_are_described():
@@ -69,7 +71,7 @@ def test_the_kernels_each_side_launches_are_described():
     assert {(x.level, x.ahead) for x in ours.loads} == {("dram", 8)}
     assert ours.step_cycles() < torch_beta.step_cycles() / 2
     long_path = latency.recursion("aclg::ctc_alpha_long<float, long long>", dict(HEADLINE, L=3000))
-    assert long_path.serial == -(-6001 // 512)
+    assert long_path.serial == -(-(-(-6001 // 512)) // launch.LONG_CHUNK)     # 12 states: 3 chunks
     assert latency.recursion("aclg::ctc_grad<float>", HEADLINE) is None
     assert latency.recursion("exp_out(grad, log_probs)", HEADLINE) is None
 

@@ -542,6 +542,10 @@ __global__ void __launch_bounds__(512, 1) ctc_alpha(const T* __restrict__ lp, co
 // same ctc_grad, so every result is bit-identical to that path's.
 namespace ctc {
 constexpr int kLongThreads = 512;   // host: launch.MAX_THREADS
+// A thread's states of a step are processed kLongChunk at a time: every load of the chunk (labels,
+// log-probs, alpha, the previous step's values) is issued before its first lse3, so the chunk waits
+// on memory once, not once per state (profile/latency.py: the long path's serial term).
+constexpr int kLongChunk = 4;       // host: launch.LONG_CHUNK
 
 template <class M> struct LongSlot {
   M* rec;    // [2][2*max_l+1] alpha or beta at the previous / current step (math precision)
@@ -585,19 +589,27 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
       M* cur = ls.rec + (t & 1) * width;
       const M* prev = ls.rec + ((t & 1) ^ 1) * width;
       T* row = la + t * X;
-      for (long long s = tid; s < S; s += blockDim.x) {
-        const int k = (int)(s >> 1);
-        const long long c = (s & 1) ? ls.lab[k] : blank;
-        const M l = load(lp, (t * N + b) * C + c);
-        M r;
-        if (t == 0) {
-          r = s <= 1 ? l : NINF;
-        } else {
-          const bool skip = (s & 1) && s >= 3 && ls.lab[k] != ls.lab[k - 1];
-          r = lse3(prev[s], s >= 1 ? prev[s - 1] : NINF, skip ? prev[s - 2] : NINF) + l;
+      for (long long s0 = tid; s0 < S; s0 += kLongChunk * (long long)blockDim.x) {
+        M l[kLongChunk], p0[kLongChunk], p1[kLongChunk], p2[kLongChunk];
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {   // the chunk's loads, all in flight together
+          const long long s = s0 + j * (long long)blockDim.x;
+          const int k = (int)(s >> 1);
+          const bool in = s < S;
+          const bool skip = in && (s & 1) && s >= 3 && ls.lab[k] != ls.lab[k - 1];
+          l[j] = in ? load(lp, (t * N + b) * C + ((s & 1) ? ls.lab[k] : blank)) : NINF;
+          p0[j] = in && t > 0 ? prev[s] : NINF;
+          p1[j] = in && t > 0 && s >= 1 ? prev[s - 1] : NINF;
+          p2[j] = skip && t > 0 ? prev[s - 2] : NINF;
         }
-        cur[s] = r;
-        store(row, s, r);
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {
+          const long long s = s0 + j * (long long)blockDim.x;
+          if (s >= S) break;
+          const M r = t == 0 ? (s <= 1 ? l[j] : NINF) : lse3(p0[j], p1[j], p2[j]) + l[j];
+          cur[s] = r;
+          store(row, s, r);
+        }
       }
       for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
@@ -637,20 +649,28 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
       M* cur = ls.rec + (t & 1) * width;
       const M* later = ls.rec + ((t & 1) ^ 1) * width;   // beta at t+1
       M* orow = occ + (t * N + b) * W;
-      for (long long s = tid; s < S; s += blockDim.x) {
-        const int k = (int)(s >> 1);
-        const long long c = (s & 1) ? lab[k] : blank;
-        const M l = load(lp, (t * N + b) * C + c);
-        const M a = load(log_alpha, (b * Tn + t) * X + s);
-        M r;
-        if (t == lin - 1) {
-          r = s >= 2 * L - 1 ? l : NINF;
-        } else {
-          const bool skip = (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
-          r = lse3(later[s], s + 1 < S ? later[s + 1] : NINF, skip ? later[s + 2] : NINF) + l;
+      for (long long s0 = tid; s0 < S; s0 += kLongChunk * (long long)blockDim.x) {
+        M l[kLongChunk], a[kLongChunk], n0[kLongChunk], n1[kLongChunk], n2[kLongChunk];
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {   // the chunk's loads, all in flight together
+          const long long s = s0 + j * (long long)blockDim.x;
+          const int k = (int)(s >> 1);
+          const bool in = s < S, step = in && t < lin - 1;
+          const bool skip = step && (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
+          l[j] = in ? load(lp, (t * N + b) * C + ((s & 1) ? lab[k] : blank)) : NINF;
+          a[j] = in ? load(log_alpha, (b * Tn + t) * X + s) : NINF;
+          n0[j] = step ? later[s] : NINF;
+          n1[j] = step && s + 1 < S ? later[s + 1] : NINF;
+          n2[j] = skip ? later[s + 2] : NINF;
         }
-        cur[s] = r;
-        orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a + r - l + shift);
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {
+          const long long s = s0 + j * (long long)blockDim.x;
+          if (s >= S) break;
+          const M r = t == lin - 1 ? (s >= 2 * L - 1 ? l[j] : NINF) : lse3(n0[j], n1[j], n2[j]) + l[j];
+          cur[s] = r;
+          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[j] + r - l[j] + shift);
+        }
       }
       __syncthreads();
     }

@@ -127,8 +127,10 @@ def _torch_ctc(d: dict) -> Recursion:
 # path (independent of the next step's chain, they fill its stalls: counted as issue only). The
 # log-probs (and the backward's alpha) of step t are loaded launch.prefetch_distance() steps earlier
 # into a register ring.
-# Long path (ctc_*_long): 512 threads, ceil(S / 512) states per thread one after another (each reads
-# the previous step's values from the workspace slot, L2, and its log-prob (and alpha) in the step).
+# Long path (ctc_*_long): 512 threads, ceil(S / 512) states per thread in chunks of launch.LONG_CHUNK,
+# one chunk after another: a chunk issues all its loads (the label (L1) then its log-prob (DRAM), the
+# backward's alpha (DRAM), the previous step's values from the workspace slot (L2)) before its lse3
+# chains, so it waits on memory once; its occupancy exp stays on the path (stored before the barrier).
 def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     from ..ops.ctc_loss import launch
     m = re.match(r"aclg::ctc_(alpha|beta)(_long)?<", name)
@@ -139,11 +141,13 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     geo = launch.recursion_geometry(d["L"], math_size, long_path=bool(m.group(2)))
     blocks_per_sm = 1                                  # grids of N <= SM count blocks (the headline's case)
     if geo.long:
-        serial = -(-states // launch.MAX_THREADS)
+        per = -(-states // launch.MAX_THREADS)
+        chunk = min(per, launch.LONG_CHUNK)
         loads = (Load("previous step (workspace slot)", "l2"), Load("log_probs column", "dram"))
         loads += (Load("log_alpha", "dram"),) if backward else ()
-        return Recursion(d["T"], loads, serial=serial, alu=LSE3_CHAIN + (EXP_CHAIN if backward else 0),
-                         warps=launch.MAX_THREADS // 32 * blocks_per_sm, instructions=60 * serial)
+        return Recursion(d["T"], loads, serial=-(-per // launch.LONG_CHUNK),
+                         alu=L1_CYCLES + LSE3_CHAIN + 40 * (chunk - 1) + (EXP_CHAIN if backward else 0),
+                         warps=launch.MAX_THREADS // 32 * blocks_per_sm, instructions=30 + 60 * per)
     p = re.search(r", (\d+)>$", name)              # the instantiation's P (the ring's distance)
     ahead = launch.prefetch_distance(geo._replace(P=int(p.group(1)))) if p else launch.prefetch_distance(geo)
     loads = (Load("log_probs column (ring)", "dram", ahead),)

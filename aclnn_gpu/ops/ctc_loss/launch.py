@@ -52,6 +52,7 @@ MAX_THREADS = 512      # recursion blocks (kernels: __launch_bounds__(512), ctc:
 SMEM_LIMIT = 48 * 1024
 GRAD_BLOCK = 256       # most threads of a ctc_grad block (kernels: __launch_bounds__(256))
 LONG_SLOTS = 256       # most blocks (and workspace slots) of the long-target recursions
+LONG_CHUNK = 4         # states a long-path thread loads together before computing them (kernels: kLongChunk)
 ALIGN = 256
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
