@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     print("DRAM latency sensitivity (latency-aware): " + "; ".join(
         f"{c:.0f} cycles: ours {o * 1e6:.0f} us, PyTorch {t * 1e6:.0f} us, {t / o:.2f}x" for c, (o, t) in sens.items()))
     print("\ncluster split of the backward recursion (one sample; DSMEM round trip + cluster barrier per step):")
-    print("| L | states | one block (us) | 4-CTA cluster, 200+200 cycles (us) | 4-CTA cluster, exchange and barrier free: a bound (us) |")
+    print("| L | states | one block (us) | 4-CTA cluster, 200+200 cycles (us) "
+          "| 4-CTA cluster, exchange and barrier free: a bound (us) |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for Ls in (L, 1300, 2047, 5000):
         one, split = cluster_split(Ls, T, 4, 200.0, 200.0)

@@ -117,7 +117,8 @@ def render(rows: list[dict], cpu: dict | None) -> str:
     lines = [
         "| operator | profiled shape | ours: launches | ours: DRAM bytes (L2 model) | minimum "
         "| ours: modelled H100, bytes-only / latency-aware "
-        "| PyTorch: launches (est.) | PyTorch: bytes (est.) | PyTorch: modelled H100 (est.), bytes-only / latency-aware "
+        "| PyTorch: launches (est.) | PyTorch: bytes (est.) "
+        "| PyTorch: modelled H100 (est.), bytes-only / latency-aware "
         "| ours / PyTorch (model), bytes-only / latency-aware "
         "| cpu: bench mid shape (fp32) | cpu ours fastest / median (ms) | cpu PyTorch fastest / median (ms) "
         "| cpu ratio fastest (median) |",

@@ -71,7 +71,8 @@ def test_the_kernels_each_side_launches_are_described():
     assert {(x.level, x.ahead) for x in ours.loads} == {("dram", 8)}
     assert ours.step_cycles() < torch_beta.step_cycles() / 2
     long_path = latency.recursion("aclg::ctc_alpha_long<float, long long>", dict(HEADLINE, L=3000))
-    assert long_path.serial == -(-(-(-6001 // 512)) // launch.LONG_CHUNK)     # 12 states: 3 chunks
+    per = -(-6001 // launch.MAX_THREADS)                          # 12 states per thread
+    assert long_path.serial == -(-per // launch.LONG_CHUNK) == 3      # in chunks of 4
     assert latency.recursion("aclg::ctc_grad<float>", HEADLINE) is None
     assert latency.recursion("exp_out(grad, log_probs)", HEADLINE) is None
 

@@ -143,16 +143,16 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     if geo.long:
         per = -(-states // launch.MAX_THREADS)
         chunk = min(per, launch.LONG_CHUNK)
-        loads = (Load("previous step (workspace slot)", "l2"), Load("log_probs column", "dram"))
+        loads: tuple[Load, ...] = (Load("previous step (workspace slot)", "l2"), Load("log_probs column", "dram"))
         loads += (Load("log_alpha", "dram"),) if backward else ()
         return Recursion(d["T"], loads, serial=-(-per // launch.LONG_CHUNK),
                          alu=L1_CYCLES + LSE3_CHAIN + 40 * (chunk - 1) + (EXP_CHAIN if backward else 0),
                          warps=launch.MAX_THREADS // 32 * blocks_per_sm, instructions=30 + 60 * per)
     p = re.search(r", (\d+)>$", name)              # the instantiation's P (the ring's distance)
     ahead = launch.prefetch_distance(geo._replace(P=int(p.group(1)))) if p else launch.prefetch_distance(geo)
-    loads = (Load("log_probs column (ring)", "dram", ahead),)
-    loads += (Load("log_alpha (ring)", "dram", ahead),) if backward else ()
-    return Recursion(d["T"], loads, onchip=2 * L1_CYCLES, alu=LSE3_CHAIN + 40 * (geo.per - 1),
+    ring: tuple[Load, ...] = (Load("log_probs column (ring)", "dram", ahead),)
+    ring += (Load("log_alpha (ring)", "dram", ahead),) if backward else ()
+    return Recursion(d["T"], ring, onchip=2 * L1_CYCLES, alu=LSE3_CHAIN + 40 * (geo.per - 1),
                      warps=geo.threads // 32 * blocks_per_sm, instructions=30 + (55 if backward else 40) * geo.per)
 
 
