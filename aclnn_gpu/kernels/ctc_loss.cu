@@ -34,7 +34,7 @@ constexpr int kMaxWarps = 16;
 // states per thread; the kernels are instantiated for P = 1 and P = PerOf<M>). A step's work is
 // about 0.1 us (a barrier, a shuffle, lse3) while a log-prob column load from DRAM takes ~0.3-0.6 us:
 // a load issued one step ahead stalls the recursion every step, one issued kRing steps ahead does
-// not (aclnn_gpu/profile/latency.py models it). The ring costs kRing * P registers per prefetched
+// not (aclnn_gpu/profile/latency.py models it). The ring costs RingOf<P> * P registers per prefetched
 // operand (the backward has two: log-probs and alpha), so the distance is long only where P is small;
 // at P = PerOf<M> the recursions already use ~128 registers and keep the one-step prefetch.
 // host: launch.RING, profile/latency.py reads this table.

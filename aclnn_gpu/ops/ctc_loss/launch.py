@@ -31,8 +31,11 @@ full wave at its occupancy, kernels/occupancy.py); forward: the alpha recursion.
 (`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) /
 threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory = shared_bytes(maxL, math
 size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279).
+Each is instantiated for P (the bound on per, a template argument): P = 1 (2*maxL+1 <= 512) loads
+its log-probs (and alpha) RING[1] = 8 steps ahead into a register ring, P = K_PER one step ahead.
 Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states strided over the
-block, recursion state in the workspace slots): any maxL, bit-identical results.
+block in chunks of LONG_CHUNK whose loads are issued together, recursion state in the workspace
+slots): any maxL, bit-identical results.
 """
 from __future__ import annotations
 
