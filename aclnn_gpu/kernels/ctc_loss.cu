@@ -33,7 +33,7 @@ constexpr int kMaxWarps = 16;
 // Prefetch distance of the register recursions, in time steps, by P (the compile-time maximum of
 // states per thread; the kernels are instantiated for P = 1 and P = PerOf<M>). A step's work is
 // about 0.1 us (a barrier, a shuffle, lse3) while a log-prob column load from DRAM takes ~0.3-0.6 us:
-// a load issued one step ahead stalls the recursion every step, one issued kRing steps ahead does
+// a load issued one step ahead stalls the recursion every step, one issued RingOf<P> steps ahead does
 // not (aclnn_gpu/profile/latency.py models it). The ring costs RingOf<P> * P registers per prefetched
 // operand (the backward has two: log-probs and alpha), so the distance is long only where P is small;
 // at P = PerOf<M> the recursions already use ~128 registers and keep the one-step prefetch.
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
       }
       // neighbours s0+per and s0+per+1 at t+1
       const M v0 = __shfl_down_sync(kFullMask, beta[0], 1);
-      const M v1 = __shfl_down_sync(kFullMask, per >= 2 ? beta[1] : beta[0], per >= 2 ? 1 : 2);
+      const M v1 = __shfl_down_sync(kFullMask, per >= 2 ? beta[kPer > 1 ? 1 : 0] : beta[0], per >= 2 ? 1 : 2);
       const M* nb = sm.bnd + (pbuf * (kMaxWarps + 1) + warp + 1) * 3;   // next warp's lanes 0/1
       const M e0 = lane == kWarp - 1 ? nb[0] : v0;
       const M e1 = per >= 2 ? (lane == kWarp - 1 ? nb[1] : v1)
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
         M* mine = sm.bnd + (buf * (kMaxWarps + 1) + warp) * 3;
         if (lane == 0) {
           mine[0] = beta[0];
-          mine[1] = beta[1];
+          mine[1] = beta[kPer > 1 ? 1 : 0];   // read only when per >= 2 (then kPer > 1)
         } else {
           mine[2] = beta[0];
         }
