@@ -100,3 +100,17 @@ def test_sensitivity_restores_the_constant():
     out = latency.sensitivity(lambda: r.seconds, (400.0, 1000.0))
     assert out[400.0] < out[1000.0]
     assert latency.DRAM_CYCLES == DRAM_CYCLES and latency.LEVELS["dram"] == DRAM_CYCLES
+
+
+def test_gpu_model_table_shows_both_models_for_ctc():
+    from bench import gpu_model
+    case = next(c for c in gpu_model.CASES if c[0] == "CtcLossBackward")
+    d = dict(case[1], fptargets=0)
+    theirs = torch_launches.model(case[0], d, 4, "float32")
+    row = {"op": case[0], "dims": case[1], "dtype": case[2], "launches": 2, "l2_dram_bytes": 8.6e7, "min_bytes": 8.2e7,
+           "seconds": 31.8e-6, "latency_seconds": 194.2e-6, "torch": theirs, "apex": None}
+    line = next(x for x in gpu_model.render([row], None).splitlines() if x.startswith("| aclnnCtcLossBackward"))
+    assert "31.8 us / 194.2 us" in line
+    assert f"{theirs['seconds'] * 1e6:.1f} us / {theirs['latency_seconds'] * 1e6:.1f} us" in line
+    assert theirs["latency_seconds"] > theirs["seconds"]
+    assert f"{31.8e-6 / theirs['seconds']:.2f}x / {194.2e-6 / theirs['latency_seconds']:.2f}x" in line
