@@ -329,17 +329,22 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
           mine[2] = beta[0];
         }
       }
-      __syncthreads();
-      // occupancies of row (t, b): consecutive states per thread, contiguous across the block. After
-      // the barrier, so that their exp is off the recursion's path: it overlaps the next step's
-      // shuffles and lse3 (beta[] changes only in that step's update, below this point)
-      M* orow = occ + (t * N + b) * W;
+      // occupancies of row (t, b): consecutive states per thread, contiguous across the block. At
+      // P = 1 after the barrier, so that their exp is off the recursion's path: it overlaps the next
+      // step's shuffles and lse3 (beta[] changes only in that step's update). At P = PerOf<M> before
+      // it: a[], l[] live across the barrier cost registers there (16-bit types spilled on sm_80).
+      auto store_occupancies = [&]() {
+        M* orow = occ + (t * N + b) * W;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const long long s = s0 + i;
-        if (i < per && s < S)
-          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
-      }
+        for (int i = 0; i < kPer; ++i) {
+          const long long s = s0 + i;
+          if (i < per && s < S)
+            orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
+        }
+      };
+      if (P != 1) store_occupancies();
+      __syncthreads();
+      if (P == 1) store_occupancies();
     }
     }
   }

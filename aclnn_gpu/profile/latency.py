@@ -123,8 +123,9 @@ def _torch_ctc(d: dict) -> Recursion:
 # shuffles and a shared-memory read of the neighbour warp's boundary (in parallel: one L1 round trip),
 # lse3 per state (independent across a thread's states: one chain plus ~40 instructions of issue per
 # extra state), the boundary written to shared memory (another round trip before the barrier). The
-# backward's occupancy exp(alpha + beta - lp + nll) and its store come after the barrier, off the
-# path (independent of the next step's chain, they fill its stalls: counted as issue only). The
+# backward's occupancy exp(alpha + beta - lp + nll) and its store come, at P = 1, after the barrier,
+# off the path (independent of the next step's chain, they fill its stalls: counted as issue only);
+# at P = PerOf they come before it (registers), on the path. The
 # log-probs (and the backward's alpha) of step t are loaded launch.prefetch_distance() steps earlier
 # into a register ring.
 # Long path (ctc_*_long): 512 threads, ceil(S / 512) states per thread in chunks of launch.LONG_CHUNK,
@@ -149,10 +150,13 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
                          alu=L1_CYCLES + LSE3_CHAIN + 40 * (chunk - 1) + (EXP_CHAIN if backward else 0),
                          warps=launch.MAX_THREADS // 32 * blocks_per_sm, instructions=30 + 60 * per)
     p = re.search(r", (\d+)>$", name)              # the instantiation's P (the ring's distance)
-    ahead = launch.prefetch_distance(geo._replace(P=int(p.group(1)))) if p else launch.prefetch_distance(geo)
+    geo = geo._replace(P=int(p.group(1))) if p else geo
+    ahead = launch.prefetch_distance(geo)
+    occupancy_on_path = backward and geo.P != 1
     ring: tuple[Load, ...] = (Load("log_probs column (ring)", "dram", ahead),)
     ring += (Load("log_alpha (ring)", "dram", ahead),) if backward else ()
-    return Recursion(d["T"], ring, onchip=2 * L1_CYCLES, alu=LSE3_CHAIN + 40 * (geo.per - 1),
+    return Recursion(d["T"], ring, onchip=2 * L1_CYCLES,
+                     alu=LSE3_CHAIN + 40 * (geo.per - 1) + (EXP_CHAIN if occupancy_on_path else 0),
                      warps=geo.threads // 32 * blocks_per_sm, instructions=30 + (55 if backward else 40) * geo.per)
 
 
