@@ -1,7 +1,10 @@
 """PyTorch CUDA's launch sequence for each of the ten operators, read from its source: an ESTIMATE,
 not a measurement (no GPU ran it). Data for `python -m bench.gpu_model`, which prices these launches
 with the profiler's roofline model (aclnn_gpu/profile: bytes at 3.35 TB/s + 3 us per launch; GEMMs
-the larger of bytes and FLOPs at the dense peak) beside the emulator's figures for our kernels.
+the larger of bytes and FLOPs at the dense peak) beside the emulator's figures for our kernels, and
+with its latency-aware model: LossCTC.cu's alpha and beta kernels, T dependent steps each, cost the
+larger of their bytes and their steps' critical path (aclnn_gpu/profile/latency.py describes them by
+name, as it describes ours).
 
 Each launch is (what it is, DRAM bytes, FLOPs) as functions of the profiler's dimensions `d`
 (aclnn_gpu/profile/operators.py names them) and the element size `e`. Bytes count each tensor a
