@@ -125,9 +125,8 @@ def _torch_ctc(d: dict) -> Recursion:
 # extra state), the boundary written to shared memory (another round trip before the barrier). The
 # backward's occupancy exp(alpha + beta - lp + nll) and its store come, at P = 1, after the barrier,
 # off the path (independent of the next step's chain, they fill its stalls: counted as issue only);
-# at P = PerOf they come before it (registers), on the path. The
-# log-probs (and the backward's alpha) of step t are loaded launch.prefetch_distance() steps earlier
-# into a register ring.
+# at P = PerOf they come before it (registers), on the path. The log-probs (and the backward's
+# alpha) of step t are loaded launch.prefetch_distance() steps earlier into a register ring.
 # Long path (ctc_*_long): 512 threads, ceil(S / 512) states per thread in chunks of launch.LONG_CHUNK,
 # one chunk after another: a chunk issues all its loads (the label (L1) then its log-prob (DRAM), the
 # backward's alpha (DRAM), the previous step's values from the workspace slot (L2)) before its lse3
