@@ -78,6 +78,7 @@ def profile(cases: list[tuple], sample: int) -> list[dict]:
         rows.append({"op": op, "dims": p.dims, "dtype": dtype, "launches": len(p.launches),
                      "kernels": [x.kernel for x in p.launches], "dram_bytes": p.dram_bytes,
                      "l2_dram_bytes": p.l2_dram_bytes, "min_bytes": p.min_bytes, "seconds": p.model_seconds,
+                     "latency_seconds": p.latency_model_seconds,
                      "torch": theirs, "apex": apex, "emulator_s": time.perf_counter() - t0})
         print(f"  profiled {op} in {rows[-1]['emulator_s']:.0f} s", file=sys.stderr, flush=True)
     return rows
@@ -97,6 +98,12 @@ def cpu_rows(cases: list[tuple], reps: int) -> dict:
         return json.loads(out.read_text())
 
 
+def _lat(r: dict) -> float:
+    """The latency-aware model's seconds (profile/latency.py: recursions priced by their steps'
+    critical path); rows without one (no recursion kernel) equal the bytes-only model."""
+    return r.get("latency_seconds", r["seconds"])
+
+
 def _dims(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items() if k not in ("strided", "none", "bcast", "stridedout",
                                                                    "fptargets"))
@@ -108,8 +115,11 @@ def render(rows: list[dict], cpu: dict | None) -> str:
         for r in cpu["rows"]:
             by_case[(r["family"], r["direction"])] = r
     lines = [
-        "| operator | profiled shape | ours: launches | ours: DRAM bytes (L2 model) | minimum | ours: modelled H100 "
-        "| PyTorch: launches (est.) | PyTorch: bytes (est.) | PyTorch: modelled H100 (est.) | ours / PyTorch (model) "
+        "| operator | profiled shape | ours: launches | ours: DRAM bytes (L2 model) | minimum "
+        "| ours: modelled H100, bytes-only / latency-aware "
+        "| PyTorch: launches (est.) | PyTorch: bytes (est.) "
+        "| PyTorch: modelled H100 (est.), bytes-only / latency-aware "
+        "| ours / PyTorch (model), bytes-only / latency-aware "
         "| cpu: bench mid shape (fp32) | cpu ours fastest / median (ms) | cpu PyTorch fastest / median (ms) "
         "| cpu ratio fastest (median) |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
@@ -122,13 +132,17 @@ def render(rows: list[dict], cpu: dict | None) -> str:
             f"{c['ours_min_ms'] / c['torch_min_ms']:.2f}x ({c['ours_ms'] / c['torch_ms']:.2f}x)"]
         lines.append("| " + " | ".join([
             f"aclnn{r['op']}", f"{_dims(r['dims'])} {r['dtype']}", str(r["launches"]), _bytes(r["l2_dram_bytes"]),
-            _bytes(r["min_bytes"]), _us(r["seconds"]), str(t["launches"]), _bytes(t["bytes"]), _us(t["seconds"]),
-            f"{r['seconds'] / t['seconds']:.2f}x", *cpu_cells]) + " |")
+            _bytes(r["min_bytes"]), f"{_us(r['seconds'])} / {_us(_lat(r))}", str(t["launches"]), _bytes(t["bytes"]),
+            f"{_us(t['seconds'])} / {_us(_lat(t))}",
+            f"{r['seconds'] / t['seconds']:.2f}x / {_lat(r) / _lat(t):.2f}x", *cpu_cells]) + " |")
     notes = [f"- {r['op']}: apex's fused kernel would be {r['apex']['launches']} launch, {_bytes(r['apex']['bytes'])}, "
              f"{_us(r['apex']['seconds'])} (ours / apex {r['seconds'] / r['apex']['seconds']:.2f}x)"
              for r in rows if r.get("apex")]
     seqs = [f"- {r['op']}: " + "; ".join(r["torch"]["names"]) for r in rows]
-    head = [f"Generated {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC."]
+    head = [f"Generated {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC. GPU columns are models: "
+            "bytes-only = DRAM bytes at 3.35 TB/s + 3 us per launch; latency-aware = the same, except that a "
+            "recursion kernel (CTC's alpha and beta, both sides) costs the larger of its bytes and its T steps' "
+            "critical path (aclnn_gpu/profile/latency.py)."]
     if cpu:
         head.append(f"cpu columns: one `bench.cpu_gap --sizes mid` run, load average {cpu['load_start']:.1f} at "
                     f"its start (2 cores), fastest and median of each library's blocks; cpu FASTEST-RUN GOAL "

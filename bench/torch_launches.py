@@ -1,7 +1,10 @@
 """PyTorch CUDA's launch sequence for each of the ten operators, read from its source: an ESTIMATE,
 not a measurement (no GPU ran it). Data for `python -m bench.gpu_model`, which prices these launches
 with the profiler's roofline model (aclnn_gpu/profile: bytes at 3.35 TB/s + 3 us per launch; GEMMs
-the larger of bytes and FLOPs at the dense peak) beside the emulator's figures for our kernels.
+the larger of bytes and FLOPs at the dense peak) beside the emulator's figures for our kernels, and
+with its latency-aware model: LossCTC.cu's alpha and beta kernels, T dependent steps each, cost the
+larger of their bytes and their steps' critical path (aclnn_gpu/profile/latency.py describes them by
+name, as it describes ours).
 
 Each launch is (what it is, DRAM bytes, FLOPs) as functions of the profiler's dimensions `d`
 (aclnn_gpu/profile/operators.py names them) and the element size `e`. Bytes count each tensor a
@@ -239,12 +242,18 @@ def launches(op: str, d: dict, table: dict | None = None) -> list[Launch]:
 def model(op: str, d: dict, e: int, dtype: str, table: dict | None = None) -> dict:
     """The launch count, DRAM bytes, FLOPs and modelled H100 seconds of PyTorch's sequence. Bytes are the
     L2 model's where the launches give footprints (ConvTbc: `l2_model_bytes`, as our GEMMs are priced),
-    else each launch's cold bytes; "cold_bytes" is always the latter."""
-    from aclnn_gpu.profile import HBM_BYTES_PER_S, LAUNCH_S, PEAK_FLOPS
+    else each launch's cold bytes; "cold_bytes" is always the latter. "seconds" is bytes-only (the
+    roofline), "latency_seconds" latency-aware (a recursion kernel, LossCTC.cu's alpha and beta, costs
+    the larger of its bytes and its steps' critical path: aclnn_gpu/profile/latency.py, the same
+    function that prices ours)."""
+    from aclnn_gpu.profile import HBM_BYTES_PER_S, LAUNCH_S, PEAK_FLOPS, latency
     seq = launches(op, d, table)
     cold = [launch[1](d, e) for launch in seq]
     moved = l2_model_bytes(seq, d, e) or cold
     flops = [launch[2](d, e) for launch in seq]
-    seconds = sum(max(b / HBM_BYTES_PER_S, f / PEAK_FLOPS.get(dtype, 67e12)) + LAUNCH_S for b, f in zip(moved, flops))
+    roof = [max(b / HBM_BYTES_PER_S, f / PEAK_FLOPS.get(dtype, 67e12)) for b, f in zip(moved, flops)]
+    recs = [latency.recursion(launch[0], d, 8 if dtype == "float64" else 4) for launch in seq]
     return {"launches": len(seq), "bytes": sum(moved), "cold_bytes": sum(cold), "flops": sum(flops),
-            "seconds": seconds, "names": [launch[0] for launch in seq]}
+            "seconds": sum(roof) + len(seq) * LAUNCH_S,
+            "latency_seconds": sum(max(r, x.seconds if x else 0.0) for r, x in zip(roof, recs)) + len(seq) * LAUNCH_S,
+            "names": [launch[0] for launch in seq]}

@@ -30,6 +30,16 @@ namespace ctc {
 template <class M> struct PerOf { static constexpr int value = sizeof(M) == 8 ? 5 : 8; };
 constexpr int kMaxWarps = 16;
 
+// Prefetch distance of the register recursions, in time steps, by P (the compile-time maximum of
+// states per thread; the kernels are instantiated for P = 1 and P = PerOf<M>). A step's work is
+// about 0.1 us (a barrier, a shuffle, lse3) while a log-prob column load from DRAM takes ~0.3-0.6 us:
+// a load issued one step ahead stalls the recursion every step, one issued RingOf<P> steps ahead does
+// not (aclnn_gpu/profile/latency.py models it). The ring costs RingOf<P> * P registers per prefetched
+// operand (the backward has two: log-probs and alpha), so the distance is long only where P is small;
+// at P = PerOf<M> the recursions already use ~128 registers and keep the one-step prefetch.
+// host: launch.RING, profile/latency.py reads this table.
+template <int P> struct RingOf { static constexpr int value = P == 1 ? 8 : 1; };
+
 template <class M> __device__ __forceinline__ M lse3(M a, M b, M c) {
   M m = a > b ? a : b;
   m = m > c ? m : c;
@@ -210,15 +220,16 @@ __device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* 
   return true;
 }
 
-template <class T, class I>
-__global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
+template <class T, class I, int P>
+__global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
                          const T* __restrict__ log_alpha, const I* __restrict__ targets,
                          const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ occ,
                          long long W, long long Tn, long long N, long long C, long long X, long long blank,
                          long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
   typedef math_t<T> M;
   using namespace ctc;
-  constexpr int kPer = PerOf<M>::value;
+  constexpr int kPer = P;                   // per <= P (host: launch.recursion_geometry)
+  constexpr int kD = RingOf<P>::value;      // prefetch distance in steps
   extern __shared__ __align__(16) unsigned char ctc_smem[];
   const Smem<M> sm = carve<M>(ctc_smem, max_l);
   const Tables tb = tables_at(tables, N, max_l);
@@ -243,7 +254,9 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
     const long long s0 = (long long)tid * per;
     int lab_s[kPer];
     bool skip_s[kPer];   // s <- s+2 allowed
-    M beta[kPer], a_nx[kPer], l_nx[kPer];
+    // rings of alpha and log-probs: slot j holds step k = lin-1-t with k % kD == j (static indices
+    // after the unrolled j loop below, so the ring stays in registers)
+    M beta[kPer], a_ring[kD][kPer], l_ring[kD][kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const long long s = s0 + i;
@@ -251,34 +264,41 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
       lab_s[i] = (in && (s & 1)) ? lab[s >> 1] : (int)blank;
       skip_s[i] = in && (s & 1) && s + 2 < S && lab[(s >> 1) + 1] != lab[s >> 1];
       beta[i] = NINF;
-      a_nx[i] = NINF;
-      l_nx[i] = NINF;
-      if (in) {
-        a_nx[i] = load(log_alpha, (b * Tn + (lin - 1)) * X + s);
-        l_nx[i] = load(lp, ((lin - 1) * N + b) * C + lab_s[i]);
+#pragma unroll
+      for (int j = 0; j < kD; ++j) {
+        a_ring[j][i] = NINF;
+        l_ring[j][i] = NINF;
+        if (in && j < lin) {
+          a_ring[j][i] = load(log_alpha, (b * Tn + (lin - 1 - j)) * X + s);
+          l_ring[j][i] = load(lp, ((lin - 1 - j) * N + b) * C + lab_s[i]);
+        }
       }
     }
-    for (long long t = lin - 1; t >= 0; --t) {
+    for (long long k0 = 0; k0 < lin; k0 += kD) {
+#pragma unroll
+    for (int j = 0; j < kD; ++j) {
+      const long long t = lin - 1 - (k0 + j);
+      if (t < 0) break;   // uniform over the block
       const int buf = (int)(t & 1), pbuf = buf ^ 1;
       M a[kPer], l[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        a[i] = a_nx[i];
-        l[i] = l_nx[i];
+        a[i] = a_ring[j][i];
+        l[i] = l_ring[j][i];
       }
-      if (t > 0) {   // prefetch the next step's alpha and log-probs: in flight during this step
+      if (t >= kD) {   // refill the slot with step t - kD: kD steps in flight
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
           if (i < per && s < S) {
-            a_nx[i] = load(log_alpha, (b * Tn + (t - 1)) * X + s);
-            l_nx[i] = load(lp, ((t - 1) * N + b) * C + lab_s[i]);
+            a_ring[j][i] = load(log_alpha, (b * Tn + (t - kD)) * X + s);
+            l_ring[j][i] = load(lp, ((t - kD) * N + b) * C + lab_s[i]);
           }
         }
       }
       // neighbours s0+per and s0+per+1 at t+1
       const M v0 = __shfl_down_sync(kFullMask, beta[0], 1);
-      const M v1 = __shfl_down_sync(kFullMask, per >= 2 ? beta[1] : beta[0], per >= 2 ? 1 : 2);
+      const M v1 = __shfl_down_sync(kFullMask, per >= 2 ? beta[kPer > 1 ? 1 : 0] : beta[0], per >= 2 ? 1 : 2);
       const M* nb = sm.bnd + (pbuf * (kMaxWarps + 1) + warp + 1) * 3;   // next warp's lanes 0/1
       const M e0 = lane == kWarp - 1 ? nb[0] : v0;
       const M e1 = per >= 2 ? (lane == kWarp - 1 ? nb[1] : v1)
@@ -304,20 +324,28 @@ __global__ void __launch_bounds__(512) ctc_beta(const T* __restrict__ lp, const 
         M* mine = sm.bnd + (buf * (kMaxWarps + 1) + warp) * 3;
         if (lane == 0) {
           mine[0] = beta[0];
-          mine[1] = beta[1];
+          mine[1] = beta[kPer > 1 ? 1 : 0];   // read only when per >= 2 (then kPer > 1)
         } else {
           mine[2] = beta[0];
         }
       }
-      // occupancies of row (t, b): consecutive states per thread, contiguous across the block
-      M* orow = occ + (t * N + b) * W;
+      // occupancies of row (t, b): consecutive states per thread, contiguous across the block. At
+      // P = 1 after the barrier, so that their exp is off the recursion's path: it overlaps the next
+      // step's shuffles and lse3 (beta[] changes only in that step's update). At P = PerOf<M> before
+      // it: a[], l[] live across the barrier cost registers there (16-bit types spilled on sm_80).
+      auto store_occupancies = [&]() {
+        M* orow = occ + (t * N + b) * W;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const long long s = s0 + i;
-        if (i < per && s < S)
-          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
-      }
+        for (int i = 0; i < kPer; ++i) {
+          const long long s = s0 + i;
+          if (i < per && s < S)
+            orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
+        }
+      };
+      if (P != 1) store_occupancies();
       __syncthreads();
+      if (P == 1) store_occupancies();
+    }
     }
   }
 }
@@ -388,14 +416,15 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
 }
 
 // ------------------------------------------------------------------------------ forward: alpha
-template <class T, class I>
-__global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const I* __restrict__ targets, T* __restrict__ nll_out,
+template <class T, class I, int P>
+__global__ void __launch_bounds__(512, 1) ctc_alpha(const T* __restrict__ lp, const I* __restrict__ targets, T* __restrict__ nll_out,
                           T* __restrict__ log_alpha, const long long* __restrict__ tiling, long long Tn, long long N,
                           long long C, long long X, long long blank, long long max_l, long long tgt_numel,
                           long long tgt_stride, int zero_inf, int per) {
   typedef math_t<T> M;
   using namespace ctc;
-  constexpr int kPer = PerOf<M>::value;
+  constexpr int kPer = P;                   // per <= P (host: launch.recursion_geometry)
+  constexpr int kD = RingOf<P>::value;      // prefetch distance in steps
   extern __shared__ __align__(16) unsigned char ctc_smem[];
   const Smem<M> sm = carve<M>(ctc_smem, max_l);
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -421,7 +450,7 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
     const long long s0 = (long long)tid * per;
     int lab_s[kPer];
     bool skip_s[kPer];   // s-2 -> s allowed
-    M alpha[kPer], l_nx[kPer];
+    M alpha[kPer], l_ring[kD][kPer];   // slot j: log-probs of step t with t % kD == j
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const long long s = s0 + i;
@@ -429,18 +458,23 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
       lab_s[i] = (in && (s & 1)) ? sm.lab[s >> 1] : (int)blank;
       skip_s[i] = in && (s & 1) && s >= 3 && sm.lab[s >> 1] != sm.lab[(s >> 1) - 1];
       alpha[i] = NINF;
-      l_nx[i] = (in && lin > 0) ? load(lp, b * C + lab_s[i]) : NINF;
+#pragma unroll
+      for (int j = 0; j < kD; ++j) l_ring[j][i] = (in && j < lin) ? load(lp, (j * N + b) * C + lab_s[i]) : NINF;
     }
-    for (long long t = 0; t < lin; ++t) {
+    for (long long t0 = 0; t0 < lin; t0 += kD) {
+#pragma unroll
+    for (int j = 0; j < kD; ++j) {
+      const long long t = t0 + j;
+      if (t >= lin) break;   // uniform over the block
       const int buf = (int)(t & 1), pbuf = buf ^ 1;
       M l[kPer];
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) l[i] = l_nx[i];
-      if (t + 1 < lin) {
+      for (int i = 0; i < kPer; ++i) l[i] = l_ring[j][i];
+      if (t + kD < lin) {   // refill the slot with step t + kD: kD steps in flight
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
-          if (i < per && s < S) l_nx[i] = load(lp, ((t + 1) * N + b) * C + lab_s[i]);
+          if (i < per && s < S) l_ring[j][i] = load(lp, ((t + kD) * N + b) * C + lab_s[i]);
         }
       }
       // previous states s0-1 and s0-2 at t-1
@@ -498,6 +532,7 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
       for (long long s = cap + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
     }
+    }
     finish_alpha(la, nll_out, b, Tn, X, lin, L, sm.fin, sm.fin + 1, zero_inf);
   }
 }
@@ -512,6 +547,10 @@ __global__ void __launch_bounds__(512) ctc_alpha(const T* __restrict__ lp, const
 // same ctc_grad, so every result is bit-identical to that path's.
 namespace ctc {
 constexpr int kLongThreads = 512;   // host: launch.MAX_THREADS
+// A thread's states of a step are processed kLongChunk at a time: every load of the chunk (labels,
+// log-probs, alpha, the previous step's values) is issued before its first lse3, so the chunk waits
+// on memory once, not once per state (profile/latency.py: the long path's serial term).
+constexpr int kLongChunk = 4;       // host: launch.LONG_CHUNK
 
 template <class M> struct LongSlot {
   M* rec;    // [2][2*max_l+1] alpha or beta at the previous / current step (math precision)
@@ -555,19 +594,27 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
       M* cur = ls.rec + (t & 1) * width;
       const M* prev = ls.rec + ((t & 1) ^ 1) * width;
       T* row = la + t * X;
-      for (long long s = tid; s < S; s += blockDim.x) {
-        const int k = (int)(s >> 1);
-        const long long c = (s & 1) ? ls.lab[k] : blank;
-        const M l = load(lp, (t * N + b) * C + c);
-        M r;
-        if (t == 0) {
-          r = s <= 1 ? l : NINF;
-        } else {
-          const bool skip = (s & 1) && s >= 3 && ls.lab[k] != ls.lab[k - 1];
-          r = lse3(prev[s], s >= 1 ? prev[s - 1] : NINF, skip ? prev[s - 2] : NINF) + l;
+      for (long long s0 = tid; s0 < S; s0 += kLongChunk * (long long)blockDim.x) {
+        M l[kLongChunk], p0[kLongChunk], p1[kLongChunk], p2[kLongChunk];
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {   // the chunk's loads, all in flight together
+          const long long s = s0 + j * (long long)blockDim.x;
+          const int k = (int)(s >> 1);
+          const bool in = s < S;
+          const bool skip = in && (s & 1) && s >= 3 && ls.lab[k] != ls.lab[k - 1];
+          l[j] = in ? load(lp, (t * N + b) * C + ((s & 1) ? ls.lab[k] : blank)) : NINF;
+          p0[j] = in && t > 0 ? prev[s] : NINF;
+          p1[j] = in && t > 0 && s >= 1 ? prev[s - 1] : NINF;
+          p2[j] = skip && t > 0 ? prev[s - 2] : NINF;
         }
-        cur[s] = r;
-        store(row, s, r);
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {
+          const long long s = s0 + j * (long long)blockDim.x;
+          if (s >= S) break;
+          const M r = t == 0 ? (s <= 1 ? l[j] : NINF) : lse3(p0[j], p1[j], p2[j]) + l[j];
+          cur[s] = r;
+          store(row, s, r);
+        }
       }
       for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
@@ -607,20 +654,28 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
       M* cur = ls.rec + (t & 1) * width;
       const M* later = ls.rec + ((t & 1) ^ 1) * width;   // beta at t+1
       M* orow = occ + (t * N + b) * W;
-      for (long long s = tid; s < S; s += blockDim.x) {
-        const int k = (int)(s >> 1);
-        const long long c = (s & 1) ? lab[k] : blank;
-        const M l = load(lp, (t * N + b) * C + c);
-        const M a = load(log_alpha, (b * Tn + t) * X + s);
-        M r;
-        if (t == lin - 1) {
-          r = s >= 2 * L - 1 ? l : NINF;
-        } else {
-          const bool skip = (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
-          r = lse3(later[s], s + 1 < S ? later[s + 1] : NINF, skip ? later[s + 2] : NINF) + l;
+      for (long long s0 = tid; s0 < S; s0 += kLongChunk * (long long)blockDim.x) {
+        M l[kLongChunk], a[kLongChunk], n0[kLongChunk], n1[kLongChunk], n2[kLongChunk];
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {   // the chunk's loads, all in flight together
+          const long long s = s0 + j * (long long)blockDim.x;
+          const int k = (int)(s >> 1);
+          const bool in = s < S, step = in && t < lin - 1;
+          const bool skip = step && (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
+          l[j] = in ? load(lp, (t * N + b) * C + ((s & 1) ? lab[k] : blank)) : NINF;
+          a[j] = in ? load(log_alpha, (b * Tn + t) * X + s) : NINF;
+          n0[j] = step ? later[s] : NINF;
+          n1[j] = step && s + 1 < S ? later[s + 1] : NINF;
+          n2[j] = skip ? later[s + 2] : NINF;
         }
-        cur[s] = r;
-        orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a + r - l + shift);
+#pragma unroll
+        for (int j = 0; j < kLongChunk; ++j) {
+          const long long s = s0 + j * (long long)blockDim.x;
+          if (s >= S) break;
+          const M r = t == lin - 1 ? (s >= 2 * L - 1 ? l[j] : NINF) : lse3(n0[j], n1[j], n2[j]) + l[j];
+          cur[s] = r;
+          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[j] + r - l[j] + shift);
+        }
       }
       __syncthreads();
     }

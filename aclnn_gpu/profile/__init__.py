@@ -15,9 +15,14 @@ bytes (what a GEMM finds in L2 from the launches before it is not fetched again)
 
 The modelled H100 time is a roofline estimate, not a measurement: DRAM bytes of the L2 model at
 3.35 TB/s, plus 3 us per launch, and for GEMMs the larger of their bytes at 3.35 TB/s and their FLOPs
-at the dense peak of their type (fp16/bf16 tensor cores 989 TFLOP/s, fp32 67 TFLOP/s).
+at the dense peak of their type (fp16/bf16 tensor cores 989 TFLOP/s, fp32 67 TFLOP/s). That
+bytes-only figure ignores the step latency of recursions (CTC's alpha and beta: T dependent steps);
+`CallProfile.latency_model_seconds` adds it (latency.py: per recursion kernel the larger of its bytes
+and its steps times the step's critical path), the same function bench/torch_launches.py applies to
+PyTorch's kernels.
 
-Modules: operators.py (inputs, calls and minimum bytes of the ten operators), report.py (tables),
+Modules: operators.py (inputs, calls and minimum bytes of the ten operators), latency.py (the step
+latency of recursion kernels), report.py (tables),
 budget.py (the CI traffic budget, kernels/traffic_budget.json), __main__.py (the command).
 """
 from __future__ import annotations
@@ -26,6 +31,8 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import latency
 
 HBM_BYTES_PER_S = 3.35e12
 LAUNCH_S = 3e-6
@@ -73,7 +80,18 @@ class CallProfile:
 
     @property
     def model_seconds(self) -> float:
+        """Bytes-only model: per launch its L2-model bytes at HBM_BYTES_PER_S + LAUNCH_S."""
         return sum(x.model_seconds if isinstance(x, GemmLaunch) else x.l2_dram_bytes / HBM_BYTES_PER_S + LAUNCH_S
+                   for x in self.launches)
+
+    @property
+    def latency_model_seconds(self) -> float:
+        """Latency-aware model: a recursion kernel costs the larger of its bytes and its steps'
+        critical path (latency.py); every other launch as in model_seconds."""
+        math_size = 8 if self.dtype in ("fp64", "float64") else 4
+        return sum(x.model_seconds if isinstance(x, GemmLaunch) else
+                   latency.kernel_seconds(x.l2_dram_bytes, latency.recursion(x.kernel, self.dims, math_size),
+                                          HBM_BYTES_PER_S, LAUNCH_S)
                    for x in self.launches)
 
 

@@ -55,7 +55,8 @@ def summary_line(p: CallProfile) -> str:
     return (f"{p.op} {dims} {p.dtype}: {kernels} kernel launch(es) + {gemms} modelled GEMM(s); DRAM cold "
             f"{mb(p.dram_bytes)}, L2 model {mb(p.l2_dram_bytes)}; minimum {mb(p.min_bytes)}; ratio {ratio:.2f}; "
             f"modelled H100 time {p.model_seconds * 1e6:.1f} us (roofline model: 3.35 TB/s + 3 us/launch, "
-            f"not a measurement)")
+            f"not a measurement); latency-aware model {p.latency_model_seconds * 1e6:.1f} us (recursions: "
+            f"max(bytes, steps x step latency), profile/latency.py)")
 
 
 def render(p: CallProfile) -> str:
@@ -85,4 +86,5 @@ def to_json(p: CallProfile) -> dict:
                                     "bytes": s.bytes, "wavefronts": s.wavefronts,
                                     "ideal_wavefronts": s.ideal_wavefronts} for s in x.sites]})
     return {"op": p.op, "dims": p.dims, "dtype": p.dtype, "min_bytes": p.min_bytes, "dram_bytes": p.dram_bytes,
-            "l2_dram_bytes": p.l2_dram_bytes, "model_seconds": p.model_seconds, "launches": launches}
+            "l2_dram_bytes": p.l2_dram_bytes, "model_seconds": p.model_seconds,
+            "latency_model_seconds": p.latency_model_seconds, "launches": launches}

@@ -265,3 +265,23 @@ def test_long_targets_beyond_the_register_path(ctx, L, dt):
     np.testing.assert_allclose(f64(out), lpt.grad.numpy(), atol=atol, err_msg=f"seed {SEED}")
     np.testing.assert_allclose(f64(out), float64_gradient(lp, tg, il, tl, nll, la, g=g) if dt == "float32" else rg,
                                atol=atol, err_msg=f"seed {SEED}")
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_prefetch_ring_every_input_length(ctx, dt):
+    """The 8-step register ring of the P = 1 recursions (launch.RING): input lengths 0..T in one batch
+    cover every residue of the ring and rings longer than the recursion; against the NumPy reference
+    and bit-identical to the long path, which has no ring."""
+    rng = np.random.default_rng([SEED, 15, len(dt)])
+    T, N, C = 19, 20, 5
+    geo = P.recursion_geometry(3, 8 if dt == "float64" else 4)
+    assert geo.P == 1 and P.prefetch_distance(geo) == 8 > 1
+    lp, tg, _, tl = case(rng, T, N, C, 3, dtype=DT[dt])
+    il = np.arange(N, dtype=np.int64) % (T + 1)
+    res = run(ctx, lp, tg, il, tl, g=rng.standard_normal(N))
+    compare(res, dt, SEED, il)
+    long = run(ctx, lp, tg, il, tl, g=np.ones(N), long_path=True,
+               reference=False)
+    short = run(ctx, lp, tg, il, tl, g=np.ones(N), long_path=False, reference=False)
+    for a, b in zip(short, long):
+        np.testing.assert_array_equal(f64(a), f64(b), err_msg=f"seed {SEED} dtype {dt}")

@@ -31,8 +31,11 @@ full wave at its occupancy, kernels/occupancy.py); forward: the alpha recursion.
 (`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) /
 threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory = shared_bytes(maxL, math
 size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279).
+Each is instantiated for P (the bound on per, a template argument): P = 1 (2*maxL+1 <= 512) loads
+its log-probs (and alpha) RING[1] = 8 steps ahead into a register ring, P = K_PER one step ahead.
 Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states strided over the
-block, recursion state in the workspace slots): any maxL, bit-identical results.
+block in chunks of LONG_CHUNK whose loads are issued together, recursion state in the workspace
+slots): any maxL, bit-identical results.
 """
 from __future__ import annotations
 
@@ -46,11 +49,13 @@ from ...kernels.occupancy import wave_grid
 
 FILE = "ctc_loss.cu"
 K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)
+RING = {1: 8}          # prefetch distance (steps) of the register recursions by P, else 1 (kernels: RingOf<P>)
 K_MAX_WARPS = 16
 MAX_THREADS = 512      # recursion blocks (kernels: __launch_bounds__(512), ctc::kLongThreads)
 SMEM_LIMIT = 48 * 1024
 GRAD_BLOCK = 256       # most threads of a ctc_grad block (kernels: __launch_bounds__(256))
 LONG_SLOTS = 256       # most blocks (and workspace slots) of the long-target recursions
+LONG_CHUNK = 4         # states a long-path thread loads together before computing them (kernels: kLongChunk)
 ALIGN = 256
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
@@ -61,7 +66,9 @@ _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 def all_name_expressions() -> list[str]:
     """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
     return ([f"aclg::ctc_grad<{t}>" for t in _CTYPE.values()]
-            + [f"aclg::ctc_{k}<{t}, {i}>" for k in ("beta", "alpha", "alpha_long", "beta_long")
+            + [f"aclg::ctc_{k}<{t}, {i}, {p}>" for k in ("beta", "alpha") for n, t in _CTYPE.items()
+               for i in _ITYPE.values() for p in (1, K_PER[math_size_of(n)])]
+            + [f"aclg::ctc_{k}<{t}, {i}>" for k in ("alpha_long", "beta_long")
                for t in _CTYPE.values() for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 
@@ -89,6 +96,7 @@ def shared_bytes(max_l: int, math_size: int) -> int:
 class Geometry(NamedTuple):
     threads: int
     per: int      # states per thread (register path)
+    P: int        # the instantiation's compile-time bound on per: 1 or K_PER (register path)
     smem: int     # dynamic shared bytes (register path)
     long: bool    # the long-target path (ctc_*_long): recursion state in workspace slots
 
@@ -103,8 +111,13 @@ def recursion_geometry(max_l: int, math_size: int, long_path: bool | None = None
     if long_path is None:
         long_path = per > K_PER[math_size] or smem > SMEM_LIMIT
     if long_path:
-        return Geometry(MAX_THREADS, 0, 0, True)
-    return Geometry(threads, per, smem, False)
+        return Geometry(MAX_THREADS, 0, 0, 0, True)
+    return Geometry(threads, per, 1 if per == 1 else K_PER[math_size], smem, False)
+
+
+def prefetch_distance(geo: Geometry) -> int:
+    """Steps ahead the recursion's loads are issued (kernels: RingOf<P>; the long path: none)."""
+    return 0 if geo.long else RING.get(geo.P, 1)
 
 
 def occ_width(max_l: int, math_size: int) -> int:
@@ -173,7 +186,7 @@ def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple
         ctx.launch(FILE, kernel.replace("<", "_long<", 1), (min(N, LONG_SLOTS),), (geo.threads,),
                    args + tail + (ptr(slots_ptr), np.int64(long_slot_bytes(max_l, msize))))
     else:
-        ctx.launch(FILE, kernel, (max(1, min(N, 32 * ctx.sm_count)),), (geo.threads,),
+        ctx.launch(FILE, f"{kernel[:-1]}, {geo.P}>", (max(1, min(N, 32 * ctx.sm_count)),), (geo.threads,),
                    args + tail + (np.int32(geo.per),), shared_mem=geo.smem)
 
 
