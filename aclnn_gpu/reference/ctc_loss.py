@@ -103,6 +103,22 @@ _BLOCK_BYTES = 1 << 18
 _CUT_LOOP_SAMPLES = 128
 # Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
 _GATHER_STEPS = 64
+# Calls of at most this many states (N * (2*maxL+1)) run the forward's alpha recursion in scaled float64
+# linear space (_alpha_linear: one NumPy call per time step instead of eight; 1.3-1.9x faster at N = 1-5,
+# L = 40), larger ones in log space (_alpha: linear space needs float64 and an exp and a log per state
+# besides the steps, slower from about N = 16). Chosen for the whole call, as the backward's np.vecdot:
+# a sample's log_alpha rounds alike in any call of either kind, and linear space is the more accurate.
+_LINEAR_MAX_STATES = 512
+# The linear recursion rescales each sample's row to a maximum of 1 every _RESCALE_STEPS rows (rows
+# t = 8k, whatever the batch) and works in blocks of at most _LINEAR_BLOCK_ROWS rows (a multiple of 8).
+_RESCALE_STEPS = 8
+_LINEAR_BLOCK_ROWS = 64
+# A reachable state whose scaled alpha falls below _LINEAR_FLOOR (float64's normal range ends at 2.2e-308:
+# below it bits are lost) sends its sample to the log-space recursion; the divisors are at least the floor
+# (a row of zeros, past the sample's input length, stays zeros).
+_LINEAR_FLOOR = 1e-300
+
+
 def _by_slices(work, N, state_steps):
     """work(b0, b1) over slices of the batch, in parallel when the problem is large enough. Samples
     are independent and every slice keeps the global state count S, so each sample's arithmetic,
@@ -164,6 +180,115 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
             add(r, lpg[t % _GATHER_STEPS], out=lt[t, :, 2:])
 
 
+def _first_steps(skip, tl):
+    """(n, S) int64: the first time step at which state s can carry probability (from s = 0 or 1 at
+    t = 0, moving by one state per step, or by two where skip allows it); a value past any time step
+    at s > 2L. A blank state follows its label one step later; a label state follows the previous
+    label one step later when it may skip the blank between them, two otherwise."""
+    n, S = skip.shape
+    first = np.zeros((n, S), dtype=np.int64)
+    if S > 1:
+        first[:, 3::2] = np.cumsum(2 - skip[:, 3::2], axis=1)
+        first[:, 2::2] = first[:, 1::2] + 1
+    first[np.arange(S)[None, :] > 2 * tl[:, None]] = np.iinfo(np.int64).max
+    return first
+
+
+def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
+    """The alpha recursion in scaled float64 linear space, one NumPy call per time step:
+        a[t, s] = a[t-1, s] p[t, s] + a[t-1, s-1] p[t, s] + a[t-1, s-2] skip(s) p[t, s],  p = exp(lp[t, l'(s)])
+    with each sample's row divided by its maximum every _RESCALE_STEPS rows (the logs of the divisors
+    summed in row order). Every operation is elementwise or per sample: a sample's bits do not depend
+    on the other samples of the call. Writes lt[t, n, 2 + s] = log(a) + log-scale for t < tmax, in lt's
+    dtype (garbage at t >= Lin and s > 2L, which the caller clears), and returns the (n,) bool of the
+    samples it cannot take, which the caller redoes in log space: a reachable state (t >= _first_steps,
+    t < Lin, s <= 2L) whose scaled alpha is below _LINEAR_FLOOR or NaN (a -inf or NaN log-prob;
+    underflow: float64 keeps about 690 nats below the row's maximum, log space everything), or an
+    overflow (log-probs far above 0). For the others the result is the log-space value within float64
+    rounding, and -inf exactly where log space gives -inf (the states not reachable yet)."""
+    T, n, C = lp_in.shape
+    S = lprime.shape[1]
+    f8 = np.dtype(np.float64)
+    R, G = _RESCALE_STEPS, _LINEAR_BLOCK_ROWS
+    # p by an exp over the log-probs' C columns and a gather when C < S (fewer exps), else the other way
+    # round: the same float64 exp of the same values either way
+    by_columns = C < S
+    gidx = (np.arange(n)[:, None] * C + lprime).reshape(-1)
+    lpf = lp_in.reshape(T, n * C)
+    first = _first_steps(skip, tl)
+    outside = (np.arange(S)[None, :] > 2 * tl[:, None])[None]                  # (1, n, S): s > 2L
+    reach_all = int(np.where(outside[0], 0, first).max())   # from here every state s <= 2L is reachable
+    K = skip.astype(f8)
+    A = np.zeros((G + 1, n, S + 2), dtype=f8)     # row 0: the previous block's last row; a[s-1], a[s-2] = 0
+    W = np.empty((G, 3, n, S), dtype=f8)          # (p, p, skip p) of each row
+    E = np.empty((G, n * C), dtype=f8)
+    logs = np.empty((G, n, S), dtype=f8)
+    buf = np.empty((3, n, S), dtype=f8)
+    Lc = np.zeros((G // R + 1, n), dtype=f8)      # [log-scale so far, log divisors of the block's segments]
+    st = A.strides
+    # V[i, k, n, s] = A[i, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
+    V = np.lib.stride_tricks.as_strided(A[:, :, 2:], shape=(G + 1, 3, n, S), strides=(st[0], -st[2], st[1], st[2]))
+    Ar = A[:, :, 2:]
+    bad = np.zeros(n, dtype=bool)
+    vecdot = getattr(np, "vecdot", None)          # NumPy >= 2.0; else a multiply and a reduction, same sums
+    mul, red, rmax, div = np.multiply, np.add.reduce, np.maximum.reduce, np.divide
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for t0 in range(0, tmax, G):
+            t1 = min(tmax, t0 + G)
+            steps = t1 - t0
+            Pb = W[:steps, 0]
+            src = lpf[t0:t1] if by_columns else np.take(lpf[t0:t1], gidx, axis=1)
+            if src.dtype == np.float16:
+                src = lowp.f16_to_f32(src)
+            if by_columns:
+                np.exp(src, out=E[:steps], dtype=f8)
+                np.take(E[:steps], gidx, axis=1, out=Pb.reshape(steps, n * S))
+            else:
+                np.exp(src.reshape(steps, n, S), out=Pb, dtype=f8)
+            # rows past a sample's input length and states past 2L get probability 0: they never set a
+            # divisor nor reach the checks (whatever the log-probs hold there); exp and log take their
+            # slow paths on infinities and zeros, so neither sees one here in the common case
+            np.copyto(Pb, 0, where=(np.arange(t0, t1)[:, None] >= il[None, :])[:, :, None] | outside)
+            W[:steps, 1] = Pb
+            np.multiply(Pb, K, out=W[:steps, 2])
+            cs = Lc[1:]
+            cs[:] = 1
+            if t0 == 0:
+                Ar[1, :, :2] = Pb[0, :, :2]
+                start = 1
+            else:
+                A[0] = A[G]
+                start = 0
+            for i in range(start, steps):
+                if vecdot is not None:
+                    vecdot(V[i], W[i], axis=0, out=Ar[i + 1])
+                else:
+                    mul(V[i], W[i], out=buf)
+                    red(buf, 0, None, Ar[i + 1])
+                if i % R == 0:                                   # rows t = 8k, k >= 1 (t0 is a multiple of 8)
+                    c = cs[i // R]
+                    rmax(Ar[i + 1], 1, None, c, False, _LINEAR_FLOOR)
+                    div(Ar[i + 1], c[:, None], out=Ar[i + 1])
+            rows = Ar[1:steps + 1]
+            # every reachable state at t < Lin holds at least the floor: count them (NaN is not counted)
+            held = np.count_nonzero(rows >= _LINEAR_FLOOR, axis=(0, 2))
+            due = np.clip(np.minimum(il, t1)[:, None] - np.maximum(first, t0), 0, None).sum(axis=1)
+            bad |= held != due
+            np.log(cs, out=cs)
+            np.add.accumulate(Lc, axis=0, out=Lc)                # running log-scale, in row order
+            lg = logs[:steps]
+            np.maximum(rows, _LINEAR_FLOOR, out=lg)              # zeros: unreachable, or cleared by the caller
+            np.log(lg, out=lg)
+            if t0 < reach_all:                                   # states not reachable yet: -inf
+                np.copyto(lg, -np.inf, where=np.arange(t0, t1)[:, None, None] < first)
+            seg = np.repeat(Lc[1:], R, axis=0)[:steps]           # (steps, n): each row's log-scale
+            np.add(lg, seg[:, :, None], out=lt[t0:t1, :, 2:])
+            Lc[0] = Lc[-1]
+        # an overflow (a log-prob far above 0) makes the next divisor, or the last row, infinite or NaN
+        # for good: infinity times a probability stays infinite, times a cleared 0 is NaN
+        bad |= ~np.isfinite(Lc[0]) | ~np.isfinite(rmax(Ar[steps], 1))
+    return bad
+
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     lp_in = np.ascontiguousarray(log_probs)
     T, N, C = lp_in.shape
@@ -179,7 +304,17 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     ext = np.empty((N, T, S + 2), dtype=md)
     ext[:, :, :2] = ninf
     if tmax:
-        _alpha(lp_in, md, lprime, skip, tmax, ext.transpose(1, 0, 2))
+        lt = ext.transpose(1, 0, 2)
+        if N * S > _LINEAR_MAX_STATES:
+            _alpha(lp_in, md, lprime, skip, tmax, lt)
+        else:
+            redo = np.nonzero(_alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt))[0]
+            if redo.size:   # samples linear space cannot take: the log-space recursion, on their own
+                tr = int(il[redo].max())
+                sub = np.empty((tr, redo.size, S + 2), dtype=md)
+                sub[:, :, :2] = ninf
+                _alpha(np.ascontiguousarray(lp_in[:, redo]), md, lprime[redo], skip[redo], tr, sub)
+                lt[:tr, redo] = sub
     la = ext[:, :, 2:]
     la[:, tmax:] = ninf
     # -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only feed higher
