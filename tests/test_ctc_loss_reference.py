@@ -314,3 +314,28 @@ def test_linear_forward_sample_bits_do_not_depend_on_the_batch(monkeypatch, dtyp
     n2, l2 = ctc_loss_forward(lp, tg, il, tl)
     np.testing.assert_array_equal(l2, la)
     np.testing.assert_array_equal(n2, nll)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_backward_vecdot_and_multiply_give_the_same_bits(monkeypatch, dtype):
+    """The backward sums each step's three terms by np.vecdot for small batches (over a state axis
+    laid out backwards in memory) and by a multiply and a reduction for larger ones: the same bits
+    (repeated labels, a blank label, an infinite loss, a bad label and the log-space redo included)."""
+    from aclnn_gpu.reference import ctc_loss as reference
+    rng = np.random.default_rng([SEED, 92])
+    lp, tg, il, tl = make_case(rng, 40, 6, 7, 6, runs=True)
+    lp = lp.astype(dtype)
+    tg[1, 0], tl[1] = 0, max(tl[1], 1)
+    il[2], tl[2] = 3, 6
+    tg[3, 0], tl[3] = 99, max(tl[3], 1)
+    il[0], tl[0] = 40, 6
+    nll, la = ctc_loss_forward(lp, tg, il, tl)
+    la = la.copy()
+    la[4, 1, 0] = np.nan
+    g = rng.standard_normal(6).astype(dtype)
+    got = {}
+    for states in (0, 1 << 30):
+        monkeypatch.setattr(reference, "_VECDOT_MAX_STATES", states)
+        got[states] = ctc_loss_backward(g, lp, tg, il, tl, nll, la)
+    np.testing.assert_array_equal(got[0], got[1 << 30])
+    assert np.isfinite(got[0][:, 0]).all() and np.isnan(got[0][:, 3]).all()

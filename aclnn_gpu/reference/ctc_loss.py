@@ -90,9 +90,10 @@ _PARALLEL_MIN_STATE_STEPS = 1 << 18
 # every core busy.
 _SLICE_SAMPLES = 32
 # Batches of at most this many states (N * (2*maxL+1)) sum the backward's three terms per step with
-# np.vecdot (one call, 1.5 us at N = 1) instead of a multiply and a reduction (two calls, 3 us); from a few
-# samples on the two calls are faster (measured on the 2-core bench machine).
-_VECDOT_MAX_STATES = 256
+# np.vecdot (one call) instead of a multiply and a reduction (two calls): 0.47 against 0.61 ms at N = 1,
+# 1.04 against 1.12 ms at N = 5 (L = 40), even at N = 8, slower from N = 16 (the 2-core bench machine).
+# Both add the same products in the same order: the choice changes no bit (tested).
+_VECDOT_MAX_STATES = 512
 # Bytes of the backward's per-block factor buffer (3 planes of float32 per state and step): small
 # batches take many steps per block (fewer NumPy calls per step), large ones at least 32.
 _BLOCK_BYTES = 1 << 18
@@ -363,8 +364,8 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     grad = np.zeros((T, N, C), dtype=md)
     tmax = int(il.max()) if N else 0
     if tmax:
-        # the step's three-term sums by one np.vecdot call for tiny batches (two calls otherwise, faster
-        # from a few samples on); chosen for the whole batch, so every split rounds alike
+        # the step's three-term sums by one np.vecdot call for small batches (two calls otherwise, faster
+        # from about 16 samples on), the same bits either way
         by_vecdot = N * S <= _VECDOT_MAX_STATES and hasattr(np, "vecdot")   # NumPy >= 2.0
         _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad), N,
                    tmax * N * S)
@@ -415,7 +416,12 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
     nll_eff = nll.copy()
     nf = ~np.isfinite(nll)
-    G = np.zeros((tmax, n, S + 2), dtype=md)
+    # G[t, n, s] for s < S + 2 (two 0 columns past the last state). For np.vecdot its state axis runs
+    # backwards in memory (Gm): the (s, s+1, s+2) view of the recursion then has a negative stride,
+    # which vecdot sums in a plain loop (a positive one goes to BLAS's dot, one call per state: 1.2-1.6x
+    # slower at N = 1-2); the multiply of larger batches wants it forwards (SIMD). Same bits either way.
+    Gm = np.zeros((tmax, n, S + 2), dtype=md)
+    G = Gm[:, :, ::-1] if by_vecdot else Gm
     last = np.maximum(il - 1, 0)
     s2 = 2 * tl
     s1 = np.maximum(2 * tl - 1, 0)
@@ -502,10 +508,10 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     # repeated indices one after another: a label occurring twice gets its occupancies summed in
     # label order, on top of the blank sum when the label is the blank
     sums = np.zeros((tmax, n, C), dtype=md)
-    sums[:, bidx, blank] = G[:, :, 0:S:2].sum(axis=2)
+    sums[:, bidx, blank] = np.ascontiguousarray(G[:, :, 0:S:2]).sum(axis=2)     # in state order
     if max_l:
         bb, jj = np.nonzero(np.arange(max_l)[None, :] < tl[:, None])
-        occupancy = np.take(G.reshape(tmax, -1), bb * (S + 2) + 2 * jj + 1, axis=1)
+        occupancy = np.take(Gm.reshape(tmax, -1), bb * (S + 2) + (S - 2 * jj if by_vecdot else 2 * jj + 1), axis=1)
         columns = np.arange(tmax)[:, None] * (n * C) + (bb * C + labels[bb, jj])
         np.add.at(sums.reshape(-1), columns.reshape(-1), occupancy.reshape(-1))
     out = grad[:tmax]
@@ -517,7 +523,9 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     out *= g[None, :, None]
     # PyTorch's formula where lp = -inf: exp(-inf) - exp(lcab + nll + inf) is NaN (-inf - -inf in the
     # exponent) at every column, label or not; the occupancy recursion would give its limit, 0
-    np.copyto(out, md.type(np.nan), where=lp[:tmax, b0:b0 + n] == -np.inf)
+    lps = lp[:tmax, b0:b0 + n]
+    if np.fmin.reduce(lps, axis=None) == -np.inf:       # one reduction instead of a mask, as -inf is rare
+        np.copyto(out, md.type(np.nan), where=lps == -np.inf)
     for b in range(n):
         if il[b] < tmax:
             out[il[b]:, b, :] = 0
