@@ -265,12 +265,15 @@ def test_linear_forward_matches_log_space(monkeypatch, dtype):
             np.testing.assert_allclose(a, t, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("rows", [256, 8])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_linear_forward_redoes_what_it_cannot_take(monkeypatch, dtype):
+def test_linear_forward_redoes_what_it_cannot_take(monkeypatch, dtype, rows):
     """A sample whose scaled alpha underflows (a label 800 nats less likely than the rest), holds a
     -inf or NaN log-prob in its region, or overflows (a garbage log-prob of +800) is redone in log
     space, alone: its result is the log-space path's bit for bit, the others' stay linear, and the
-    finite values match PyTorch float64."""
+    finite values match PyTorch float64 (in one block of rows, and in blocks of 8)."""
+    from aclnn_gpu.reference import ctc_loss as reference
+    monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", rows)
     rng = np.random.default_rng([SEED, 94])
     lp, tg, il, tl = make_case(rng, 40, 6, 5, 4, min_in=20)
     il[:] = 40
@@ -298,8 +301,10 @@ def test_linear_forward_redoes_what_it_cannot_take(monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 def test_linear_forward_sample_bits_do_not_depend_on_the_batch(monkeypatch, dtype):
-    """Each sample of a small call gives the same log_alpha bits alone as in its batch, and the step's
-    sum by np.vecdot gives the bits of a multiply and a reduction (NumPy without vecdot)."""
+    """Each sample of a small call gives the same log_alpha bits alone as in its batch, in blocks of 8
+    or 16 rows as in one block (the running log-scale and the last row carried across blocks), and
+    the step's sum by np.vecdot gives the bits of a multiply and a reduction (NumPy without vecdot)."""
+    from aclnn_gpu.reference import ctc_loss as reference
     rng = np.random.default_rng([SEED, 93])
     lp, tg, il, tl = make_case(rng, 50, 7, 6, 5, runs=True)
     il[0], tl[0] = 50, 5
@@ -310,6 +315,11 @@ def test_linear_forward_sample_bits_do_not_depend_on_the_batch(monkeypatch, dtyp
         np.testing.assert_array_equal(n1[0], nll[b])
         w = l1.shape[2]
         np.testing.assert_array_equal(l1[0], la[b, :, :w])
+    for rows in (8, 16):
+        monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", rows)
+        n2, l2 = ctc_loss_forward(lp, tg, il, tl)
+        np.testing.assert_array_equal(l2, la)
+        np.testing.assert_array_equal(n2, nll)
     monkeypatch.delattr(np, "vecdot", raising=False)
     n2, l2 = ctc_loss_forward(lp, tg, il, tl)
     np.testing.assert_array_equal(l2, la)

@@ -107,13 +107,18 @@ _GATHER_STEPS = 64
 # Calls of at most this many states (N * (2*maxL+1)) run the forward's alpha recursion in scaled float64
 # linear space (_alpha_linear: one NumPy call per time step instead of eight; 1.3-1.9x faster at N = 1-5,
 # L = 40), larger ones in log space (_alpha: linear space needs float64 and an exp and a log per state
-# besides the steps, slower from about N = 16). Chosen for the whole call, as the backward's np.vecdot:
-# a sample's log_alpha rounds alike in any call of either kind, and linear space is the more accurate.
+# besides the steps, slower from about N = 16). Chosen for the whole call: a sample's log_alpha rounds
+# alike in every call of either kind, but differently in a small call than in a large one (float64
+# linear space, the more accurate, against float32 log space for float32 data; both within the tests'
+# tolerances of PyTorch float64).
 _LINEAR_MAX_STATES = 512
 # The linear recursion rescales each sample's row to a maximum of 1 every _RESCALE_STEPS rows (rows
-# t = 8k, whatever the batch) and works in blocks of at most _LINEAR_BLOCK_ROWS rows (a multiple of 8).
+# t = 8k, whatever the batch) and works in blocks of rows (a multiple of 8, at most _LINEAR_BLOCK_ROWS,
+# whose float64 buffers, about 48 bytes per state and row, take at most about _LINEAR_BLOCK_BYTES): a
+# block costs some 25 NumPy calls besides its steps.
 _RESCALE_STEPS = 8
-_LINEAR_BLOCK_ROWS = 64
+_LINEAR_BLOCK_ROWS = 256
+_LINEAR_BLOCK_BYTES = 1 << 20
 # A reachable state whose scaled alpha falls below _LINEAR_FLOOR (float64's normal range ends at 2.2e-308:
 # below it bits are lost) sends its sample to the log-space recursion; the divisors are at least the floor
 # (a row of zeros, past the sample's input length, stays zeros).
@@ -210,7 +215,8 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
     T, n, C = lp_in.shape
     S = lprime.shape[1]
     f8 = np.dtype(np.float64)
-    R, G = _RESCALE_STEPS, _LINEAR_BLOCK_ROWS
+    R = _RESCALE_STEPS
+    G = R * max(1, min(_LINEAR_BLOCK_ROWS, _LINEAR_BLOCK_BYTES // (48 * n * S), -(-tmax // R) * R) // R)
     # p by an exp over the log-probs' C columns and a gather when C < S (fewer exps), else the other way
     # round: the same float64 exp of the same values either way
     by_columns = C < S
