@@ -400,7 +400,10 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
         return
     bidx = np.arange(n)
     # log_alpha as (t, n, s) in the math dtype, -inf outside t < Lin, s <= 2L (never read there)
-    la = np.array(la_all[:, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
+    # the call's working arrays are scratch the thread keeps (parallel.kept): fresh ones of this size
+    # come from mmap and page-fault on every call
+    la = parallel.kept("ctc_log_alpha", (tmax, n, S), md)
+    np.copyto(la, la_all[:, :tmax, :S].transpose(1, 0, 2), casting="unsafe")
     for b in range(n):
         la[il[b]:, b, :] = ninf
         la[:, b, 2 * tl[b] + 1:] = ninf
@@ -409,8 +412,9 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
             # has longer inputs, so a sample's result would depend on the batch it came in
             la[il[b] - 1, b, :max(2 * tl[b] - 1, 0)] = ninf
     # log-probs gathered at the extended labels: (tmax, n, S)
-    lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
-                  axis=1).reshape(tmax, n, S)
+    lpg = parallel.kept("ctc_label_log_probs", (tmax, n, S), md)
+    np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1), axis=1,
+            out=lpg.reshape(tmax, n * S))
     # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
     #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
     # which telescopes to PyTorch's expression for any finite log_alpha (la[t+1] cancels), and whose
@@ -426,7 +430,8 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     # backwards in memory (Gm): the (s, s+1, s+2) view of the recursion then has a negative stride,
     # which vecdot sums in a plain loop (a positive one goes to BLAS's dot, one call per state: 1.2-1.6x
     # slower at N = 1-2); the multiply of larger batches wants it forwards (SIMD). Same bits either way.
-    Gm = np.zeros((tmax, n, S + 2), dtype=md)
+    Gm = parallel.kept("ctc_occupancy", (tmax, n, S + 2), md)
+    Gm.fill(0)
     G = Gm[:, :, ::-1] if by_vecdot else Gm
     last = np.maximum(il - 1, 0)
     s2 = 2 * tl
@@ -513,7 +518,8 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     # blank column: the even states; label columns: the odd states, added with np.add.at, which adds
     # repeated indices one after another: a label occurring twice gets its occupancies summed in
     # label order, on top of the blank sum when the label is the blank
-    sums = np.zeros((tmax, n, C), dtype=md)
+    sums = parallel.kept("ctc_column_sums", (tmax, n, C), md)
+    sums.fill(0)
     sums[:, bidx, blank] = np.ascontiguousarray(G[:, :, 0:S:2]).sum(axis=2)     # in state order
     if max_l:
         bb, jj = np.nonzero(np.arange(max_l)[None, :] < tl[:, None])
