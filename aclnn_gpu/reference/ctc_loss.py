@@ -226,11 +226,13 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
     outside = (np.arange(S)[None, :] > 2 * tl[:, None])[None]                  # (1, n, S): s > 2L
     reach_all = int(np.where(outside[0], 0, first).max())   # from here every state s <= 2L is reachable
     K = skip.astype(f8)
-    A = np.zeros((G + 1, n, S + 2), dtype=f8)     # row 0: the previous block's last row; a[s-1], a[s-2] = 0
-    W = np.empty((G, 3, n, S), dtype=f8)          # (p, p, skip p) of each row
-    E = np.empty((G, n * C), dtype=f8)
-    logs = np.empty((G, n, S), dtype=f8)
-    buf = np.empty((3, n, S), dtype=f8)
+    # scratch the thread keeps (parallel.kept: fresh arrays of this size page-fault on every call)
+    A = parallel.kept("ctc_alpha_rows", (G + 1, n, S + 2), f8)   # row 0: the previous block's last row
+    A.fill(0)                                                    # a[s-1], a[s-2] = 0 at s = 0, 1
+    W = parallel.kept("ctc_alpha_weights", (G, 3, n, S), f8)    # (p, p, skip p) of each row
+    E = parallel.kept("ctc_alpha_exps", (G, n * C), f8)
+    logs = parallel.kept("ctc_alpha_logs", (G, n, S), f8)
+    buf = parallel.kept("ctc_alpha_products", (3, n, S), f8)
     Lc = np.zeros((G // R + 1, n), dtype=f8)      # [log-scale so far, log divisors of the block's segments]
     st = A.strides
     # V[i, k, n, s] = A[i, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
