@@ -24,9 +24,13 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
 * a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
   never used as an index.
 
-Vectorised over batch and extended-label states; the only Python loop runs over time. The backward
-splits a large batch into slices of samples that run in parallel (reference/parallel.py); each
-sample's arithmetic, and so the result, is the same for any split.
+Vectorised over batch and extended-label states; the only Python loop runs over time. The forward's
+alpha recursion runs in float32 (float64 for float64 data) log space, eight NumPy calls per step, or
+for small calls (N * (2*maxL+1) <= 512 states, where those calls' overhead dominates) in scaled
+float64 linear space, one call per step, with the samples linear space cannot hold (underflow, -inf,
+NaN, overflow) redone in log space. The backward splits a large batch into slices of samples that run
+in parallel (reference/parallel.py); each sample's arithmetic, and so the result, is the same for any
+split.
 """
 from __future__ import annotations
 
