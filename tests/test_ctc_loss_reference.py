@@ -349,3 +349,41 @@ def test_backward_vecdot_and_multiply_give_the_same_bits(monkeypatch, dtype):
         got[states] = ctc_loss_backward(g, lp, tg, il, tl, nll, la)
     np.testing.assert_array_equal(got[0], got[1 << 30])
     assert np.isfinite(got[0][:, 0]).all() and np.isnan(got[0][:, 3]).all()
+
+
+def test_linear_forward_leaves_long_samples_and_stops_when_all_fail(monkeypatch):
+    """A sample longer than _LINEAR_MAX_STEPS goes to log space without a linear attempt; a call whose
+    samples have all failed stops the linear recursion at the end of the block (the samples redone in
+    log space give the log-space path's bits)."""
+    from aclnn_gpu.reference import ctc_loss as reference
+    rng = np.random.default_rng([SEED, 91])
+    lp, tg, il, tl = make_case(rng, 48, 3, 5, 3, min_in=20)
+    il[:] = [48, 20, 30]
+    tl[:] = 3
+    monkeypatch.setattr(reference, "_LINEAR_MAX_STEPS", 25)          # samples 0 and 2 are long
+    monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", 8)
+    (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp, tg, il, tl)
+    assert redone == [2]
+    np.testing.assert_array_equal(la[[0, 2]], la_log[[0, 2]])
+    _, tnll, tla, _ = torch_ref(lp, tg, il, tl, 0, False, np.ones(3), False)
+    np.testing.assert_allclose(nll, tnll, rtol=1e-10)
+    # every sample fails in the first block (a label 800 nats below the rest): the recursion stops there
+    lp2 = lp.copy()
+    lp2[:, :, tg[0, 1]] -= 800.0
+    lp2[:, :, tg[1, 1]] -= 800.0
+    lp2[:, :, tg[2, 1]] -= 800.0
+    monkeypatch.setattr(reference, "_LINEAR_MAX_STEPS", 512)
+    monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", 8)
+    steps = []
+    linear = reference._alpha_linear
+
+    def spy(lp_in, lprime, skip, il_, tl_, tmax, lt):
+        out = linear(lp_in, lprime, skip, il_, tl_, tmax, lt)
+        steps.append(out.copy())
+        return out
+
+    monkeypatch.setattr(reference, "_alpha_linear", spy)
+    (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp2, tg, il, tl)
+    assert redone == [3] and steps[0].all()
+    np.testing.assert_array_equal(la, la_log)
+    np.testing.assert_array_equal(nll, nll_log)

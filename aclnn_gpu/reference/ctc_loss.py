@@ -116,6 +116,10 @@ _GATHER_STEPS = 64
 # linear space, the more accurate, against float32 log space for float32 data; both within the tests'
 # tolerances of PyTorch float64).
 _LINEAR_MAX_STATES = 512
+# Samples longer than this many steps take log space directly: over long inputs the states of a row
+# drift apart beyond float64's range (random log-probs at T = 1000, L = 100 do), and the linear attempt
+# would be wasted. The linear recursion also stops once every sample has failed or ended.
+_LINEAR_MAX_STEPS = 512
 # The linear recursion rescales each sample's row to a maximum of 1 every _RESCALE_STEPS rows (rows
 # t = 8k, whatever the batch) and works in blocks of rows (a multiple of 8, at most _LINEAR_BLOCK_ROWS,
 # whose float64 buffers, about 48 bytes per state and row, take at most about _LINEAR_BLOCK_BYTES): a
@@ -297,6 +301,8 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
             seg = np.repeat(Lc[1:], R, axis=0)[:steps]           # (steps, n): each row's log-scale
             np.add(lg, seg[:, :, None], out=lt[t0:t1, :, 2:])
             Lc[0] = Lc[-1]
+            if (bad | (il <= t1)).all():                         # every sample failed or ended
+                break
         # an overflow (a log-prob far above 0) makes the next divisor, or the last row, infinite or NaN
         # for good: infinity times a probability stays infinite, times a cleared 0 is NaN
         bad |= ~np.isfinite(Lc[0]) | ~np.isfinite(rmax(Ar[steps], 1))
@@ -321,7 +327,11 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
         if N * S > _LINEAR_MAX_STATES:
             _alpha(lp_in, md, lprime, skip, tmax, lt)
         else:
-            redo = np.nonzero(_alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt))[0]
+            short = np.where(il <= _LINEAR_MAX_STEPS, il, 0)        # a long sample: no row in linear space
+            redo = il > _LINEAR_MAX_STEPS
+            if short.any():
+                redo |= _alpha_linear(lp_in, lprime, skip, short, tl, int(short.max()), lt)
+            redo = np.nonzero(redo)[0]
             if redo.size:   # samples linear space cannot take: the log-space recursion, on their own
                 tr = int(il[redo].max())
                 sub = np.empty((tr, redo.size, S + 2), dtype=md)
