@@ -215,15 +215,15 @@ def test_scalar_grad_out_serves_every_sample(monkeypatch):
 
 
 def _forward_paths(monkeypatch, lp, tg, il, tl, blank=0):
-    """(linear, log space, samples the linear path sent to log space) of one small call."""
+    """(linear, log space, [(samples, first row)] the linear path sent to log space) of one call."""
     from aclnn_gpu.reference import ctc_loss as reference
     assert lp.shape[1] * (2 * int(max(tl)) + 1) <= reference._LINEAR_MAX_STATES
     redone = []
     log_space = reference._alpha
 
-    def spy(lp_in, md, lprime, skip, tmax, lt):
-        redone.append(lp_in.shape[1])
-        return log_space(lp_in, md, lprime, skip, tmax, lt)
+    def spy(lp_in, md, lprime, skip, tmax, lt, start=0):
+        redone.append((lp_in.shape[1], start))
+        return log_space(lp_in, md, lprime, skip, tmax, lt, start)
 
     monkeypatch.setattr(reference, "_alpha", spy)
     linear = ctc_loss_forward(lp, tg, il, tl, blank)
@@ -286,7 +286,7 @@ def test_linear_forward_redoes_what_it_cannot_take(monkeypatch, dtype, rows):
     lp[39, 5, 0] = np.nan                    # sample 5: NaN at its last step, in its region too
     lp = lp.astype(dtype)
     (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp, tg, il, tl)
-    assert redone == [5]                     # samples 1-5, in one log-space call; sample 0 stays linear
+    assert redone == [(5, 0)]                # samples 1-5, in one log-space call; sample 0 stays linear
     for b in (1, 2, 3, 4, 5):
         np.testing.assert_array_equal(la[b], la_log[b])
         np.testing.assert_array_equal(nll[b], nll_log[b])
@@ -363,7 +363,7 @@ def test_linear_forward_leaves_long_samples_and_stops_when_all_fail(monkeypatch)
     monkeypatch.setattr(reference, "_LINEAR_MAX_STEPS", 25)          # samples 0 and 2 are long
     monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", 8)
     (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp, tg, il, tl)
-    assert redone == [2]
+    assert redone == [(2, 0)]
     np.testing.assert_array_equal(la[[0, 2]], la_log[[0, 2]])
     _, tnll, tla, _ = torch_ref(lp, tg, il, tl, 0, False, np.ones(3), False)
     np.testing.assert_allclose(nll, tnll, rtol=1e-10)
@@ -374,6 +374,7 @@ def test_linear_forward_leaves_long_samples_and_stops_when_all_fail(monkeypatch)
     lp2[:, :, tg[2, 1]] -= 800.0
     monkeypatch.setattr(reference, "_LINEAR_MAX_STEPS", 512)
     monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", 8)
+    monkeypatch.setattr(reference, "_LINEAR_MIN_LOG_PROB", -np.inf)
     steps = []
     linear = reference._alpha_linear
 
@@ -384,6 +385,54 @@ def test_linear_forward_leaves_long_samples_and_stops_when_all_fail(monkeypatch)
 
     monkeypatch.setattr(reference, "_alpha_linear", spy)
     (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp2, tg, il, tl)
-    assert redone == [3] and steps[0].all()
+    assert redone == [(3, 0)] and (steps[0] == 0).all()
     np.testing.assert_array_equal(la, la_log)
     np.testing.assert_array_equal(nll, nll_log)
+
+
+@pytest.mark.parametrize("rows", [128, 8])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_linear_forward_resumes_an_underflow_in_log_space(monkeypatch, dtype, rows):
+    """A sample that underflows late (its label 3 becomes 800 nats less likely from t = 20 on) keeps its
+    exact linear rows before the failing segment of 8 rows and resumes in log space from that
+    segment's first row (16), in blocks of 128 or 8 rows: PyTorch float64's values, the log-space
+    path's -inf pattern."""
+    from aclnn_gpu.reference import ctc_loss as reference
+    monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", rows)
+    monkeypatch.setattr(reference, "_LINEAR_MIN_LOG_PROB", -np.inf)   # no log-prob sends it to log space first
+    rng = np.random.default_rng([SEED, 90])
+    lp, tg, il, tl = make_case(rng, 40, 2, 5, 4, min_in=20)
+    il[:], tl[:] = 40, 4
+    tg[:, :4] = [1, 2, 3, 4]
+    lp[20:, 1, 3] -= 800.0
+    lp = lp.astype(dtype)
+    (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp, tg, il, tl)
+    assert redone == [(1, 16)]
+    np.testing.assert_array_equal(np.isfinite(la), np.isfinite(la_log))
+    tol = 1e-10 if dtype == np.float64 else 1e-5
+    fin = np.isfinite(la)
+    np.testing.assert_allclose(la[fin], la_log[fin], rtol=tol, atol=tol)
+    np.testing.assert_allclose(nll, nll_log, rtol=tol)
+    if dtype == np.float64:
+        _, tnll, tla, _ = torch_ref(lp, tg, il, tl, 0, False, np.ones(2), False)
+        np.testing.assert_allclose(la[1], tla[1], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(nll, tnll, rtol=1e-10)
+
+
+def test_linear_forward_sends_peaked_samples_to_log_space(monkeypatch):
+    """A sample with a log-prob below _LINEAR_MIN_LOG_PROB (a trained model's peaked output) or a NaN
+    goes to log space without a linear attempt, the others stay linear; every value is the log-space
+    path's (bits) or PyTorch float64's."""
+    rng = np.random.default_rng([SEED, 89])
+    lp, tg, il, tl = make_case(rng, 30, 3, 5, 3, min_in=10)
+    lp = torch.log_softmax(torch.tensor(rng.standard_normal((30, 3, 5))), -1).numpy()
+    lp[:, 1] = torch.log_softmax(torch.tensor(rng.standard_normal((30, 5)) + 25 * np.eye(5)[rng.integers(0, 5, 30)]),
+                                 -1).numpy()
+    lp[2, 2, 4] = np.nan
+    il[:] = 30
+    (nll, la), (nll_log, la_log), redone = _forward_paths(monkeypatch, lp, tg, il, tl)
+    assert redone == [(2, 0)]
+    np.testing.assert_array_equal(la[1:], la_log[1:])
+    np.testing.assert_array_equal(nll[1:], nll_log[1:])
+    _, tnll, tla, _ = torch_ref(lp, tg, il, tl, 0, False, np.ones(3), False)
+    np.testing.assert_allclose(nll[:2], tnll[:2], rtol=1e-10)

@@ -116,17 +116,19 @@ _GATHER_STEPS = 64
 # linear space, the more accurate, against float32 log space for float32 data; both within the tests'
 # tolerances of PyTorch float64).
 _LINEAR_MAX_STATES = 512
-# Samples longer than this many steps take log space directly: over long inputs the states of a row
-# drift apart beyond float64's range (random log-probs at T = 1000, L = 100 do), and the linear attempt
-# would be wasted. The linear recursion also stops once every sample has failed or ended.
+# Samples longer than this many steps, or with a log-prob below _LINEAR_MIN_LOG_PROB in their rows (the
+# peaked outputs of a trained model: other classes at e^-20), take log space directly: the states of a
+# row drift apart beyond float64's range there (random log-probs at T = 1000, L = 100; logits with a
+# margin of 20 at T = 200), and the linear attempt would be wasted. Both are properties of the sample.
+# The linear recursion also stops once every sample has failed or ended.
 _LINEAR_MAX_STEPS = 512
+_LINEAR_MIN_LOG_PROB = -15.0
 # The linear recursion rescales each sample's row to a maximum of 1 every _RESCALE_STEPS rows (rows
-# t = 8k, whatever the batch) and works in blocks of rows (a multiple of 8, at most _LINEAR_BLOCK_ROWS,
-# whose float64 buffers, about 48 bytes per state and row, take at most about _LINEAR_BLOCK_BYTES): a
-# block costs some 25 NumPy calls besides its steps.
+# t = 8k, whatever the batch) and works in blocks of _LINEAR_BLOCK_ROWS rows (a multiple of 8; rows
+# [128k, 128k + 128), whatever the batch): a block costs some 25 NumPy calls besides its steps, and a
+# sample that fails in a block resumes in log space from that block's first row.
 _RESCALE_STEPS = 8
-_LINEAR_BLOCK_ROWS = 256
-_LINEAR_BLOCK_BYTES = 1 << 20
+_LINEAR_BLOCK_ROWS = 128
 # A reachable state whose scaled alpha falls below _LINEAR_FLOOR (float64's normal range ends at 2.2e-308:
 # below it bits are lost) sends its sample to the log-space recursion; the divisors are at least the floor
 # (a row of zeros, past the sample's input length, stays zeros).
@@ -144,11 +146,12 @@ def _by_slices(work, N, state_steps):
     parallel.run_pieces(lambda samples: work(*samples), parallel.ranges(N, pieces))
 
 
-def _alpha(lp_in, md, lprime, skip, tmax, lt):
-    """The alpha recursion: lt[t, n, 2 + s] = log_alpha for t < tmax (rows past a sample's own input
-    length are cleared by the caller). It stays on one thread: its eight small NumPy calls per time
-    step contend for the GIL when batch slices run in parallel (measured 1.5-2x slower on 2 cores);
-    the log-probs at the extended labels are gathered for _GATHER_STEPS steps in one call."""
+def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
+    """The alpha recursion in log space: lt[t, n, 2 + s] = log_alpha for start <= t < tmax, from row
+    start - 1 of lt when start > 0 (rows past a sample's own input length are cleared by the caller).
+    It stays on one thread: its eight small NumPy calls per time step contend for the GIL when batch
+    slices run in parallel (measured 1.5-2x slower on 2 cores); the log-probs at the extended labels
+    are gathered for _GATHER_STEPS steps in one call."""
     T, n, C = lp_in.shape
     S = lprime.shape[1]
     ninf = md.type(-np.inf)
@@ -163,9 +166,10 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
             return lowp.f16_to_f32(g)
         return g.astype(md, copy=False)
 
-    lpg = gather(0)
-    lt[0, :, 2:] = ninf
-    lt[0, :, 2:4] = lpg[0, :, :2]
+    lpg = gather(start - start % _GATHER_STEPS)
+    if start == 0:
+        lt[0, :, 2:] = ninf
+        lt[0, :, 2:4] = lpg[0, :, :2]
     skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
     skipadd[skip] = 0
     addk = np.zeros((3, n, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
@@ -181,7 +185,7 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
     sub, add, ex, lg = np.subtract, np.add, np.exp, np.log
     rmax, red = np.maximum.reduce, np.add.reduce
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        for t in range(1, tmax):
+        for t in range(max(start, 1), tmax):
             if t % _GATHER_STEPS == 0:
                 lpg = gather(t)
             add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
@@ -214,17 +218,19 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
     with each sample's row divided by its maximum every _RESCALE_STEPS rows (the logs of the divisors
     summed in row order). Every operation is elementwise or per sample: a sample's bits do not depend
     on the other samples of the call. Writes lt[t, n, 2 + s] = log(a) + log-scale for t < tmax, in lt's
-    dtype (garbage at t >= Lin and s > 2L, which the caller clears), and returns the (n,) bool of the
-    samples it cannot take, which the caller redoes in log space: a reachable state (t >= _first_steps,
-    t < Lin, s <= 2L) whose scaled alpha is below _LINEAR_FLOOR or NaN (a -inf or NaN log-prob;
-    underflow: float64 keeps about 690 nats below the row's maximum, log space everything), or an
-    overflow (log-probs far above 0). For the others the result is the log-space value within float64
-    rounding, and -inf exactly where log space gives -inf (the states not reachable yet)."""
+    dtype (garbage at t >= Lin and s > 2L, which the caller clears). Returns, per sample, the first row
+    the caller must redo in log space (-1: none): where a reachable state (t >= _first_steps, t < Lin,
+    s <= 2L) holds a scaled alpha below _LINEAR_FLOOR (underflow: float64 keeps about 690 nats below the
+    row's maximum, log space everything; or a -inf log-prob), the first row of the first segment of
+    _RESCALE_STEPS rows where one does, the rows before it being exact; row 0 where a row turns
+    infinite or NaN (an overflow from log-probs far above 0, a NaN log-prob). For the rest the result
+    is the log-space value within float64 rounding, and -inf exactly where log space gives -inf (the
+    states not reachable yet)."""
     T, n, C = lp_in.shape
     S = lprime.shape[1]
     f8 = np.dtype(np.float64)
     R = _RESCALE_STEPS
-    G = R * max(1, min(_LINEAR_BLOCK_ROWS, _LINEAR_BLOCK_BYTES // (48 * n * S), -(-tmax // R) * R) // R)
+    G = _LINEAR_BLOCK_ROWS                # fixed: where a failed sample resumes must not depend on the call
     # p by an exp over the log-probs' C columns and a gather when C < S (fewer exps), else the other way
     # round: the same float64 exp of the same values either way
     by_columns = C < S
@@ -247,6 +253,7 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
     V = np.lib.stride_tricks.as_strided(A[:, :, 2:], shape=(G + 1, 3, n, S), strides=(st[0], -st[2], st[1], st[2]))
     Ar = A[:, :, 2:]
     bad = np.zeros(n, dtype=bool)
+    resume = np.full(n, -1, dtype=np.int64)       # first row to redo in log space (-1: none)
     vecdot = getattr(np, "vecdot", None)          # NumPy >= 2.0; else a multiply and a reduction, same sums
     mul, red, rmax, div = np.multiply, np.add.reduce, np.maximum.reduce, np.divide
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -288,9 +295,13 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
                     div(Ar[i + 1], c[:, None], out=Ar[i + 1])
             rows = Ar[1:steps + 1]
             # every reachable state at t < Lin holds at least the floor: count them (NaN is not counted)
-            held = np.count_nonzero(rows >= _LINEAR_FLOOR, axis=(0, 2))
-            due = np.clip(np.minimum(il, t1)[:, None] - np.maximum(first, t0), 0, None).sum(axis=1)
-            bad |= held != due
+            # per segment of 8 rows: the underflow of a sample resumes at its first failing segment
+            seg0 = np.arange(t0, t1, R)                                         # segments' first rows
+            held = np.add.reduceat(np.count_nonzero(rows >= _LINEAR_FLOOR, axis=2), seg0 - t0, axis=0)
+            ends = np.minimum(il[None, :], np.minimum(seg0 + R, t1)[:, None])  # (segments, n)
+            due = np.clip(ends[:, :, None] - np.maximum(first[None], seg0[:, None, None]), 0, None).sum(axis=2)
+            short_of = held != due                                             # (segments, n)
+            lost = short_of.any(axis=0)
             np.log(cs, out=cs)
             np.add.accumulate(Lc, axis=0, out=Lc)                # running log-scale, in row order
             lg = logs[:steps]
@@ -301,12 +312,18 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
             seg = np.repeat(Lc[1:], R, axis=0)[:steps]           # (steps, n): each row's log-scale
             np.add(lg, seg[:, :, None], out=lt[t0:t1, :, 2:])
             Lc[0] = Lc[-1]
+            # an overflow (a log-prob far above 0) or a NaN makes the rest of the sample's rows infinite
+            # or NaN (infinity times a probability stays infinite, times a cleared 0 is NaN): all of it
+            # is redone; underflow only from this block's first row on, the rows before it being exact
+            broken = ~np.isfinite(Lc[0]) | ~np.isfinite(rmax(Ar[steps], 1))
+            resume[~bad & broken] = 0
+            resume[~bad & ~broken & lost] = seg0[short_of.argmax(axis=0)][~bad & ~broken & lost]
+            bad |= broken | lost
             if (bad | (il <= t1)).all():                         # every sample failed or ended
                 break
         # an overflow (a log-prob far above 0) makes the next divisor, or the last row, infinite or NaN
         # for good: infinity times a probability stays infinite, times a cleared 0 is NaN
-        bad |= ~np.isfinite(Lc[0]) | ~np.isfinite(rmax(Ar[steps], 1))
-    return bad
+    return resume
 
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     lp_in = np.ascontiguousarray(log_probs)
@@ -327,17 +344,25 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
         if N * S > _LINEAR_MAX_STATES:
             _alpha(lp_in, md, lprime, skip, tmax, lt)
         else:
-            short = np.where(il <= _LINEAR_MAX_STEPS, il, 0)        # a long sample: no row in linear space
-            redo = il > _LINEAR_MAX_STEPS
+            with np.errstate(invalid="ignore"):
+                fit = (il <= _LINEAR_MAX_STEPS) & (lp_in[:tmax].min(axis=(0, 2)) >= _LINEAR_MIN_LOG_PROB)
+            short = np.where(fit, il, 0)                            # no row in linear space for the others
+            resume = np.where(fit, -1, 0)
             if short.any():
-                redo |= _alpha_linear(lp_in, lprime, skip, short, tl, int(short.max()), lt)
-            redo = np.nonzero(redo)[0]
-            if redo.size:   # samples linear space cannot take: the log-space recursion, on their own
+                resume = np.maximum(resume, _alpha_linear(lp_in, lprime, skip, short, tl, int(short.max()), lt))
+            # the samples linear space cannot take, in log space on their own, grouped by the row they
+            # resume from (the linear rows before it are exact)
+            for r in np.unique(resume[resume >= 0]):
+                redo = np.nonzero(resume == r)[0]
                 tr = int(il[redo].max())
+                if tr <= r:
+                    continue
                 sub = np.empty((tr, redo.size, S + 2), dtype=md)
                 sub[:, :, :2] = ninf
-                _alpha(np.ascontiguousarray(lp_in[:, redo]), md, lprime[redo], skip[redo], tr, sub)
-                lt[:tr, redo] = sub
+                if r:
+                    sub[r - 1] = lt[r - 1, redo]
+                _alpha(np.ascontiguousarray(lp_in[:, redo]), md, lprime[redo], skip[redo], tr, sub, int(r))
+                lt[r:tr, redo] = sub[r:]
     la = ext[:, :, 2:]
     la[:, tmax:] = ninf
     # -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only feed higher
