@@ -390,12 +390,12 @@ def test_linear_forward_leaves_long_samples_and_stops_when_all_fail(monkeypatch)
     np.testing.assert_array_equal(nll, nll_log)
 
 
-@pytest.mark.parametrize("rows", [128, 8])
+@pytest.mark.parametrize("rows", [256, 8])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_linear_forward_resumes_an_underflow_in_log_space(monkeypatch, dtype, rows):
     """A sample that underflows late (its label 3 becomes 800 nats less likely from t = 20 on) keeps its
     exact linear rows before the failing segment of 8 rows and resumes in log space from that
-    segment's first row (16), in blocks of 128 or 8 rows: PyTorch float64's values, the log-space
+    segment's first row (16), in blocks of 256 or 8 rows: PyTorch float64's values, the log-space
     path's -inf pattern."""
     from aclnn_gpu.reference import ctc_loss as reference
     monkeypatch.setattr(reference, "_LINEAR_BLOCK_ROWS", rows)

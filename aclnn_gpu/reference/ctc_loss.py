@@ -124,11 +124,11 @@ _LINEAR_MAX_STATES = 512
 _LINEAR_MAX_STEPS = 512
 _LINEAR_MIN_LOG_PROB = -15.0
 # The linear recursion rescales each sample's row to a maximum of 1 every _RESCALE_STEPS rows (rows
-# t = 8k, whatever the batch) and works in blocks of _LINEAR_BLOCK_ROWS rows (a multiple of 8; rows
-# [128k, 128k + 128), whatever the batch): a block costs some 25 NumPy calls besides its steps, and a
-# sample that fails in a block resumes in log space from that block's first row.
+# t = 8k, whatever the batch; a sample that underflows resumes in log space from the first row of its
+# failing segment of 8 rows) and works in blocks of _LINEAR_BLOCK_ROWS rows (a multiple of 8): a block
+# costs some 25 NumPy calls besides its steps, and its float64 buffers at most 3 MiB each.
 _RESCALE_STEPS = 8
-_LINEAR_BLOCK_ROWS = 128
+_LINEAR_BLOCK_ROWS = 256
 # A reachable state whose scaled alpha falls below _LINEAR_FLOOR (float64's normal range ends at 2.2e-308:
 # below it bits are lost) sends its sample to the log-space recursion; the divisors are at least the floor
 # (a row of zeros, past the sample's input length, stays zeros).
@@ -230,7 +230,7 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
     S = lprime.shape[1]
     f8 = np.dtype(np.float64)
     R = _RESCALE_STEPS
-    G = _LINEAR_BLOCK_ROWS                # fixed: where a failed sample resumes must not depend on the call
+    G = _LINEAR_BLOCK_ROWS
     # p by an exp over the log-probs' C columns and a gather when C < S (fewer exps), else the other way
     # round: the same float64 exp of the same values either way
     by_columns = C < S
