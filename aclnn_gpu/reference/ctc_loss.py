@@ -294,8 +294,8 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
                     rmax(Ar[i + 1], 1, None, c, False, _LINEAR_FLOOR)
                     div(Ar[i + 1], c[:, None], out=Ar[i + 1])
             rows = Ar[1:steps + 1]
-            # every reachable state at t < Lin holds at least the floor: count them (NaN is not counted)
-            # per segment of 8 rows: the underflow of a sample resumes at its first failing segment
+            # every reachable state at t < Lin holds at least the floor: count them per segment of 8 rows
+            # (NaN is not counted); a sample that underflows resumes at its first failing segment
             seg0 = np.arange(t0, t1, R)                                         # segments' first rows
             held = np.add.reduceat(np.count_nonzero(rows >= _LINEAR_FLOOR, axis=2), seg0 - t0, axis=0)
             ends = np.minimum(il[None, :], np.minimum(seg0 + R, t1)[:, None])  # (segments, n)
@@ -314,16 +314,15 @@ def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
             Lc[0] = Lc[-1]
             # an overflow (a log-prob far above 0) or a NaN makes the rest of the sample's rows infinite
             # or NaN (infinity times a probability stays infinite, times a cleared 0 is NaN): all of it
-            # is redone; underflow only from this block's first row on, the rows before it being exact
+            # is redone; an underflow from its failing segment on, the rows before it being exact
             broken = ~np.isfinite(Lc[0]) | ~np.isfinite(rmax(Ar[steps], 1))
             resume[~bad & broken] = 0
             resume[~bad & ~broken & lost] = seg0[short_of.argmax(axis=0)][~bad & ~broken & lost]
             bad |= broken | lost
             if (bad | (il <= t1)).all():                         # every sample failed or ended
                 break
-        # an overflow (a log-prob far above 0) makes the next divisor, or the last row, infinite or NaN
-        # for good: infinity times a probability stays infinite, times a cleared 0 is NaN
     return resume
+
 
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     lp_in = np.ascontiguousarray(log_probs)
