@@ -24,9 +24,13 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
 * a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
   never used as an index.
 
-Vectorised over batch and extended-label states; the only Python loop runs over time. The backward
-splits a large batch into slices of samples that run in parallel (reference/parallel.py); each
-sample's arithmetic, and so the result, is the same for any split.
+Vectorised over batch and extended-label states; the only Python loop runs over time. The forward's
+alpha recursion runs in float32 (float64 for float64 data) log space, eight NumPy calls per step, or
+for small calls (N * (2*maxL+1) <= 512 states, where those calls' overhead dominates) in scaled
+float64 linear space, one call per step, with the samples linear space cannot hold (underflow, -inf,
+NaN, overflow) redone in log space. The backward splits a large batch into slices of samples that run
+in parallel (reference/parallel.py); each sample's arithmetic, and so the result, is the same for any
+split.
 """
 from __future__ import annotations
 
@@ -90,9 +94,10 @@ _PARALLEL_MIN_STATE_STEPS = 1 << 18
 # every core busy.
 _SLICE_SAMPLES = 32
 # Batches of at most this many states (N * (2*maxL+1)) sum the backward's three terms per step with
-# np.vecdot (one call, 1.5 us at N = 1) instead of a multiply and a reduction (two calls, 3 us); from a few
-# samples on the two calls are faster (measured on the 2-core bench machine).
-_VECDOT_MAX_STATES = 256
+# np.vecdot (one call) instead of a multiply and a reduction (two calls): 0.47 against 0.61 ms at N = 1,
+# 1.04 against 1.12 ms at N = 5 (L = 40), even at N = 8, slower from N = 16 (the 2-core bench machine).
+# Both add the same products in the same order: the choice changes no bit (tested).
+_VECDOT_MAX_STATES = 512
 # Bytes of the backward's per-block factor buffer (3 planes of float32 per state and step): small
 # batches take many steps per block (fewer NumPy calls per step), large ones at least 32.
 _BLOCK_BYTES = 1 << 18
@@ -103,6 +108,33 @@ _BLOCK_BYTES = 1 << 18
 _CUT_LOOP_SAMPLES = 128
 # Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
 _GATHER_STEPS = 64
+# Calls of at most this many states (N * (2*maxL+1)) run the forward's alpha recursion in scaled float64
+# linear space (_alpha_linear: one NumPy call per time step instead of eight; 1.3-1.9x faster at N = 1-5,
+# L = 40), larger ones in log space (_alpha: linear space needs float64 and an exp and a log per state
+# besides the steps, slower from about N = 16). Chosen for the whole call: a sample's log_alpha rounds
+# alike in every call of either kind, but differently in a small call than in a large one (float64
+# linear space, the more accurate, against float32 log space for float32 data; both within the tests'
+# tolerances of PyTorch float64).
+_LINEAR_MAX_STATES = 512
+# Samples longer than this many steps, or with a log-prob below _LINEAR_MIN_LOG_PROB in their rows (the
+# peaked outputs of a trained model: other classes at e^-20), take log space directly: the states of a
+# row drift apart beyond float64's range there (random log-probs at T = 1000, L = 100; logits with a
+# margin of 20 at T = 200), and the linear attempt would be wasted. Both are properties of the sample.
+# The linear recursion also stops once every sample has failed or ended.
+_LINEAR_MAX_STEPS = 512
+_LINEAR_MIN_LOG_PROB = -15.0
+# The linear recursion rescales each sample's row to a maximum of 1 every _RESCALE_STEPS rows (rows
+# t = 8k, whatever the batch; a sample that underflows resumes in log space from the first row of its
+# failing segment of 8 rows) and works in blocks of _LINEAR_BLOCK_ROWS rows (a multiple of 8): a block
+# costs some 25 NumPy calls besides its steps, and its float64 buffers at most 3 MiB each.
+_RESCALE_STEPS = 8
+_LINEAR_BLOCK_ROWS = 256
+# A reachable state whose scaled alpha falls below _LINEAR_FLOOR (float64's normal range ends at 2.2e-308:
+# below it bits are lost) sends its sample to the log-space recursion; the divisors are at least the floor
+# (a row of zeros, past the sample's input length, stays zeros).
+_LINEAR_FLOOR = 1e-300
+
+
 def _by_slices(work, N, state_steps):
     """work(b0, b1) over slices of the batch, in parallel when the problem is large enough. Samples
     are independent and every slice keeps the global state count S, so each sample's arithmetic,
@@ -114,11 +146,12 @@ def _by_slices(work, N, state_steps):
     parallel.run_pieces(lambda samples: work(*samples), parallel.ranges(N, pieces))
 
 
-def _alpha(lp_in, md, lprime, skip, tmax, lt):
-    """The alpha recursion: lt[t, n, 2 + s] = log_alpha for t < tmax (rows past a sample's own input
-    length are cleared by the caller). It stays on one thread: its eight small NumPy calls per time
-    step contend for the GIL when batch slices run in parallel (measured 1.5-2x slower on 2 cores);
-    the log-probs at the extended labels are gathered for _GATHER_STEPS steps in one call."""
+def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
+    """The alpha recursion in log space: lt[t, n, 2 + s] = log_alpha for start <= t < tmax, from row
+    start - 1 of lt when start > 0 (rows past a sample's own input length are cleared by the caller).
+    It stays on one thread: its eight small NumPy calls per time step contend for the GIL when batch
+    slices run in parallel (measured 1.5-2x slower on 2 cores); the log-probs at the extended labels
+    are gathered for _GATHER_STEPS steps in one call."""
     T, n, C = lp_in.shape
     S = lprime.shape[1]
     ninf = md.type(-np.inf)
@@ -133,9 +166,10 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
             return lowp.f16_to_f32(g)
         return g.astype(md, copy=False)
 
-    lpg = gather(0)
-    lt[0, :, 2:] = ninf
-    lt[0, :, 2:4] = lpg[0, :, :2]
+    lpg = gather(start - start % _GATHER_STEPS)
+    if start == 0:
+        lt[0, :, 2:] = ninf
+        lt[0, :, 2:4] = lpg[0, :, :2]
     skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
     skipadd[skip] = 0
     addk = np.zeros((3, n, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
@@ -151,7 +185,7 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
     sub, add, ex, lg = np.subtract, np.add, np.exp, np.log
     rmax, red = np.maximum.reduce, np.add.reduce
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        for t in range(1, tmax):
+        for t in range(max(start, 1), tmax):
             if t % _GATHER_STEPS == 0:
                 lpg = gather(t)
             add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
@@ -162,6 +196,132 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt):
             lg(r, out=r)
             add(r, m, out=r)
             add(r, lpg[t % _GATHER_STEPS], out=lt[t, :, 2:])
+
+
+def _first_steps(skip, tl):
+    """(n, S) int64: the first time step at which state s can carry probability (from s = 0 or 1 at
+    t = 0, moving by one state per step, or by two where skip allows it); a value past any time step
+    at s > 2L. A blank state follows its label one step later; a label state follows the previous
+    label one step later when it may skip the blank between them, two otherwise."""
+    n, S = skip.shape
+    first = np.zeros((n, S), dtype=np.int64)
+    if S > 1:
+        first[:, 3::2] = np.cumsum(2 - skip[:, 3::2], axis=1)
+        first[:, 2::2] = first[:, 1::2] + 1
+    first[np.arange(S)[None, :] > 2 * tl[:, None]] = np.iinfo(np.int64).max
+    return first
+
+
+def _alpha_linear(lp_in, lprime, skip, il, tl, tmax, lt):
+    """The alpha recursion in scaled float64 linear space, one NumPy call per time step:
+        a[t, s] = a[t-1, s] p[t, s] + a[t-1, s-1] p[t, s] + a[t-1, s-2] skip(s) p[t, s],  p = exp(lp[t, l'(s)])
+    with each sample's row divided by its maximum every _RESCALE_STEPS rows (the logs of the divisors
+    summed in row order). Every operation is elementwise or per sample: a sample's bits do not depend
+    on the other samples of the call. Writes lt[t, n, 2 + s] = log(a) + log-scale for t < tmax, in lt's
+    dtype (garbage at t >= Lin and s > 2L, which the caller clears). Returns, per sample, the first row
+    the caller must redo in log space (-1: none): where a reachable state (t >= _first_steps, t < Lin,
+    s <= 2L) holds a scaled alpha below _LINEAR_FLOOR (underflow: float64 keeps about 690 nats below the
+    row's maximum, log space everything; or a -inf log-prob), the first row of the first segment of
+    _RESCALE_STEPS rows where one does, the rows before it being exact; row 0 where a row turns
+    infinite or NaN (an overflow from log-probs far above 0, a NaN log-prob). For the rest the result
+    is the log-space value within float64 rounding, and -inf exactly where log space gives -inf (the
+    states not reachable yet)."""
+    T, n, C = lp_in.shape
+    S = lprime.shape[1]
+    f8 = np.dtype(np.float64)
+    R = _RESCALE_STEPS
+    G = _LINEAR_BLOCK_ROWS
+    # p by an exp over the log-probs' C columns and a gather when C < S (fewer exps), else the other way
+    # round: the same float64 exp of the same values either way
+    by_columns = C < S
+    gidx = (np.arange(n)[:, None] * C + lprime).reshape(-1)
+    lpf = lp_in.reshape(T, n * C)
+    first = _first_steps(skip, tl)
+    outside = (np.arange(S)[None, :] > 2 * tl[:, None])[None]                  # (1, n, S): s > 2L
+    reach_all = int(np.where(outside[0], 0, first).max())   # from here every state s <= 2L is reachable
+    K = skip.astype(f8)
+    # scratch the thread keeps (parallel.kept: fresh arrays of this size page-fault on every call)
+    A = parallel.kept("ctc_alpha_rows", (G + 1, n, S + 2), f8)   # row 0: the previous block's last row
+    A.fill(0)                                                    # a[s-1], a[s-2] = 0 at s = 0, 1
+    W = parallel.kept("ctc_alpha_weights", (G, 3, n, S), f8)    # (p, p, skip p) of each row
+    E = parallel.kept("ctc_alpha_exps", (G, n * C), f8)
+    logs = parallel.kept("ctc_alpha_logs", (G, n, S), f8)
+    buf = parallel.kept("ctc_alpha_products", (3, n, S), f8)
+    Lc = np.zeros((G // R + 1, n), dtype=f8)      # [log-scale so far, log divisors of the block's segments]
+    st = A.strides
+    # V[i, k, n, s] = A[i, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
+    V = np.lib.stride_tricks.as_strided(A[:, :, 2:], shape=(G + 1, 3, n, S), strides=(st[0], -st[2], st[1], st[2]))
+    Ar = A[:, :, 2:]
+    bad = np.zeros(n, dtype=bool)
+    resume = np.full(n, -1, dtype=np.int64)       # first row to redo in log space (-1: none)
+    vecdot = getattr(np, "vecdot", None)          # NumPy >= 2.0; else a multiply and a reduction, same sums
+    mul, red, rmax, div = np.multiply, np.add.reduce, np.maximum.reduce, np.divide
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for t0 in range(0, tmax, G):
+            t1 = min(tmax, t0 + G)
+            steps = t1 - t0
+            Pb = W[:steps, 0]
+            src = lpf[t0:t1] if by_columns else np.take(lpf[t0:t1], gidx, axis=1)
+            if src.dtype == np.float16:
+                src = lowp.f16_to_f32(src)
+            if by_columns:
+                np.exp(src, out=E[:steps], dtype=f8)
+                np.take(E[:steps], gidx, axis=1, out=Pb.reshape(steps, n * S))
+            else:
+                np.exp(src.reshape(steps, n, S), out=Pb, dtype=f8)
+            # rows past a sample's input length and states past 2L get probability 0: they never set a
+            # divisor nor reach the checks (whatever the log-probs hold there); exp and log take their
+            # slow paths on infinities and zeros, so neither sees one here in the common case
+            np.copyto(Pb, 0, where=(np.arange(t0, t1)[:, None] >= il[None, :])[:, :, None] | outside)
+            W[:steps, 1] = Pb
+            np.multiply(Pb, K, out=W[:steps, 2])
+            cs = Lc[1:]
+            cs[:] = 1
+            if t0 == 0:
+                Ar[1, :, :2] = Pb[0, :, :2]
+                start = 1
+            else:
+                A[0] = A[G]
+                start = 0
+            for i in range(start, steps):
+                if vecdot is not None:
+                    vecdot(V[i], W[i], axis=0, out=Ar[i + 1])
+                else:
+                    mul(V[i], W[i], out=buf)
+                    red(buf, 0, None, Ar[i + 1])
+                if i % R == 0:                                   # rows t = 8k, k >= 1 (t0 is a multiple of 8)
+                    c = cs[i // R]
+                    rmax(Ar[i + 1], 1, None, c, False, _LINEAR_FLOOR)
+                    div(Ar[i + 1], c[:, None], out=Ar[i + 1])
+            rows = Ar[1:steps + 1]
+            # every reachable state at t < Lin holds at least the floor: count them per segment of 8 rows
+            # (NaN is not counted); a sample that underflows resumes at its first failing segment
+            seg0 = np.arange(t0, t1, R)                                         # segments' first rows
+            held = np.add.reduceat(np.count_nonzero(rows >= _LINEAR_FLOOR, axis=2), seg0 - t0, axis=0)
+            ends = np.minimum(il[None, :], np.minimum(seg0 + R, t1)[:, None])  # (segments, n)
+            due = np.clip(ends[:, :, None] - np.maximum(first[None], seg0[:, None, None]), 0, None).sum(axis=2)
+            short_of = held != due                                             # (segments, n)
+            lost = short_of.any(axis=0)
+            np.log(cs, out=cs)
+            np.add.accumulate(Lc, axis=0, out=Lc)                # running log-scale, in row order
+            lg = logs[:steps]
+            np.maximum(rows, _LINEAR_FLOOR, out=lg)              # zeros: unreachable, or cleared by the caller
+            np.log(lg, out=lg)
+            if t0 < reach_all:                                   # states not reachable yet: -inf
+                np.copyto(lg, -np.inf, where=np.arange(t0, t1)[:, None, None] < first)
+            seg = np.repeat(Lc[1:], R, axis=0)[:steps]           # (steps, n): each row's log-scale
+            np.add(lg, seg[:, :, None], out=lt[t0:t1, :, 2:])
+            Lc[0] = Lc[-1]
+            # an overflow (a log-prob far above 0) or a NaN makes the rest of the sample's rows infinite
+            # or NaN (infinity times a probability stays infinite, times a cleared 0 is NaN): all of it
+            # is redone; an underflow from its failing segment on, the rows before it being exact
+            broken = ~np.isfinite(Lc[0]) | ~np.isfinite(rmax(Ar[steps], 1))
+            resume[~bad & broken] = 0
+            resume[~bad & ~broken & lost] = seg0[short_of.argmax(axis=0)][~bad & ~broken & lost]
+            bad |= broken | lost
+            if (bad | (il <= t1)).all():                         # every sample failed or ended
+                break
+    return resume
 
 
 def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
@@ -179,7 +339,29 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
     ext = np.empty((N, T, S + 2), dtype=md)
     ext[:, :, :2] = ninf
     if tmax:
-        _alpha(lp_in, md, lprime, skip, tmax, ext.transpose(1, 0, 2))
+        lt = ext.transpose(1, 0, 2)
+        if N * S > _LINEAR_MAX_STATES:
+            _alpha(lp_in, md, lprime, skip, tmax, lt)
+        else:
+            with np.errstate(invalid="ignore"):
+                fit = (il <= _LINEAR_MAX_STEPS) & (lp_in[:tmax].min(axis=(0, 2)) >= _LINEAR_MIN_LOG_PROB)
+            short = np.where(fit, il, 0)                            # no row in linear space for the others
+            resume = np.where(fit, -1, 0)
+            if short.any():
+                resume = np.maximum(resume, _alpha_linear(lp_in, lprime, skip, short, tl, int(short.max()), lt))
+            # the samples linear space cannot take, in log space on their own, grouped by the row they
+            # resume from (the linear rows before it are exact)
+            for r in np.unique(resume[resume >= 0]):
+                redo = np.nonzero(resume == r)[0]
+                tr = int(il[redo].max())
+                if tr <= r:
+                    continue
+                sub = np.empty((tr, redo.size, S + 2), dtype=md)
+                sub[:, :, :2] = ninf
+                if r:
+                    sub[r - 1] = lt[r - 1, redo]
+                _alpha(np.ascontiguousarray(lp_in[:, redo]), md, lprime[redo], skip[redo], tr, sub, int(r))
+                lt[r:tr, redo] = sub[r:]
     la = ext[:, :, 2:]
     la[:, tmax:] = ninf
     # -inf at t >= Lin (those rows only feed later rows) and at s > 2L (those states only feed higher
@@ -228,8 +410,8 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
     grad = np.zeros((T, N, C), dtype=md)
     tmax = int(il.max()) if N else 0
     if tmax:
-        # the step's three-term sums by one np.vecdot call for tiny batches (two calls otherwise, faster
-        # from a few samples on); chosen for the whole batch, so every split rounds alike
+        # the step's three-term sums by one np.vecdot call for small batches (two calls otherwise, faster
+        # from about 16 samples on), the same bits either way
         by_vecdot = N * S <= _VECDOT_MAX_STATES and hasattr(np, "vecdot")   # NumPy >= 2.0
         _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad), N,
                    tmax * N * S)
@@ -258,7 +440,10 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
         return
     bidx = np.arange(n)
     # log_alpha as (t, n, s) in the math dtype, -inf outside t < Lin, s <= 2L (never read there)
-    la = np.array(la_all[:, :tmax, :S].transpose(1, 0, 2), dtype=md, order="C")
+    # the call's working arrays are scratch the thread keeps (parallel.kept): fresh ones of this size
+    # come from mmap and page-fault on every call
+    la = parallel.kept("ctc_log_alpha", (tmax, n, S), md)
+    np.copyto(la, la_all[:, :tmax, :S].transpose(1, 0, 2), casting="unsafe")
     for b in range(n):
         la[il[b]:, b, :] = ninf
         la[:, b, 2 * tl[b] + 1:] = ninf
@@ -267,8 +452,9 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
             # has longer inputs, so a sample's result would depend on the batch it came in
             la[il[b] - 1, b, :max(2 * tl[b] - 1, 0)] = ninf
     # log-probs gathered at the extended labels: (tmax, n, S)
-    lpg = np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1),
-                  axis=1).reshape(tmax, n, S)
+    lpg = parallel.kept("ctc_label_log_probs", (tmax, n, S), md)
+    np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1), axis=1,
+            out=lpg.reshape(tmax, n * S))
     # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
     #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
     # which telescopes to PyTorch's expression for any finite log_alpha (la[t+1] cancels), and whose
@@ -280,7 +466,13 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     # start at t = Lin-1 from s = 2L and 2L-1 (beta = lp there)
     nll_eff = nll.copy()
     nf = ~np.isfinite(nll)
-    G = np.zeros((tmax, n, S + 2), dtype=md)
+    # G[t, n, s] for s < S + 2 (two 0 columns past the last state). For np.vecdot its state axis runs
+    # backwards in memory (Gm): the (s, s+1, s+2) view of the recursion then has a negative stride,
+    # which vecdot sums in a plain loop (a positive one goes to BLAS's dot, one call per state: 1.2-1.6x
+    # slower at N = 1-2); the multiply of larger batches wants it forwards (SIMD). Same bits either way.
+    Gm = parallel.kept("ctc_occupancy", (tmax, n, S + 2), md)
+    Gm.fill(0)
+    G = Gm[:, :, ::-1] if by_vecdot else Gm
     last = np.maximum(il - 1, 0)
     s2 = 2 * tl
     s1 = np.maximum(2 * tl - 1, 0)
@@ -366,11 +558,12 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     # blank column: the even states; label columns: the odd states, added with np.add.at, which adds
     # repeated indices one after another: a label occurring twice gets its occupancies summed in
     # label order, on top of the blank sum when the label is the blank
-    sums = np.zeros((tmax, n, C), dtype=md)
-    sums[:, bidx, blank] = G[:, :, 0:S:2].sum(axis=2)
+    sums = parallel.kept("ctc_column_sums", (tmax, n, C), md)
+    sums.fill(0)
+    sums[:, bidx, blank] = np.ascontiguousarray(G[:, :, 0:S:2]).sum(axis=2)     # in state order
     if max_l:
         bb, jj = np.nonzero(np.arange(max_l)[None, :] < tl[:, None])
-        occupancy = np.take(G.reshape(tmax, -1), bb * (S + 2) + 2 * jj + 1, axis=1)
+        occupancy = np.take(Gm.reshape(tmax, -1), bb * (S + 2) + (S - 2 * jj if by_vecdot else 2 * jj + 1), axis=1)
         columns = np.arange(tmax)[:, None] * (n * C) + (bb * C + labels[bb, jj])
         np.add.at(sums.reshape(-1), columns.reshape(-1), occupancy.reshape(-1))
     out = grad[:tmax]
@@ -382,7 +575,9 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     out *= g[None, :, None]
     # PyTorch's formula where lp = -inf: exp(-inf) - exp(lcab + nll + inf) is NaN (-inf - -inf in the
     # exponent) at every column, label or not; the occupancy recursion would give its limit, 0
-    np.copyto(out, md.type(np.nan), where=lp[:tmax, b0:b0 + n] == -np.inf)
+    lps = lp[:tmax, b0:b0 + n]
+    if np.fmin.reduce(lps, axis=None) == -np.inf:       # one reduction instead of a mask, as -inf is rare
+        np.copyto(out, md.type(np.nan), where=lps == -np.inf)
     for b in range(n):
         if il[b] < tmax:
             out[il[b]:, b, :] = 0
