@@ -51,7 +51,10 @@ __global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i
   const int wy = threadIdx.x / aclg::kWarp;
   const int w = vec ? W : 1;
   const i64 R = Tn * B;
-  const i64 r0 = (i64)blockIdx.y * rows_per_chunk;
+  // chunks in reverse block order: the copy's last stores are the head of every sample in dst, which a
+  // GEMM reading dst from its head then finds in L2; partials stay indexed by chunk (fixed sum order)
+  const i64 chunk = (i64)gridDim.y - 1 - blockIdx.y;
+  const i64 r0 = chunk * rows_per_chunk;
   const i64 r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
   const i64 span = (i64)aclg::kWarp * w;
   const i64 ntiles = (C + span - 1) / span;
@@ -85,7 +88,7 @@ __global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i
           float acc = part[0][i][lane];
 #pragma unroll
           for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][lane];
-          sums[(i64)blockIdx.y * C + c0 + i] = aclg::from_math<Tsum>(acc);
+          sums[chunk * C + c0 + i] = aclg::from_math<Tsum>(acc);
         }
       }
       __syncthreads();
