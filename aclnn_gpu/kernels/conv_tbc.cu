@@ -9,6 +9,9 @@
 //                             rows), fixed per-thread order, fixed order across the 8 warps; with
 //                             S > 1 row chunks the block writes an fp32 partial row and a second
 //                             launch (Tn = S, B = 1, no copy) sums the (S, C) partials. No atomics.
+//                             Chunks run in reverse block order (blocks dispatch roughly in index
+//                             order), so the pass ends on the head of src, which the next launch
+//                             reads first (gradWeight's GEMM); partials stay indexed by chunk.
 //   tbc_copy<Tin, Tout>       dst (R, B, C) contiguous = a strided (R, B, C) view of src (any strides,
 //                             negative too) with dtype conversion: operand staging, fp16 copies for
 //                             cubeMathType 2, the tap-reversed transposed weights, bias broadcast.
@@ -51,7 +54,10 @@ __global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i
   const int wy = threadIdx.x / aclg::kWarp;
   const int w = vec ? W : 1;
   const i64 R = Tn * B;
-  const i64 r0 = (i64)blockIdx.y * rows_per_chunk;
+  // chunks in reverse block order: the pass's last loads are the head of src, which the next launch
+  // (gradWeight's GEMM) reads first and finds in L2; partials stay indexed by chunk (fixed sum order)
+  const i64 chunk = (i64)gridDim.y - 1 - blockIdx.y;
+  const i64 r0 = chunk * rows_per_chunk;
   const i64 r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
   const i64 span = (i64)aclg::kWarp * w;
   const i64 ntiles = (C + span - 1) / span;
@@ -85,7 +91,7 @@ __global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i
           float acc = part[0][i][lane];
 #pragma unroll
           for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][lane];
-          sums[(i64)blockIdx.y * C + c0 + i] = aclg::from_math<Tsum>(acc);
+          sums[chunk * C + c0 + i] = aclg::from_math<Tsum>(acc);
         }
       }
       __syncthreads();

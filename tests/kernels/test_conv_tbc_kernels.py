@@ -6,7 +6,13 @@ every dtype and cubeMathType runs, with a tolerance scaled from |x|*|w| style ma
 the precision of the mode."""
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -364,3 +370,29 @@ def test_batch_major_copy_and_column_sums(ctx, dtype, C, offset):
         runs.append(sums.copy())
     assert plan.bias_chunks(Tn * B, C, 8)[0] > 1
     np.testing.assert_array_equal(runs[0].view(np.uint8), runs[1].view(np.uint8))
+
+
+@pytest.mark.skipif(not shutil.which("clang++") or not (shutil.which("llvm-symbolizer") or
+                    shutil.which("llvm-symbolizer-14")) or bool(os.environ.get("ACLNN_GPU_EMU_SANITIZE")),
+                    reason="the profiler needs clang++ and llvm-symbolizer, and a profiling (unsanitized) build")
+def test_backward_copy_ends_on_the_head_of_dy(tmp_path):
+    """tbc_batch_major runs its row chunks in reverse block order, so gradWeight's GEMM, which reads dy
+    first from its head, finds the head in the L2 model: with an L2 of half the copy's traffic, at least
+    a third of dy is not fetched again (about half here; a forward-order copy leaves dy's tail, which
+    that read order evicts before reaching it: under a tenth)."""
+    T, B, C = 256, 8, 64                       # 2048 rows of dy: 4 row chunks of 512 (bias_chunks)
+    Tout = T + 2 - 3 + 1
+    dy_bytes = Tout * B * C * 2
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, "-m", "aclnn_gpu.profile", "ConvTbcBackward", "--dtype", "fp16",
+           "--l2-mib", str(dy_bytes / 2**20), "--json", str(out),
+           *(f"-D{k}={v}" for k, v in dict(T=T, B=B, Cin=C, Cout=C, K=3, pad=1).items())]
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(cmd, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    launches = json.loads(out.read_text())[0]["launches"]
+    assert launches[0]["kernel"].startswith("tbc_batch_major") and launches[0]["grid"][1] == 4
+    gemm = next(x for x in launches if x["kernel"].startswith("cuBLAS"))
+    assert gemm["kernel"].endswith(" x3")                  # gradWeight's K taps, the first GEMM after the copy
+    assert gemm["dram_bytes"] - gemm["l2_dram_bytes"] >= dy_bytes // 3, gemm

@@ -51,15 +51,19 @@ gradWeight[k] = x[lo_k + k - pad : hi_k + k - pad]^T @ dy[lo_k : hi_k] over its 
   common row (T < K) dW32 is zero-filled and every row adds.
 gradBias = the column sums of dy, taken by the same tbc_batch_major pass that makes dy's batch-major
   copy (16-byte packets, fixed order, S > 1 row chunks -> fp32 partials + a second launch).
+  The pass runs its row chunks in reverse block order (partials still indexed by chunk: same sums,
+  same bits), so it ends on the head of dy: gradWeight's GEMM, the next big launch, reads dy first
+  (its column-major A) from the head and finds what the L2 still holds of it.
 
 Launches, backward K=3 pad=1 fp16: 1 (+1 partial sums) copy+bias, 1 gradWeight + 2 boundary rows,
 1 tbc_weights, 1 interior gradInput + 1 leftover rows (when (T - K + 1) % K != 0) + 2 boundary rows:
 10 at T=1024 B=32 C=1024 (PyTorch's conv_tbc_backward: 12). Traffic there (profiler, L2 model; X =
 T*B*C*2 bytes = 67.1 MB, the operands x, dy, dx, w, dW = 213.9 MB): the copy reads dy and writes S
-(2X), the interior GEMM reads S once and writes dx (2X), gradWeight reads x and dy once (2X) and
-writes dW32, tbc_weights moves the weights: 441 MB = 2.06x the operands (before this plan's batched
-GEMMs: 849 MB, 3.97x; PyTorch's sequence: 1165 MB). See bench/README.md ("ConvTbc backward,
-modelled").
+(2X), the interior GEMM reads S once and writes dx (2X), gradWeight reads x and dy once (2X, of which
+25.4 MB of dy's head is still in L2 after the reversed copy) and writes dW32, tbc_weights moves the
+weights: 415.5 MB = 1.94x the operands (with a forward-order copy: 440.9 MB, 2.06x; before this
+plan's batched GEMMs: 849 MB, 3.97x; PyTorch's sequence: 1165 MB). See bench/README.md ("ConvTbc
+backward, modelled").
 
 Workspace (bytes; every region rounded up to 256; o = operand itemsize: 2 for fp32 with
 cubeMathType 2 ("conv"), else the storage itemsize):
