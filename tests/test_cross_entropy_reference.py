@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import secrets
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -403,3 +404,20 @@ def test_near_certain_rows_give_no_negative_loss(dtype):
     # the split is void and the error is half an ulp of lse)
     wide = np.finfo(np.longdouble).nmant > 52
     np.testing.assert_allclose(loss, ref, rtol=0, atol=3e-7 if dtype == np.float32 else 1e-15 if wide else 1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+def test_log_prob_never_positive_when_another_class_leads(dtype):
+    """A row led by 25 at a class other than the target: the unshifted form's float32 sum rounding
+    must not leave that class's log-prob above 0 (it would survive rounding to fp16 / bf16 and give
+    the gradient p - 1 the wrong sign there). PyTorch's log_softmax is <= 0 everywhere."""
+    rng = np.random.default_rng(11)
+    N, C = 4000, 8
+    x = rng.standard_normal((N, C))
+    x[:, 0] += 25
+    t = np.ones(N, np.int64)
+    loss, lp = cross_entropy_loss(x.astype(dtype), t, None, "none")
+    assert (np.asarray(lp, np.float64) <= 0).all()
+    ref = torch.log_softmax(torch.tensor(np.asarray(x.astype(dtype), np.float64)), 1).numpy()
+    tol = {np.dtype(np.float32): 3e-6, np.dtype(np.float64): 1e-12}.get(np.dtype(dtype), 1e-2)
+    np.testing.assert_allclose(np.asarray(lp, np.float64), ref, rtol=tol, atol=tol)

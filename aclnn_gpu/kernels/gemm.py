@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,7 +205,16 @@ def cublas_gemm_batched_ex() -> Any:
     if _GEMM_BATCHED_EX is None:
         from cupy.cuda import runtime
         cublas_and_handle()                      # loads CuPy's cuBLAS module, hence libcublas.so.<major>
-        lib = ctypes.CDLL(f"libcublas.so.{runtime.runtimeGetVersion() // 1000}")
+        name = f"libcublas.so.{runtime.runtimeGetVersion() // 1000}"
+        # RTLD_NOLOAD: the very copy CuPy's handle belongs to, never a second one from the search path
+        # (a handle passed into another libcublas instance is undefined behaviour)
+        try:
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        except OSError:
+            raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                          f"cublasGemmBatchedEx: {name} is not loaded by CuPy's cuBLAS module; the "
+                          "pointer-array GEMM calls CuPy's own libcublas (install the nvidia-cublas wheel "
+                          "of this CUDA major version)") from None
         fn = lib.cublasGemmBatchedEx
         i, p = ctypes.c_int, ctypes.c_void_p
         # (handle, transa, transb, m, n, k, alpha*, Aarray, Atype, lda, Barray, Btype, ldb, beta*, Carray,

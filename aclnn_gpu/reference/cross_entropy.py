@@ -200,6 +200,12 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
             np.subtract(lse, h, out=lo[q0:q1], casting="unsafe")
             np.subtract(xb, h, out=b)
             b -= lo[q0:q1]
+            # a near-certain row (true log-prob above about -2e-7) may come out slightly positive at
+            # its largest logit: the float32 sum's rounding, ~1e-7 of it, where the shifted form's
+            # exp(0) = 1 is exact. Clamped to 0, as PyTorch gives there, whatever the target: a
+            # positive log-prob would survive rounding to fp16 / bf16 and give the gradient p - 1 at
+            # that column the wrong sign (NaN stays NaN; such rows are redone below anyway).
+            np.minimum(b, 0, out=b)
             if not direct:
                 nll[q0:q1] = b[np.arange(k), tc[q0:q1]]
             if smooth is not None:
@@ -220,13 +226,6 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
                 redo = np.nonzero(~((lse >= _LSE_MIN[M]) & (lse < np.inf)))[0]
     if redo is not None and redo.size:
         _shifted_rows(x, dt, M, redo, tc, w, log_prob, nll, smooth)
-    # a near-certain row (true log-prob above about -2e-7) may come out slightly positive at its
-    # largest logit: the float32 sum's rounding, ~1e-7 of it, where the shifted form's exp(0) = 1 is
-    # exact. The target's entry is clamped to 0, as PyTorch gives there, so no loss is negative.
-    if np.fmax.reduce(nll) > 0:   # (fmax: NaN rows do not hide the others)
-        over = np.nonzero(nll > 0)[0]
-        nll[over] = 0
-        log_prob[over, tc[over]] = 0
     np.negative(nll, out=nll)
     if smooth is not None:
         np.negative(smooth, out=smooth)

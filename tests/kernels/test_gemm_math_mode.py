@@ -6,6 +6,7 @@ true fp32 (no TF32 in the math mode or the compute type), and the handle's modes
 from __future__ import annotations
 
 import ctypes
+import os
 from types import MethodType, SimpleNamespace
 
 import numpy as np
@@ -118,3 +119,25 @@ def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
     assert recorder.math_mode == USER_MODE and recorder.pointer_mode == 1   # restored
     for a, e in zip(got, expected):
         np.testing.assert_array_equal(a.view(np.uint8), e.view(np.uint8))
+
+
+def test_gemm_batched_ex_never_loads_a_second_libcublas(monkeypatch):
+    """cublasGemmBatchedEx is looked up with RTLD_NOLOAD in the libcublas CuPy's cuBLAS module loaded:
+    where that library is not loaded (here: no CUDA libraries at all), the call is refused with
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT and a message naming the library, instead of loading a second
+    copy from the search path and handing it CuPy's handle."""
+    pytest.importorskip("cupy")
+    monkeypatch.setattr(gemm, "_GEMM_BATCHED_EX", None)
+    monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (None, None))
+    loaded = []
+    real_cdll = ctypes.CDLL
+
+    def cdll(name, mode=ctypes.DEFAULT_MODE, *a, **k):
+        loaded.append((name, mode))
+        return real_cdll("libcublas-not-loaded-here.so", mode, *a, **k)
+    monkeypatch.setattr(gemm.ctypes, "CDLL", cdll)
+    with pytest.raises(gemm.OpError) as err:
+        gemm.cublas_gemm_batched_ex()
+    assert err.value.status == gemm.aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert "libcublas.so." in str(err.value) and "cublasGemmBatchedEx" in str(err.value)
+    assert loaded and loaded[0][0].startswith("libcublas.so.") and loaded[0][1] & os.RTLD_NOLOAD
