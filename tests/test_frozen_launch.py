@@ -182,3 +182,19 @@ def test_plans_are_frozen_dataclasses_with_declared_kernel_files(session):
         launched = {step.file for step in plan.frozen.steps if hasattr(step, "expr")}
         assert launched <= set(plan.kernel_files)
         acl.aclDestroyAclOpExecutor(ex)
+
+
+class _Int64Tiling(_PointerTable):
+    """An int64 tiling table whose word happens to lie in the sentinel range: it is data, not a pointer."""
+
+    def launch_kernels(self, ctx, workspace):
+        ctx.upload(workspace, np.array([SENTINEL + 8, 3], np.int64))
+
+
+def test_int64_tiling_words_are_never_rebased():
+    frozen = freeze(_Int64Tiling(), 4)
+    upload = frozen.steps[0]
+    assert upload.patches == () and list(upload.data) == [SENTINEL + 8, 3]
+    replay = Calls(4)
+    frozen.run(replay, 0x10_0000)
+    assert replay.calls[0][2] == np.array([SENTINEL + 8, 3], np.int64).tobytes()

@@ -4,10 +4,10 @@
 a KernelContext that keeps every upload, kernel launch and GEMM instead of running it, with the
 workspace at a sentinel base address. The result, a `FrozenLaunch` (a frozen dataclass), holds the
 bytes of every upload, the kernel name, geometry and argument tuple of every launch, and the
-positions of the arguments that point into the workspace (and of the 8-byte words of an uploaded
-table that do: a GEMM's pointer array). Phase 2 (`FrozenLaunch.run`) only rebases those few values
-on the real workspace and enqueues the steps on the stream: no shape arithmetic, no dtype tables,
-no tiling built again.
+positions of the arguments that point into the workspace (and of the words of an uploaded uint64
+table that do: a GEMM's pointer array; int64 tiling tables are never patched). Phase 2
+(`FrozenLaunch.run`) only rebases those few values on the real workspace and enqueues the steps on
+the stream: no shape arithmetic, no dtype tables, no tiling built again.
 
 The recorder also checks that every workspace range a step touches lies inside the size
 GetWorkspaceSize reported, so the workspace size and the launches cannot disagree, and that every
@@ -131,7 +131,9 @@ class Recorder:
     def upload(self, dst: int, host: np.ndarray) -> None:
         data = np.array(host, copy=True, order="C")
         patches: tuple[int, ...] = ()
-        if data.dtype.itemsize == 8 and data.dtype.kind in "iu":   # words that point into the workspace
+        # only uint64 tables hold pointers (a GEMM's pointer arrays); the int64 tiling tables carry
+        # user-derived sizes, lengths and strides, which are never read as workspace addresses
+        if data.dtype == np.uint64:
             flat = data.reshape(-1)
             inside = np.flatnonzero((flat >= flat.dtype.type(SENTINEL)) &
                                     (flat < flat.dtype.type(SENTINEL + SENTINEL_SPAN)))
