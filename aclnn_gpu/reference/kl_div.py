@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import threading
-
 import numpy as np
 
 from . import lowp, parallel
@@ -24,7 +22,6 @@ NONE, MEAN, SUM, BATCHMEAN = 0, 1, 2, 3
 # at 400 x 1024 took 4x PyTorch's time that way).
 _CHUNK = 1 << 16
 _PARALLEL_MIN = 1 << 19   # elements: below this one thread is faster
-_TLS = threading.local()
 
 
 def coefficient(reduction: int, broadcast_shape: Sequence[int]) -> float:
@@ -123,10 +120,7 @@ def _reduced_sum(self: np.ndarray, target: np.ndarray, log_target: bool, md: np.
     partial = np.empty(chunks, np.float64)
 
     def work(piece: tuple[int, int]) -> None:
-        bufs = getattr(_TLS, "bufs", None)
-        if bufs is None or bufs[0].dtype != md:
-            bufs = _TLS.bufs = tuple(np.empty(_CHUNK, md) for _ in range(4))
-        a, b, xc, tc = bufs
+        a, b, xc, tc = (parallel.kept(f"kl_div_chunk_{k}", (_CHUNK,), md) for k in "abxt")
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ci in range(*piece):
                 lo, hi = ci * _CHUNK, min(n, (ci + 1) * _CHUNK)
