@@ -177,10 +177,6 @@ def _workspace(device: Any, plan_bytes: int, inputs: list[aclTensor], outputs: l
     return builder.build()
 
 
-def _math_size(log_probs: aclTensor) -> int:
-    return 8 if log_probs.dtype == D.ACL_DOUBLE else 4
-
-
 def _dtype_name(tensor: aclTensor) -> str:
     dt = dtypes.to_numpy(tensor.dtype)
     return "bfloat16" if dt == dtypes.bfloat16 else dt.name
@@ -318,7 +314,8 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
     c.output("out", out_, gradOut=grad_out, logProbs=log_probs, targets=targets_,
              negLogLikelihood=neg_log_likelihood, logAlpha=log_alpha)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, gpu.backward_workspace_bytes(T, N, max_length, _math_size(log_probs)),
+    msize = gpu.math_size_of(_dtype_name(log_probs))
+    workspace = _workspace(device, gpu.backward_workspace_bytes(T, N, max_length, msize),
                            [grad_out, log_probs, targets_, neg_log_likelihood, log_alpha], [out_], targets_)
     return CtcLossBackwardPlan(
         tensors={"gradOut": grad_out, "logProbs": log_probs, "targets": targets_,
@@ -360,7 +357,7 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, _math_size(log_probs)),
+    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, gpu.math_size_of(_dtype_name(log_probs))),
                            [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
     return CtcLossPlan(
         tensors={"logProbs": log_probs, "targets": targets_, "negLogLikelihoodOut": neg_log_likelihood,
