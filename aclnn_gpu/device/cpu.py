@@ -144,7 +144,7 @@ class CpuDevice(Device):
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
             stream.capture.hold_plan(plan, workspace)
-        stream.worker.submit(lambda: _run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
+        stream.worker.submit(lambda: run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:
@@ -176,8 +176,9 @@ class CpuDevice(Device):
             stream.close()
 
 
-def _run_quietly(plan: Any, device: "CpuDevice", workspace: int) -> None:
+def run_quietly(plan: Any, device: Any, workspace: int) -> None:
     """A plan on the host, with NumPy's floating-point warnings off: NaN and inf in the data give NaN
-    and inf in the results, as on a GPU, not RuntimeWarnings from inside the library."""
+    and inf in the results, as on a GPU, not RuntimeWarnings from inside the library. `device` is
+    the cpu device, or a stand-in with its host_view (the functional call cache's HostViews)."""
     with np.errstate(all="ignore"):
         plan.run_host(device, workspace)
