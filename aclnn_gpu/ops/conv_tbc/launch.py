@@ -80,6 +80,7 @@ cubeMathType 2 ("conv"), else the storage itemsize):
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -255,6 +256,22 @@ def pointer_table_bytes(B: int, K: int) -> int:
     return 3 * B * K * 8
 
 
+def _interior(rows_out: int, Tn: int, K: int, first: int) -> tuple[int, int]:
+    """[t0, t1): the output rows t < rows_out whose K taps all read a row of src, i.e. for which
+    0 <= t + first + j < Tn for every j < K (empty when no row has all its taps)."""
+    t0 = max(0, -first)
+    return t0, max(t0, min(rows_out, Tn - K - first + 1))
+
+
+def _boundary(rows_out: int, Tn: int, K: int, first: int, t0: int, t1: int) -> Iterator[tuple[int, int, int]]:
+    """(t, j0, j1) for the output rows outside the interior [t0, t1) that have a valid tap, in
+    ascending t: taps j0 <= j < j1 read rows of src (0 <= t + first + j < Tn)."""
+    for t in [*range(0, min(t0, rows_out)), *range(t1, rows_out)]:
+        j0, j1 = max(0, -(t + first)), min(K, Tn - t - first)
+        if j1 > j0:
+            yield t, j0, j1
+
+
 def _tap_rows(ctx, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cdt, beta, compute, ptrs):
     """out[t, b, :] = beta*out[t, b, :] + sum over valid j < K of src[b, t + first + j, :] @ wstack[j]
     for t < rows_out, where src (B, Tn, C) is batch-major, wstack (K*C, N) row-major, out (rows_out, B,
@@ -262,8 +279,7 @@ def _tap_rows(ctx, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cd
     `ptrs`: workspace for the interior GEMM's pointer arrays (pointer_table_bytes)."""
     o, oc = odt.itemsize, cdt.itemsize
     gemm = ctx.gemm_strided_batched
-    t0 = max(0, -first)
-    t1 = max(t0, min(rows_out, Tn - K - first + 1))
+    t0, t1 = _interior(rows_out, Tn, K, first)
     q, rem = divmod(t1 - t0, K)
     # cuBLAS cannot see the alignment of pointers held in device memory: the pointer-array GEMM only
     # when every entry is 16-byte aligned, else one strided batch (over the samples) per residue
@@ -292,41 +308,28 @@ def _tap_rows(ctx, *, rows_out, Tn, B, C, N, K, first, src, wstack, out, odt, cd
         rm_gemm(gemm, B, N, K * C, src + (t + first) * C * o, odt, Tn * C, False, wstack, odt, N, False,
                 out + t * B * N * oc, cdt, N, alpha=1.0, beta=beta, batch=rem, stride_a=C, stride_b=0,
                 stride_c=B * N, compute=compute)
-    for t in [*range(0, min(t0, rows_out)), *range(t1, rows_out)]:    # boundary rows: their valid taps
-        j0, j1 = max(0, -(t + first)), min(K, Tn - t - first)
-        if j1 <= j0:
-            continue
+    for t, j0, j1 in _boundary(rows_out, Tn, K, first, t0, t1):    # boundary rows: their valid taps
         rm_gemm(gemm, B, N, (j1 - j0) * C, src + (t + first + j0) * C * o, odt, Tn * C, False,
                 wstack + j0 * C * N * o, odt, N, False, out + t * B * N * oc, cdt, N, alpha=1.0, beta=beta,
                 compute=compute)
-
-
-def _tap_range(t: int, T: int, K: int, pad: int) -> tuple[int, int]:
-    """[k0, k1): the taps k whose input row t + k - pad exists, for output row t."""
-    return max(0, pad - t), min(K, T + pad - t)
 
 
 def _grad_weight(ctx, gemm, *, T, B, Cin, Cout, K, pad, x, dy, acc, acc_dt, odt, compute):
     """acc[k] = x[rows of tap k]^T @ dy[valid output rows of tap k] for every tap k, in acc_dt (gradWeight
     itself, or the fp32 workspace a conversion pass rounds once): ONE strided-batched GEMM over the K
     taps on the rows every tap reads (A = x shifted by one time row per tap, B = dy shared, stride 0),
-    then each remaining row t (at most K - 1 at either end) adds its taps with beta = 1."""
+    then each remaining row t (at most K - 1 at either end) adds its taps with beta = 1. Tap k of output
+    row t reads input row t + k - pad: _tap_rows' geometry with src = x (Tn = T) and first = -pad."""
     Tout = T + 2 * pad - K + 1
     o, oa = odt.itemsize, acc_dt.itemsize
-    lo = max(max(0, pad - k) for k in range(K))               # = pad: rows [lo, hi) are valid for every tap
-    hi = min(min(Tout, T + pad - k) for k in range(K))        # = Tout - pad
+    lo, hi = _interior(Tout, T, K, -pad)                      # [pad, Tout - pad): rows every tap reads
     if hi > lo:
         rm_gemm(gemm, Cin, Cout, (hi - lo) * B, x + (lo - pad) * B * Cin * o, odt, Cin, True,
                 dy + lo * B * Cout * o, odt, Cout, False, acc, acc_dt, Cout, alpha=1.0, beta=0.0, batch=K,
                 stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout, compute=compute)
     else:   # no row every tap reads (T < K): every row is a boundary row, added to zeros
-        lo = hi = 0
         _fill_zero(ctx, acc_dt, acc, K * Cin * Cout)
-    first, last = max(0, pad - K + 1), min(Tout, T + pad)     # rows some tap reads
-    for t in [*range(first, lo), *range(max(hi, first), last)]:
-        k0, k1 = _tap_range(t, T, K, pad)
-        if k1 <= k0:
-            continue
+    for t, k0, k1 in _boundary(Tout, T, K, -pad, lo, hi):
         rm_gemm(gemm, Cin, Cout, B, x + (t + k0 - pad) * B * Cin * o, odt, Cin, True,
                 dy + t * B * Cout * o, odt, Cout, False, acc + k0 * Cin * Cout * oa, acc_dt, Cout, alpha=1.0,
                 beta=1.0, batch=k1 - k0, stride_a=B * Cin, stride_b=0, stride_c=Cin * Cout, compute=compute)
@@ -364,8 +367,7 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
     # the same launch rounds gradWeight once from its fp32 sums
     if acc != grad_weight:
         tiles = K * -(-Cin // WARP) * -(-Cout // WARP)
-        ctx.launch(FILE, f"tbc_weights<{_ct(dtype)}>", (max(1, min(tiles, ctx.sm_count * BLOCKS_PER_SM)), 1, 1),
-                   (BLOCK, 1, 1),
+        ctx.launch(FILE, f"tbc_weights<{_ct(dtype)}>", _grid(ctx, tiles * BLOCK), (BLOCK, 1, 1),
                    (ptr(weight), ptr(ws("w")), ptr(acc), ptr(grad_weight), np.int64(K), np.int64(Cin),
                     np.int64(Cout)))
     else:
