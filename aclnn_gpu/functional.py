@@ -94,33 +94,34 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
     prepared: dict[int, np.ndarray] = {}
     key = _signature(body, args, kwargs, by_value, values, prepared) if impl is not None else None
     if key is None:
-        return _uncached(body, name, stream, args, kwargs, None)
+        return _uncached(body, name, stream, args, kwargs, None, prepared)
     entry = call_cache.cache.take(device, key)
     if entry is not None and entry.plan is None:   # a signature the cache cannot run
         call_cache.cache.give(device, key, entry)
-        return _uncached(body, name, stream, args, kwargs, None)
+        return _uncached(body, name, stream, args, kwargs, None, prepared)
     if entry is not None:
         try:
             result = body(_Replay(name, device, impl, entry, prepared), *args, **kwargs)
         except _Retry as retry:
             if retry.uncacheable:
                 call_cache.cache.give(device, key, call_cache.Entry.uncacheable())
-                return _uncached(body, name, stream, args, kwargs, None)
-            return _uncached(body, name, stream, args, kwargs, (device, key))   # records the signature again
+                return _uncached(body, name, stream, args, kwargs, None, prepared)
+            return _uncached(body, name, stream, args, kwargs, (device, key), prepared)   # records it again
         except BaseException:
             call_cache.cache.give(device, key, entry)
             raise
         else:
             call_cache.cache.give(device, key, entry)
             return result
-    return _uncached(body, name, stream, args, kwargs, (device, key))
+    return _uncached(body, name, stream, args, kwargs, (device, key), prepared)
 
 
 def _uncached(body: Callable[..., Any], name: str, stream: aclrtStream | None, args: tuple, kwargs: dict,
-              cache_as: tuple[Any, tuple] | None) -> Any:
+              cache_as: tuple[Any, tuple] | None, prepared: dict[int, np.ndarray] | None = None) -> Any:
     """The call through the two-phase API: descriptors, lending, GetWorkspaceSize, execute on the
-    stream, synchronize. With `cache_as` (device, signature) it leaves its phase 1 in the cache."""
-    call = _Call(name, stream, record=cache_as is not None)
+    stream, synchronize. With `cache_as` (device, signature) it leaves its phase 1 in the cache.
+    `prepared`: the host arrays the signature already made of the arguments (by id), not made again."""
+    call = _Call(name, stream, record=cache_as is not None, prepared=prepared)
     try:
         result = body(call, *args, **kwargs)
     finally:
@@ -393,8 +394,10 @@ class _Call:
     keeps: the descriptors, the plan and each operand's byte range (`entry()`).
     """
 
-    def __init__(self, name: str, stream: aclrtStream | None, record: bool = False):
+    def __init__(self, name: str, stream: aclrtStream | None, record: bool = False,
+                 prepared: dict[int, np.ndarray] | None = None):
         self.name = name
+        self.prepared = prepared or {}   # id(argument) -> its host array, from the call's signature
         self.device = get_device()
         self.on_gpu = self.device.kind == "cuda"
         self.stream = stream
@@ -464,7 +467,9 @@ class _Call:
             gpu, dtype = _to_cupy(array)
             address, gpu = self._gpu_address(gpu)
             return self._describe(address, gpu.shape, gpu.strides, dtype, fmt, name)
-        operand = _host_operand(array)
+        operand = self.prepared.get(id(array))
+        if operand is None:
+            operand = _host_operand(array)
         address, host = self._host_address(operand)
         tensor = self._describe(address, host.shape, host.strides, host.dtype, fmt, name)
         if self.record:
