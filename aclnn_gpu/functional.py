@@ -349,7 +349,12 @@ class _GpuOutput:
     def __init__(self, array: Any, dtype: np.dtype):
         self.array, self.dtype, self.shape = array, dtype, tuple(array.shape)
 
-    def as_kind(self, kind: str) -> Any:
+    def as_kind(self, kind: str, on_host: bool = False) -> Any:
+        """The output as the caller's array kind; `on_host` (every array argument was a host array): a
+        host array, as PyTorch puts an op's result where its inputs are."""
+        if on_host and kind != "cupy":
+            host = self.array.get()
+            return _from_numpy(host.view(self.dtype) if self.dtype == dtypes.bfloat16 else host, kind)
         if kind == "torch":
             import torch
             tensor = torch.from_dlpack(self.array)  # stays on the GPU, no copy
@@ -405,6 +410,7 @@ class _Call:
         self.owned: list[int] = []
         self.keep: list[Any] = []
         self.kind = "numpy"
+        self.gpu_inputs = False    # an array argument lives on a GPU (the results stay there)
         self.record = record       # False once anything makes the signature uncacheable
         self.tensors: list[aclTensor] = []
         self.layouts: list[tuple] = []
@@ -464,6 +470,7 @@ class _Call:
         if self.kind == "numpy":
             self.kind = _array_kind(array)
         if self.on_gpu:
+            self.gpu_inputs = self.gpu_inputs or _gpu_of(array) is not None
             gpu, dtype = _to_cupy(array)
             address, gpu = self._gpu_address(gpu)
             return self._describe(address, gpu.shape, gpu.strides, dtype, fmt, name)
@@ -523,7 +530,7 @@ class _Call:
     def result(self, handle: Any) -> Any:
         """An output as the caller's array kind (torch in, torch out; on the GPU it stays there)."""
         if isinstance(handle, _GpuOutput):
-            return handle.as_kind(self.kind)
+            return handle.as_kind(self.kind, on_host=not self.gpu_inputs)
         return _from_numpy(handle, self.kind)
 
     def entry(self) -> call_cache.Entry:

@@ -34,7 +34,13 @@ def capture(stream: Any, issue: Callable[[], None]) -> Any:
     """The model (aclmdlRI) of what `issue()` queues on `stream`."""
     import aclnn_gpu as acl
     _ok(acl.aclmdlRICaptureBegin(stream, acl.ACL_MODEL_RI_CAPTURE_MODE_GLOBAL))
-    issue()
+    try:
+        issue()
+    except BaseException:   # end the capture, so the stream (and every later measurement) is usable again
+        status, model = acl.aclmdlRICaptureEnd(stream)
+        if status == 0:
+            acl.aclmdlRIDestroy(model)
+        raise
     return _ok(acl.aclmdlRICaptureEnd(stream))
 
 

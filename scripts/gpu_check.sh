@@ -1,58 +1,147 @@
 #!/usr/bin/env bash
-# The day a GPU is lent: everything that can only be proven on one, in one command.
-#   1. installs the cuda12 or cuda13 extra (CuPy, NVRTC, cuBLAS, NCCL wheels) into the interpreter's
-#      environment: ACLNN_GPU_CHECK_CUDA=12|13 picks it, else the CUDA major the driver reports
-#      (nvidia-smi); then the compile report with that NVRTC, the kernels of the code that will load;
-#   2. runs the test suite on the cuda device (ACLNN_GPU_TEST_DEVICES=cuda: tests/support.py widens
-#      the tolerances by GPU_TOLERANCE_SCALE for the GPU's expf/logf ulps and fused multiply-adds);
-#   3. the capture step: tests/test_capture.py again on its own (ACL graphs over CUDA stream capture and
-#      cudaGraphLaunch, which only a GPU runs) and examples/capture_training_step.py (time per step
-#      with and without capture);
-#   4. runs `python -m bench` on the cuda device (quick sizes unless GPU_CHECK_FULL_BENCH=1);
-#   5. where Nsight Compute (ncu) is installed: for one launch of each kernel of the traffic budget's
-#      cases, ncu's DRAM bytes and global-load/store sectors beside the profiler's modelled ones.
-# ACLNN_GPU_CHECK_DEVICE=emulated runs the same steps on the emulated device (no GPU: proves the script;
-# the ncu step is skipped as there is no GPU to profile). GPU_CHECK_PYTEST_ARGS adds pytest arguments
-# (e.g. "-k kl_div" for a short proof). PYTHON selects the interpreter (default: python).
-set -euo pipefail
+# The GPU check: everything only a GPU can prove, in one command that fits the lent GPU machine
+# (offline, Python 3.12 with CuPy, cuda-bindings, NCCL, cuBLAS, NVRTC, torch and pytest preinstalled;
+# only the working tree travels; at most 8 files come back from $OUT; about 6 minutes).
+#
+#   bash scripts/gpu_check.sh                         # on a machine with an NVIDIA GPU
+#   ACLNN_GPU_CHECK_DEVICE=emulated bash scripts/gpu_check.sh   # the same steps on the emulated device
+#
+# It installs nothing: the working tree runs from PYTHONPATH on $PYTHON (default python3). Every
+# result goes to $OUT (default: a new temporary folder), written as each step completes, most
+# important first, so a run cut short still says the most:
+#   env.txt      the machine, driver, packages, the commit
+#   probe.json   scripts/gpu_probe.py: each driver-level capability in its own try (NVRTC compile of
+#                every kernel, streams/events/copies/memset, pinned memory, capture and replay of a
+#                kernel, a copy and a GEMM, cuBLAS fp32/TF32/fp16/bf16 against NumPy, a one-rank NCCL
+#                all-reduce, one HCCL communicator)
+#   steps.log    the output of the demo, the probe, the capture example and the bench
+#   pytest.log, junit.xml   the operator tests on the device (a subset that fits; --maxfail and a
+#                per-test timeout; tests that need two GPUs, a computing fork child or the emulator
+#                skip themselves with the reason)
+#   bench.json   python -m bench --quick on the device against PyTorch on the same GPU (CUDA events)
+#   ncu.json     Nsight Compute's DRAM bytes and sectors of one launch per kernel, where ncu works
+#                (GPU_CHECK_NCU=0 skips it); pair it with the profiler's model on any machine with
+#                python -m aclnn_gpu.profile.ncu_compare --from-ncu ncu.json
+#   summary.txt  one line per step, and last a line to paste into a note
+# Knobs: GPU_CHECK_DEADLINE_S (default 345: every step's timeout is cut to what is left of it),
+# GPU_CHECK_TESTS (the test files), GPU_CHECK_PYTEST_ARGS (added to pytest's), GPU_CHECK_FULL_BENCH=1,
+# GPU_CHECK_NCU_CASES (operators of the traffic budget for ncu, comma-separated; default all).
+# compute-sanitizer over one call of each operator is separate: scripts/gpu_sanitize.sh (or, at the end
+# of this run, GPU_CHECK_SANITIZE=1).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python}"
+ROOT=$(pwd)
+PY="${PYTHON:-python3}"
 DEV="${ACLNN_GPU_CHECK_DEVICE:-cuda}"
-OUT="${GPU_CHECK_OUT:-$(mktemp -d -t gpu_check.XXXXXX)}"
-start=$SECONDS
-status=0
+OUT="${OUT:-${GPU_CHECK_OUT:-$(mktemp -d -t gpu_check.XXXXXX)}}"
+mkdir -p "$OUT"
+DEADLINE=$((SECONDS + ${GPU_CHECK_DEADLINE_S:-345}))
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1       # nothing is fetched, whatever a step tries
+export CUPY_CACHE_DIR="${CUPY_CACHE_DIR:-$(mktemp -d -t cupy_cache.XXXXXX)}"
+SUMMARY="$OUT/summary.txt"
+STEPS="$OUT/steps.log"
+: > "$SUMMARY"; : > "$STEPS"
+declare -a VERDICTS=()
 
-if [ "$DEV" = cuda ]; then
-  MAJOR="${ACLNN_GPU_CHECK_CUDA:-}"
-  if [ -z "$MAJOR" ] && command -v nvidia-smi >/dev/null; then   # the newest CUDA the driver runs
-    MAJOR=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+left() { echo $((DEADLINE - SECONDS)); }
+# run_step NAME SECONDS COMMAND...: the command under a timeout (its own or what is left, the smaller),
+# output appended to steps.log and shown; its verdict and duration appended to summary.txt.
+run_step() {
+  local name=$1 limit=$2; shift 2
+  local budget; budget=$(left)
+  [ "$budget" -lt "$limit" ] && limit=$budget
+  if [ "$limit" -lt 5 ]; then
+    echo "$name: not run (the ${GPU_CHECK_DEADLINE_S:-345} s deadline is reached)" | tee -a "$SUMMARY"
+    VERDICTS+=("$name=not-run"); return 0
   fi
-  case "${MAJOR:-13}" in 12) EXTRA=cuda12 ;; 1[3-9]) EXTRA=cuda13 ;;
-    *) echo "::: CUDA ${MAJOR} is older than 12: no extra of this library runs on this driver"; exit 1 ;; esac
-  echo "::: installing the $EXTRA extra (driver: CUDA ${MAJOR:-unknown})"
-  "$PY" -m pip install -q -e ".[$EXTRA,test,bench]"
-  "$PY" -c "import cupy; assert cupy.is_available(), 'CuPy sees no GPU'; print('GPU:', cupy.cuda.runtime.getDeviceProperties(0)['name'].decode())"
-  echo "::: compile report with the $EXTRA NVRTC"
-  "$PY" -m aclnn_gpu.kernels.report --json "$OUT/kernel_report.json" || status=1
-fi
+  echo "::: $name (at most ${limit} s)" | tee -a "$STEPS"
+  local t0=$SECONDS rc
+  timeout -s INT -k 10 "$limit" "$@" 2>&1 | tee -a "$STEPS"
+  rc=${PIPESTATUS[0]}
+  local verdict=ok
+  [ "$rc" = 0 ] || verdict="FAILED(rc=$rc)"
+  [ "$rc" = 124 ] && verdict="TIMED-OUT(${limit}s)"
+  echo "$name: $verdict in $((SECONDS - t0)) s" | tee -a "$SUMMARY"
+  VERDICTS+=("$name=$verdict")
+  return 0
+}
 
-echo "::: test suite on $DEV"
+# ---------------------------------------------------------------- 1. environment
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "device kind: $DEV; python: $("$PY" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
+  echo "uname: $(uname -srm)"; echo "cpus: $(nproc)"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv
+  command -v nvidia-smi >/dev/null && nvidia-smi | sed -n 's/.*\(CUDA Version: *[0-9.]*\).*/\1/p' | head -1
+  echo "nvcc: $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo none)"
+  echo "ncu: $(command -v ncu || echo none); compute-sanitizer: $(command -v compute-sanitizer || echo none)"
+  echo "c++ compiler: $(command -v clang++ || command -v g++ || echo none)"
+  "$PY" -m pip list 2>/dev/null | grep -i -E '^(cupy|cuda-|nvidia-(nccl|cublas|cuda-nvrtc|cuda-runtime)|numpy |ml.dtypes|torch |pytest|hypothesis|matplotlib|cffi)' || true
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# ---------------------------------------------------------------- 2. the probe, then the demo
+run_step probe 90 "$PY" scripts/gpu_probe.py "$OUT" --device "$DEV"
+run_step demo 45 "$PY" -m aclnn_gpu --device "$DEV" --repeat 3
+
+# ---------------------------------------------------------------- 3. the operator tests on the device
+DEFAULT_TESTS="tests/test_kl_div.py tests/test_cross_entropy.py tests/test_scaled_masked_softmax.py
+  tests/test_ctc_loss.py tests/test_conv_tbc.py tests/test_capture.py tests/test_frozen_launch.py
+  tests/test_devices.py tests/test_runtime.py tests/test_functional.py tests/test_torch_autograd.py
+  tests/test_hccl.py tests/hardening/test_bad_inputs.py tests/hardening/test_garbage_data.py
+  tests/hardening/test_nonfinite.py tests/hardening/test_concurrency.py"
+workers=()
+if [ "$DEV" = cuda ] && "$PY" -c "import xdist" 2>/dev/null; then   # one CUDA context per worker: ample on one GPU
+  workers=(-n "${GPU_CHECK_WORKERS:-6}")
+fi
 # shellcheck disable=SC2086
-ACLNN_GPU_TEST_DEVICES="$DEV" "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" tests ${GPU_CHECK_PYTEST_ARGS:-} || status=1
+ACLNN_GPU_TEST_DEVICES="$DEV" run_step tests 170 "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer and not slow" \
+  "${workers[@]}" --maxfail="${GPU_CHECK_MAXFAIL:-40}" -o faulthandler_timeout=80 \
+  $("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout=80") \
+  -rfEs --tb=short --junitxml="$OUT/junit.xml" ${GPU_CHECK_TESTS:-$DEFAULT_TESTS} ${GPU_CHECK_PYTEST_ARGS:-}
+# steps.log holds the run; pytest.log is its own copy (the step's section) for a reader of the artifacts
+sed -n '/^::: tests /,/^::: /p' "$STEPS" > "$OUT/pytest.log"
 
-echo "::: capture (ACL graphs) on $DEV"
-ACLNN_GPU_TEST_DEVICES="$DEV" "$PY" -m pytest -q -p no:cacheprovider tests/test_capture.py || status=1
-ACLNN_GPU_DEVICE="$DEV" "$PY" examples/capture_training_step.py || status=1
-
-echo "::: bench on $DEV"
-"$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$OUT/bench" || status=1
-
-if [ "$DEV" = cuda ] && command -v ncu >/dev/null; then
-  echo "::: profiler vs Nsight Compute (one launch per kernel)"
-  "$PY" -m aclnn_gpu.profile.ncu_compare --out "$OUT/ncu" || status=1
+# ---------------------------------------------------------------- 4. capture example, bench, ncu
+ACLNN_GPU_DEVICE="$DEV" run_step capture_example 30 "$PY" examples/capture_training_step.py --steps 20
+bench_dir=$(mktemp -d -t gpu_bench.XXXXXX)
+run_step bench 60 "$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$bench_dir"
+[ -f "$bench_dir/bench.json" ] && cp "$bench_dir/bench.json" "$OUT/bench.json"
+if [ "$DEV" = cuda ] && [ "${GPU_CHECK_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+  run_step ncu 60 "$PY" -m aclnn_gpu.profile.ncu_compare --out "$(mktemp -d)" --ncu-only "$OUT/ncu.json" \
+    ${GPU_CHECK_NCU_CASES:+--cases "$GPU_CHECK_NCU_CASES"}
 else
-  echo "::: ncu comparison skipped (device $DEV, ncu $(command -v ncu || echo 'not installed'))"
+  echo "ncu: skipped (device $DEV, GPU_CHECK_NCU=${GPU_CHECK_NCU:-1}, ncu $(command -v ncu || echo 'not installed'))" | tee -a "$SUMMARY"
 fi
 
-echo "::: gpu_check on $DEV: $([ $status = 0 ] && echo OK || echo FAILED) in $((SECONDS - start)) s (artifacts: $OUT)"
-exit $status
+if [ "$DEV" = cuda ] && [ "${GPU_CHECK_SANITIZE:-0}" = 1 ]; then   # its log is in steps.log (8 files come back)
+  run_step sanitize 120 bash scripts/gpu_sanitize.sh "$(mktemp -d)"
+fi
+
+# ---------------------------------------------------------------- 5. the line for a note
+tests_line=$("$PY" - "$OUT/junit.xml" <<'EOF' 2>/dev/null || echo "tests: no junit.xml"
+import sys, xml.etree.ElementTree as ET
+s = ET.parse(sys.argv[1]).getroot()
+s = s if s.tag == "testsuite" else s.find("testsuite")
+n, f, e, k = (int(s.get(x, 0)) for x in ("tests", "failures", "errors", "skipped"))
+print(f"tests: {n - f - e - k} passed, {f + e} failed, {k} skipped")
+EOF
+)
+probe_line=$("$PY" - "$OUT/probe.json" <<'EOF' 2>/dev/null || echo "probe: no probe.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = [s["step"] for s in d["steps"] if s["status"] == "ok"]
+bad = [s["step"] for s in d["steps"] if s["status"] == "FAILED"]
+env = next((s.get("result") or {} for s in d["steps"] if s["step"] == "environment"), {})
+print(f"probe: {len(ok)}/{len(d['steps'])} ok" + (f" (FAILED: {', '.join(bad)})" if bad else "")
+      + (f"; {env.get('name')}, CuPy {env.get('cupy')}, CUDA runtime {env.get('cuda_runtime')}" if env.get("name") else ""))
+EOF
+)
+status=OK
+for v in "${VERDICTS[@]}"; do case "$v" in *=ok) ;; *) status=FAILED ;; esac; done
+line="gpu_check on $DEV, $(date -u +%F), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null): $status in $((SECONDS - DEADLINE + ${GPU_CHECK_DEADLINE_S:-345})) s; $probe_line; $tests_line; steps: ${VERDICTS[*]}"
+echo "$line" | tee -a "$SUMMARY"
+echo "::: artifacts: $OUT"
+[ "$status" = OK ]

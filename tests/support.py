@@ -25,6 +25,18 @@ TOLERANCE = {
 }
 
 
+def require_gpus(kind: str, count: int, why: str) -> None:
+    """Skip on the cuda kind when fewer GPUs than `count` are visible, saying why the test needs them
+    (the cpu and emulated kinds mirror any number of devices in one process: ACLNN_GPU_DEVICE_COUNT)."""
+    if kind != "cuda":
+        return
+    import cupy
+    import pytest
+    have = int(cupy.cuda.runtime.getDeviceCount())
+    if have < count:
+        pytest.skip(f"{why}: needs {count} GPUs, this machine has {have}")
+
+
 def use_device(kind: str) -> None:
     """Switch the process to a device kind (the library reads ACLNN_GPU_DEVICE at device creation)."""
     os.environ["ACLNN_GPU_DEVICE"] = kind

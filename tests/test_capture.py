@@ -115,7 +115,13 @@ class TrainingStep:
 
 def capture(stream: Any, issue: Any, mode: int = GLOBAL) -> Any:
     ok(acl.aclmdlRICaptureBegin(stream, mode))
-    issue(stream)
+    try:
+        issue(stream)
+    except BaseException:   # a failed step ends its capture: the teardown's frees must not meet it
+        status, model = acl.aclmdlRICaptureEnd(stream)
+        if status == 0:
+            acl.aclmdlRIDestroy(model)
+        raise
     return ok(acl.aclmdlRICaptureEnd(stream))
 
 
@@ -462,8 +468,9 @@ def test_a_device_reset_ends_its_captures(session):
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork() is POSIX only")
 def test_a_fork_child_does_not_inherit_the_parents_capture(session, s):
-    """A child forked while the parent captures in GLOBAL mode may allocate (its runtime is clean);
-    bounded: the child answers within 120 s or the test fails."""
+    """A child forked while the parent captures in GLOBAL mode may allocate (its runtime is clean); on
+    cuda it is refused for the reason CUDA gives (a forked child cannot use its parent's CUDA), never
+    for the parent's capture. Bounded: the child answers within 120 s or the test fails."""
     import multiprocessing
     fork = multiprocessing.get_context("fork")
     ok(acl.aclmdlRICaptureBegin(s.stream, GLOBAL))
@@ -478,7 +485,11 @@ def test_a_fork_child_does_not_inherit_the_parents_capture(session, s):
     writer.close()
     try:
         assert reader.poll(120), "the forked child did not answer within 120 s"
-        assert reader.recv() == (0, "")
+        ret, message = reader.recv()
+        if session.kind == "cuda":
+            assert ret == E.ACL_ERROR_RT_NO_DEVICE and "fork" in message and "captur" not in message, message
+        else:
+            assert (ret, message) == (0, "")
     finally:
         process.join(120)
         if process.is_alive():

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
-from support import DEVICE_KINDS, assert_close
+from support import DEVICE_KINDS, assert_close, require_gpus
 
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
@@ -28,7 +28,9 @@ H2D, D2D, D2H = acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_MEMCPY_DEVICE_TO_DEVICE, 
 
 @pytest.fixture(params=DEVICE_KINDS)
 def two(request, monkeypatch):
-    """Two virtual devices of the kind; device 0 current on this thread. Yields the kind."""
+    """Two virtual devices of the kind (on cuda: two real GPUs, else the test skips); device 0 current on
+    this thread. Yields the kind."""
+    require_gpus(request.param, 2, "two devices in one process")
     monkeypatch.setenv("ACLNN_GPU_DEVICE", request.param)
     monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
     runtime.release_devices()

@@ -22,6 +22,7 @@ pytest.importorskip("torch.distributed")
 
 import aclnn_gpu as acl  # noqa: E402
 from hccl_ranks import dead_rank_body, download, in_processes, in_threads, ok, poisoned, upload  # noqa: E402
+from support import require_gpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = list(acl.HcclDataType)
@@ -29,6 +30,9 @@ OPS = list(acl.HcclReduceOp)
 REFERENCE = {acl.HCCL_REDUCE_SUM: np.add, acl.HCCL_REDUCE_PROD: np.multiply, acl.HCCL_REDUCE_MAX: np.maximum,
              acl.HCCL_REDUCE_MIN: np.minimum}
 COUNT = 7
+# on cuda the ranks of these tests are threads of one process, and NCCL takes one rank per GPU
+# (ncclCommInitRank answers ncclInvalidUsage, "Duplicate GPU detected", for a second rank on a GPU)
+NCCL_ONE_RANK_PER_GPU = "ranks as threads of one process, one GPU each (NCCL's rule)"
 F32 = acl.HCCL_DATA_TYPE_FP32
 SUM = acl.HCCL_REDUCE_SUM
 
@@ -73,6 +77,7 @@ def same(actual: np.ndarray, expected: np.ndarray) -> bool:
 # ---------------------------------------------------------------------------- every collective
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_collective_op_and_type_against_numpy(session, n):
+    require_gpus(session.kind, n, NCCL_ONE_RANK_PER_GPU)
     def body(rank, comm, stream):
         assert ok(acl.HcclGetRankSize(comm)) == n and ok(acl.HcclGetRankId(comm)) == rank
         got = {}
@@ -129,6 +134,7 @@ def test_float_sums_of_random_values_and_in_place(session):
     """fp32 / fp64 all-reduce of random values within rounding (the engine's order of summation),
     in place (sendBuf == recvBuf), and count 0 as a no-op that still keeps the ranks in step."""
     n, count = 3, 1000
+    require_gpus(session.kind, n, NCCL_ONE_RANK_PER_GPU)
 
     def data(rank, dtype):
         return np.random.default_rng(rank).standard_normal(count).astype(dtype)
@@ -189,6 +195,7 @@ def _bad_cases(comm, stream, rank, good, short, foreign):
 
 
 def test_bad_input_fails_on_every_rank_and_leaves_buffers_untouched(session):
+    require_gpus(session.kind, 2, NCCL_ONE_RANK_PER_GPU)
     names = []
 
     def body(rank, comm, stream):
@@ -228,6 +235,7 @@ def test_bad_input_fails_on_every_rank_and_leaves_buffers_untouched(session):
 
 
 def test_destroyed_communicator_is_refused(session):
+    require_gpus(session.kind, 2, NCCL_ONE_RANK_PER_GPU)
     def body(rank, comm, stream):
         return comm
 

@@ -161,6 +161,8 @@ def test_stream_failure_reported_at_synchronize(cpu_session):
 
 def test_events_across_streams(session):
     s = session
+    if s.kind == "cuda":
+        pytest.skip("holds the stream with a host wait queued on its worker thread (cpu and emulated)")
     status, other = acl.aclrtCreateStream()
     status, start = acl.aclrtCreateEvent()
     status, done = acl.aclrtCreateEvent()
