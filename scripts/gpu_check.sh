@@ -39,6 +39,7 @@ DEADLINE=$((SECONDS + ${GPU_CHECK_DEADLINE_S:-345}))
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1       # nothing is fetched, whatever a step tries
 export CUPY_CACHE_DIR="${CUPY_CACHE_DIR:-$(mktemp -d -t cupy_cache.XXXXXX)}"
+export HYPOTHESIS_STORAGE_DIRECTORY="${HYPOTHESIS_STORAGE_DIRECTORY:-$(mktemp -d -t hypothesis.XXXXXX)}"   # not the working tree
 SUMMARY="$OUT/summary.txt"
 STEPS="$OUT/steps.log"
 : > "$SUMMARY"; : > "$STEPS"
