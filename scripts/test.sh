@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README (and of CI): lint and type check, every test on the cpu and emulated
 # devices (with coverage when pytest-cov is installed), the API reference build, the demo on both
-# devices, the example programs, then the kernel proofs (compile report with CUDA 13's and CUDA 12's
+# devices, the example programs, the offline rehearsal of the GPU check, then the kernel proofs (compile report with CUDA 13's and CUDA 12's
 # NVRTC, ASan/UBSan, TSan replay).
 # PYTHON selects the interpreter (default: python).
 set -euo pipefail
@@ -60,6 +60,13 @@ for program in examples/cpp/*.cpp examples/c/*.c; do
   ACLNN_GPU_DEVICE=cpu "$capi_out/a.out" | tail -1
 done
 rm -rf "$capi_out"
+
+echo "::: GPU check rehearsal: scripts/gpu_check.sh on the emulated device, offline, from a fresh clone"
+if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
+  PYTHON="$PY" bash scripts/gpu_check_rehearsal.sh
+else   # a developer's machine without root: the same script with the network namespace left out is not the rehearsal
+  echo "::: GPU check rehearsal skipped: it needs root for its network namespace (unshare -n); CI runs it"
+fi
 
 echo "::: kernel proofs"
 PYTHON="$PY" bash scripts/ci_kernels.sh
