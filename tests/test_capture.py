@@ -925,7 +925,9 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
     try:
         stream.begin_capture()
         plain.record(stream)
-        cuda.runtime.eventRecordWithFlags(external, stream.ptr, cuda.runtime.eventRecordExternal)
+        cudart = fakecupy.cuda_bindings_runtime   # cuda-bindings' signature: handles in, (cudaError_t,) out
+        assert cudart.cudaEventRecordWithFlags(external.ptr, stream.ptr, cudart.cudaEventRecordExternal) == \
+            (cudart.cudaError_t.cudaSuccess,)
         graph = stream.end_capture()
         with pytest.raises(RuntimeError, match="cudaErrorCapturedEvent"):
             plain.synchronize()
@@ -940,3 +942,69 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
     finally:
         gate.set()
         stream.close()
+
+
+def test_fakecupy_refuses_what_cuda_refuses_during_a_capture():
+    """The stand-in's capture rules are CUDA's (CUDA Programming Guide, stream capture's prohibited
+    operations) with CuPy's exception: the legacy stream while a blocking stream captures
+    (cudaErrorStreamCaptureImplicit), a device-wide or capturing-stream synchronize
+    (cudaErrorStreamCaptureUnsupported) -- each invalidating the capture, whose end then fails -- and
+    capture on the legacy stream (CuPy's RuntimeError). A non-blocking stream's capture leaves the
+    legacy stream usable."""
+    from aclnn_gpu.device import fakecupy
+    cuda, runtime = fakecupy.cuda, fakecupy.cuda.runtime
+    host = np.zeros(64, np.uint8)
+    memory = cuda.alloc(64)
+    illegal = [
+        (lambda: runtime.memcpy(memory.ptr, host.ctypes.data, 64, 4), "cudaErrorStreamCaptureImplicit"),
+        (lambda: runtime.memset(memory.ptr, 0, 64), "cudaErrorStreamCaptureImplicit"),
+        (lambda: runtime.memsetAsync(memory.ptr, 0, 64, 0), "cudaErrorStreamCaptureImplicit"),
+        (lambda: cuda.Event().record(), "cudaErrorStreamCaptureImplicit"),
+        (runtime.deviceSynchronize, "cudaErrorStreamCaptureUnsupported"),
+        (None, "cudaErrorStreamCaptureUnsupported"),   # the capturing stream's own synchronize
+    ]
+    for call, name in illegal:
+        stream = cuda.Stream()
+        try:
+            stream.begin_capture()
+            with pytest.raises(runtime.CUDARuntimeError, match=name) as refused:
+                (call or stream.synchronize)()
+            assert refused.value.status == {"cudaErrorStreamCaptureImplicit": 906,
+                                            "cudaErrorStreamCaptureUnsupported": 900}[name]
+            with pytest.raises(RuntimeError, match="invalidated"):
+                stream.is_capturing()
+            with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+                stream.end_capture()
+        finally:
+            stream.close()
+    with pytest.raises(RuntimeError, match="cannot capture on the default"):
+        cuda.get_current_stream().begin_capture()
+    quiet = cuda.Stream(non_blocking=True)
+    try:
+        quiet.begin_capture()
+        runtime.memcpy(memory.ptr, host.ctypes.data, 64, 4)   # the legacy stream does not order with it
+        with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorStreamCaptureUnsupported"):
+            runtime.deviceSynchronize()
+        with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+            quiet.end_capture()
+    finally:
+        quiet.close()
+
+
+def test_record_external_reaches_cuda_bindings_with_its_signature():
+    """CuPy's runtime has no cudaEventRecordWithFlags, so the cuda device calls cuda-bindings' (fakecupy
+    stands in for that module only on the emulated device). Called for real here, with CuPy's shape
+    of event and stream (handles in `.ptr`) and a null event: cuda-bindings takes the handles as ints,
+    returns a `(cudaError_t,)` tuple, and the error comes back named (no GPU here: no driver; on a GPU:
+    the null event is an invalid handle)."""
+    cudart = pytest.importorskip("cuda.bindings.runtime")
+    from types import SimpleNamespace
+
+    from aclnn_gpu.device import cuda as cuda_device
+    cupy_shaped = SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace()))   # no stand-in: the real one
+    assert cuda_device.cuda_bindings_runtime(cupy_shaped) is cudart
+    handle = SimpleNamespace(ptr=0)
+    with pytest.raises(RuntimeError, match=r"^cudaEventRecordWithFlags: cudaError\w+$") as failed:
+        cuda_device.record_external(cupy_shaped, handle, handle)
+    name = str(failed.value).split(": ")[1]
+    assert name != "cudaSuccess" and int(getattr(cudart.cudaError_t, name)) != 0

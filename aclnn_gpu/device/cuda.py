@@ -101,19 +101,26 @@ class CudaStream(DeviceStream):
                 release()
 
 
+def cuda_bindings_runtime(cp: Any) -> Any:
+    """cuda-bindings' `cuda.bindings.runtime` (fakecupy brings a stand-in of it with the same signatures)."""
+    stand_in = getattr(cp, "cuda_bindings_runtime", None)
+    if stand_in is not None:
+        return stand_in
+    from cuda.bindings import runtime as cudart
+    return cudart
+
+
 def record_external(cp: Any, event: Any, stream: Any) -> None:
     """cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal): in a capture, an event-record
     node that records the event at every replay (ACL's aclrtRecordEvent in a model). A plain
     cudaEventRecord there is graph-internal: the event is unusable outside the capture
-    (cudaErrorCapturedEvent). CuPy has no eventRecordWithFlags; cuda-bindings does (fakecupy has its own)."""
-    runtime = cp.cuda.runtime
-    if hasattr(runtime, "eventRecordWithFlags"):   # fakecupy
-        runtime.eventRecordWithFlags(event, stream.ptr, runtime.eventRecordExternal)
-        return
-    from cuda.bindings import runtime as cudart
-    err, = cudart.cudaEventRecordWithFlags(event.ptr, stream.ptr, cudart.cudaEventRecordExternal)
+    (cudaErrorCapturedEvent). CuPy's runtime has no eventRecordWithFlags (cupy_backends/cuda/api/
+    runtime.pyx); cuda-bindings has it (cuda_bindings/cuda/bindings/runtime.pyx.in): the handles as
+    ints, a `(cudaError_t,)` tuple back, cudaError_t an int enum (cuda-bindings 13: a FastEnum) with `.name`."""
+    cudart = cuda_bindings_runtime(cp)
+    err, = cudart.cudaEventRecordWithFlags(int(event.ptr), int(stream.ptr), cudart.cudaEventRecordExternal)
     if err != cudart.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"cudaEventRecordWithFlags: {err.name}")
+        raise RuntimeError(f"cudaEventRecordWithFlags: {getattr(err, 'name', err)}")
 
 
 class CudaEvent(DeviceEvent):
