@@ -87,6 +87,7 @@ class CudaStream(DeviceStream):
         # an operator never starts before the data it reads has arrived.
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
+        self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
 
     def synchronize(self) -> None:
         self.cupy.synchronize()
@@ -174,10 +175,10 @@ class CudaKernelContext:
             kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
 
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
-        self.device.gemm(self.stream.cupy, *args, **kwargs)
+        self.device.gemm(self.stream, *args, **kwargs)
 
     def gemm_batched(self, *args: Any, **kwargs: Any) -> None:
-        self.device.gemm_batched(self.stream.cupy, *args, **kwargs)
+        self.device.gemm_batched(self.stream, *args, **kwargs)
 
 
 class CudaGraph:
@@ -375,15 +376,30 @@ class CudaDevice(Device):
                 kernel = self._kernels[key] = module.get_function(expr)
         return kernel
 
-    def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
-        """cublasGemmStridedBatchedEx on `stream` (a cupy Stream); kernels/gemm.CublasGemm."""
+    def gemm(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
+        """cublasGemmStridedBatchedEx on `stream`; kernels/gemm.CublasGemm."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream)(*args, **kwargs)
+        gemm.CublasGemm(stream.cupy, self._cublas_workspace(stream))(*args, **kwargs)
 
-    def gemm_batched(self, stream: Any, *args: Any, **kwargs: Any) -> None:
+    def gemm_batched(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmBatchedEx on `stream`; kernels/gemm.CublasGemm.batched."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream).batched(*args, **kwargs)
+        gemm.CublasGemm(stream.cupy, self._cublas_workspace(stream)).batched(*args, **kwargs)
+
+    def _cublas_workspace(self, stream: CudaStream) -> tuple[int, int] | None:
+        """None outside a capture (cuBLAS's own workspace pool); while `stream` captures, (address, size)
+        of device memory the model keeps, one per capture: the GEMMs of one capture run in the
+        stream's order, but two models may replay at once on two streams."""
+        capture = stream.capture
+        if capture is None:
+            return None
+        if stream.cublas_workspace is None or stream.cublas_workspace[0] is not capture:
+            from ..kernels import gemm
+            size = gemm.capture_workspace_bytes(int(self.properties.get("major", 0)))
+            memory = self.cp.cuda.alloc(size)   # in the device's scope (enqueue)
+            capture.keep.append(memory)
+            stream.cublas_workspace = (capture, int(memory.ptr), size)
+        return stream.cublas_workspace[1], stream.cublas_workspace[2]
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
@@ -417,6 +433,7 @@ class CudaDevice(Device):
                 return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))
         finally:
             stream.before_capture = None
+            stream.cublas_workspace = None   # the model keeps the memory (capture.keep)
             self.capturing -= 1
 
     def launch_graph(self, graph: CudaGraph, stream: DeviceStream) -> None:
