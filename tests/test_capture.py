@@ -991,6 +991,51 @@ def test_fakecupy_refuses_what_cuda_refuses_during_a_capture():
         quiet.close()
 
 
+def test_two_devices_capturing_one_buffer_share_its_page_locks(monkeypatch):
+    """Issue 23 (emulated: the cuda device's code): cudaHostRegister is the process's, not a device's.
+    Device 0 and device 1 each capture a copy into the same host buffer; releasing device 0's model
+    must leave the pages locked for device 1's graph (and for device 1's context: portable), until
+    device 1's model goes too."""
+    from support import use_device
+
+    from aclnn_gpu.device import fakecupy
+    monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
+    use_device("emulated")
+    runtime, n = fakecupy.cuda.runtime, 2 * 4096
+    buffer = np.zeros(n, np.uint8)
+
+    def locked(device: int) -> bool:
+        with fakecupy.cuda.Device(device):
+            return runtime.pointerGetAttributes(buffer.ctypes.data).type == runtime.memoryTypeHost
+
+    arrays, models = [], []
+    try:
+        for device in (0, 1):
+            ok(acl.aclrtSetDevice(device))
+            s = DeviceArrays()
+            arrays.append(s)
+            ptr = s.malloc(n)
+            ok(acl.aclrtMemset(ptr, n, 5 + device, n))
+            models.append(capture(s.stream, lambda st, ptr=ptr: ok(acl.aclrtMemcpyAsync(buffer, n, ptr, n, D2H, st))))
+            assert locked(0) and locked(1)
+        ok(acl.aclrtSetDevice(0))
+        ok(acl.aclmdlRIDestroy(models[0]))
+        assert locked(0) and locked(1), "device 0's release unlocked pages device 1's graph copies into"
+        ok(acl.aclrtSetDevice(1))
+        ok(acl.aclmdlRIExecuteAsync(models[1], arrays[1].stream))
+        ok(acl.aclrtSynchronizeStream(arrays[1].stream))
+        assert (buffer == 6).all()
+        ok(acl.aclmdlRIDestroy(models[1]))
+        assert not locked(0) and not locked(1)
+    finally:
+        for device, s in enumerate(arrays):
+            ok(acl.aclrtSetDevice(device))
+            s.close()
+        ok(acl.aclrtSetDevice(0))
+        from aclnn_gpu import runtime as acl_runtime
+        acl_runtime.release_devices()
+
+
 def test_record_external_reaches_cuda_bindings_with_its_signature():
     """CuPy's runtime has no cudaEventRecordWithFlags, so the cuda device calls cuda-bindings' (fakecupy
     stands in for that module only on the emulated device). Called for real here, with CuPy's shape

@@ -17,7 +17,9 @@ Stream capture maps onto CUDA's: `stream.begin_capture(relaxed)`, `end_capture()
 for RELAXED mode whatever ACL mode the caller chose: the ACL mode rules are the runtime's
 (`graph/state.py`), and the library itself allocates pinned memory while capturing (below), which
 CUDA's stricter modes forbid. A captured copy from or to a caller's host buffer object uses that
-buffer at every replay: it is page-locked in place (cudaHostRegister) for the model's lifetime.
+buffer at every replay: it is page-locked in place (cudaHostRegister, portable: one process-wide
+table, `hostpins.shared_pins`, since a registration is the process's, not a device's) for the
+model's lifetime.
 A captured copy reads its source when the graph runs, so a table
 upload made while capturing must not come from the reused `UploadRing`: it comes from a pinned
 buffer the model owns (`uploads.captured_upload`). While a stream of the device captures, the
@@ -36,7 +38,7 @@ import numpy as np
 
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
-from .hostpins import HostPins
+from .hostpins import shared_pins
 from .registry import Allocation, Registry
 from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
 
@@ -204,7 +206,7 @@ class CudaDevice(Device):
         self._modules: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], Any] = {}
         self._module_lock = threading.Lock()
-        self.host_pins = HostPins(lambda: self.cp.cuda.runtime)   # caller buffers page-locked for captures
+        self.host_pins = shared_pins(cp.cuda.runtime)   # caller buffers page-locked for captures (process-wide)
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
         self.arch = f"sm_{self.properties.get('major', 0)}{self.properties.get('minor', 0)}"
