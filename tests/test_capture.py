@@ -944,6 +944,56 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
         stream.close()
 
 
+def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other(monkeypatch):
+    """Issue 23 (emulated: the cuda device's code): a synchronous aclrtMemcpy decided on the
+    legacy-stream path (no capture yet) while another thread begins a capture must not issue its
+    cudaDeviceSynchronize + cudaMemcpy after the capture began (CUDA refuses them and invalidates the
+    capture). Here the copy is held just after its decision until the capture has begun or is
+    waiting to: the capture waits, the copy succeeds, and the capture then records and replays."""
+    from support import use_device
+
+    from aclnn_gpu.device import fakecupy
+    use_device("emulated")
+    s = DeviceArrays()
+    try:
+        device, ptr = s.stream.device, s.malloc(64)
+        gate = getattr(device, "gate", None)
+        copier, began = threading.current_thread(), threading.Event()
+        real_sync = fakecupy.cuda.runtime.deviceSynchronize
+        statuses: list[int] = []
+
+        def held_sync() -> None:
+            if threading.current_thread() is copier and not began.is_set():
+                began.set()   # once: the copy has decided, and is about to make its CUDA calls
+                beginner.start()
+                for _ in range(60_000):   # bounded: until the capture has begun, or waits for the copy
+                    if done.is_set() or (gate is not None and gate.waiting):
+                        break
+                    threading.Event().wait(0.001)
+            real_sync()
+
+        done = threading.Event()
+        beginner = threading.Thread(target=lambda: (statuses.append(acl.aclmdlRICaptureBegin(s.stream, RELAXED)),
+                                                    done.set()))
+        monkeypatch.setattr(fakecupy.cuda.runtime, "deviceSynchronize", held_sync)
+        data = np.arange(64, dtype=np.uint8)
+        assert acl.aclrtMemcpy(ptr, 64, data, 64, H2D) == 0, acl.aclGetRecentErrMsg()
+        beginner.join(60)
+        assert began.is_set() and done.is_set() and statuses == [0]
+        ok(acl.aclrtMemsetAsync(ptr, 64, 9, 32, s.stream))
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))   # the capture was not invalidated
+        seen = bytearray(64)
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert bytes(seen) == data.tobytes()            # the copy landed; the capture ran nothing
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert bytes(seen) == bytes([9]) * 32 + data[32:].tobytes()
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        s.close()
+
+
 def test_fakecupy_refuses_what_cuda_refuses_during_a_capture():
     """The stand-in's capture rules are CUDA's (CUDA Programming Guide, stream capture's prohibited
     operations) with CuPy's exception: the legacy stream while a blocking stream captures

@@ -26,13 +26,26 @@ buffer the model owns (`uploads.captured_upload`). While a stream of the device 
 synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one (for a
 capturing one: the event recorded on it just before its capture began) and copy on a private
 non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
-capturing stream, which CUDA refuses.
+capturing stream, which CUDA refuses (and which invalidates the capture). Which path a synchronous
+call takes is decided inside the device's `CaptureGate`: a capture begins only while no synchronous
+call is between its decision and its last CUDA call, so none issues a legacy-stream copy after a
+capture began.
+
+cuBLAS (`kernels/gemm.CublasGemm`) is called through ctypes on CuPy's own libcublas with CuPy's handle
+for the device, never through CuPy's cuBLAS wrappers: those (and `cublas.setStream`) raise
+NotImplementedError while the stream captures, which CUDA itself allows. While the stream captures,
+the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as cuBLAS's "CUDA Graphs Support"
+asks of captured routines).
+
+NCCL (`hccl/nccl.py`) creates its communicator and makes every call inside the device's scope:
+ncclCommInitRank binds the GPU current on the calling thread.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -193,8 +206,65 @@ class CudaGraph:
         self.event = event
 
 
+class CaptureGate:
+    """Beginning a capture (`exclusive`) against the synchronous calls (`shared`: any number at once).
+
+    A synchronous call decides between the legacy-stream path and the capture-safe one from the
+    device's capture state, then makes its CUDA calls; a capture that began in between would be
+    invalidated by them (cudaErrorStreamCaptureImplicit / Unsupported). So a capture begins only while
+    no synchronous call is inside the gate, and synchronous calls wait while a capture is beginning
+    (or waiting to: a stream of synchronous calls cannot keep a capture from beginning). Beginning
+    is short (an event record and cudaStreamBeginCapture); a synchronous call holds the gate for its
+    own waits and copy only. A thread inside `shared` may enter it again (nested synchronous paths
+    never wait for a capture that waits for them)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._shared = 0          # synchronous calls inside
+        self._exclusive = False   # a capture is beginning
+        self.waiting = 0          # captures waiting for the synchronous calls inside to leave
+        self._depth = threading.local()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        depth = getattr(self._depth, "n", 0)
+        if not depth:
+            with self._cond:
+                while self._exclusive or self.waiting:
+                    self._cond.wait()
+                self._shared += 1
+        self._depth.n = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            if not depth:
+                with self._cond:
+                    self._shared -= 1
+                    if not self._shared:
+                        self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self.waiting += 1
+            self._cond.notify_all()   # for whoever watches `waiting` (tests)
+            try:
+                while self._exclusive or self._shared:
+                    self._cond.wait()
+            finally:
+                self.waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 class CudaDevice(Device):
-    capturing = 0   # streams of this device capturing now (the synchronous paths change while > 0)
+    capturing = 0   # streams of this device capturing now (read inside `gate`; see CaptureGate)
     _side_stream: Any = None
 
     def __init__(self, cp: Any, kind: str = "cuda", device_id: int = 0):
@@ -206,6 +276,7 @@ class CudaDevice(Device):
         self._modules: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], Any] = {}
         self._module_lock = threading.Lock()
+        self.gate = CaptureGate()
         self.host_pins = shared_pins(cp.cuda.runtime)   # caller buffers page-locked for captures (process-wide)
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
@@ -241,36 +312,44 @@ class CudaDevice(Device):
     def synchronize_quietly(self) -> None:
         """Wait for every stream of this device (a copy from another device waits for it too); while
         a stream captures, for every stream but the capturing ones (see the module docstring)."""
-        with self.scope:
+        with self.gate.shared(), self.scope:
+            self._drain()
+
+    def _drain(self) -> None:
+        """synchronize_quietly's waits, inside the gate (no capture begins meanwhile; one may end)."""
+        if not self.capturing:
+            self.cp.cuda.runtime.deviceSynchronize()
+            return
+        for stream in self.live_streams():
+            before = getattr(stream, "before_capture", None)   # read once: an end clears it
+            if before is None:
+                stream.synchronize()
+            else:   # the work queued on it before the capture began may still use the memory
+                before.synchronize()
+
+    def _synchronous(self, legacy: Callable[[], None], issue: Callable[[int], None]) -> None:
+        """A synchronous copy or memset (see the module docstring), decided and made inside the gate:
+        with no capture, `legacy()` after cudaDeviceSynchronize; while a stream captures, after the
+        device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
+        with self.gate.shared(), self.scope:
             if not self.capturing:
                 self.cp.cuda.runtime.deviceSynchronize()
+                legacy()
                 return
-            for stream in self.live_streams():
-                if stream.capture is None:
-                    stream.synchronize()
-                elif getattr(stream, "before_capture", None) is not None:
-                    # the work queued on it before the capture began may still use the memory
-                    stream.before_capture.synchronize()  # type: ignore[attr-defined]
-
-    def _while_capturing(self, issue: Callable[[int], None]) -> None:
-        """A synchronous copy or memset while a stream captures (see the module docstring): after the
-        device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
-        self.synchronize_quietly()
-        if self._side_stream is None:
-            self._side_stream = self.cp.cuda.Stream(non_blocking=True)
-        issue(self._side_stream.ptr)
-        self._side_stream.synchronize()
+            self._drain()
+            if self._side_stream is None:
+                self._side_stream = self.cp.cuda.Stream(non_blocking=True)
+            issue(self._side_stream.ptr)
+            self._side_stream.synchronize()
 
     def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
-        with self.scope:   # cudaMemcpyDefault with unified addressing also copies between GPUs
-            if stream is None and self.capturing:
-                self._while_capturing(lambda side: runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side))
-            elif stream is None:
-                runtime.deviceSynchronize()
-                runtime.memcpy(dst, src, count, MEMCPY_DEFAULT)
-            else:
-                runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, stream.cupy.ptr)  # type: ignore[attr-defined]
+        if stream is None:   # cudaMemcpyDefault with unified addressing also copies between GPUs
+            self._synchronous(lambda: runtime.memcpy(dst, src, count, MEMCPY_DEFAULT),
+                              lambda side: runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side))
+            return
+        with self.scope:
+            runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, stream.cupy.ptr)  # type: ignore[attr-defined]
 
     def copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         self._copy(dst, src, count, stream)
@@ -319,14 +398,12 @@ class CudaDevice(Device):
 
     def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
+        if stream is None:
+            self._synchronous(lambda: runtime.memset(ptr, value & 0xFF, count),
+                              lambda side: runtime.memsetAsync(ptr, value & 0xFF, count, side))
+            return
         with self.scope:
-            if stream is None and self.capturing:
-                self._while_capturing(lambda side: runtime.memsetAsync(ptr, value & 0xFF, count, side))
-            elif stream is None:
-                runtime.deviceSynchronize()
-                runtime.memset(ptr, value & 0xFF, count)
-            else:
-                runtime.memsetAsync(ptr, value & 0xFF, count, stream.cupy.ptr)  # type: ignore[attr-defined]
+            runtime.memsetAsync(ptr, value & 0xFF, count, stream.cupy.ptr)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ streams and events
     def create_stream(self) -> CudaStream:
@@ -411,21 +488,22 @@ class CudaDevice(Device):
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:
-        """Counted as capturing BEFORE CUDA begins (a synchronous call racing with this one must not
-        deviceSynchronize a capturing stream); the event recorded first is what synchronous calls wait
-        for on this stream while it captures (the work queued before the capture)."""
+        """Inside the gate (no synchronous call is between its decision and its CUDA calls: see
+        CaptureGate), counted as capturing before CUDA begins; the event recorded first is what
+        synchronous calls wait for on this stream while it captures (the work queued before it)."""
         assert isinstance(stream, CudaStream)
-        self.capturing += 1
-        try:
-            with self.scope:
-                before = self.cp.cuda.Event(disable_timing=True)
-                before.record(stream.cupy)
-                stream.before_capture = before
-                stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)
-        except BaseException:
-            stream.before_capture = None
-            self.capturing -= 1
-            raise
+        with self.gate.exclusive():
+            self.capturing += 1
+            try:
+                with self.scope:
+                    before = self.cp.cuda.Event(disable_timing=True)
+                    before.record(stream.cupy)
+                    stream.before_capture = before
+                    stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)
+            except BaseException:
+                stream.before_capture = None
+                self.capturing -= 1
+                raise
 
     def end_capture(self, stream: DeviceStream) -> CudaGraph:
         """Counted as capturing until CUDA has ended the capture (even when ending fails)."""
@@ -460,5 +538,5 @@ class CudaDevice(Device):
                     self.end_capture(stream)
                 except Exception:  # noqa: BLE001 - an invalidated capture: nothing to keep either way
                     pass
-        with self.scope:
-            self.cp.cuda.runtime.deviceSynchronize()
+        with self.gate.shared(), self.scope:
+            self._drain()
