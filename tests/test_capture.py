@@ -936,7 +936,9 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
     try:
         stream.begin_capture()
         plain.record(stream)
-        cuda.runtime.eventRecordWithFlags(external, stream.ptr, cuda.runtime.eventRecordExternal)
+        cudart = fakecupy.cuda_bindings_runtime   # cuda-bindings' signature: handles in, (cudaError_t,) out
+        assert cudart.cudaEventRecordWithFlags(external.ptr, stream.ptr, cudart.cudaEventRecordExternal) == \
+            (cudart.cudaError_t.cudaSuccess,)
         graph = stream.end_capture()
         with pytest.raises(RuntimeError, match="cudaErrorCapturedEvent"):
             plain.synchronize()
@@ -951,3 +953,164 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
     finally:
         gate.set()
         stream.close()
+
+
+def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other(monkeypatch):
+    """Issue 23 (emulated: the cuda device's code): a synchronous aclrtMemcpy decided on the
+    legacy-stream path (no capture yet) while another thread begins a capture must not issue its
+    cudaDeviceSynchronize + cudaMemcpy after the capture began (CUDA refuses them and invalidates the
+    capture). Here the copy is held just after its decision until the capture has begun or is
+    waiting to: the capture waits, the copy succeeds, and the capture then records and replays."""
+    from support import use_device
+
+    from aclnn_gpu.device import fakecupy
+    use_device("emulated")
+    s = DeviceArrays()
+    try:
+        device, ptr = s.stream.device, s.malloc(64)
+        gate = getattr(device, "gate", None)
+        copier, began = threading.current_thread(), threading.Event()
+        real_sync = fakecupy.cuda.runtime.deviceSynchronize
+        statuses: list[int] = []
+
+        def held_sync() -> None:
+            if threading.current_thread() is copier and not began.is_set():
+                began.set()   # once: the copy has decided, and is about to make its CUDA calls
+                beginner.start()
+                for _ in range(60_000):   # bounded: until the capture has begun, or waits for the copy
+                    if done.is_set() or (gate is not None and gate.waiting):
+                        break
+                    threading.Event().wait(0.001)
+            real_sync()
+
+        done = threading.Event()
+        beginner = threading.Thread(target=lambda: (statuses.append(acl.aclmdlRICaptureBegin(s.stream, RELAXED)),
+                                                    done.set()))
+        monkeypatch.setattr(fakecupy.cuda.runtime, "deviceSynchronize", held_sync)
+        data = np.arange(64, dtype=np.uint8)
+        assert acl.aclrtMemcpy(ptr, 64, data, 64, H2D) == 0, acl.aclGetRecentErrMsg()
+        beginner.join(60)
+        assert began.is_set() and done.is_set() and statuses == [0]
+        ok(acl.aclrtMemsetAsync(ptr, 64, 9, 32, s.stream))
+        model = ok(acl.aclmdlRICaptureEnd(s.stream))   # the capture was not invalidated
+        seen = bytearray(64)
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert bytes(seen) == data.tobytes()            # the copy landed; the capture ran nothing
+        ok(acl.aclmdlRIExecuteAsync(model, s.stream))
+        ok(acl.aclrtSynchronizeStream(s.stream))
+        ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+        assert bytes(seen) == bytes([9]) * 32 + data[32:].tobytes()
+        ok(acl.aclmdlRIDestroy(model))
+    finally:
+        s.close()
+
+
+def test_fakecupy_refuses_what_cuda_refuses_during_a_capture():
+    """The stand-in's capture rules are CUDA's (CUDA Programming Guide, stream capture's prohibited
+    operations) with CuPy's exception: the legacy stream while a blocking stream captures
+    (cudaErrorStreamCaptureImplicit), a device-wide or capturing-stream synchronize
+    (cudaErrorStreamCaptureUnsupported) -- each invalidating the capture, whose end then fails -- and
+    capture on the legacy stream (CuPy's RuntimeError). A non-blocking stream's capture leaves the
+    legacy stream usable."""
+    from aclnn_gpu.device import fakecupy
+    cuda, runtime = fakecupy.cuda, fakecupy.cuda.runtime
+    host = np.zeros(64, np.uint8)
+    memory = cuda.alloc(64)
+    illegal = [
+        (lambda: runtime.memcpy(memory.ptr, host.ctypes.data, 64, 4), "cudaErrorStreamCaptureImplicit"),
+        (lambda: runtime.memset(memory.ptr, 0, 64), "cudaErrorStreamCaptureImplicit"),
+        (lambda: runtime.memsetAsync(memory.ptr, 0, 64, 0), "cudaErrorStreamCaptureImplicit"),
+        (lambda: cuda.Event().record(), "cudaErrorStreamCaptureImplicit"),
+        (runtime.deviceSynchronize, "cudaErrorStreamCaptureUnsupported"),
+        (None, "cudaErrorStreamCaptureUnsupported"),   # the capturing stream's own synchronize
+    ]
+    for call, name in illegal:
+        stream = cuda.Stream()
+        try:
+            stream.begin_capture()
+            with pytest.raises(runtime.CUDARuntimeError, match=name) as refused:
+                (call or stream.synchronize)()
+            assert refused.value.status == {"cudaErrorStreamCaptureImplicit": 906,
+                                            "cudaErrorStreamCaptureUnsupported": 900}[name]
+            with pytest.raises(RuntimeError, match="invalidated"):
+                stream.is_capturing()
+            with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+                stream.end_capture()
+        finally:
+            stream.close()
+    with pytest.raises(RuntimeError, match="cannot capture on the default"):
+        cuda.get_current_stream().begin_capture()
+    quiet = cuda.Stream(non_blocking=True)
+    try:
+        quiet.begin_capture()
+        runtime.memcpy(memory.ptr, host.ctypes.data, 64, 4)   # the legacy stream does not order with it
+        with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorStreamCaptureUnsupported"):
+            runtime.deviceSynchronize()
+        with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+            quiet.end_capture()
+    finally:
+        quiet.close()
+
+
+def test_two_devices_capturing_one_buffer_share_its_page_locks(monkeypatch):
+    """Issue 23 (emulated: the cuda device's code): cudaHostRegister is the process's, not a device's.
+    Device 0 and device 1 each capture a copy into the same host buffer; releasing device 0's model
+    must leave the pages locked for device 1's graph (and for device 1's context: portable), until
+    device 1's model goes too."""
+    from support import use_device
+
+    from aclnn_gpu.device import fakecupy
+    monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
+    use_device("emulated")
+    runtime, n = fakecupy.cuda.runtime, 2 * 4096
+    buffer = np.zeros(n, np.uint8)
+
+    def locked(device: int) -> bool:
+        with fakecupy.cuda.Device(device):
+            return runtime.pointerGetAttributes(buffer.ctypes.data).type == runtime.memoryTypeHost
+
+    arrays, models = [], []
+    try:
+        for device in (0, 1):
+            ok(acl.aclrtSetDevice(device))
+            s = DeviceArrays()
+            arrays.append(s)
+            ptr = s.malloc(n)
+            ok(acl.aclrtMemset(ptr, n, 5 + device, n))
+            models.append(capture(s.stream, lambda st, ptr=ptr: ok(acl.aclrtMemcpyAsync(buffer, n, ptr, n, D2H, st))))
+            assert locked(0) and locked(1)
+        ok(acl.aclrtSetDevice(0))
+        ok(acl.aclmdlRIDestroy(models[0]))
+        assert locked(0) and locked(1), "device 0's release unlocked pages device 1's graph copies into"
+        ok(acl.aclrtSetDevice(1))
+        ok(acl.aclmdlRIExecuteAsync(models[1], arrays[1].stream))
+        ok(acl.aclrtSynchronizeStream(arrays[1].stream))
+        assert (buffer == 6).all()
+        ok(acl.aclmdlRIDestroy(models[1]))
+        assert not locked(0) and not locked(1)
+    finally:
+        for device, s in enumerate(arrays):
+            ok(acl.aclrtSetDevice(device))
+            s.close()
+        ok(acl.aclrtSetDevice(0))
+        from aclnn_gpu import runtime as acl_runtime
+        acl_runtime.release_devices()
+
+
+def test_record_external_reaches_cuda_bindings_with_its_signature():
+    """CuPy's runtime has no cudaEventRecordWithFlags, so the cuda device calls cuda-bindings' (fakecupy
+    stands in for that module only on the emulated device). Called for real here, with CuPy's shape
+    of event and stream (handles in `.ptr`) and a null event: cuda-bindings takes the handles as ints,
+    returns a `(cudaError_t,)` tuple, and the error comes back named (no GPU here: no driver; on a GPU:
+    the null event is an invalid handle)."""
+    cudart = pytest.importorskip("cuda.bindings.runtime")
+    from types import SimpleNamespace
+
+    from aclnn_gpu.device import cuda as cuda_device
+    cupy_shaped = SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace()))   # no stand-in: the real one
+    assert cuda_device.cuda_bindings_runtime(cupy_shaped) is cudart
+    handle = SimpleNamespace(ptr=0)
+    with pytest.raises(RuntimeError, match=r"^cudaEventRecordWithFlags: cudaError\w+$") as failed:
+        cuda_device.record_external(cupy_shaped, handle, handle)
+    name = str(failed.value).split(": ")[1]
+    assert name != "cudaSuccess" and int(getattr(cudart.cudaError_t, name)) != 0

@@ -396,3 +396,53 @@ def test_a_workspace_off_8_byte_alignment_is_refused(two, rng):
     assert acl.aclrtSynchronizeStream(arrays.stream) == 0
     assert acl.aclrtFree(base) == 0
     arrays.close()
+
+
+def test_fakecupy_refuses_a_stream_or_event_of_another_device(monkeypatch):
+    """The stand-in's multi-device rules are CuPy's and CUDA's (CUDA Programming Guide, multi-device
+    "Stream and Event Behavior"): a stream is made current only under its own device (CuPy's
+    check_stream_device_match), a kernel is launched only on a stream of the current device, an event
+    is recorded only on a stream of its own device (also through cudaEventRecordWithFlags); a copy may
+    go to a stream of another device. A launch over 48 KiB of dynamic shared memory needs the
+    function's max_dynamic_shared_size_bytes. cudaHostRegister without the portable flag locks the
+    pages for the registering device's context only."""
+    monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
+    cuda, runtime, cudart = fakecupy.cuda, fakecupy.cuda.runtime, fakecupy.cuda_bindings_runtime
+    ran: list[int] = []
+    kernel = fakecupy.RawKernel(types.SimpleNamespace(get_function=lambda expr: lambda *a, **k: ran.append(1)), "k")
+    with cuda.Device(1):
+        stream, event = cuda.Stream(), cuda.Event()
+    memory, host = cuda.alloc(16), np.zeros(16, np.uint8)
+    try:
+        with pytest.raises(RuntimeError, match=r"created on \(1\) does not match with the current device \(0\)"):
+            with stream:
+                pass
+        with pytest.raises(fakecupy.CUDADriverError, match="CUDA_ERROR_INVALID_HANDLE"):
+            kernel((1,), (1,), (), stream=stream)
+        other = cuda.Event()
+        with pytest.raises(runtime.CUDARuntimeError, match="cudaErrorInvalidResourceHandle"):
+            other.record(stream)
+        assert cudart.cudaEventRecordWithFlags(other.ptr, stream.ptr, cudart.cudaEventRecordExternal) == \
+            (cudart.cudaError_t.cudaErrorInvalidResourceHandle,)
+        runtime.memcpyAsync(memory.ptr, host.ctypes.data, 16, 4, stream.ptr)   # copies may cross devices
+        with cuda.Device(1):
+            with stream:
+                kernel((1,), (1,), ())
+                with pytest.raises(fakecupy.CUDADriverError, match="CUDA_ERROR_INVALID_VALUE"):
+                    kernel((1,), (1,), (), shared_mem=64 * 1024)
+                kernel.max_dynamic_shared_size_bytes = 64 * 1024
+                kernel((1,), (1,), (), shared_mem=64 * 1024)
+            event.record(stream)
+            stream.synchronize()
+        assert ran == [1, 1] and event.done
+        pages = np.zeros(2 * 4096, np.uint8)
+        page = pages.ctypes.data + (-pages.ctypes.data) % 4096
+        runtime.hostRegister(page, 4096, 0)   # not portable: device 0's context alone sees it locked
+        try:
+            assert runtime.pointerGetAttributes(page).type == runtime.memoryTypeHost
+            with cuda.Device(1):
+                assert runtime.pointerGetAttributes(page).type == runtime.memoryTypeUnregistered
+        finally:
+            runtime.hostUnregister(page)
+    finally:
+        stream.close()

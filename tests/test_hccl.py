@@ -405,10 +405,32 @@ def test_data_parallel_training_equals_one_process(cpu_session, world):
 
 
 # ---------------------------------------------------------------------------- the NCCL layer
+NCCL_UNIQUE_ID_BYTES = 128
+
+
+def install_nccl(monkeypatch, nccl) -> None:
+    """`nccl` as cupy.cuda.nccl (and a bare cupy / cupy.cuda around it) for the test."""
+    import types as pytypes
+    cupy = pytypes.ModuleType("cupy")
+    cupy.cuda = pytypes.ModuleType("cupy.cuda")
+    cupy.cuda.nccl = nccl
+    for name, module in (("cupy", cupy), ("cupy.cuda", cupy.cuda), ("cupy.cuda.nccl", nccl)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def check_unique_id(comm_id) -> None:
+    """CuPy 14's NcclCommunicator: the id as `bytes` of NCCL_UNIQUE_ID_BYTES (cupy_backends/cuda/libs/nccl.pyx)."""
+    if not isinstance(comm_id, bytes):
+        raise TypeError(f"Argument 'commId' has incorrect type (expected bytes, got {type(comm_id).__name__})")
+    if len(comm_id) != NCCL_UNIQUE_ID_BYTES:
+        raise ValueError(f"commId length {len(comm_id)} != {NCCL_UNIQUE_ID_BYTES}.")
+
+
 def test_nccl_layer_maps_types_ops_and_the_stream(monkeypatch):
     """hccl/nccl.py over a recording stand-in for cupy.cuda.nccl (no GPU here): every collective
     reaches NCCL with NCCL's type and op numbers, byte counts for data movement, and the CuPy
     stream's pointer; 16-bit integer reductions are refused; a failed verdict is this call's code."""
+    import contextlib
     import types as pytypes
 
     from aclnn_gpu.errors import OpError
@@ -418,19 +440,17 @@ def test_nccl_layer_maps_types_ops_and_the_stream(monkeypatch):
 
     class Communicator:
         def __init__(self, size, unique_id, rank):
+            check_unique_id(unique_id)
             calls.append(("init", size, unique_id, rank))
 
         def __getattr__(self, name):
             return lambda *args: calls.append((name, *args))
 
     fake = pytypes.SimpleNamespace(NcclCommunicator=Communicator, NcclError=RuntimeError,
-                                   get_unique_id=lambda: tuple(range(-64, 64)))
-    cupy = pytypes.ModuleType("cupy")
-    cupy.cuda = pytypes.ModuleType("cupy.cuda")
-    cupy.cuda.nccl = fake
-    for name, module in (("cupy", cupy), ("cupy.cuda", cupy.cuda), ("cupy.cuda.nccl", fake)):
-        monkeypatch.setitem(sys.modules, name, module)
-    device = pytypes.SimpleNamespace(malloc=lambda n: 0x1000, free=lambda p: calls.append(("free", p)))
+                                   get_unique_id=lambda: bytes(range(256 - 64, 256)) + bytes(range(64)))
+    install_nccl(monkeypatch, fake)
+    device = pytypes.SimpleNamespace(malloc=lambda n: 0x1000, free=lambda p: calls.append(("free", p)),
+                                     scope=contextlib.nullcontext())
     stream = pytypes.SimpleNamespace(cupy=pytypes.SimpleNamespace(ptr=0xABC))
 
     unique_id = layer.new_unique_id()
@@ -460,3 +480,83 @@ def test_nccl_layer_maps_types_ops_and_the_stream(monkeypatch):
     with pytest.raises(OpError) as timed_out:
         engine.send(stream, 10, 12, 3, 0, "t", late)
     assert timed_out.value.status == acl.HCCL_E_TIMEOUT
+
+
+class StrictNccl:
+    """CuPy 14's cupy.cuda.nccl over NCCL's device rules: ncclCommInitRank binds the CUDA device current
+    on the calling thread (NCCL src/init.cc: cudaGetDevice in ncclCommInitRank), two ranks of one
+    communicator on one GPU are refused ("Multiple Ranks are using the same GPU", ncclInvalidUsage),
+    and a collective's stream must be one of the communicator's device (a kernel launched on a stream
+    of another device fails: CUDA_ERROR_INVALID_HANDLE, NCCL's ncclUnhandledCudaError)."""
+
+    class NcclError(RuntimeError):
+        def __init__(self, status: int, message: str):
+            self.status = status
+            super().__init__(message)
+
+    def __init__(self) -> None:
+        from aclnn_gpu.device import fakecupy
+        self.fakecupy = fakecupy
+        self.devices: dict[bytes, dict[int, int]] = {}   # unique id -> {device: rank}
+        self.calls: list[tuple[str, int, int]] = []      # (call, communicator's device, current device)
+        outer = self
+
+        class NcclCommunicator:
+            def __init__(self, ndev: int, comm_id: bytes, rank: int):
+                check_unique_id(comm_id)
+                device = outer.fakecupy.cuda.runtime.getDevice()
+                bound = outer.devices.setdefault(comm_id, {})
+                if device in bound:
+                    raise outer.NcclError(5, f"ncclInvalidUsage: ranks {bound[device]} and {rank} are using the "
+                                             f"same GPU ({device})")
+                bound[device] = rank
+                self.device = device
+
+            def _launch(self, name: str, stream: int) -> None:
+                if outer.fakecupy._stream(stream).device_id != self.device:
+                    raise outer.NcclError(1, f"ncclUnhandledCudaError: {name} on a stream of another device")
+                outer.calls.append((name, self.device, outer.fakecupy.cuda.runtime.getDevice()))
+
+            def allReduce(self, send, recv, count, datatype, op, stream):
+                self._launch("allReduce", stream)
+
+            def allGather(self, send, recv, count, datatype, stream):
+                self._launch("allGather", stream)
+
+            def destroy(self):
+                outer.calls.append(("destroy", self.device, outer.fakecupy.cuda.runtime.getDevice()))
+
+        self.NcclCommunicator = NcclCommunicator
+
+
+def test_nccl_communicators_bind_their_own_device(monkeypatch):
+    """Issue 23 (the emulated device stands in for two GPUs): a rank's communicator is created, and
+    its collectives and destroy are made, in its device's scope, whatever device the calling thread
+    has current, so two ranks of one process on devices 0 and 1 bind devices 0 and 1."""
+    from aclnn_gpu import runtime
+    from aclnn_gpu.hccl import nccl as layer
+    monkeypatch.setenv("ACLNN_GPU_DEVICE", "emulated")
+    monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
+    runtime.release_devices()
+    nccl = StrictNccl()
+    install_nccl(monkeypatch, nccl)
+    engines = []
+    try:
+        assert acl.aclrtSetDevice(0) == 0            # this thread stays on device 0 throughout
+        unique_id = bytes(range(NCCL_UNIQUE_ID_BYTES))
+        for rank in (0, 1):
+            engines.append(layer.NcclEngine(unique_id, rank, 2, runtime.device_of(rank)))
+        assert [engine.comm.device for engine in engines] == [0, 1]
+        for engine in engines:
+            stream = engine.device.default_stream
+            engine.all_reduce(stream, engine.scratch, engine.scratch, 1, np.dtype(np.float32), SUM, "HcclAllReduce")
+            engine.barrier(stream, "HcclBarrier")
+            engine.all_gather(stream, engine.scratch, engine.scratch, 4, "HcclAllGather")
+        for engine in engines:
+            engine.close()
+        assert [call for call in nccl.calls if call[1] != call[2]] == []   # each call under its own device
+        assert [call[:2] for call in nccl.calls] == [("allReduce", 0)] * 2 + [("allGather", 0)] + \
+            [("allReduce", 1)] * 2 + [("allGather", 1), ("destroy", 0), ("destroy", 1)]
+    finally:
+        acl.aclrtSetDevice(0)
+        runtime.release_devices()

@@ -20,10 +20,10 @@ from .registry import Allocation, Registry
 ALIGN = 64  # bytes; CANN guarantees 32, vector kernels want 16
 
 
-def aligned_buffer(size: int) -> tuple[int, np.ndarray]:
-    """A zero-initialised-free host buffer of `size` bytes whose first byte is ALIGN-aligned."""
-    raw = np.empty(size + ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
+def aligned_buffer(size: int, align: int = ALIGN) -> tuple[int, np.ndarray]:
+    """A zero-initialised-free host buffer of `size` bytes whose first byte is `align`-aligned."""
+    raw = np.empty(size + align, np.uint8)
+    start = (-raw.ctypes.data) % align
     buf = raw[start:start + size]
     return buf.ctypes.data, buf
 

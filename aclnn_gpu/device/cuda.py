@@ -17,26 +17,41 @@ Stream capture maps onto CUDA's: `stream.begin_capture(relaxed)`, `end_capture()
 for RELAXED mode whatever ACL mode the caller chose: the ACL mode rules are the runtime's
 (`graph/state.py`), and the library itself allocates pinned memory while capturing (below), which
 CUDA's stricter modes forbid. A captured copy from or to a caller's host buffer object uses that
-buffer at every replay: it is page-locked in place (cudaHostRegister) for the model's lifetime.
+buffer at every replay: it is page-locked in place (cudaHostRegister, portable: one process-wide
+table, `hostpins.shared_pins`, since a registration is the process's, not a device's) for the
+model's lifetime.
 A captured copy reads its source when the graph runs, so a table
 upload made while capturing must not come from the reused `UploadRing`: it comes from a pinned
 buffer the model owns (`uploads.captured_upload`). While a stream of the device captures, the
 synchronous paths (free, aclrtMemcpy, aclrtMemset) wait for the other streams one by one (for a
 capturing one: the event recorded on it just before its capture began) and copy on a private
 non-blocking stream: cudaDeviceSynchronize and the legacy stream would touch the
-capturing stream, which CUDA refuses.
+capturing stream, which CUDA refuses (and which invalidates the capture). Which path a synchronous
+call takes is decided inside the device's `CaptureGate`: a capture begins only while no synchronous
+call is between its decision and its last CUDA call, so none issues a legacy-stream copy after a
+capture began.
+
+cuBLAS (`kernels/gemm.CublasGemm`) is called through ctypes on CuPy's own libcublas with CuPy's handle
+for the device, never through CuPy's cuBLAS wrappers: those (and `cublas.setStream`) raise
+NotImplementedError while the stream captures, which CUDA itself allows. While the stream captures,
+the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as cuBLAS's "CUDA Graphs Support"
+asks of captured routines).
+
+NCCL (`hccl/nccl.py`) creates its communicator and makes every call inside the device's scope:
+ncclCommInitRank binds the GPU current on the calling thread.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..kernels import loader
 from .base import Device, DeviceEvent, DeviceStream
-from .hostpins import HostPins
+from .hostpins import shared_pins
 from .registry import Allocation, Registry
 from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
 
@@ -87,6 +102,7 @@ class CudaStream(DeviceStream):
         # an operator never starts before the data it reads has arrived.
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
+        self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
 
     def synchronize(self) -> None:
         self.cupy.synchronize()
@@ -101,19 +117,26 @@ class CudaStream(DeviceStream):
                 release()
 
 
+def cuda_bindings_runtime(cp: Any) -> Any:
+    """cuda-bindings' `cuda.bindings.runtime` (fakecupy brings a stand-in of it with the same signatures)."""
+    stand_in = getattr(cp, "cuda_bindings_runtime", None)
+    if stand_in is not None:
+        return stand_in
+    from cuda.bindings import runtime as cudart
+    return cudart
+
+
 def record_external(cp: Any, event: Any, stream: Any) -> None:
     """cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal): in a capture, an event-record
     node that records the event at every replay (ACL's aclrtRecordEvent in a model). A plain
     cudaEventRecord there is graph-internal: the event is unusable outside the capture
-    (cudaErrorCapturedEvent). CuPy has no eventRecordWithFlags; cuda-bindings does (fakecupy has its own)."""
-    runtime = cp.cuda.runtime
-    if hasattr(runtime, "eventRecordWithFlags"):   # fakecupy
-        runtime.eventRecordWithFlags(event, stream.ptr, runtime.eventRecordExternal)
-        return
-    from cuda.bindings import runtime as cudart
-    err, = cudart.cudaEventRecordWithFlags(event.ptr, stream.ptr, cudart.cudaEventRecordExternal)
+    (cudaErrorCapturedEvent). CuPy's runtime has no eventRecordWithFlags (cupy_backends/cuda/api/
+    runtime.pyx); cuda-bindings has it (cuda_bindings/cuda/bindings/runtime.pyx.in): the handles as
+    ints, a `(cudaError_t,)` tuple back, cudaError_t an int enum (cuda-bindings 13: a FastEnum) with `.name`."""
+    cudart = cuda_bindings_runtime(cp)
+    err, = cudart.cudaEventRecordWithFlags(int(event.ptr), int(stream.ptr), cudart.cudaEventRecordExternal)
     if err != cudart.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"cudaEventRecordWithFlags: {err.name}")
+        raise RuntimeError(f"cudaEventRecordWithFlags: {getattr(err, 'name', err)}")
 
 
 class CudaEvent(DeviceEvent):
@@ -167,10 +190,10 @@ class CudaKernelContext:
             kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
 
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
-        self.device.gemm(self.stream.cupy, *args, **kwargs)
+        self.device.gemm(self.stream, *args, **kwargs)
 
     def gemm_batched(self, *args: Any, **kwargs: Any) -> None:
-        self.device.gemm_batched(self.stream.cupy, *args, **kwargs)
+        self.device.gemm_batched(self.stream, *args, **kwargs)
 
 
 class CudaGraph:
@@ -183,8 +206,65 @@ class CudaGraph:
         self.event = event
 
 
+class CaptureGate:
+    """Beginning a capture (`exclusive`) against the synchronous calls (`shared`: any number at once).
+
+    A synchronous call decides between the legacy-stream path and the capture-safe one from the
+    device's capture state, then makes its CUDA calls; a capture that began in between would be
+    invalidated by them (cudaErrorStreamCaptureImplicit / Unsupported). So a capture begins only while
+    no synchronous call is inside the gate, and synchronous calls wait while a capture is beginning
+    (or waiting to: a stream of synchronous calls cannot keep a capture from beginning). Beginning
+    is short (an event record and cudaStreamBeginCapture); a synchronous call holds the gate for its
+    own waits and copy only. A thread inside `shared` may enter it again (nested synchronous paths
+    never wait for a capture that waits for them)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._shared = 0          # synchronous calls inside
+        self._exclusive = False   # a capture is beginning
+        self.waiting = 0          # captures waiting for the synchronous calls inside to leave
+        self._depth = threading.local()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        depth = getattr(self._depth, "n", 0)
+        if not depth:
+            with self._cond:
+                while self._exclusive or self.waiting:
+                    self._cond.wait()
+                self._shared += 1
+        self._depth.n = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            if not depth:
+                with self._cond:
+                    self._shared -= 1
+                    if not self._shared:
+                        self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self.waiting += 1
+            self._cond.notify_all()   # for whoever watches `waiting` (tests)
+            try:
+                while self._exclusive or self._shared:
+                    self._cond.wait()
+            finally:
+                self.waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 class CudaDevice(Device):
-    capturing = 0   # streams of this device capturing now (the synchronous paths change while > 0)
+    capturing = 0   # streams of this device capturing now (read inside `gate`; see CaptureGate)
     _side_stream: Any = None
 
     def __init__(self, cp: Any, kind: str = "cuda", device_id: int = 0):
@@ -196,7 +276,8 @@ class CudaDevice(Device):
         self._modules: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], Any] = {}
         self._module_lock = threading.Lock()
-        self.host_pins = HostPins(lambda: self.cp.cuda.runtime)   # caller buffers page-locked for captures
+        self.gate = CaptureGate()
+        self.host_pins = shared_pins(cp.cuda.runtime)   # caller buffers page-locked for captures (process-wide)
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
         self.arch = f"sm_{self.properties.get('major', 0)}{self.properties.get('minor', 0)}"
@@ -231,36 +312,44 @@ class CudaDevice(Device):
     def synchronize_quietly(self) -> None:
         """Wait for every stream of this device (a copy from another device waits for it too); while
         a stream captures, for every stream but the capturing ones (see the module docstring)."""
-        with self.scope:
+        with self.gate.shared(), self.scope:
+            self._drain()
+
+    def _drain(self) -> None:
+        """synchronize_quietly's waits, inside the gate (no capture begins meanwhile; one may end)."""
+        if not self.capturing:
+            self.cp.cuda.runtime.deviceSynchronize()
+            return
+        for stream in self.live_streams():
+            before = getattr(stream, "before_capture", None)   # read once: an end clears it
+            if before is None:
+                stream.synchronize()
+            else:   # the work queued on it before the capture began may still use the memory
+                before.synchronize()
+
+    def _synchronous(self, legacy: Callable[[], None], issue: Callable[[int], None]) -> None:
+        """A synchronous copy or memset (see the module docstring), decided and made inside the gate:
+        with no capture, `legacy()` after cudaDeviceSynchronize; while a stream captures, after the
+        device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
+        with self.gate.shared(), self.scope:
             if not self.capturing:
                 self.cp.cuda.runtime.deviceSynchronize()
+                legacy()
                 return
-            for stream in self.live_streams():
-                if stream.capture is None:
-                    stream.synchronize()
-                elif getattr(stream, "before_capture", None) is not None:
-                    # the work queued on it before the capture began may still use the memory
-                    stream.before_capture.synchronize()  # type: ignore[attr-defined]
-
-    def _while_capturing(self, issue: Callable[[int], None]) -> None:
-        """A synchronous copy or memset while a stream captures (see the module docstring): after the
-        device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
-        self.synchronize_quietly()
-        if self._side_stream is None:
-            self._side_stream = self.cp.cuda.Stream(non_blocking=True)
-        issue(self._side_stream.ptr)
-        self._side_stream.synchronize()
+            self._drain()
+            if self._side_stream is None:
+                self._side_stream = self.cp.cuda.Stream(non_blocking=True)
+            issue(self._side_stream.ptr)
+            self._side_stream.synchronize()
 
     def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
-        with self.scope:   # cudaMemcpyDefault with unified addressing also copies between GPUs
-            if stream is None and self.capturing:
-                self._while_capturing(lambda side: runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side))
-            elif stream is None:
-                runtime.deviceSynchronize()
-                runtime.memcpy(dst, src, count, MEMCPY_DEFAULT)
-            else:
-                runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, stream.cupy.ptr)  # type: ignore[attr-defined]
+        if stream is None:   # cudaMemcpyDefault with unified addressing also copies between GPUs
+            self._synchronous(lambda: runtime.memcpy(dst, src, count, MEMCPY_DEFAULT),
+                              lambda side: runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, side))
+            return
+        with self.scope:
+            runtime.memcpyAsync(dst, src, count, MEMCPY_DEFAULT, stream.cupy.ptr)  # type: ignore[attr-defined]
 
     def copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         self._copy(dst, src, count, stream)
@@ -309,14 +398,12 @@ class CudaDevice(Device):
 
     def memset(self, ptr: int, value: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
+        if stream is None:
+            self._synchronous(lambda: runtime.memset(ptr, value & 0xFF, count),
+                              lambda side: runtime.memsetAsync(ptr, value & 0xFF, count, side))
+            return
         with self.scope:
-            if stream is None and self.capturing:
-                self._while_capturing(lambda side: runtime.memsetAsync(ptr, value & 0xFF, count, side))
-            elif stream is None:
-                runtime.deviceSynchronize()
-                runtime.memset(ptr, value & 0xFF, count)
-            else:
-                runtime.memsetAsync(ptr, value & 0xFF, count, stream.cupy.ptr)  # type: ignore[attr-defined]
+            runtime.memsetAsync(ptr, value & 0xFF, count, stream.cupy.ptr)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ streams and events
     def create_stream(self) -> CudaStream:
@@ -368,15 +455,30 @@ class CudaDevice(Device):
                 kernel = self._kernels[key] = module.get_function(expr)
         return kernel
 
-    def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
-        """cublasGemmStridedBatchedEx on `stream` (a cupy Stream); kernels/gemm.CublasGemm."""
+    def gemm(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
+        """cublasGemmStridedBatchedEx on `stream`; kernels/gemm.CublasGemm."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream)(*args, **kwargs)
+        gemm.CublasGemm(stream.cupy, self._cublas_workspace(stream))(*args, **kwargs)
 
-    def gemm_batched(self, stream: Any, *args: Any, **kwargs: Any) -> None:
+    def gemm_batched(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmBatchedEx on `stream`; kernels/gemm.CublasGemm.batched."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream).batched(*args, **kwargs)
+        gemm.CublasGemm(stream.cupy, self._cublas_workspace(stream)).batched(*args, **kwargs)
+
+    def _cublas_workspace(self, stream: CudaStream) -> tuple[int, int] | None:
+        """None outside a capture (cuBLAS's own workspace pool); while `stream` captures, (address, size)
+        of device memory the model keeps, one per capture: the GEMMs of one capture run in the
+        stream's order, but two models may replay at once on two streams."""
+        capture = stream.capture
+        if capture is None:
+            return None
+        if stream.cublas_workspace is None or stream.cublas_workspace[0] is not capture:
+            from ..kernels import gemm
+            size = gemm.capture_workspace_bytes(int(self.properties.get("major", 0)))
+            memory = self.cp.cuda.alloc(size)   # in the device's scope (enqueue)
+            capture.keep.append(memory)
+            stream.cublas_workspace = (capture, int(memory.ptr), size)
+        return stream.cublas_workspace[1], stream.cublas_workspace[2]
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
@@ -386,21 +488,22 @@ class CudaDevice(Device):
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:
-        """Counted as capturing BEFORE CUDA begins (a synchronous call racing with this one must not
-        deviceSynchronize a capturing stream); the event recorded first is what synchronous calls wait
-        for on this stream while it captures (the work queued before the capture)."""
+        """Inside the gate (no synchronous call is between its decision and its CUDA calls: see
+        CaptureGate), counted as capturing before CUDA begins; the event recorded first is what
+        synchronous calls wait for on this stream while it captures (the work queued before it)."""
         assert isinstance(stream, CudaStream)
-        self.capturing += 1
-        try:
-            with self.scope:
-                before = self.cp.cuda.Event(disable_timing=True)
-                before.record(stream.cupy)
-                stream.before_capture = before
-                stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)
-        except BaseException:
-            stream.before_capture = None
-            self.capturing -= 1
-            raise
+        with self.gate.exclusive():
+            self.capturing += 1
+            try:
+                with self.scope:
+                    before = self.cp.cuda.Event(disable_timing=True)
+                    before.record(stream.cupy)
+                    stream.before_capture = before
+                    stream.cupy.begin_capture(self.cp.cuda.runtime.streamCaptureModeRelaxed)
+            except BaseException:
+                stream.before_capture = None
+                self.capturing -= 1
+                raise
 
     def end_capture(self, stream: DeviceStream) -> CudaGraph:
         """Counted as capturing until CUDA has ended the capture (even when ending fails)."""
@@ -410,6 +513,7 @@ class CudaDevice(Device):
                 return CudaGraph(stream.cupy.end_capture(), self.cp.cuda.Event(disable_timing=True))
         finally:
             stream.before_capture = None
+            stream.cublas_workspace = None   # the model keeps the memory (capture.keep)
             self.capturing -= 1
 
     def launch_graph(self, graph: CudaGraph, stream: DeviceStream) -> None:
@@ -434,5 +538,5 @@ class CudaDevice(Device):
                     self.end_capture(stream)
                 except Exception:  # noqa: BLE001 - an invalidated capture: nothing to keep either way
                     pass
-        with self.scope:
-            self.cp.cuda.runtime.deviceSynchronize()
+        with self.gate.shared(), self.scope:
+            self._drain()

@@ -23,12 +23,12 @@ class EmulatedDevice(CudaDevice):
     def gemm(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm
         # queued on the fake stream: runs in stream order after the kernels enqueued before it
-        stream.submit(lambda: gemm.gemm_numpy(*args, **kwargs))
+        stream.cupy.submit(lambda: gemm.gemm_numpy(*args, **kwargs))
 
     def gemm_batched(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm
         # in stream order: the pointer arrays are read after the upload queued before it
-        stream.submit(lambda: gemm.gemm_batched_numpy(*args, **kwargs))
+        stream.cupy.submit(lambda: gemm.gemm_batched_numpy(*args, **kwargs))
 
     def host_view(self, ptr: int, nbytes: int):
         return self.registry.host_bytes(ptr, nbytes)

@@ -14,10 +14,32 @@ Stream capture as CuPy has it: `Stream.begin_capture(mode)`, `end_capture()` -> 
 `Graph.launch(stream)`; what a capturing stream is given (launches, copies, memsets, event records
 and waits) is recorded by its worker (`hoststream.CapturedWork`), and a launch replays the list as
 one task on the target stream's worker.
+
+As strict as CUDA and CuPy where the cuda device's code could go wrong on a GPU (a suite green over
+this layer must not fail on the driver's rules there). Refusals raise `CUDARuntimeError` (CuPy's
+shape: a RuntimeError whose `status` is the cudaError_t and whose message starts with its name) and,
+where CUDA invalidates the capture, invalidate it (its `end_capture` then raises
+cudaErrorStreamCaptureInvalidated). CUDA Programming Guide, "Prohibited and Unhandled Operations" of
+stream capture, and "Stream and Event Behavior" of multi-device programming:
+- cudaDeviceSynchronize while a stream of the device captures, and a synchronize of a capturing stream:
+  cudaErrorStreamCaptureUnsupported, the capture invalidated;
+- the legacy stream (ptr 0: the synchronous memcpy / memset, async work given stream 0) while a
+  blocking stream of the device captures: cudaErrorStreamCaptureImplicit, the capture invalidated;
+- `begin_capture` on the legacy stream: CuPy's RuntimeError (cupy/cuda/stream.pyx, begin_capture);
+- `with stream:` / `stream.use()` under another current device: CuPy's RuntimeError
+  (check_stream_device_match in cupy/cuda/stream.pyx); a kernel launched on a stream of another
+  device: CUDA_ERROR_INVALID_HANDLE; an event recorded on a stream of another device:
+  cudaErrorInvalidResourceHandle; a launch with more than 48 KiB of dynamic shared memory without
+  `max_dynamic_shared_size_bytes`: CUDA_ERROR_INVALID_VALUE;
+- cudaHostRegister without cudaHostRegisterPortable page-locks the range for the registering
+  device's context only (cudaHostRegister's documentation), which `pointerGetAttributes` reflects.
+CuPy's runtime has no cudaEventRecordWithFlags: `cuda_bindings_runtime` stands in for
+`cuda.bindings.runtime` instead, with its signature (handles as ints, a `(cudaError_t,)` tuple back).
 """
 from __future__ import annotations
 
 import ctypes
+import enum
 import mmap
 import os
 import threading
@@ -33,6 +55,54 @@ from .hoststream import CapturedWork, HostEventMark, HostStream
 
 SM_COUNT = 4  # small on purpose: grids sized from it keep emulated launches short
 SM_COUNTS: dict[int, int] = {}  # device id -> SM count, where it differs from SM_COUNT
+DEVICE_ALIGN = 512   # CuPy's memory pool hands out multiples of its 512-byte allocation unit (cupy/cuda/memory.pyx)
+STATIC_SHARED_LIMIT = 48 * 1024   # dynamic shared memory a launch may use without the function attribute
+
+
+class cudaError_t(enum.IntEnum):
+    """The cudaError_t values this layer raises (driver_types.h), with CUDA's descriptions below."""
+
+    cudaSuccess = 0
+    cudaErrorInvalidValue = 1
+    cudaErrorInvalidResourceHandle = 400
+    cudaErrorIllegalState = 401
+    cudaErrorHostMemoryAlreadyRegistered = 712
+    cudaErrorHostMemoryNotRegistered = 713
+    cudaErrorStreamCaptureUnsupported = 900
+    cudaErrorStreamCaptureInvalidated = 901
+    cudaErrorStreamCaptureImplicit = 906
+    cudaErrorCapturedEvent = 907
+
+
+_DESCRIPTIONS = {
+    cudaError_t.cudaErrorInvalidValue: "invalid argument",
+    cudaError_t.cudaErrorInvalidResourceHandle: "invalid resource handle",
+    cudaError_t.cudaErrorIllegalState: "the operation cannot be performed in the present state",
+    cudaError_t.cudaErrorHostMemoryAlreadyRegistered: "part or all of the requested memory range is already mapped",
+    cudaError_t.cudaErrorHostMemoryNotRegistered: "pointer does not correspond to a registered memory region",
+    cudaError_t.cudaErrorStreamCaptureUnsupported: "operation not permitted when stream is capturing",
+    cudaError_t.cudaErrorStreamCaptureInvalidated: "operation failed due to a previous error during capture",
+    cudaError_t.cudaErrorStreamCaptureImplicit: "operation would make the legacy stream depend on a capturing "
+                                                "blocking stream",
+    cudaError_t.cudaErrorCapturedEvent: "operation not permitted on an event last recorded in a capturing stream",
+}
+
+
+class CUDARuntimeError(RuntimeError):
+    """CuPy's cupy_backends.cuda.api.runtime.CUDARuntimeError: `status`, and "name: description"."""
+
+    def __init__(self, status: int, detail: str = ""):
+        self.status = int(status)
+        code = cudaError_t(status)
+        super().__init__(f"{code.name}: {_DESCRIPTIONS[code]}" + (f" ({detail})" if detail else ""))
+
+
+class CUDADriverError(RuntimeError):
+    """CuPy's cupy_backends.cuda.api.driver.CUDADriverError (what a RawKernel launch raises)."""
+
+    def __init__(self, status: int, name: str, description: str):
+        self.status = int(status)
+        super().__init__(f"{name}: {description}")
 
 
 _local = threading.local()   # per thread: `stack` of current streams, `devices` stack of device ids
@@ -83,7 +153,7 @@ class MemoryPointer:
     __slots__ = ("ptr", "size", "buffer", "device_id", "__weakref__")
 
     def __init__(self, size: int):
-        self.ptr, self.buffer = aligned_buffer(size)
+        self.ptr, self.buffer = aligned_buffer(size, DEVICE_ALIGN)
         self.size = size
         self.device_id = _current_device()
 
@@ -97,11 +167,14 @@ def alloc(size: int) -> MemoryPointer:
 
 
 _pinned_allocations: "weakref.WeakValueDictionary[int, MemoryPointer]" = weakref.WeakValueDictionary()
-_registered: dict[int, int] = {}   # hostRegister'ed start -> end
+# hostRegister'ed start -> (end, the device whose context alone sees the pages locked, None: portable)
+_registered: dict[int, tuple[int, int | None]] = {}
+HOST_REGISTER_PORTABLE = 1   # cudaHostRegisterPortable
 
 
 def alloc_pinned_memory(size: int) -> MemoryPointer:
-    """Whole pages, as cudaHostAlloc gives: no pageable byte shares a page with pinned memory."""
+    """Whole pages, as cudaHostAlloc gives: no pageable byte shares a page with pinned memory (portable,
+    as CuPy's pinned memory pool allocates it: cupy/cuda/pinned_memory.pyx, hostAllocPortable)."""
     memory = MemoryPointer(0)
     pages = -(-max(size, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
     raw = np.empty(pages + mmap.PAGESIZE, np.uint8)
@@ -112,23 +185,74 @@ def alloc_pinned_memory(size: int) -> MemoryPointer:
     return memory
 
 
-def _page_locked(ptr: int, end: int) -> bool:
-    """Whether [ptr, end) overlaps pinned or registered host memory (as CUDA tracks it)."""
+def _page_locked(ptr: int, end: int, device: int | None = None) -> bool:
+    """Whether [ptr, end) overlaps pinned or registered host memory (as CUDA tracks it); with `device`,
+    only registrations that device's context sees (portable ones, or its own)."""
     spans = [(start, start + memory.size) for start, memory in list(_pinned_allocations.items())]
-    return any(start < end and ptr < stop for start, stop in spans + list(_registered.items()))
+    spans += [(start, stop) for start, (stop, owner) in list(_registered.items())
+              if device is None or owner is None or owner == device]
+    return any(start < end and ptr < stop for start, stop in spans)
+
 
 _streams: "weakref.WeakValueDictionary[int, Stream]" = weakref.WeakValueDictionary()
 _stream_ids = iter(range(1, 1 << 62))
 
 
+def _capturing(streams: list["Stream"]) -> list["Stream"]:
+    return [stream for stream in streams if stream.worker.capture is not None]
+
+
+def _invalidate(streams: list["Stream"], why: str) -> None:
+    """CUDA's rule for an illegal call during capture: the capture is invalidated (it can only fail)."""
+    for stream in streams:
+        work = stream.worker.capture
+        if work is not None and work.invalidated is None:
+            work.invalidated = why
+
+
+def _use_legacy(what: str) -> None:
+    """`what` uses the current device's legacy stream: refused while a blocking stream of the device
+    captures (cudaErrorStreamCaptureImplicit), which invalidates that capture."""
+    device = _current_device()
+    blocking = _capturing([s for s in _all_streams() if s.device_id == device and not s.non_blocking])
+    if blocking:
+        _invalidate(blocking, f"{what} used the legacy stream")
+        raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureImplicit, what)
+
+
 class Stream:
-    def __init__(self, non_blocking: bool = False, null: bool = False):
-        self.device_id = _current_device()
-        self.worker = HostStream(f"emulated-stream-dev{self.device_id}")
-        self.ptr = next(_stream_ids)
+    """Like cupy.cuda.Stream (a new stream of the current device; blocking unless `non_blocking`). The
+    legacy stream of each device is `get_current_stream()` outside a `with stream:` block; its `ptr`
+    is 0, as CuPy's `Stream.null`."""
+
+    def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False,
+                 priority: int | None = None):
+        if null or ptds:
+            raise NotImplementedError("fakecupy: the legacy stream is get_current_stream() outside `with stream:`")
+        self._start(_current_device(), next(_stream_ids), non_blocking)
         _streams[self.ptr] = self
 
+    def _start(self, device: int, ptr: int, non_blocking: bool) -> None:
+        self.device_id = device
+        self.non_blocking = non_blocking
+        self.worker = HostStream(f"emulated-stream-dev{device}")
+        self.ptr = ptr
+
+    @classmethod
+    def _legacy(cls, device: int) -> "Stream":
+        stream = cls.__new__(cls)
+        stream._start(device, 0, False)
+        return stream
+
+    def _check_device(self) -> None:
+        """CuPy's check_stream_device_match (cupy/cuda/stream.pyx): a stream is made current only
+        under the device it was created on."""
+        if self.device_id != _current_device():
+            raise RuntimeError(f"The device that the stream is created on ({self.device_id}) does not match "
+                               f"with the current device ({_current_device()})")
+
     def __enter__(self) -> "Stream":
+        self._check_device()
         stack = getattr(_local, "stack", None)
         if stack is None:
             stack = _local.stack = []
@@ -138,28 +262,58 @@ class Stream:
     def __exit__(self, *exc: Any) -> None:
         _local.stack.pop()
 
+    def use(self) -> "Stream":
+        self._check_device()
+        stack = getattr(_local, "stack", None)
+        if stack:
+            stack[-1] = self
+        else:
+            _local.stack = [self]
+        return self
+
+    def _submit_check(self, what: str) -> None:
+        if self.ptr == 0:
+            _use_legacy(what)
+
     def synchronize(self) -> None:
+        if self.worker.capture is not None:   # cudaStreamSynchronize of a capturing stream
+            _invalidate([self], "cudaStreamSynchronize of the capturing stream")
+            raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize")
+        if self.ptr == 0:
+            _use_legacy("cudaStreamSynchronize(0)")
         self.worker.synchronize()
 
     def wait_event(self, event: "Event") -> None:
+        self._submit_check("cudaStreamWaitEvent")
         if event.mark is not None:
             self.worker.wait_mark(event.mark)
 
     def submit(self, fn: Any) -> None:
+        self._submit_check("work queued")
         self.worker.submit(fn)
 
     def begin_capture(self, mode: int | None = None) -> None:
+        if self.ptr == 0:   # CuPy refuses it before CUDA would (cupy/cuda/stream.pyx, begin_capture)
+            raise RuntimeError("cannot capture on the default (legacy) stream")
         if self.worker.capture is not None:
-            raise RuntimeError("cudaErrorIllegalState: the stream is already capturing")
+            raise CUDARuntimeError(cudaError_t.cudaErrorIllegalState, "the stream is already capturing")
         self.worker.begin_capture()
 
     def end_capture(self) -> "Graph":
-        if self.worker.capture is None:
-            raise RuntimeError("cudaErrorIllegalState: the stream is not capturing")
-        return Graph(self.worker.end_capture())
+        work = self.worker.capture
+        if work is None:
+            raise CUDARuntimeError(cudaError_t.cudaErrorIllegalState, "the stream is not capturing")
+        self.worker.end_capture()
+        if work.invalidated is not None:   # cudaStreamEndCapture of an invalidated capture: no graph
+            raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureInvalidated, work.invalidated)
+        return Graph(work)
 
     def is_capturing(self) -> bool:
-        return self.worker.capture is not None
+        """cupy.cuda.Stream.is_capturing (cudaStreamIsCapturing): raises once the capture was invalidated."""
+        work = self.worker.capture
+        if work is not None and work.invalidated is not None:
+            raise RuntimeError("the stream was capturing, but an error has invalidated the capture sequence")
+        return work is not None
 
     def close(self) -> None:
         """Stop the worker thread (the queue is drained first)."""
@@ -176,20 +330,29 @@ _null_streams: dict[int, Stream] = {}   # device id -> its legacy default stream
 _null_lock = threading.Lock()
 
 
+def _legacy_stream(device: int) -> Stream:
+    with _null_lock:
+        stream = _null_streams.get(device)
+        if stream is None:
+            stream = _null_streams[device] = Stream._legacy(device)
+        return stream
+
+
 def get_current_stream() -> Stream:
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
-    device = _current_device()
-    with _null_lock:
-        stream = _null_streams.get(device)
-        if stream is None:
-            stream = _null_streams[device] = Stream()
-        return stream
+    return _legacy_stream(_current_device())
 
 
 def _stream(ptr: int) -> Stream:
-    return _streams[ptr] if ptr else get_current_stream()
+    """The stream of a handle (0: the current device's legacy stream, as CUDA reads a null cudaStream_t)."""
+    if not ptr:
+        return _legacy_stream(_current_device())
+    stream = _streams.get(ptr)
+    if stream is None:
+        raise CUDARuntimeError(cudaError_t.cudaErrorInvalidResourceHandle, f"no stream {ptr:#x}")
+    return stream
 
 
 class Graph:
@@ -199,26 +362,44 @@ class Graph:
         self.work = work
 
     def launch(self, stream: Stream | None = None) -> None:
-        (stream or get_current_stream()).worker.replay(self.work)
+        target = stream or get_current_stream()
+        target._submit_check("cudaGraphLaunch")
+        target.worker.replay(self.work)
+
+
+_events: "weakref.WeakValueDictionary[int, Event]" = weakref.WeakValueDictionary()
+_event_ids = iter(range(1, 1 << 62))
 
 
 class Event:
-    """Like cupy.cuda.Event. As in CUDA, a plain record in a capturing stream is a graph-internal node:
-    the event is unusable outside the capture (cudaErrorCapturedEvent) until recorded again outside;
-    `runtime.eventRecordWithFlags(..., EXTERNAL)` records it at every replay instead."""
+    """Like cupy.cuda.Event (of the device current when made; `ptr` its handle). As in CUDA, a plain
+    record in a capturing stream is a graph-internal node: the event is unusable outside the capture
+    (cudaErrorCapturedEvent) until recorded again outside; cudaEventRecordWithFlags(..., EXTERNAL)
+    (`cuda_bindings_runtime`) records it at every replay instead."""
 
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self.mark: HostEventMark | None = None
         self.captured = False   # its latest record was a plain record in a capture
+        self.device_id = _current_device()
+        self.ptr = next(_event_ids)
+        _events[self.ptr] = self
+
+    def _recordable_on(self, stream: Stream) -> HostStream:
+        if stream.ptr and stream.device_id != self.device_id:   # CUDA: event and stream of one device
+            raise CUDARuntimeError(cudaError_t.cudaErrorInvalidResourceHandle,
+                                   f"an event of device {self.device_id} recorded on a stream of device "
+                                   f"{stream.device_id}")
+        stream._submit_check("cudaEventRecord")
+        return stream.worker
 
     def record(self, stream: Stream | None = None) -> None:
-        worker = (stream or get_current_stream()).worker
+        worker = self._recordable_on(stream or get_current_stream())
         self.captured = worker.capture is not None
         self.mark = worker.record()
 
     def _usable(self) -> None:
         if self.captured:
-            raise RuntimeError("cudaErrorCapturedEvent: the event was last recorded in a capturing stream")
+            raise CUDARuntimeError(cudaError_t.cudaErrorCapturedEvent, "the event was last recorded in a capture")
 
     def synchronize(self) -> None:
         self._usable()
@@ -239,12 +420,14 @@ def get_elapsed_time(start: Event, end: Event) -> float:
 
 
 def _all_streams() -> list[Stream]:
-    return list(_streams.values())
+    """The live streams (a closed one is destroyed: it neither captures nor holds work)."""
+    return [stream for stream in list(_streams.values()) + list(_null_streams.values()) if not stream.worker.closed]
 
 
 class _Runtime:
     """cupy.cuda.runtime: the memcpy/memset/synchronise calls the cuda device makes."""
 
+    CUDARuntimeError = CUDARuntimeError
     streamCaptureModeGlobal, streamCaptureModeThreadLocal, streamCaptureModeRelaxed = 0, 1, 2
 
     @staticmethod
@@ -276,8 +459,10 @@ class _Runtime:
     def deviceSynchronize() -> None:
         device = _current_device()
         streams = [stream for stream in _all_streams() if stream.device_id == device]
-        if any(stream.worker.capture is not None for stream in streams):   # as CUDA refuses it
-            raise RuntimeError("cudaErrorStreamCaptureUnsupported: cudaDeviceSynchronize while a stream captures")
+        capturing = _capturing(streams)
+        if capturing:   # a device-wide wait includes the capturing stream: refused, the capture invalidated
+            _invalidate(capturing, "cudaDeviceSynchronize")
+            raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize")
         for stream in streams:
             stream.worker.drain()
 
@@ -285,32 +470,24 @@ class _Runtime:
     def hostRegister(ptr: int, size: int, flags: int) -> None:
         # host memory is all the emulator has; what CUDA refuses is refused alike
         if _page_locked(ptr, ptr + size):
-            raise RuntimeError("cudaErrorHostMemoryAlreadyRegistered: part of the range is already page-locked")
-        _registered[ptr] = ptr + size
+            raise CUDARuntimeError(cudaError_t.cudaErrorHostMemoryAlreadyRegistered)
+        _registered[ptr] = (ptr + size, None if flags & HOST_REGISTER_PORTABLE else _current_device())
 
     @staticmethod
     def hostUnregister(ptr: int) -> None:
         if _registered.pop(ptr, None) is None:
-            raise RuntimeError("cudaErrorHostMemoryNotRegistered: no registration starts there")
+            raise CUDARuntimeError(cudaError_t.cudaErrorHostMemoryNotRegistered)
 
     memoryTypeUnregistered, memoryTypeHost = 0, 1
-    eventRecordDefault, eventRecordExternal = 0, 1
-
-    @staticmethod
-    def eventRecordWithFlags(event: Event, stream: int, flags: int) -> None:
-        """cudaEventRecordWithFlags (fakecupy takes the Event object): EXTERNAL in a capture records the
-        event at every replay (each replay points it at its own mark)."""
-        worker = _stream(stream).worker
-        external = bool(flags & 1) and worker.capture is not None
-        event.captured = worker.capture is not None and not external
-        event.mark = worker.record(event if external else None)
+    hostRegisterDefault, hostRegisterPortable = 0, HOST_REGISTER_PORTABLE
 
     @staticmethod
     def pointerGetAttributes(ptr: int) -> SimpleNamespace:
-        return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1) else 0)
+        return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1, _current_device()) else 0)
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
+        _use_legacy("cudaMemcpy")
         ctypes.memmove(dst, src, size)
 
     @staticmethod
@@ -319,11 +496,38 @@ class _Runtime:
 
     @staticmethod
     def memset(ptr: int, value: int, size: int) -> None:
+        _use_legacy("cudaMemset")
         ctypes.memset(ptr, value, size)
 
     @staticmethod
     def memsetAsync(ptr: int, value: int, size: int, stream: int) -> None:
         _stream(stream).submit(lambda: ctypes.memset(ptr, value, size))
+
+
+class _CudaBindingsRuntime:
+    """The part of cuda-bindings' `cuda.bindings.runtime` the cuda device calls, with its signature:
+    handles as ints, every call returning a tuple whose first item is a cudaError_t."""
+
+    cudaError_t = cudaError_t
+    cudaEventRecordDefault, cudaEventRecordExternal = 0, 1
+
+    @staticmethod
+    def cudaEventRecordWithFlags(event: int, stream: int, flags: int) -> tuple[Any]:
+        """EXTERNAL in a capture records the event at every replay (each replay points it at its own mark)."""
+        target, handle = _stream(int(stream)), _events.get(int(event))
+        if handle is None:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        try:
+            worker = handle._recordable_on(target)
+        except CUDARuntimeError as e:
+            return (cudaError_t(e.status),)
+        external = bool(flags & 1) and worker.capture is not None
+        handle.captured = worker.capture is not None and not external
+        handle.mark = worker.record(handle if external else None)
+        return (cudaError_t.cudaSuccess,)
+
+
+cuda_bindings_runtime = _CudaBindingsRuntime()
 
 
 class RawKernel:
@@ -335,15 +539,23 @@ class RawKernel:
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *, shared_mem: int = 0,
                  stream: Stream | None = None) -> None:
+        target = stream or get_current_stream()
+        if target.ptr and target.device_id != _current_device():   # cuLaunchKernel: another context's stream
+            raise CUDADriverError(400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle")
+        if shared_mem > max(STATIC_SHARED_LIMIT, self.max_dynamic_shared_size_bytes):
+            raise CUDADriverError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument")
         function, packed = self.function, tuple(args)
-        (stream or get_current_stream()).submit(lambda: function(tuple(grid), tuple(block), packed,
-                                                                 shared_mem=shared_mem))
+        target.submit(lambda: function(tuple(grid), tuple(block), packed, shared_mem=shared_mem))
 
 
 class RawModule:
-    """Compiles the source for the CPU (cached by source hash) on first use."""
+    """Compiles the source for the CPU (cached by source hash) on first use. CuPy's signature
+    (cupy/_core/raw.pyx): keyword-only, `code` a str and `options` a tuple (Cython-typed there)."""
 
-    def __init__(self, code: str, options: Sequence[str] = (), name_expressions: Sequence[str] = ()):
+    def __init__(self, *, code: str, options: tuple[str, ...] = (), name_expressions: Sequence[str] = ()):
+        if not isinstance(code, str) or not isinstance(options, tuple):
+            raise TypeError(f"RawModule: code must be a str and options a tuple, got {type(code).__name__} and "
+                            f"{type(options).__name__}")
         from ..kernels.emulator import EmuModule
         self.module = EmuModule(code, options=tuple(o for o in options if o.startswith(("-D", "-U"))),
                                 name_expressions=list(name_expressions))
@@ -359,10 +571,12 @@ cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pin
 
 
 def _forget_after_fork() -> None:
-    """A fork() child: the parent's streams have no worker threads here; forget them (never drain)."""
+    """A fork() child: the parent's streams have no worker threads here; forget them (never drain). Page
+    locks are per process: the child has none of the parent's registrations."""
     global _local, _null_lock
     _streams.clear()
     _null_streams.clear()
+    _registered.clear()
     _local, _null_lock = threading.local(), threading.Lock()
 
 

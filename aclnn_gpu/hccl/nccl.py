@@ -3,9 +3,17 @@ thin layer that holds every NCCL call of the package. Each collective is enqueue
 CuPy stream behind the aclrtStream (its pointer passed to NCCL), so it is ordered with the
 operators on that stream as on an Ascend device.
 
-UNTESTED ON A GPU: no machine this project's CI runs on has one. Everything above this layer (the
-argument checks, the cross-rank agreement, the bootstrap) is the code the cpu and emulated devices
-run in CI; this file only maps HCCL's types and ops onto NCCL's and calls the binding.
+The communicator is created, and every NCCL call made, inside the device's scope
+(`device.scope`, the GPU current on the calling thread for the block): ncclCommInitRank binds the
+communicator to the CUDA device current on the calling thread (NCCL src/init.cc, ncclCommInitRank:
+cudaGetDevice), so with several GPUs in a process a rank created elsewhere would bind another rank's
+GPU, which NCCL then refuses ("Multiple Ranks are using the same GPU", src/init.cc) or uses wrongly.
+The binding is CuPy 14's (cupy_backends/cuda/libs/nccl.pyx): `get_unique_id()` returns the
+NCCL_UNIQUE_ID_BYTES bytes and `NcclCommunicator(ndev, commId: bytes, rank)` takes them back.
+
+Not run on a GPU in CI: everything above this layer (the argument checks, the cross-rank agreement,
+the bootstrap) is the code the cpu and emulated devices run there; this file only maps HCCL's types
+and ops onto NCCL's and calls the binding (tests/test_hccl.py drives it over a stand-in of the binding).
 """
 from __future__ import annotations
 
@@ -27,10 +35,9 @@ NCCL_UINT8 = 1
 
 
 def new_unique_id() -> bytes:
-    """ncclGetUniqueId, as the 128 bytes the root info carries."""
+    """ncclGetUniqueId, as the 128 bytes the root info carries (CuPy 14 returns bytes)."""
     from cupy.cuda import nccl
-    uid = nccl.get_unique_id()
-    return bytes(uid) if isinstance(uid, (bytes, bytearray)) else bytes(b & 0xFF for b in uid)
+    return bytes(nccl.get_unique_id())
 
 
 def _nccl_type(dtype: np.dtype, what: str) -> int:
@@ -42,23 +49,22 @@ def _nccl_type(dtype: np.dtype, what: str) -> int:
 
 
 class NcclEngine:
-    """One NCCL communicator (ncclCommInitRank) on the device current at init."""
+    """One NCCL communicator (ncclCommInitRank) bound to `device` (created in its scope)."""
 
     name = "nccl"
 
     def __init__(self, unique_id: bytes, rank: int, size: int, device: Any):
         from cupy.cuda import nccl
-        try:
-            self.comm = nccl.NcclCommunicator(size, unique_id, rank)
-        except TypeError:  # CuPy before 13 takes the id as a tuple of signed chars
-            self.comm = nccl.NcclCommunicator(size, tuple(b - 256 if b > 127 else b for b in unique_id), rank)
+        with device.scope:   # ncclCommInitRank binds the thread's current GPU: this device's
+            self.comm = nccl.NcclCommunicator(size, bytes(unique_id), rank)
         self.nccl = nccl
         self.rank, self.size, self.device = rank, size, device
         self.scratch = device.malloc(4)   # the barrier's one-element all-reduce
 
     def _call(self, what: str, fn: Callable[[], None]) -> None:
         try:
-            fn()
+            with self.device.scope:   # the communicator's GPU, whatever this thread has current
+                fn()
         except self.nccl.NcclError as e:
             fail(HcclResult.HCCL_E_INTERNAL, f"{what}: NCCL failed: {e}")
 
@@ -100,5 +106,6 @@ class NcclEngine:
     def close(self) -> None:
         comm, self.comm = self.comm, None
         if comm is not None:
-            comm.destroy()
+            with self.device.scope:
+                comm.destroy()
         self.device.free(self.scratch)

@@ -27,9 +27,17 @@ Implementations:
 * `NumpyGemm`  -- over host memory (the `emulated` device and StandaloneEmuContext): views of the
   memory through ctypes, float32 matmul, TF32 emulated by rounding the operands' mantissas to 10
   bits (round to nearest even), results rounded to C's dtype.
-* `CublasGemm` -- cupy.cuda.cublas.gemmStridedBatchedEx on the stream of the plan (CUDA device);
-  `CublasGemm.batched` -- cublasGemmBatchedEx called through ctypes on the libcublas CuPy loaded (CuPy
-  14 wraps gemmStridedBatchedEx and gemmEx but not gemmBatchedEx), same handle, stream and modes.
+* `CublasGemm` -- cublasGemmStridedBatchedEx / cublasGemmBatchedEx on the stream of the plan (CUDA
+  device), with CuPy's cuBLAS handle for the device, called through ctypes on the libcublas CuPy
+  loaded, never through CuPy's cuBLAS wrappers: each of those first points the handle at CuPy's
+  current stream through `cublas.setStream`, which raises NotImplementedError("calling cuBLAS API
+  during stream capture is currently unsupported") when that stream captures
+  (cupy_backends/cuda/libs/cublas.pyx, setStream / _setStream), so a GEMM in an ACL graph would fail
+  there, while CUDA allows cublasSetStream and the GEMMs in a capture. cuBLAS's "CUDA Graphs Support"
+  (cuBLAS library documentation): a captured routine may otherwise allocate its workspace with
+  stream-ordered allocations (memory nodes in the graph); give it a user-owned workspace with
+  cublasSetWorkspace. cublasSetStream resets the handle to the default workspace pool, so the
+  workspace is set after the stream, on each call; alpha/beta in host pointer mode are captured by value.
 """
 from __future__ import annotations
 
@@ -37,6 +45,7 @@ import contextlib
 import ctypes
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
@@ -183,13 +192,19 @@ def _cuda_type(dt: np.dtype) -> int:
     return {F32: 0, F16: 2, BF16: 14}[np.dtype(dt)]
 
 
-# cublasMath_t flag (cublas_api.h) that CuPy does not export: split-K reductions stay in the compute
-# type (fp32) instead of the output type
+# cuBLAS enum values (cublas_api.h / library_types.h): the calls go through ctypes, not CuPy's module.
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1                      # cublasOperation_t
+CUBLAS_POINTER_MODE_HOST = 0                        # cublasPointerMode_t
+CUBLAS_DEFAULT_MATH = 0                             # cublasMath_t
+# cublasMath_t flag: split-K reductions stay in the compute type (fp32) instead of the output type
 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77   # cublasComputeType_t
+CUBLAS_GEMM_DEFAULT = -1                            # cublasGemmAlgo_t
 
 
 def cublas_and_handle() -> tuple[Any, Any]:
-    """CuPy's cuBLAS module and the current device's handle (tests replace this with a recorder)."""
+    """CuPy's cuBLAS module (its constants and check_status) and the current device's handle, CuPy's
+    own for this thread and device (tests replace this with a recorder)."""
     try:
         from cupy.cuda import cublas, device
     except ImportError as e:   # CuPy finds cuBLAS in a CUDA toolkit or the nvidia-cublas wheel
@@ -199,10 +214,31 @@ def cublas_and_handle() -> tuple[Any, Any]:
     return cublas, device.get_cublas_handle()
 
 
-def cublas_gemm_batched_ex() -> Any:
-    """cublasGemmBatchedEx of the libcublas CuPy loaded, through ctypes (tests replace this)."""
-    global _GEMM_BATCHED_EX
-    if _GEMM_BATCHED_EX is None:
+# The libcublas entry points CublasGemm calls, by C name -> ctypes argument types (cublas_api.h; the
+# cublasStatus_t result is an int). p: a pointer or handle, i: an int (or enum), q: long long.
+_P, _I, _Q = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+_CUBLAS_FUNCTIONS: dict[str, list[Any]] = {
+    "cublasSetStream_v2": [_P, _P],
+    "cublasSetWorkspace_v2": [_P, _P, ctypes.c_size_t],
+    "cublasGetMathMode": [_P, ctypes.POINTER(_I)],
+    "cublasSetMathMode": [_P, _I],
+    "cublasGetPointerMode_v2": [_P, ctypes.POINTER(_I)],
+    "cublasSetPointerMode_v2": [_P, _I],
+    # (handle, transa, transb, m, n, k, alpha*, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta*, C,
+    #  Ctype, ldc, strideC, batchCount, computeType, algo)
+    "cublasGemmStridedBatchedEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _Q, _P, _I, _I, _Q, _P, _P, _I, _I, _Q,
+                                   _I, _I, _I],
+    # (handle, transa, transb, m, n, k, alpha*, Aarray, Atype, lda, Barray, Btype, ldb, beta*, Carray,
+    #  Ctype, ldc, batchCount, computeType, algo)
+    "cublasGemmBatchedEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _I],
+}
+
+
+def cublas_functions() -> Any:
+    """The entry points of `_CUBLAS_FUNCTIONS` in the libcublas CuPy loaded, through ctypes, as
+    attributes named after them (tests replace this with a double of the same C signatures)."""
+    global _FUNCTIONS
+    if _FUNCTIONS is None:
         from cupy.cuda import runtime
         cublas_and_handle()                      # loads CuPy's cuBLAS module, hence libcublas.so.<major>
         name = f"libcublas.so.{runtime.runtimeGetVersion() // 1000}"
@@ -212,34 +248,46 @@ def cublas_gemm_batched_ex() -> Any:
             lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
         except OSError:
             raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                          f"cublasGemmBatchedEx: {name} is not loaded by CuPy's cuBLAS module; the "
-                          "pointer-array GEMM calls CuPy's own libcublas (install the nvidia-cublas wheel "
+                          f"cuBLAS: {name} is not loaded by CuPy's cuBLAS module; the GEMMs (cublasGemmBatchedEx, "
+                          "cublasGemmStridedBatchedEx) call CuPy's own libcublas (install the nvidia-cublas wheel "
                           "of this CUDA major version)") from None
-        fn = lib.cublasGemmBatchedEx
-        i, p = ctypes.c_int, ctypes.c_void_p
-        # (handle, transa, transb, m, n, k, alpha*, Aarray, Atype, lda, Barray, Btype, ldb, beta*, Carray,
-        #  Ctype, ldc, batchCount, computeType, algo) -> cublasStatus_t
-        fn.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i, i]
-        fn.restype = i
-        _GEMM_BATCHED_EX = fn
-    return _GEMM_BATCHED_EX
+        functions = SimpleNamespace()
+        for symbol, argtypes in _CUBLAS_FUNCTIONS.items():
+            fn = getattr(lib, symbol)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+            setattr(functions, symbol, fn)
+        _FUNCTIONS = functions
+    return _FUNCTIONS
 
 
-_GEMM_BATCHED_EX: Any = None
+_FUNCTIONS: Any = None
+
+# cuBLAS's recommended size of a user-owned workspace (cuBLAS documentation, cublasSetWorkspace): 32 MiB
+# on Hopper and later, 4 MiB before.
+WORKSPACE_BYTES_HOPPER = 32 << 20
+WORKSPACE_BYTES = 4 << 20
+
+
+def capture_workspace_bytes(major: int) -> int:
+    """The workspace a capture's GEMMs get on a GPU of compute capability `major`.x."""
+    return WORKSPACE_BYTES_HOPPER if major >= 9 else WORKSPACE_BYTES
 
 
 class CublasGemm:
-    """gemm_strided_batched on a CUDA stream through cupy.cuda.cublas.gemmStridedBatchedEx.
+    """gemm_strided_batched (and `batched`) on a CUDA stream through libcublas (module docstring).
 
     alpha/beta are host fp32 scalars (the scale type of CUBLAS_COMPUTE_32F*, pointer mode HOST: read
-    before the call returns, so temporaries are fine). The handle's math mode is, for the call,
-    CUBLAS_DEFAULT_MATH (so a global TF32 setting, CUPY_TF32, cannot downgrade true fp32: TF32 comes
-    only from the compute type) with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (without it
-    cuBLAS may reduce split-K partial sums of fp16 / bf16 outputs in the output type, so a deep
-    gradWeight product would not accumulate in fp32); the previous mode is restored."""
+    when the call is made -- captured by value in a graph -- so temporaries are fine). The handle's
+    math mode is, for the call, CUBLAS_DEFAULT_MATH (so a global TF32 setting, CUPY_TF32, cannot
+    downgrade true fp32: TF32 comes only from the compute type) with
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (without it cuBLAS may reduce split-K partial sums
+    of fp16 / bf16 outputs in the output type, so a deep gradWeight product would not accumulate in
+    fp32); the previous modes are restored. `workspace` is (address, bytes) of device memory for the
+    call while the stream captures (CudaDevice gives one per capture), None otherwise."""
 
-    def __init__(self, stream: Any):
+    def __init__(self, stream: Any, workspace: tuple[int, int] | None = None):
         self.stream = stream   # a cupy Stream
+        self.workspace = workspace
 
     def __call__(self, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
                  beta, c, c_type, ldc, stride_c, batch, compute=COMPUTE_32F):
@@ -247,16 +295,13 @@ class CublasGemm:
         if m == 0 or n == 0 or batch == 0:
             return
         al, be = _scalar(alpha), _scalar(beta)   # alive until the call returns (host pointer mode)
-        with self._modes() as (cublas, handle, comp, op):
-            # CuPy's cublas wrappers point the handle at CuPy's *current* stream before each call
-            # (overriding cublasSetStream), so the plan's stream is made current for the call
-            with self.stream:
-                cublas.gemmStridedBatchedEx(
-                    handle, op(transa), op(transb), int(m), int(n), int(k),
-                    al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
-                    int(b), _cuda_type(b_type), int(ldb), int(stride_b),
-                    be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
-                    int(batch), comp(compute), cublas.CUBLAS_GEMM_DEFAULT)
+        with self._call() as (fns, check, handle, comp, op):
+            check(fns.cublasGemmStridedBatchedEx(
+                handle, op(transa), op(transb), int(m), int(n), int(k),
+                al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
+                int(b), _cuda_type(b_type), int(ldb), int(stride_b),
+                be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
+                int(batch), comp(compute), CUBLAS_GEMM_DEFAULT))
 
     def batched(self, transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb,
                 beta, c_array, c_type, ldc, batch, compute=COMPUTE_32F):
@@ -264,35 +309,41 @@ class CublasGemm:
         _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
         if m == 0 or n == 0 or batch == 0:
             return
-        fn = cublas_gemm_batched_ex()
         al, be = _scalar(alpha), _scalar(beta)   # alive until the call returns (host pointer mode)
-        with self._modes() as (cublas, handle, comp, op), self.stream:
-            cublas.setStream(handle, self.stream.ptr)   # a direct call: no CuPy wrapper sets it
-            status = fn(handle, op(transa), op(transb), int(m), int(n), int(k), al.ctypes.data,
-                        int(a_array), _cuda_type(a_type), int(lda), int(b_array), _cuda_type(b_type), int(ldb),
-                        be.ctypes.data, int(c_array), _cuda_type(c_type), int(ldc), int(batch), comp(compute),
-                        cublas.CUBLAS_GEMM_DEFAULT)
+        with self._call() as (fns, check, handle, comp, op):
+            check(fns.cublasGemmBatchedEx(
+                handle, op(transa), op(transb), int(m), int(n), int(k), al.ctypes.data,
+                int(a_array), _cuda_type(a_type), int(lda), int(b_array), _cuda_type(b_type), int(ldb),
+                be.ctypes.data, int(c_array), _cuda_type(c_type), int(ldc), int(batch), comp(compute),
+                CUBLAS_GEMM_DEFAULT))
+
+    @contextlib.contextmanager
+    def _call(self):
+        """The handle for one call: on the plan's stream (then the capture's workspace), math mode
+        CUBLAS_DEFAULT_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION, host pointer mode; the previous
+        modes restored after it. Yields (the entry points, a status check, the handle, the compute type
+        of a compute string, the operation of a transpose flag)."""
+        cublas, handle = cublas_and_handle()
+        fns = cublas_functions()
+
+        def check(status: int) -> None:
             if status != 0:   # CuPy's own check: the CUBLASError its wrapped calls raise
                 cublas.check_status(status)
 
-    @contextlib.contextmanager
-    def _modes(self):
-        """The handle for one call: math mode CUBLAS_DEFAULT_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION,
-        host pointer mode; the previous modes restored after it. Yields (module, handle, compute type of
-        a compute string, operation of a transpose flag)."""
-        cublas, handle = cublas_and_handle()
-        old = cublas.getMathMode(handle)
-        old_pm = cublas.getPointerMode(handle)
-        cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
-        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)   # alpha/beta read at the call
+        old_math, old_pointer = ctypes.c_int(), ctypes.c_int()
+        check(fns.cublasGetMathMode(handle, ctypes.pointer(old_math)))
+        check(fns.cublasGetPointerMode_v2(handle, ctypes.pointer(old_pointer)))
+        compute_types = {COMPUTE_32F: CUBLAS_COMPUTE_32F, COMPUTE_32F_FAST_TF32: CUBLAS_COMPUTE_32F_FAST_TF32}
         try:
-            yield (cublas, handle,
-                   lambda compute: {COMPUTE_32F: cublas.CUBLAS_COMPUTE_32F,
-                                    COMPUTE_32F_FAST_TF32: cublas.CUBLAS_COMPUTE_32F_FAST_TF32}[compute],
-                   lambda trans: cublas.CUBLAS_OP_T if trans else cublas.CUBLAS_OP_N)
+            check(fns.cublasSetStream_v2(handle, int(self.stream.ptr)))
+            if self.workspace is not None:   # after the stream: cublasSetStream resets the workspace
+                check(fns.cublasSetWorkspace_v2(handle, int(self.workspace[0]), int(self.workspace[1])))
+            check(fns.cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
+            check(fns.cublasSetPointerMode_v2(handle, CUBLAS_POINTER_MODE_HOST))   # alpha/beta read at the call
+            yield (fns, check, handle, compute_types.__getitem__, lambda trans: CUBLAS_OP_T if trans else CUBLAS_OP_N)
         finally:
-            cublas.setMathMode(handle, old)
-            cublas.setPointerMode(handle, old_pm)
+            check(fns.cublasSetMathMode(handle, old_math.value))
+            check(fns.cublasSetPointerMode_v2(handle, old_pointer.value))
 
 
 def _scalar(value: float) -> np.ndarray:

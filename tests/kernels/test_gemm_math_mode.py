@@ -1,8 +1,12 @@
 """The cuBLAS path of the GEMMs (kernels/gemm.CublasGemm, what the cuda device calls) on the
-emulated device, through a fake cuBLAS module whose handle records the math mode, pointer mode and
-compute type of every gemmStridedBatchedEx and runs the product with the emulated device's NumPy
-GEMM: fp16 / bf16 GEMMs forbid reduced-precision split-K reductions (flag 16), fp32 KEEP_DTYPE is
-true fp32 (no TF32 in the math mode or the compute type), and the handle's modes are restored."""
+emulated device, through a double of cuBLAS whose handle records the math mode, pointer mode, stream,
+workspace and compute type of every GEMM and runs the product with the emulated device's NumPy GEMM:
+fp16 / bf16 GEMMs forbid reduced-precision split-K reductions (flag 16), fp32 KEEP_DTYPE is true fp32
+(no TF32 in the math mode or the compute type), and the handle's modes are restored. The double is as
+strict as what it stands for: CuPy's cuBLAS wrappers refuse a capturing stream
+(cupy_backends/cuda/libs/cublas.pyx, setStream), libcublas's entry points do not, and a GEMM captured
+without a user workspace is refused (cuBLAS's "CUDA Graphs Support": the workspace is the caller's),
+so ConvTbc inside an ACL graph proves the GEMMs reach cuBLAS the way CUDA allows."""
 from __future__ import annotations
 
 import ctypes
@@ -22,15 +26,37 @@ from support import Session
 
 TF32_TENSOR_OP_MATH = 3     # cublasMath_t CUBLAS_TF32_TENSOR_OP_MATH
 USER_MODE = 7               # some mode the caller left on the handle
+CUBLAS_STATUS_NOT_SUPPORTED = 15
+TYPES = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 14: dtypes.bfloat16}
+COMPUTE = {68: gemm.COMPUTE_32F, 77: gemm.COMPUTE_32F_FAST_TF32}
 
 
 class RecordingCublas(SimpleNamespace):
-    """The names of cupy.cuda.cublas that CublasGemm uses; state per (single) handle."""
+    """Both faces of cuBLAS, over one handle's state. CuPy's module (`cublas_and_handle`): check_status,
+    and wrappers that first point the handle at CuPy's current stream as CuPy's do (`_setStream`), so
+    they refuse a capturing stream. libcublas's entry points (`cublas_functions`): C signatures and
+    statuses, the work queued on the handle's stream; cublasSetStream resets the workspace (cuBLAS
+    documentation), and a GEMM on a capturing stream without a workspace set is refused."""
 
     def __init__(self) -> None:
         super().__init__(CUBLAS_DEFAULT_MATH=0, CUBLAS_POINTER_MODE_HOST=0, CUBLAS_OP_N=0, CUBLAS_OP_T=1,
                          CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_32F_FAST_TF32=77, CUBLAS_GEMM_DEFAULT=-1)
-        self.math_mode, self.pointer_mode, self.calls = USER_MODE, 1, []
+        self.math_mode, self.pointer_mode, self.stream, self.workspace = USER_MODE, 1, 0, None
+        self.calls: list[dict] = []
+
+    # ---------------------------------------------------------------- CuPy's module
+    @staticmethod
+    def check_status(status):
+        raise AssertionError(f"cuBLAS status {status}")
+
+    def setStream(self, handle, stream):
+        if fakecupy._stream(stream).is_capturing():
+            raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
+        assert self.cublasSetStream_v2(handle, stream) == 0
+
+    def gemmStridedBatchedEx(self, handle, *args):
+        self.setStream(handle, fakecupy.get_current_stream().ptr)
+        assert self.cublasGemmStridedBatchedEx(handle, *args) == 0
 
     def getMathMode(self, handle):
         return self.math_mode
@@ -44,38 +70,74 @@ class RecordingCublas(SimpleNamespace):
     def setPointerMode(self, handle, mode):
         self.pointer_mode = mode
 
-    def gemmStridedBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
-                             ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo):
-        types = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 14: dtypes.bfloat16}
+    # ---------------------------------------------------------------- libcublas
+    def cublasSetStream_v2(self, handle, stream):
+        self.stream, self.workspace = int(stream), None
+        return 0
+
+    def cublasSetWorkspace_v2(self, handle, workspace, size):
+        assert workspace % 256 == 0 and size > 0, "cublasSetWorkspace: 256-byte aligned memory"
+        self.workspace = (int(workspace), int(size))
+        return 0
+
+    def cublasGetMathMode(self, handle, mode):
+        mode.contents.value = self.math_mode
+        return 0
+
+    def cublasSetMathMode(self, handle, mode):
+        self.math_mode = mode
+        return 0
+
+    def cublasGetPointerMode_v2(self, handle, mode):
+        mode.contents.value = self.pointer_mode
+        return 0
+
+    def cublasSetPointerMode_v2(self, handle, mode):
+        self.pointer_mode = mode
+        return 0
+
+    def _record(self, compute, a_type, b_type, c_type, batched):
+        stream = fakecupy._stream(self.stream)
+        captured = stream.is_capturing()
+        if captured and self.workspace is None:   # it would allocate inside the graph
+            return stream, None
         self.calls.append({"math": self.math_mode, "pointer": self.pointer_mode, "compute": compute,
-                           "types": (types[a_type], types[b_type], types[c_type])})
-        al, be = (ctypes.c_float.from_address(p).value for p in (alpha, beta))   # host pointer mode
-        mode = {68: gemm.COMPUTE_32F, 77: gemm.COMPUTE_32F_FAST_TF32}[compute]
-        args = (bool(transa), bool(transb), m, n, k, al, a, types[a_type], lda, stride_a, b, types[b_type], ldb,
-                stride_b, be, c, types[c_type], ldc, stride_c, batch, mode)
-        fakecupy.get_current_stream().submit(lambda: gemm.gemm_numpy(*args))
+                           "types": (TYPES[a_type], TYPES[b_type], TYPES[c_type]), "batched": batched,
+                           "stream": self.stream, "captured": captured, "workspace": self.workspace})
+        return stream, self.pointer_mode == 0 and compute in COMPUTE
 
+    def cublasGemmStridedBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b,
+                                   b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo):
+        stream, ok = self._record(compute, a_type, b_type, c_type, False)
+        if not ok:
+            return CUBLAS_STATUS_NOT_SUPPORTED
+        al, be = (ctypes.c_float.from_address(p).value for p in (alpha, beta))   # host pointer mode: by value
+        args = (bool(transa), bool(transb), m, n, k, al, a, TYPES[a_type], lda, stride_a, b, TYPES[b_type], ldb,
+                stride_b, be, c, TYPES[c_type], ldc, stride_c, batch, COMPUTE[compute])
+        stream.submit(lambda: gemm.gemm_numpy(*args))
+        return 0
 
-    def setStream(self, handle, stream):
-        self.stream = stream
-
-    def check_status(self, status):
-        raise AssertionError(f"cuBLAS status {status}")
-
-    def gemm_batched_ex(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
-                        c_type, ldc, batch, compute, algo):
-        """cublasGemmBatchedEx as kernels/gemm.py calls it through ctypes (pointer arrays)."""
-        types = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 14: dtypes.bfloat16}
-        stream = fakecupy.get_current_stream()
-        assert self.stream == stream.ptr, "the plan's stream was not set on the handle"
-        self.calls.append({"math": self.math_mode, "pointer": self.pointer_mode, "compute": compute,
-                           "types": (types[a_type], types[b_type], types[c_type]), "batched": True})
+    def cublasGemmBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+                            c_type, ldc, batch, compute, algo):
+        stream, ok = self._record(compute, a_type, b_type, c_type, True)
+        if not ok:
+            return CUBLAS_STATUS_NOT_SUPPORTED
         al, be = (ctypes.c_float.from_address(p).value for p in (alpha, beta))
-        mode = {68: gemm.COMPUTE_32F, 77: gemm.COMPUTE_32F_FAST_TF32}[compute]
-        args = (bool(transa), bool(transb), m, n, k, al, a, types[a_type], lda, b, types[b_type], ldb, be, c,
-                types[c_type], ldc, batch, mode)
+        args = (bool(transa), bool(transb), m, n, k, al, a, TYPES[a_type], lda, b, TYPES[b_type], ldb, be, c,
+                TYPES[c_type], ldc, batch, COMPUTE[compute])
         stream.submit(lambda: gemm.gemm_batched_numpy(*args))
         return 0
+
+
+def use_cublas(monkeypatch) -> RecordingCublas:
+    """The emulated device's GEMMs go through the cuda device's cuBLAS calls, into a RecordingCublas."""
+    recorder = RecordingCublas()
+    monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (recorder, 0x1234))
+    monkeypatch.setattr(gemm, "cublas_functions", lambda: recorder)
+    device = get_device()
+    monkeypatch.setattr(device, "gemm", MethodType(CudaDevice.gemm, device))
+    monkeypatch.setattr(device, "gemm_batched", MethodType(CudaDevice.gemm_batched, device))
+    return recorder
 
 
 def conv_tbc_backward(s, dtype, cube, rng):
@@ -103,22 +165,69 @@ def emulated():
 def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
     seed = 1234
     expected = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))   # the NumPy GEMM
-    recorder = RecordingCublas()
-    monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (recorder, object()))
-    device = get_device()
-    monkeypatch.setattr(gemm, "cublas_gemm_batched_ex", lambda: recorder.gemm_batched_ex)
-    monkeypatch.setattr(device, "gemm", MethodType(CudaDevice.gemm, device))   # the cuda device's cuBLAS calls
-    monkeypatch.setattr(device, "gemm_batched", MethodType(CudaDevice.gemm_batched, device))
+    recorder = use_cublas(monkeypatch)
     got = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))
     assert recorder.calls, "no GEMM went through cuBLAS"
-    assert any(call.get("batched") for call in recorder.calls), "no pointer-array GEMM went through cuBLAS"
+    assert any(call["batched"] for call in recorder.calls), "no pointer-array GEMM went through cuBLAS"
     for call in recorder.calls:
         assert call["math"] & gemm.CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, call
         assert call["math"] & 0xF != TF32_TENSOR_OP_MATH, call   # TF32 only by the compute type
         assert call["math"] == 16 and call["pointer"] == 0 and call["compute"] == compute, call
+        assert call["stream"] == emulated.stream.impl.cupy.ptr and call["workspace"] is None, call
     assert recorder.math_mode == USER_MODE and recorder.pointer_mode == 1   # restored
     for a, e in zip(got, expected):
         np.testing.assert_array_equal(a.view(np.uint8), e.view(np.uint8))
+
+
+def test_cublas_gemms_in_an_acl_graph(emulated, monkeypatch):
+    """Issue 23: ConvTbc's GEMMs captured in an ACL graph (cuBLAS on a capturing stream, which CuPy's
+    wrappers refuse) replay to the bits of the direct calls, each on a workspace of the model's own."""
+    seed, dtype, cube = 99, np.dtype(np.float16), 0
+    expected = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))   # the NumPy GEMM
+    recorder = use_cublas(monkeypatch)
+    s = emulated
+    T, B, Cin, Cout, K, pad = 40, 3, 8, 16, 3, 1    # conv_tbc_backward's problem
+    rng = np.random.default_rng(seed)
+    mk = lambda *shape: rng.standard_normal(shape).astype(np.float32).astype(dtype)  # noqa: E731
+    x, w, b, g = mk(T, B, Cin), mk(K, Cin, Cout), mk(Cout), mk(T + 2 * pad - K + 1, B, Cout)
+    outs = [s.poisoned(a.shape, dtype) for a in (x, w, b)]
+    status, workspace, size, executor = s.prepare(acl.aclnnConvTbcBackwardGetWorkspaceSize, s.tensor(g),
+                                                  s.tensor(x), s.tensor(w), s.tensor(b), pad, cube, *outs)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    assert acl.aclmdlRICaptureBegin(s.stream, acl.ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) == 0
+    run = acl.aclnnConvTbcBackward(workspace, size, executor, s.stream)
+    status, model = acl.aclmdlRICaptureEnd(s.stream)
+    assert (run, status) == (0, 0), acl.aclGetRecentErrMsg()
+    captured = [call for call in recorder.calls if call["captured"]]
+    assert captured and any(call["batched"] for call in captured), recorder.calls
+    workspaces = {call["workspace"] for call in captured}
+    assert len(workspaces) == 1 and None not in workspaces           # one workspace per capture
+    address, nbytes = workspaces.pop()
+    assert nbytes == gemm.capture_workspace_bytes(9)                 # the emulator reports compute 9.0
+    assert any(getattr(kept, "ptr", None) == address for kept in model.capture.keep)   # the model owns it
+    assert all(o.data for o in outs) and all(np.isnan(s.read(o).astype(np.float32)).all() for o in outs)
+    for _ in range(2):
+        assert acl.aclmdlRIExecuteAsync(model, s.stream) == 0
+    assert acl.aclrtSynchronizeStream(s.stream) == 0
+    for out, e in zip(outs, expected):
+        np.testing.assert_array_equal(s.read(out).view(np.uint8), e.view(np.uint8))
+    assert recorder.math_mode == USER_MODE and recorder.pointer_mode == 1
+    assert acl.aclmdlRIDestroy(model) == 0
+
+
+def test_cupy_cublas_wrappers_refuse_a_capturing_stream():
+    """The double's CuPy face is CuPy's rule (the rule the test above relies on being refused)."""
+    recorder, stream = RecordingCublas(), fakecupy.cuda.Stream()
+    try:
+        stream.begin_capture()
+        with pytest.raises(NotImplementedError, match="during stream capture"):
+            recorder.setStream(0x1234, stream.ptr)
+        with stream, pytest.raises(NotImplementedError):
+            recorder.gemmStridedBatchedEx(0x1234)
+        assert recorder.cublasSetStream_v2(0x1234, stream.ptr) == 0   # libcublas itself allows it
+        stream.end_capture()
+    finally:
+        stream.close()
 
 
 def test_gemm_batched_ex_never_loads_a_second_libcublas(monkeypatch):
@@ -127,7 +236,7 @@ def test_gemm_batched_ex_never_loads_a_second_libcublas(monkeypatch):
     ACL_ERROR_RT_FEATURE_NOT_SUPPORT and a message naming the library, instead of loading a second
     copy from the search path and handing it CuPy's handle."""
     pytest.importorskip("cupy")
-    monkeypatch.setattr(gemm, "_GEMM_BATCHED_EX", None)
+    monkeypatch.setattr(gemm, "_FUNCTIONS", None)
     monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (None, None))
     loaded = []
     real_cdll = ctypes.CDLL
@@ -137,7 +246,7 @@ def test_gemm_batched_ex_never_loads_a_second_libcublas(monkeypatch):
         return real_cdll("libcublas-not-loaded-here.so", mode, *a, **k)
     monkeypatch.setattr(gemm.ctypes, "CDLL", cdll)
     with pytest.raises(gemm.OpError) as err:
-        gemm.cublas_gemm_batched_ex()
+        gemm.cublas_functions()
     assert err.value.status == gemm.aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     assert "libcublas.so." in str(err.value) and "cublasGemmBatchedEx" in str(err.value)
     assert loaded and loaded[0][0].startswith("libcublas.so.") and loaded[0][1] & os.RTLD_NOLOAD
