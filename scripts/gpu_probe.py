@@ -273,10 +273,14 @@ def main(argv: list[str] | None = None) -> int:
         dev_c = cp.full((m, n), 0xFFFF if np_dt.itemsize == 2 else np.nan,
                         dtype=cp.uint16 if np_dt.itemsize == 2 else cp.float32)
         s = cp.cuda.Stream(non_blocking=False)
+        # a captured GEMM runs on a workspace the caller owns (cuBLAS's graph rule; the device gives one per capture)
+        ws_bytes = gemm.capture_workspace_bytes(cp.cuda.Device().compute_capability_major
+                                                if hasattr(cp.cuda.Device(), "compute_capability_major") else 9)
+        ws = cp.empty(ws_bytes, cp.uint8) if capture else None
         cp.cuda.runtime.deviceSynchronize()
 
         def call() -> None:
-            gemm.rm_gemm(gemm.CublasGemm(s), m, n, k, dev_a.data.ptr, np_dt, k, False, dev_b.data.ptr, np_dt, n, False,
+            gemm.rm_gemm(gemm.CublasGemm(s, (ws.data.ptr, ws_bytes) if ws is not None else None), m, n, k, dev_a.data.ptr, np_dt, k, False, dev_b.data.ptr, np_dt, n, False,
                          dev_c.data.ptr, np_dt, n, compute=compute)
         if capture:
             with s:
