@@ -36,6 +36,11 @@ class OpError(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self) -> tuple:
+        # pickled with both arguments: an exception's default pickling replays only `args` (the message),
+        # and a multiprocessing pool whose worker raised one would lose its result thread unpickling it
+        return type(self), (self.status, self.message)
+
 
 class NoDevice(OpError):
     """The device kind asked for cannot run here. Raised wherever the device is first needed; the
@@ -54,6 +59,11 @@ class AclnnError(RuntimeError):
         super().__init__(f"[{int(status)}] {message}")
         self.status = status
         self.message = message
+
+    def __reduce__(self) -> tuple:
+        # see OpError.__reduce__: a pool worker's AclnnError reaches the parent intact (the GPU check found
+        # a multiprocessing.Pool hanging on one raised in a forked child of a CUDA process)
+        return type(self), (self.status, self.message)
 
 
 def fail(status: int, message: str) -> NoReturn:
