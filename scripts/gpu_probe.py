@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         assert np.all(back[100:1100] == 0x5A) and np.array_equal(back[:100], host[:100]), "memsetAsync"
         h2d = cp.cuda.get_elapsed_time(e0, e1)
         d2d = cp.cuda.get_elapsed_time(e1, e2) / 5
-        return {"bytes": n, "h2d_pinned_GBps": round(n / h2d / 1e6, 1), "d2d_GBps_read_plus_write": round(2 * n / d2d / 1e6, 1)}
+        return {"bytes": n, "h2d_pinned_GBps": round(n / h2d / 1e6, 1),
+                "d2d_GBps_read_plus_write": round(2 * n / d2d / 1e6, 1)}
 
     # ------------------------------------------------------------------ pinned and registered host memory
     def pinned_memory() -> dict[str, Any]:
@@ -274,13 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                         dtype=cp.uint16 if np_dt.itemsize == 2 else cp.float32)
         s = cp.cuda.Stream(non_blocking=False)
         # a captured GEMM runs on a workspace the caller owns (cuBLAS's graph rule; the device gives one per capture)
-        ws_bytes = gemm.capture_workspace_bytes(cp.cuda.Device().compute_capability_major
-                                                if hasattr(cp.cuda.Device(), "compute_capability_major") else 9)
+        ws_bytes = gemm.capture_workspace_bytes(int(cp.cuda.Device().compute_capability) // 10)
         ws = cp.empty(ws_bytes, cp.uint8) if capture else None
+        cublas = gemm.CublasGemm(s, (ws.data.ptr, ws_bytes) if ws is not None else None)
         cp.cuda.runtime.deviceSynchronize()
 
         def call() -> None:
-            gemm.rm_gemm(gemm.CublasGemm(s, (ws.data.ptr, ws_bytes) if ws is not None else None), m, n, k, dev_a.data.ptr, np_dt, k, False, dev_b.data.ptr, np_dt, n, False,
+            gemm.rm_gemm(cublas, m, n, k, dev_a.data.ptr, np_dt, k, False, dev_b.data.ptr, np_dt, n, False,
                          dev_c.data.ptr, np_dt, n, compute=compute)
         if capture:
             with s:
@@ -311,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         import ml_dtypes
 
         from aclnn_gpu.kernels import gemm
-        return [library_gemm(np.float32, gemm.COMPUTE_32F, False), library_gemm(np.float32, gemm.COMPUTE_32F_FAST_TF32, False),
-                library_gemm(np.float16, gemm.COMPUTE_32F, False), library_gemm(ml_dtypes.bfloat16, gemm.COMPUTE_32F, False)]
+        return [library_gemm(dtype, compute, False) for dtype, compute in (
+            (np.float32, gemm.COMPUTE_32F), (np.float32, gemm.COMPUTE_32F_FAST_TF32),
+            (np.float16, gemm.COMPUTE_32F), (ml_dtypes.bfloat16, gemm.COMPUTE_32F))]
 
     # ------------------------------------------------------------------ event record with flags
     def event_record_external() -> dict[str, Any]:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
            "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.ncu_only:
-        measured: dict[str, object] = {}
+        measured: dict[str, Any] = {}
         wanted = set(a.cases.split(",")) if a.cases else None
         for case in load():
             if wanted is not None and case["op"] not in wanted:
