@@ -379,4 +379,6 @@ OPERATORS = {"ctc_loss": ctc_loss, "ctc_loss_backward": ctc_loss_backward, "cros
              "scaled_masked_softmax": scaled_masked_softmax,
              "scaled_masked_softmax_backward": scaled_masked_softmax_backward}
 
-__all__ = ["NAMESPACE", "OPERATORS", "FIRST_ORDER_ONLY", "check_class_targets", *OPERATORS]
+__all__ = ["NAMESPACE", "OPERATORS", "FIRST_ORDER_ONLY", "check_class_targets", "ctc_loss", "ctc_loss_backward",
+           "cross_entropy_loss", "cross_entropy_loss_grad", "nll_loss", "kl_div", "kl_div_backward", "conv_tbc",
+           "conv_tbc_backward", "scaled_masked_softmax", "scaled_masked_softmax_backward"]

@@ -6,7 +6,11 @@ device in use, runs `functional`'s body of the operator (its descriptors, output
 phases) over a `TorchCall` instead of functional's `_Call`:
 
 - its tensors are described where they are (`data_ptr`, shape, strides): no copy, no DLPack. A host
-  tensor among CUDA ones (CTC's targets, say) is copied to the GPU on the stream first;
+  tensor among CUDA ones (CTC's targets, say) is copied to the GPU on the stream first. Each tensor it
+  reads is `record_stream`ed on the call's stream (PyTorch's rule for memory used on a stream other
+  than the one it was allocated on; a no-op for memory of that stream), so the caller may drop its
+  inputs as soon as the call returns, whichever stream made them (not while capturing: the graph's
+  inputs are the caller's static tensors);
 - its results and its workspace are `torch.empty` tensors on the tensors' device: they come from
   PyTorch's caching allocator, on the stream that is current, so PyTorch's rules hold for them as for
   its own ops' results (a result used on another stream is `record_stream`ed there, by the caller or
@@ -28,10 +32,11 @@ The registry: the tensors' storages are lent to the device's allocation registry
 call (reference-counted: two concurrent calls may lend the same storage), so phase 2's pointer checks
 pass as for the library's own memory; a storage that partly overlaps a live allocation is copied.
 
-`TorchCuda` is the seam between this code and PyTorch / CuPy: the six questions the call asks (is
-this a GPU tensor, which GPU, which stream is current, the CuPy stream over it, a new tensor, does it
-capture). Tests install a stand-in (`set_backend`) that answers them with CPU tensors and the emulated
-device's CuPy-shaped streams, so everything above runs in CI; on a GPU `TorchCuda` answers.
+`TorchCuda` is the seam between this code and PyTorch / CuPy: the seven things the call asks (is
+this a GPU tensor, which GPU, which stream is current, the CuPy stream over it, a new tensor, keep this
+tensor for that stream, does it capture). Tests install a stand-in (`set_backend`) that answers them
+with CPU tensors and the emulated device's CuPy-shaped streams, so everything above runs in CI; on a
+GPU `TorchCuda` answers.
 """
 from __future__ import annotations
 
@@ -92,6 +97,10 @@ class TorchCuda:
     def empty(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A new tensor from PyTorch's caching allocator, on the current stream of `device`."""
         return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+    def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
+        """`tensor` stays allocated until the work queued on `stream` so far has run."""
+        tensor.record_stream(stream)
 
     def capturing(self, stream: Any, index: int) -> bool:
         """Whether `stream` (current on GPU `index`) is capturing a CUDA graph."""
@@ -200,6 +209,7 @@ class TorchCall:
         self.torch_device = like.device
         self.index = index
         self.stream = gpu.current_stream(index)
+        self.capturing = gpu.capturing(self.stream, index)
         self.lent: list[tuple[Any, int]] = []
         self.keep: list[torch.Tensor] = []
 
@@ -243,6 +253,8 @@ class TorchCall:
         elif tensor.device != self.torch_device:
             raise AclnnError(INVALID, f"{self.name}: expected all tensors to be on the same device, but found at "
                                       f"least two devices, {self.torch_device} and {tensor.device}")
+        elif not self.capturing:
+            self.gpu.record_stream(tensor, self.stream)
         return self._describe(self._lend_tensor(tensor), fmt, name)
 
     def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
@@ -267,7 +279,7 @@ class TorchCall:
             space = self._lend_tensor(self.gpu.empty((workspace_size,), torch.uint8, self.torch_device))
             workspace = space.data_ptr()
         capture = None
-        if self.gpu.capturing(self.stream, self.index):
+        if self.capturing:
             capture = TorchCapture()
             _captured.append(capture)
         impl = TorchStream(self.gpu.external(self.device.cp, self.stream, self.index), capture)
