@@ -1,5 +1,7 @@
-"""PyTorch autograd for the five operators: `torch.autograd.Function` wrappers whose forward AND
-backward run this library's aclnn operators through `aclnn_gpu.functional`.
+"""The five operators for PyTorch, with PyTorch's signatures: each function calls a `torch.library`
+custom operator of the `aclnn` namespace (`aclnn_gpu/torch_ops.py`) whose forward AND backward run this
+library's aclnn operators, so models using them train, `torch.compile(fullgraph=True)` traces them,
+`torch.export` holds them and CUDA graphs capture them.
 
     import aclnn_gpu.torch as acl_torch
     loss = acl_torch.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0,
@@ -21,28 +23,47 @@ a model switches by changing one import:
     scaled_masked_softmax(inputs, mask, scale)                          # apex / Megatron fused softmax
     scaled_upper_triang_masked_softmax(inputs, _, scale)                # apex / Megatron, causal
 
-| function | forward / backward | gradients for |
-| --- | --- | --- |
-| ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
-| cross_entropy | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
-| nll_loss | PyTorch's gather (no NLL operator) / aclnnCrossEntropyLossGrad | input |
-| kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
-| conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
-| scaled_masked_softmax | aclnnScaledMaskedSoftmax / ...Backward | inputs |
+| function | custom operator | forward / backward | gradients for |
+| --- | --- | --- | --- |
+| ctc_loss | aclnn::ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
+| cross_entropy | aclnn::cross_entropy_loss | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
+| nll_loss | aclnn::nll_loss | PyTorch's nll_loss (no NLL operator) / aclnnCrossEntropyLossGrad | input |
+| kl_div | aclnn::kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
+| conv_tbc | aclnn::conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
+| scaled_masked_softmax | aclnn::scaled_masked_softmax | aclnnScaledMaskedSoftmax / ...Backward | inputs |
+
+Where a call runs, and when it returns:
+  * CUDA tensors, with the `cuda` device in use (ACLNN_GPU_DEVICE auto or cuda on a machine with a GPU):
+    on PyTorch's current stream of the tensors' GPU (`torch.cuda.current_stream(device)`, as a CuPy
+    external stream), with the results and the workspace from PyTorch's caching allocator on that
+    stream, returning as soon as the work is enqueued, as PyTorch's own ops do. Every tensor a call
+    reads is `record_stream`ed on that stream, so it may be dropped at once. Inside
+    `torch.cuda.graph(...)` the calls are captured; the tables they upload live in pinned buffers kept
+    for the life of the process, allocated while capturing (which CUDA's "global" capture mode may
+    refuse: capture_error_mode="relaxed" allows it). The host waits only where PyTorch's own op would: CTC lengths given as
+    CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has the details.
+  * CPU tensors: through `functional` on the cpu (or emulated) device, zero-copy: the tensors are lent
+    to the library for the length of the call and the results come back as torch tensors over the
+    library's output buffers. The call returns when its results are computed.
+  * CUDA tensors while the library's device is cpu or emulated: staged through host memory, results
+    moved back to the tensors' device (synchronous).
+The two-phase C-style API keeps its own contract (the caller's streams and workspaces).
+
+torch.compile: the wrappers are plain Python around the custom operators, so Dynamo traces them with
+no graph break, with one exception PyTorch shares: CTC lengths given as tensors are read with
+`.tolist()` (pass lists of ints to compile the loss in one graph; PyTorch's own F.ctc_loss with tensor
+lengths breaks the graph too). Lengths that change between calls make torch.compile recompile once
+with symbolic lengths. conv_tbc's matrix precision is a constant to the compiler, which guards on
+PyTorch's float32 matmul precision (a change recompiles).
 
 Errors where PyTorch raises, with the same exception type: a bad reduction string (ValueError), an
-out-of-range class label of cross_entropy / nll_loss ("Target 9 is out of bounds.", IndexError),
-floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
+out-of-range class label of cross_entropy / nll_loss on CPU tensors ("Target 9 is out of bounds.",
+IndexError; on the GPU the row becomes NaN instead of PyTorch's device-side assertion: checking on
+the host would wait for the GPU), floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
 size_average / reduce arguments are mapped to a reduction exactly as PyTorch maps them (with its
 deprecation warning). conv_tbc's GPU matrix precision (CANN's cubeMathType) follows PyTorch's own
 setting, torch.get_float32_matmul_precision(): "highest" keeps fp32 (KEEP_DTYPE), "high" and
 "medium" allow TF32 (ALLOW_FP32_DOWN_PRECISION); ConvTbcFunction.apply takes it explicitly.
-
-Memory: tensors cross by DLPack. On the `cpu` device (and `emulated`) torch CPU tensors are lent to
-the library zero-copy for the length of the call and the results come back as torch tensors over
-the library's output buffers (`torch.from_numpy`, no copy). Results are moved to the input's torch
-device when they come back elsewhere (a torch CUDA tensor on the `cuda` device: `functional` stages
-through host memory today, see its `_to_numpy`).
 
 Semantics, and where they differ from PyTorch:
   * ctc_loss: reduction "none" | "mean" (each loss divided by its target length, clamped to >= 1,
@@ -67,7 +88,9 @@ Semantics, and where they differ from PyTorch:
     kl_div "mean" / "batchmean" of an empty input. Out-of-range CTC labels are not checked on the
     host (PyTorch does not check them either): the operator's documented device behaviour applies.
   * First derivatives only: with create_graph=True a double backward raises instead of silently
-    dropping the second-order terms.
+    dropping the second-order terms (each backward operator's autograd formula raises).
+  * The former autograd.Function classes (CtcLossFunction, ..., ScaledMaskedSoftmaxFunction) remain as
+    thin classes whose `apply` calls the custom operator, with the same arguments.
 Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`); arguments that are not torch
 tensors raise TypeError.
 """
