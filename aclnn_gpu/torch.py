@@ -40,8 +40,9 @@ Where a call runs, and when it returns:
     reads is `record_stream`ed on that stream, so it may be dropped at once. Inside
     `torch.cuda.graph(...)` the calls are captured; the tables they upload live in pinned buffers kept
     for the life of the process, allocated while capturing (which CUDA's "global" capture mode may
-    refuse: capture_error_mode="relaxed" allows it). The host waits only where PyTorch's own op would: CTC lengths given as
-    CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has the details.
+    refuse: capture_error_mode="relaxed" allows it). The host waits only where PyTorch's own op
+    would: CTC lengths given as CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has
+    the details.
   * CPU tensors: through `functional` on the cpu (or emulated) device, zero-copy: the tensors are lent
     to the library for the length of the call and the results come back as torch tensors over the
     library's output buffers. The call returns when its results are computed.
@@ -51,15 +52,17 @@ The two-phase C-style API keeps its own contract (the caller's streams and works
 
 torch.compile: the wrappers are plain Python around the custom operators, so Dynamo traces them with
 no graph break, with one exception PyTorch shares: CTC lengths given as tensors are read with
-`.tolist()` (pass lists of ints to compile the loss in one graph; PyTorch's own F.ctc_loss with tensor
-lengths breaks the graph too). Lengths that change between calls make torch.compile recompile once
-with symbolic lengths. conv_tbc's matrix precision is a constant to the compiler, which guards on
-PyTorch's float32 matmul precision (a change recompiles).
+`.tolist()` (pass lists of ints to compile the loss in one graph; PyTorch's own F.ctc_loss with
+tensor lengths breaks the graph too). Lengths that change between calls make torch.compile
+recompile until each length that varies is symbolic (PyTorch's automatic dynamic shapes);
+torch.compile(..., dynamic=True) makes one graph for any lengths. conv_tbc's matrix precision is a
+constant to the compiler, which guards on PyTorch's float32 matmul precision (a change recompiles).
 
 Errors where PyTorch raises, with the same exception type: a bad reduction string (ValueError), an
 out-of-range class label of cross_entropy / nll_loss on CPU tensors ("Target 9 is out of bounds.",
-IndexError; on the GPU the row becomes NaN instead of PyTorch's device-side assertion: checking on
-the host would wait for the GPU), floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
+IndexError; on the GPU cross_entropy's row becomes NaN instead of PyTorch's device-side assertion,
+since checking on the host would wait for the GPU, and nll_loss's forward, PyTorch's own, asserts),
+floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
 size_average / reduce arguments are mapped to a reduction exactly as PyTorch maps them (with its
 deprecation warning). conv_tbc's GPU matrix precision (CANN's cubeMathType) follows PyTorch's own
 setting, torch.get_float32_matmul_precision(): "highest" keeps fp32 (KEEP_DTYPE), "high" and
@@ -153,6 +156,15 @@ def _ctc_per_sample(log_probs: torch.Tensor, targets: torch.Tensor, input_length
     return nll
 
 
+def _as_tensor(values: list, like: torch.Tensor) -> torch.Tensor:
+    """Host ints as a tensor like `like`: eager, one copy that waits for nothing on a GPU (non_blocking
+    from pageable memory returns once the bytes are staged); under torch.compile, from the (symbolic)
+    ints themselves, so new lengths do not recompile."""
+    if torch.compiler.is_compiling():
+        return torch.stack([torch.full((), v, dtype=like.dtype, device=like.device) for v in values])
+    return torch.as_tensor(values, dtype=like.dtype).to(like.device, non_blocking=True)
+
+
 def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any, target_lengths: Any,
              blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> torch.Tensor:
     """torch.nn.functional.ctc_loss through aclnnCtcLoss / aclnnCtcLossBackward. log_probs (T, N, C)
@@ -165,9 +177,7 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
         log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
     loss = _ctc_per_sample(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
     if reduction == "mean":
-        # the lengths are host values: a copy that waits for nothing on the GPU (non_blocking)
-        tl = torch.as_tensor(target_lengths, dtype=loss.dtype).to(loss.device, non_blocking=True)
-        return (loss / tl.clamp(min=1)).mean()
+        return (loss / _as_tensor(target_lengths, loss).clamp(min=1)).mean()
     if reduction == "sum":
         return loss.sum()
     return loss[0] if unbatched else loss

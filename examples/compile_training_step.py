@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     reference = runs["PyTorch ops, eager"]
     worst = 0.0
-    print(f"| run | first call (s) | step (ms) | tokens/s | max |loss - PyTorch's| | max |grad - PyTorch's| |")
+    print("| run | first call (s) | step (ms) | tokens/s | max |loss - PyTorch's| | max |grad - PyTorch's| |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, result in runs.items():
         loss_diff = float((result["losses"] - reference["losses"]).abs().max())
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label} | {result['first_call']:.2f} | {result['per_step'] * 1e3:.2f} | "
               f"{model.tokens() / result['per_step']:.0f} | {loss_diff:.2e} | {grad_diff:.2e} |")
     eager, compiled = runs["aclnn_gpu.torch, eager"], list(runs.values())[2]
-    print(f"step time on {device}: eager {eager['per_step'] * 1e3:.2f} ms, compiled {compiled['per_step'] * 1e3:.2f} ms "
+    print(f"step time on {device}: eager {eager['per_step'] * 1e3:.2f} ms, "
+          f"compiled {compiled['per_step'] * 1e3:.2f} ms "
           f"(PyTorch's ops eager {reference['per_step'] * 1e3:.2f} ms); largest relative loss difference from "
           f"PyTorch's ops {worst:.2e}")
     if worst > args.tolerance:

@@ -273,3 +273,20 @@ def test_export_holds_the_operators():
     assert {"aclnn.conv_tbc.default", "aclnn.scaled_masked_softmax.default",
             "aclnn.cross_entropy_loss.default"} <= called, called
     torch.testing.assert_close(program.module()(*batch), model(*batch), rtol=1e-6, atol=1e-7)
+
+
+def test_compiled_ctc_takes_new_lengths_without_recompiling():
+    """With dynamic=True the CTC lengths are symbolic: new lengths reuse the one graph (the fake gives
+    log_alpha's symbolic width, the mean's divisor is built from the symbolic ints)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    params, (feats, targets, _, _) = ctc_params(), ctc_batch()
+    compiled = torch.compile(ctc_step, fullgraph=True, backend="aot_eager", dynamic=True)
+    for il, tl in (([20, 17, 12], [4, 2, 3]), ([19, 20, 15], [3, 4, 1]), ([18, 16, 20], [2, 3, 4])):
+        ours = _grads(compiled, params, feats, targets, il, tl)
+        eager = _grads(ctc_step, params, feats, targets, il, tl)
+        torch.testing.assert_close(ours[0], eager[0], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(ours[1][0], eager[1][0], rtol=1e-6, atol=1e-7)
+    assert counters["stats"]["unique_graphs"] == 1
