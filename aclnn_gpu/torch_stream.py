@@ -99,7 +99,8 @@ class TorchCuda:
         return torch.empty(tuple(shape), dtype=dtype, device=device)
 
     def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
-        """`tensor` stays allocated until the work queued on `stream` so far has run."""
+        """PyTorch's allocator reuses `tensor`'s memory only after the work queued on `stream` by the time
+        the tensor is freed has run (a no-op for memory allocated on `stream`)."""
         tensor.record_stream(stream)
 
     def capturing(self, stream: Any, index: int) -> bool:
