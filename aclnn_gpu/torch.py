@@ -1,5 +1,7 @@
-"""PyTorch autograd for the five operators: `torch.autograd.Function` wrappers whose forward AND
-backward run this library's aclnn operators through `aclnn_gpu.functional`.
+"""The five operators for PyTorch, with PyTorch's signatures: each function calls a `torch.library`
+custom operator of the `aclnn` namespace (`aclnn_gpu/torch_ops.py`) whose forward AND backward run this
+library's aclnn operators, so models using them train, `torch.compile(fullgraph=True)` traces them,
+`torch.export` holds them and CUDA graphs capture them.
 
     import aclnn_gpu.torch as acl_torch
     loss = acl_torch.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0,
@@ -21,28 +23,50 @@ a model switches by changing one import:
     scaled_masked_softmax(inputs, mask, scale)                          # apex / Megatron fused softmax
     scaled_upper_triang_masked_softmax(inputs, _, scale)                # apex / Megatron, causal
 
-| function | forward / backward | gradients for |
-| --- | --- | --- |
-| ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
-| cross_entropy | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
-| nll_loss | PyTorch's gather (no NLL operator) / aclnnCrossEntropyLossGrad | input |
-| kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
-| conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
-| scaled_masked_softmax | aclnnScaledMaskedSoftmax / ...Backward | inputs |
+| function | custom operator | forward / backward | gradients for |
+| --- | --- | --- | --- |
+| ctc_loss | aclnn::ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
+| cross_entropy | aclnn::cross_entropy_loss | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
+| nll_loss | aclnn::nll_loss | PyTorch's nll_loss (no NLL operator) / aclnnCrossEntropyLossGrad | input |
+| kl_div | aclnn::kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
+| conv_tbc | aclnn::conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
+| scaled_masked_softmax | aclnn::scaled_masked_softmax | aclnnScaledMaskedSoftmax / ...Backward | inputs |
+
+Where a call runs, and when it returns:
+  * CUDA tensors, with the `cuda` device in use (ACLNN_GPU_DEVICE auto or cuda on a machine with a GPU):
+    on PyTorch's current stream of the tensors' GPU (`torch.cuda.current_stream(device)`, as a CuPy
+    external stream), with the results and the workspace from PyTorch's caching allocator on that
+    stream, returning as soon as the work is enqueued, as PyTorch's own ops do. Every tensor a call
+    reads is `record_stream`ed on that stream, so it may be dropped at once. Inside
+    `torch.cuda.graph(...)` the calls are captured; the tables they upload live in pinned buffers kept
+    for the life of the process, allocated while capturing (which CUDA's "global" capture mode may
+    refuse: capture_error_mode="relaxed" allows it). The host waits only where PyTorch's own op
+    would: CTC lengths given as CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has
+    the details.
+  * CPU tensors: through `functional` on the cpu (or emulated) device, zero-copy: the tensors are lent
+    to the library for the length of the call and the results come back as torch tensors over the
+    library's output buffers. The call returns when its results are computed.
+  * CUDA tensors while the library's device is cpu or emulated: staged through host memory, results
+    moved back to the tensors' device (synchronous).
+The two-phase C-style API keeps its own contract (the caller's streams and workspaces).
+
+torch.compile: the wrappers are plain Python around the custom operators, so Dynamo traces them with
+no graph break, with one exception PyTorch shares: CTC lengths given as tensors are read with
+`.tolist()` (pass lists of ints to compile the loss in one graph; PyTorch's own F.ctc_loss with
+tensor lengths breaks the graph too). Lengths that change between calls make torch.compile
+recompile until each length that varies is symbolic (PyTorch's automatic dynamic shapes);
+torch.compile(..., dynamic=True) makes one graph for any lengths. conv_tbc's matrix precision is a
+constant to the compiler, which guards on PyTorch's float32 matmul precision (a change recompiles).
 
 Errors where PyTorch raises, with the same exception type: a bad reduction string (ValueError), an
-out-of-range class label of cross_entropy / nll_loss ("Target 9 is out of bounds.", IndexError),
+out-of-range class label of cross_entropy / nll_loss on CPU tensors ("Target 9 is out of bounds.",
+IndexError; on the GPU cross_entropy's row becomes NaN instead of PyTorch's device-side assertion,
+since checking on the host would wait for the GPU, and nll_loss's forward, PyTorch's own, asserts),
 floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
 size_average / reduce arguments are mapped to a reduction exactly as PyTorch maps them (with its
 deprecation warning). conv_tbc's GPU matrix precision (CANN's cubeMathType) follows PyTorch's own
 setting, torch.get_float32_matmul_precision(): "highest" keeps fp32 (KEEP_DTYPE), "high" and
 "medium" allow TF32 (ALLOW_FP32_DOWN_PRECISION); ConvTbcFunction.apply takes it explicitly.
-
-Memory: tensors cross by DLPack. On the `cpu` device (and `emulated`) torch CPU tensors are lent to
-the library zero-copy for the length of the call and the results come back as torch tensors over
-the library's output buffers (`torch.from_numpy`, no copy). Results are moved to the input's torch
-device when they come back elsewhere (a torch CUDA tensor on the `cuda` device: `functional` stages
-through host memory today, see its `_to_numpy`).
 
 Semantics, and where they differ from PyTorch:
   * ctc_loss: reduction "none" | "mean" (each loss divided by its target length, clamped to >= 1,
@@ -67,7 +91,9 @@ Semantics, and where they differ from PyTorch:
     kl_div "mean" / "batchmean" of an empty input. Out-of-range CTC labels are not checked on the
     host (PyTorch does not check them either): the operator's documented device behaviour applies.
   * First derivatives only: with create_graph=True a double backward raises instead of silently
-    dropping the second-order terms.
+    dropping the second-order terms (each backward operator's autograd formula raises).
+  * The former autograd.Function classes (CtcLossFunction, ..., ScaledMaskedSoftmaxFunction) remain as
+    thin classes whose `apply` calls the custom operator, with the same arguments.
 Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`); arguments that are not torch
 tensors raise TypeError.
 """
@@ -75,68 +101,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import functools
-
 import torch
-from torch._C import _functions as _autograd_functions
 
-from . import functional as _F
+from . import torch_ops as _ops
 
 __all__ = ["ctc_loss", "cross_entropy", "nll_loss", "kl_div", "conv_tbc", "scaled_masked_softmax",
            "scaled_upper_triang_masked_softmax", "CtcLossFunction", "CrossEntropyFunction", "NllLossFunction",
            "KlDivFunction", "ConvTbcFunction", "ScaledMaskedSoftmaxFunction"]
 
-
-def _on(result: Any, like: torch.Tensor) -> torch.Tensor:
-    """A functional result as a torch tensor on `like`'s device (no copy when already there)."""
-    if not isinstance(result, torch.Tensor):
-        result = torch.from_dlpack(result)
-    return result if result.device == like.device else result.to(like.device)
-
-
-def _save(ctx: Any, saved: tuple, links: tuple) -> None:
-    """save_for_backward of what the backward reads, then of the inputs the gradient flows to (the
-    `links` that _first_order hangs its raising node below)."""
-    ctx.n_saved = len(saved)
-    ctx.save_for_backward(*saved, *links)
-
-
-def _saved(ctx: Any) -> tuple:
-    return ctx.saved_tensors[:ctx.n_saved]
-
-
-def _link(tensor: torch.Tensor) -> torch.Tensor | None:
-    """For a Function that does not save its input: a 0-d tensor computed from it (the sum of an
-    empty slice) when it takes part in a graph. It ties _first_order's raising node to that graph
-    without keeping the input's memory alive or pinning its version (in-place changes to the input
-    after the forward stay allowed, as with PyTorch's own softmax and cross_entropy)."""
-    if not (torch.is_grad_enabled() and tensor.requires_grad):
-        return None
-    return (tensor.reshape(1) if tensor.dim() == 0 else tensor).narrow(0, 0, 0).sum()
-
-
-def _first_order(backward: Any) -> Any:
-    """The operators give first derivatives only. With create_graph=True the gradients come back
-    from a node that raises when differentiated and that hangs below the inputs they depend on, so
-    a double backward (a Hessian, a gradient penalty) fails loudly instead of silently missing the
-    second-order terms. (PyTorch's once_differentiable raises only when the incoming gradient
-    requires grad, which a loss's does not, and its node links to no input.)"""
-    @functools.wraps(backward)
-    def wrapper(ctx: Any, *grads: Any) -> Any:
-        with torch.no_grad():
-            outputs = backward(ctx, *grads)
-        links = [t for t in ctx.saved_tensors[ctx.n_saved:] if t is not None and t.requires_grad]
-        if not torch.is_grad_enabled() or not links:
-            return outputs
-        single = not isinstance(outputs, tuple)
-        outputs = (outputs,) if single else outputs
-        raising = _autograd_functions.DelayedError(
-            b"aclnn_gpu.torch: the operators give first derivatives only (no double backward)",
-            len(outputs) + len(links))
-        detached: list[Any] = [None if o is None else o.detach() for o in outputs]   # None: no gradient
-        attached = raising(*detached, *links)[:len(outputs)]
-        return attached[0] if single else attached
-    return wrapper
+_aclnn = torch.ops.aclnn
 
 
 def _tensors(function: str, **tensors: Any) -> None:
@@ -146,17 +119,18 @@ def _tensors(function: str, **tensors: Any) -> None:
             raise TypeError(f"{function}: {name} must be a torch.Tensor, got {type(value).__name__}")
 
 
-def _lengths(values: Any, name: str = "lengths") -> list[int]:
+def _lengths(values: Any, name: str = "lengths") -> list:
+    """Lengths as a list of ints (SymInts under torch.compile stay symbolic: no specialisation)."""
     if isinstance(values, torch.Tensor):
         if values.is_floating_point() or values.is_complex():
             raise RuntimeError(f"{name} must be integral")      # PyTorch's ctc_loss message
-        return [int(v) for v in values.reshape(-1).tolist()]
-    if isinstance(values, int):
+        return values.reshape(-1).tolist()
+    if isinstance(values, (int, torch.SymInt)):
         return [values]
     values = list(values)
     if any(isinstance(v, float) for v in values):
         raise RuntimeError(f"{name} must be integral")
-    return [int(v) for v in values]
+    return [v if isinstance(v, (int, torch.SymInt)) else int(v) for v in values]
 
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -173,48 +147,22 @@ def _reduction(reduction: str, size_average: Any = None, reduce: Any = None, all
     return reduction
 
 
-def _check_class_targets(target: torch.Tensor, classes: int, ignore_index: int) -> None:
-    """PyTorch's host check of class indices (IndexError "Target 9 is out of bounds."); the operators
-    make such rows NaN on the device instead, which a PyTorch caller does not expect."""
-    if target.numel() == 0:
-        return
-    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
-    if bool(bad.any()):
-        raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
-
-
-def _grad(grad: torch.Tensor) -> torch.Tensor:
-    # autograd often hands an expanded (stride-0) or otherwise strided gradient; the operators take
-    # any strides on the cpu device, but a dense gradient keeps the GPU paths free of staging copies
-    return grad if grad.is_contiguous() else grad.contiguous()
-
-
 # ---------------------------------------------------------------------------- CTC loss
-class CtcLossFunction(torch.autograd.Function):
-    """Per-sample CTC loss (T, N, C) log_probs -> (N,), with zero_infinity applied to the output;
-    the raw loss and log_alpha are kept for aclnnCtcLossBackward."""
+def _ctc_per_sample(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: list, target_lengths: list,
+                    blank: int, zero_infinity: bool) -> torch.Tensor:
+    nll, _ = _aclnn.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    if zero_infinity:
+        return torch.where(torch.isinf(nll), torch.zeros((), dtype=nll.dtype, device=nll.device), nll)
+    return nll
 
-    @staticmethod
-    def forward(ctx, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
-        il, tl = _lengths(input_lengths), _lengths(target_lengths)
-        nll, log_alpha = _F.ctc_loss(log_probs.detach(), targets.detach(), il, tl, blank, False)
-        nll, log_alpha = _on(nll, log_probs), _on(log_alpha, log_probs)
-        _save(ctx, (log_probs, targets, nll, log_alpha), links=(log_probs,))
-        ctx.lengths, ctx.blank, ctx.zero_infinity = (il, tl), int(blank), bool(zero_infinity)
-        if zero_infinity:
-            return torch.where(torch.isinf(nll), torch.zeros((), dtype=nll.dtype, device=nll.device), nll)
-        return nll.clone()
 
-    @staticmethod
-    @_first_order
-    def backward(ctx, grad):
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None, None
-        log_probs, targets, nll, log_alpha = _saved(ctx)
-        il, tl = ctx.lengths
-        g = _F.ctc_loss_backward(_grad(grad).to(log_probs.dtype), log_probs.detach(), targets, il, tl, nll,
-                                 log_alpha, ctx.blank, ctx.zero_infinity)
-        return _on(g, log_probs), None, None, None, None, None
+def _as_tensor(values: list, like: torch.Tensor) -> torch.Tensor:
+    """Host ints as a tensor like `like`: eager, one copy that waits for nothing on a GPU (non_blocking
+    from pageable memory returns once the bytes are staged); under torch.compile, from the (symbolic)
+    ints themselves, so new lengths do not recompile."""
+    if torch.compiler.is_compiling():
+        return torch.stack([torch.full((), v, dtype=like.dtype, device=like.device) for v in values])
+    return torch.as_tensor(values, dtype=like.dtype).to(like.device, non_blocking=True)
 
 
 def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any, target_lengths: Any,
@@ -227,42 +175,17 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
     unbatched = log_probs.dim() == 2
     if unbatched:
         log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
-    loss = CtcLossFunction.apply(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    loss = _ctc_per_sample(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
     if reduction == "mean":
-        tl = torch.as_tensor(target_lengths, dtype=loss.dtype, device=loss.device)
-        return (loss / tl.clamp(min=1)).mean()
+        return (loss / _as_tensor(target_lengths, loss).clamp(min=1)).mean()
     if reduction == "sum":
         return loss.sum()
     return loss[0] if unbatched else loss
 
 
 # ---------------------------------------------------------------------------- cross-entropy
-class CrossEntropyFunction(torch.autograd.Function):
-    """cross_entropy over (N, C) logits with class-index targets; log_softmax is kept for the grad."""
-
-    @staticmethod
-    def forward(ctx, input, target, weight, reduction, ignore_index, label_smoothing, link):
-        loss, log_prob = _F.cross_entropy_loss(input.detach(), target.detach(), weight, reduction, ignore_index,
-                                               label_smoothing)
-        log_prob = _on(log_prob, input)
-        _save(ctx, (log_prob, target, weight), links=(link,))
-        ctx.args = (reduction, int(ignore_index), float(label_smoothing))
-        return _on(loss, input)
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, grad):
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None, None, None
-        log_prob, target, weight = _saved(ctx)
-        reduction, ignore_index, label_smoothing = ctx.args
-        g = _F.cross_entropy_loss_grad(_grad(grad).to(log_prob.dtype), log_prob, target, weight, reduction,
-                                       ignore_index, label_smoothing)
-        return _on(g, log_prob), None, None, None, None, None, None
-
-
-def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
-                  ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple | None]:
+def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple | None]:
     """cross_entropy / nll_loss arguments as the operator takes them: (N, C) input, (N,) target, float32
     weight, and the shape of a "none" result ((), (N,), (N, d1, ...)) when it is not (N,)."""
     _tensors(function, input=input, target=target)
@@ -273,7 +196,6 @@ def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weig
             raise NotImplementedError(f"{function}: no gradient for weight (aclnnCrossEntropyLossGrad gives "
                                       "the input's only); pass weight.detach()")
         weight = weight.detach().to(torch.float32)   # the operator's weight dtype
-    _check_class_targets(target, input.shape[1] if input.dim() > 1 else input.shape[0], ignore_index)
     shape: tuple | None = None
     if input.dim() == 1:                              # unbatched: (C,), target ()
         input, target, shape = input.unsqueeze(0), target.reshape(1), ()
@@ -290,67 +212,23 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     """torch.nn.functional.cross_entropy (class-index targets) through aclnnCrossEntropyLoss /
     aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C."""
     reduction = _reduction(reduction, size_average, reduce)
-    input, target, weight, shape = _class_inputs("cross_entropy", input, target, weight, ignore_index)
-    loss = CrossEntropyFunction.apply(input, target, weight, reduction, ignore_index, label_smoothing, _link(input))
+    input, target, weight, shape = _class_inputs("cross_entropy", input, target, weight)
+    loss, _ = _aclnn.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)
     return loss.reshape(shape) if reduction == "none" and shape is not None else loss
-
-
-class NllLossFunction(torch.autograd.Function):
-    """nll_loss over (N, C) log-probabilities. The backward is aclnnCrossEntropyLossGrad given a logProb
-    of -inf everywhere: its gradient (exp(logProb) - one_hot) * weight * scale then reduces to NLL's
-    own, -one_hot * weight * scale, with the operator's ignore_index and "mean" weight-sum rules."""
-
-    @staticmethod
-    def forward(ctx, input, target, weight, reduction, ignore_index, link):
-        import torch.nn.functional as TF
-        _save(ctx, (target, weight), links=(link,))
-        ctx.args = (reduction, int(ignore_index), input.shape, input.dtype)
-        w = None if weight is None else weight.to(input.dtype)
-        return TF.nll_loss(input.detach(), target, w, ignore_index=ignore_index, reduction=reduction)
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, grad):
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None, None
-        target, weight = _saved(ctx)
-        reduction, ignore_index, shape, dtype = ctx.args
-        no_prob = torch.full(shape, -torch.inf, dtype=dtype, device=target.device)
-        g = _F.cross_entropy_loss_grad(_grad(grad).to(dtype), no_prob, target, weight, reduction, ignore_index, 0.0)
-        return _on(g, no_prob), None, None, None, None, None
 
 
 def nll_loss(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
              size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
              reduction: str = "mean") -> torch.Tensor:
     """torch.nn.functional.nll_loss on log-probabilities: input (N, C), (C,) or (N, C, d1, ...), target
-    class indices. The gradient is aclnnCrossEntropyLossGrad's (see NllLossFunction)."""
+    class indices. The gradient is aclnnCrossEntropyLossGrad's (aclnn::nll_loss)."""
     reduction = _reduction(reduction, size_average, reduce)
-    input, target, weight, shape = _class_inputs("nll_loss", input, target, weight, ignore_index)
-    loss = NllLossFunction.apply(input, target, weight, reduction, ignore_index, _link(input))
+    input, target, weight, shape = _class_inputs("nll_loss", input, target, weight)
+    loss = _aclnn.nll_loss(input, target, weight, reduction, ignore_index)
     return loss.reshape(shape) if reduction == "none" and shape is not None else loss
 
 
 # ---------------------------------------------------------------------------- KL divergence
-class KlDivFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, input, target, reduction, log_target):
-        out = _F.kl_div(input.detach(), target.detach(), reduction, log_target)
-        _save(ctx, (input, target), links=(input,))
-        ctx.args = (reduction, bool(log_target))
-        return _on(out, input)
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, grad):
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        input, target = _saved(ctx)
-        reduction, log_target = ctx.args
-        g = _F.kl_div_backward(_grad(grad), input.detach(), target.detach(), reduction, log_target)
-        return _on(g, input), None, None, None
-
-
 def kl_div(input: torch.Tensor, target: torch.Tensor, size_average: bool | None = None, reduce: bool | None = None,
            reduction: str = "mean", log_target: bool = False) -> torch.Tensor:
     """torch.nn.functional.kl_div through aclnnKlDiv / aclnnKlDivBackward: input holds log-probabilities,
@@ -360,36 +238,15 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average: bool | None 
     if target.requires_grad and torch.is_grad_enabled():
         raise NotImplementedError("kl_div: no gradient for target (aclnnKlDivBackward gives the input's only); "
                                   "pass target.detach()")
-    return KlDivFunction.apply(input, target, reduction, log_target)
+    return _aclnn.kl_div(input, target, reduction, log_target)
 
 
 # ---------------------------------------------------------------------------- ConvTBC
-class ConvTbcFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, input, weight, bias, pad, cube_math_type):
-        out = _F.conv_tbc(input.detach(), weight.detach(), bias.detach(), pad, cube_math_type)
-        _save(ctx, (input, weight, bias), links=(input, weight, bias))
-        ctx.args = (int(pad), int(cube_math_type))
-        return _on(out, input)
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, grad):
-        input, weight, bias = _saved(ctx)
-        pad, cube_math_type = ctx.args
-        if grad.numel() == 0:   # an empty output (Tout or B = 0): the operator refuses it; every gradient is 0
-            gi, gw, gb = torch.zeros_like(input), torch.zeros_like(weight), torch.zeros_like(bias)
-        else:
-            gi, gw, gb = _F.conv_tbc_backward(_grad(grad), input.detach(), weight.detach(), bias.detach(), pad,
-                                              cube_math_type)
-        need = ctx.needs_input_grad
-        return (_on(gi, input) if need[0] else None, _on(gw, weight) if need[1] else None,
-                _on(gb, bias) if need[2] else None, None, None)
-
-
+@torch.compiler.assume_constant_result
 def _cube_math_type() -> int:
     """CANN's cubeMathType from PyTorch's float32 matmul precision: "highest" -> 0 (KEEP_DTYPE, true
-    fp32), "high" / "medium" -> 1 (ALLOW_FP32_DOWN_PRECISION, TF32 on a GPU)."""
+    fp32), "high" / "medium" -> 1 (ALLOW_FP32_DOWN_PRECISION, TF32 on a GPU). A constant to
+    torch.compile, which guards on the precision (a change recompiles)."""
     return 0 if torch.get_float32_matmul_precision() == "highest" else 1
 
 
@@ -398,29 +255,10 @@ def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad:
     (K, Cin, Cout), bias (Cout,) -> (T + 2*pad - K + 1, B, Cout). The GPU matrix precision follows
     torch.get_float32_matmul_precision() (the cpu device computes in fp32 whatever it says)."""
     _tensors("conv_tbc", input=input, weight=weight, bias=bias)
-    return ConvTbcFunction.apply(input, weight, bias, pad, _cube_math_type())
+    return _aclnn.conv_tbc(input, weight, bias, pad, _cube_math_type())
 
 
 # ---------------------------------------------------------------------------- scaled masked softmax
-class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, mask, scale, fix_triu_mask, link):
-        y = _on(_F.scaled_masked_softmax(x.detach(), mask, scale, fix_triu_mask), x)
-        _save(ctx, (y, mask), links=(link,))
-        ctx.args = (float(scale), bool(fix_triu_mask))
-        return y
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, grad):
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None
-        y, mask = _saved(ctx)
-        scale, fix_triu_mask = ctx.args
-        g = _F.scaled_masked_softmax_backward(_grad(grad).to(y.dtype), y, mask, scale, fix_triu_mask)
-        return _on(g, y), None, None, None, None
-
-
 def _softmax(function: str, inputs: torch.Tensor, mask: torch.Tensor | None, scale: float,
              fix_triu_mask: bool) -> torch.Tensor:
     _tensors(function, inputs=inputs)
@@ -429,7 +267,7 @@ def _softmax(function: str, inputs: torch.Tensor, mask: torch.Tensor | None, sca
         mask = mask.detach()
         if mask.dtype != torch.bool:
             mask = mask.to(torch.bool)
-    return ScaledMaskedSoftmaxFunction.apply(inputs, mask, scale, fix_triu_mask, _link(inputs))
+    return _aclnn.scaled_masked_softmax(inputs, mask, scale, fix_triu_mask)
 
 
 def scaled_masked_softmax(inputs: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -448,3 +286,66 @@ def scaled_upper_triang_masked_softmax(inputs: torch.Tensor, _: Any, scale: floa
         return _softmax("scaled_upper_triang_masked_softmax", inputs.unsqueeze(0), None, scale, True).squeeze(0)
     return _softmax("scaled_upper_triang_masked_softmax", inputs, None, scale, True)
 
+
+# ---------------------------------------------------------------------------- the former autograd.Functions
+class CtcLossFunction:
+    """`apply(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)`: the per-sample
+    loss (T, N, C) -> (N,), zero_infinity applied (aclnn::ctc_loss). Kept for code written against the
+    autograd.Function this module had before its operators were torch.library custom operators."""
+
+    @staticmethod
+    def apply(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any, target_lengths: Any, blank: int,
+              zero_infinity: bool) -> torch.Tensor:
+        return _ctc_per_sample(log_probs, targets, _lengths(input_lengths), _lengths(target_lengths), blank,
+                               zero_infinity)
+
+
+class CrossEntropyFunction:
+    """`apply(input, target, weight, reduction, ignore_index, label_smoothing, link=None)` over (N, C)
+    logits (aclnn::cross_entropy_loss); `link` is ignored (kept for old callers)."""
+
+    @staticmethod
+    def apply(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: str,
+              ignore_index: int, label_smoothing: float, link: Any = None) -> torch.Tensor:
+        return _aclnn.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)[0]
+
+
+class NllLossFunction:
+    """`apply(input, target, weight, reduction, ignore_index, link=None)` over (N, C) log-probabilities
+    (aclnn::nll_loss); `link` is ignored."""
+
+    @staticmethod
+    def apply(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: str,
+              ignore_index: int, link: Any = None) -> torch.Tensor:
+        return _aclnn.nll_loss(input, target, weight, reduction, ignore_index)
+
+
+class KlDivFunction:
+    """`apply(input, target, reduction, log_target)` (aclnn::kl_div)."""
+
+    @staticmethod
+    def apply(input: torch.Tensor, target: torch.Tensor, reduction: str, log_target: bool) -> torch.Tensor:
+        return _aclnn.kl_div(input, target, reduction, log_target)
+
+
+class ConvTbcFunction:
+    """`apply(input, weight, bias, pad, cube_math_type)`: conv_tbc with CANN's cubeMathType given
+    explicitly (aclnn::conv_tbc)."""
+
+    @staticmethod
+    def apply(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad: int,
+              cube_math_type: int) -> torch.Tensor:
+        return _aclnn.conv_tbc(input, weight, bias, pad, cube_math_type)
+
+
+class ScaledMaskedSoftmaxFunction:
+    """`apply(x, mask, scale, fix_triu_mask, link=None)`: the operator's mask and causal mask together,
+    which apex has no call for (aclnn::scaled_masked_softmax); `link` is ignored."""
+
+    @staticmethod
+    def apply(x: torch.Tensor, mask: torch.Tensor | None, scale: float, fix_triu_mask: bool,
+              link: Any = None) -> torch.Tensor:
+        return _aclnn.scaled_masked_softmax(x, mask, scale, fix_triu_mask)
+
+
+_ = _ops   # the import registers the aclnn:: operators

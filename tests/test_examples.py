@@ -88,3 +88,18 @@ def test_capture_training_step(device):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith(f"time per step on {device}: direct calls") and "losses identical over 8 steps" in last
+
+
+@pytest.mark.parametrize("model", ["attention", "ctc"])
+def test_compile_training_step(model):
+    """examples/compile_training_step.py: the step eager and under torch.compile(fullgraph=True) (aot_eager
+    here: the same tracing without Inductor's code generation, to keep CI short), both within the
+    tolerance of PyTorch's own ops, both times printed."""
+    pytest.importorskip("torch")
+    proc = run(["examples/compile_training_step.py", "--model", model, "--backend", "aot_eager", "--batch", "4",
+                "--warmup", "1"], "cpu", ACLNN_EXAMPLE_STEPS="2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| aclnn_gpu.torch")]
+    assert len(rows) == 2 and "torch.compile(fullgraph=True" in rows[1]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("step time on cpu: eager ") and " ms, compiled " in last, last

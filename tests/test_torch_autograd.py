@@ -454,9 +454,11 @@ def test_deprecated_size_average_and_reduce_as_pytorch(size_average, reduce, gen
 
 
 def test_conv_tbc_precision_follows_pytorch_setting(monkeypatch):
-    """The cubeMathType the wrapper passes is PyTorch's float32 matmul precision, mapped."""
+    """The cubeMathType the operator is given is PyTorch's float32 matmul precision, mapped."""
+    import aclnn_gpu.functional as F
     seen = []
-    monkeypatch.setattr(AT.ConvTbcFunction, "apply", staticmethod(lambda *a: seen.append(a[-1])))
+    real = F.conv_tbc
+    monkeypatch.setattr(F, "conv_tbc", lambda *a: seen.append(a[-1]) or real(*a))
     before = torch.get_float32_matmul_precision()
     try:
         for precision in ("highest", "high", "medium"):

@@ -1,0 +1,323 @@
+"""`aclnn_gpu.torch` on a GPU: the operators run on PyTorch's current stream, in memory from PyTorch's
+caching allocator, without waiting.
+
+A call of an `aclnn::` custom operator (`aclnn_gpu/torch_ops.py`) on CUDA tensors, with the `cuda`
+device in use, runs `functional`'s body of the operator (its descriptors, output shapes and the two
+phases) over a `TorchCall` instead of functional's `_Call`:
+
+- its tensors are described where they are (`data_ptr`, shape, strides): no copy, no DLPack. A host
+  tensor among CUDA ones (CTC's targets, say) is copied to the GPU on the stream first. Each tensor it
+  reads is `record_stream`ed on the call's stream (PyTorch's rule for memory used on a stream other
+  than the one it was allocated on; a no-op for memory of that stream), so the caller may drop its
+  inputs as soon as the call returns, whichever stream made them (not while capturing: the graph's
+  inputs are the caller's static tensors);
+- its results and its workspace are `torch.empty` tensors on the tensors' device: they come from
+  PyTorch's caching allocator, on the stream that is current, so PyTorch's rules hold for them as for
+  its own ops' results (a result used on another stream is `record_stream`ed there, by the caller or
+  by autograd; the workspace goes back to the allocator at the end of the call, reusable by later work
+  on the same stream only, which runs after this call's kernels);
+- the aclrtStream handed to the execute phase is PyTorch's current stream of that device
+  (`torch.cuda.current_stream(index)`), wrapped as a CuPy external stream
+  (`cupy.cuda.ExternalStream(stream.cuda_stream, index)`): every upload, launch and GEMM is enqueued
+  there, ordered with the PyTorch work before and after it;
+- nothing waits: the call returns once its work is enqueued. (The caller's host data it reads, CTC's
+  lengths, is consumed before it returns.)
+
+While the stream captures a CUDA graph (`torch.cuda.graph`), the stream carries a `TorchCapture`: the
+tables a launch uploads come from pinned buffers of their own (the graph re-reads them at every
+replay) and the plans are kept, both for the life of the process, since a captured graph may be
+replayed as long as it lives and PyTorch says nothing when it goes.
+
+The registry: the tensors' storages are lent to the device's allocation registry for the length of the
+call (reference-counted: two concurrent calls may lend the same storage), so phase 2's pointer checks
+pass as for the library's own memory; a storage that partly overlaps a live allocation is copied.
+
+`TorchCuda` is the seam between this code and PyTorch / CuPy: the seven things the call asks (is
+this a GPU tensor, which GPU, which stream is current, the CuPy stream over it, a new tensor, keep this
+tensor for that stream, does it capture). Tests install a stand-in (`set_backend`) that answers them
+with CPU tensors and the emulated device's CuPy-shaped streams, so everything above runs in CI; on a
+GPU `TorchCuda` answers.
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .device.cuda import CudaStream
+from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
+from .runtime import aclrtStream, device_of, get_device, using_device
+from .status import aclError, aclFormat
+from .tensor import aclCreateIntArray, aclCreateTensor, aclIntArray, aclTensor
+
+INVALID = 161002   # ACLNN_ERR_PARAM_INVALID
+
+_TO_NUMPY = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+             torch.bfloat16: dtypes.bfloat16, torch.float64: np.dtype(np.float64),
+             torch.int8: np.dtype(np.int8), torch.int16: np.dtype(np.int16), torch.int32: np.dtype(np.int32),
+             torch.int64: np.dtype(np.int64), torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_)}
+_TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
+
+
+class TorchCuda:
+    """The seam on a GPU: PyTorch's CUDA tensors, streams and caching allocator, CuPy's external stream."""
+
+    device_kind = "cuda"   # the library device kind this backend runs on
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[int, int], Any] = {}
+
+    def owns(self, tensor: torch.Tensor) -> bool:
+        """Whether the call runs on the GPU for this tensor (the first tensor argument)."""
+        return tensor.is_cuda
+
+    def index(self, tensor: torch.Tensor) -> int:
+        index = tensor.device.index
+        return torch.cuda.current_device() if index is None else int(index)
+
+    def current_stream(self, index: int) -> Any:
+        return torch.cuda.current_stream(index)
+
+    def external(self, cp: Any, stream: Any, index: int) -> Any:
+        """The CuPy stream over PyTorch's stream (one per handle: it holds only the handle and the GPU,
+        and PyTorch pools its streams for the life of the process)."""
+        key = (int(stream.cuda_stream), index)
+        found = self._streams.get(key)
+        if found is None:
+            with warnings.catch_warnings():   # CuPy 14 deprecates the class for Stream.from_external,
+                warnings.simplefilter("ignore", DeprecationWarning)   # which does not take the GPU id
+                found = self._streams[key] = cp.cuda.ExternalStream(key[0], index)
+        return found
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A new tensor from PyTorch's caching allocator, on the current stream of `device`."""
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+    def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
+        """PyTorch's allocator reuses `tensor`'s memory only after the work queued on `stream` by the time
+        the tensor is freed has run (a no-op for memory allocated on `stream`)."""
+        tensor.record_stream(stream)
+
+    def capturing(self, stream: Any, index: int) -> bool:
+        """Whether `stream` (current on GPU `index`) is capturing a CUDA graph."""
+        if index == torch.cuda.current_device():
+            return torch.cuda.is_current_stream_capturing()
+        with torch.cuda.device(index):
+            return torch.cuda.is_current_stream_capturing()
+
+
+_backend: Any = TorchCuda()
+
+
+def backend() -> Any:
+    return _backend
+
+
+def set_backend(new: Any) -> Any:
+    """Install another seam (the tests' stand-in); returns the previous one."""
+    global _backend
+    previous, _backend = _backend, new
+    return previous
+
+
+def runs_on_stream(tensor: torch.Tensor) -> bool:
+    """Whether a call whose first tensor is `tensor` runs here (on PyTorch's stream) rather than through
+    `functional`: a GPU tensor while the library's device is of the backend's kind."""
+    gpu = _backend
+    return gpu.owns(tensor) and get_device().kind == gpu.device_kind
+
+
+# ---------------------------------------------------------------------------- lending to the registry
+_lent_lock = threading.Lock()
+_lent: dict[tuple[int, int], int] = {}   # (id(registry), base) -> number of calls lending it
+
+
+def _lend(registry: Any, base: int, size: int, owner: Any) -> tuple[Any, int] | None:
+    """Lend [base, base + size) to `registry` for one call. Returns the key to give back, None when the
+    range lies inside a live allocation already (nothing to give back); ValueError when it partly
+    overlaps one."""
+    key = (id(registry), base)
+    with _lent_lock:
+        count = _lent.get(key)
+        if count is not None:   # lent by a call still running (the same storage: the same range)
+            _lent[key] = count + 1
+            return registry, base
+        if registry.borrow(base, size, owner) is None:
+            return None
+        _lent[key] = 1
+        return registry, base
+
+
+def _give_back(registry: Any, base: int) -> None:
+    key = (id(registry), base)
+    with _lent_lock:
+        count = _lent.pop(key) - 1
+        if count:
+            _lent[key] = count
+        else:
+            registry.remove(base)
+
+
+# ---------------------------------------------------------------------------- graph capture
+class TorchCapture:
+    """What a call enqueued while PyTorch's stream captures keeps for the graph's replays: its plans and
+    its pinned upload buffers (the attributes `device/cuda.py` and `executor.py` read on
+    `DeviceStream.capture`). Never invalidated here: PyTorch and CUDA own the capture."""
+
+    invalidated = None
+
+    def __init__(self) -> None:
+        self.plans: list[Any] = []
+        self.keep: list[Any] = []
+
+    def hold_plan(self, plan: Any, workspace: int) -> None:
+        self.plans.append(plan)
+
+    def describe(self) -> str:
+        return "a PyTorch stream captures a CUDA graph"
+
+
+_captured: list[TorchCapture] = []   # kept for the life of the process (see the module docstring)
+
+
+class TorchStream(CudaStream):
+    """The device stream of one call: PyTorch's stream as CuPy wraps it, never closed or owned by the
+    library, with the call's TorchCapture while PyTorch captures on it."""
+
+    def __init__(self, cp_stream: Any, capture: TorchCapture | None):   # (CudaStream's makes a stream)
+        self.cupy = cp_stream
+        self.before_capture = None
+        self.capture = capture
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------- the call
+class TorchCall:
+    """One functional operator body run on PyTorch's stream (see the module docstring): the methods
+    functional's bodies call on `_Call` (`tensor`, `output`, `int_array`, `run`, `result`)."""
+
+    def __init__(self, name: str, device: Any, gpu: Any, like: torch.Tensor, index: int):
+        self.name = name
+        self.device = device
+        self.gpu = gpu
+        self.torch_device = like.device
+        self.index = index
+        self.stream = gpu.current_stream(index)
+        self.capturing = gpu.capturing(self.stream, index)
+        self.lent: list[tuple[Any, int]] = []
+        self.keep: list[torch.Tensor] = []
+
+    def _lend_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Lend the storage behind `tensor` for the call (the tensor itself, or a copy when the storage
+        straddles a live allocation of the library)."""
+        if tensor.numel() == 0:
+            return tensor
+        storage = tensor.untyped_storage()
+        base, size = storage.data_ptr(), storage.nbytes()
+        try:
+            key = _lend(self.device.registry, base, size, tensor)
+        except ValueError:
+            tensor = tensor.clone()
+            storage = tensor.untyped_storage()
+            key = _lend(self.device.registry, storage.data_ptr(), storage.nbytes(), tensor)
+        if key is not None:
+            self.lent.append(key)
+        self.keep.append(tensor)
+        return tensor
+
+    def _describe(self, tensor: torch.Tensor, fmt: int, name: str) -> aclTensor:
+        numpy_dtype = _TO_NUMPY.get(tensor.dtype)
+        if numpy_dtype is None:
+            raise AclnnError(INVALID, f"{self.name}: {name} has unsupported dtype {tensor.dtype}")
+        shape = tuple(tensor.shape)
+        described = aclCreateTensor(shape, dtypes.from_numpy(numpy_dtype), tuple(tensor.stride()), 0, fmt, shape,
+                                    tensor.data_ptr() if tensor.numel() else None)
+        if described is None:
+            raise AclnnError(INVALID, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
+        return described
+
+    def tensor(self, array: Any, name: str, fmt: int = aclFormat.ACL_FORMAT_ND) -> aclTensor:
+        if array is None:
+            return None  # type: ignore[return-value]
+        if not isinstance(array, torch.Tensor):
+            raise AclnnError(INVALID, f"{self.name}: {name} must be a torch.Tensor, got {type(array).__name__}")
+        tensor = array.detach()
+        if not self.gpu.owns(tensor):   # a host tensor among GPU ones: copied, in stream order
+            tensor = tensor.to(self.torch_device, non_blocking=True)
+        elif tensor.device != self.torch_device:
+            raise AclnnError(INVALID, f"{self.name}: expected all tensors to be on the same device, but found at "
+                                      f"least two devices, {self.torch_device} and {tensor.device}")
+        elif not self.capturing:
+            self.gpu.record_stream(tensor, self.stream)
+        return self._describe(self._lend_tensor(tensor), fmt, name)
+
+    def output(self, shape: Sequence[int], dtype: np.dtype, fmt: int = aclFormat.ACL_FORMAT_ND
+               ) -> tuple[aclTensor, torch.Tensor]:
+        """A result: a new tensor from PyTorch's allocator, on the call's stream."""
+        result = self.gpu.empty(tuple(int(s) for s in shape), _TO_TORCH[np.dtype(dtype)], self.torch_device)
+        return self._describe(self._lend_tensor(result), fmt, "output"), result
+
+    def int_array(self, values: Any, name: str) -> aclIntArray:
+        from .functional import _int_list
+        array = aclCreateIntArray(_int_list(self.name, name, values))
+        if array is None:
+            raise AclnnError(INVALID, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
+        return array
+
+    def run(self, get_workspace_size: Callable[..., Any], execute: Callable[..., int], *args: Any) -> None:
+        """Phase 1, the workspace from PyTorch's allocator, phase 2 on PyTorch's stream; no wait."""
+        status, workspace_size, executor = get_workspace_size(*args)
+        check_status(status)
+        workspace = None
+        if workspace_size:
+            space = self._lend_tensor(self.gpu.empty((workspace_size,), torch.uint8, self.torch_device))
+            workspace = space.data_ptr()
+        capture = None
+        if self.capturing:
+            capture = TorchCapture()
+            _captured.append(capture)
+        impl = TorchStream(self.gpu.external(self.device.cp, self.stream, self.index), capture)
+        check_status(execute(workspace, workspace_size, executor, aclrtStream(impl, self.device)))
+
+    def result(self, handle: torch.Tensor) -> torch.Tensor:
+        return handle
+
+    def close(self) -> None:
+        for registry, base in self.lent:
+            _give_back(registry, base)
+        self.lent = []
+        self.keep = []
+
+
+def call(function: Callable[..., Any], like: torch.Tensor, *args: Any) -> Any:
+    """`function` (an `aclnn_gpu.functional` operator) over `args` on PyTorch's current stream of the GPU
+    `like` lives on, results from PyTorch's allocator, without waiting. AclnnError as functional's."""
+    body = inspect.unwrap(function)
+    name = body.__name__
+    gpu = _backend
+    index = gpu.index(like)
+    try:
+        device = device_of(index)
+        with using_device(device):
+            torch_call = TorchCall(name, device, gpu, like, index)
+            try:
+                return body(torch_call, *args)
+            finally:
+                torch_call.close()
+    except AclnnError:
+        raise
+    except OpError as e:
+        raise AclnnError(e.status, f"{name}: {e.message}") from None
+    except Exception as e:
+        raise AclnnError(aclError.ACL_ERROR_INTERNAL_ERROR, f"{name}: internal error: {type(e).__name__}: {e}") from e
+
+
+__all__ = ["TorchCuda", "TorchCall", "TorchCapture", "TorchStream", "backend", "set_backend", "runs_on_stream",
+           "call"]
