@@ -181,14 +181,16 @@ def test_grad_empty_outputs(session):
         assert acl.aclrtSynchronizeStream(session.stream) == 0
 
 
-def test_grad_zloss_arguments_ignored_and_null_reduction(session, rng):
+def test_grad_zloss_tensors_unread_at_scale_zero_and_null_reduction(session, rng):
+    """lseSquareScaleForZloss = 0: gradZlossOptional / lseForZlossOptional are checked but never read
+    (NaN-filled here); the z-loss itself is tests/test_cross_entropy_zloss.py's."""
     x = rng.standard_normal((5, 6))
     t = np.array([0, 5, 2, -100, 1])
     w = rng.uniform(0.5, 2, 6).astype(np.float32)
     g = np.asarray(0.7, np.float32)
     _, lp64, expected = torch_ce(x, t, w, "mean", -100, 0.0, g)
     lp = lp64.astype(np.float32)
-    zl = (session.tensor(np.full(5, 3.0, np.float32)), session.tensor(np.full(5, 9.0, np.float32)), 0.5)
+    zl = (session.tensor(np.full((), np.nan, np.float32)), session.tensor(np.full(5, np.nan, np.float32)), 0.0)
     got = run_grad(session, g, lp, t, w, None, -100, 0.0, zloss=zl)  # null reduction: mean
     assert_close(got, expected, np.float32)
 
@@ -342,7 +344,7 @@ def _fwd_ok(s, **change):
 
 
 BAD_FORWARD = [
-    ("returnZloss", lambda s: _fwd_ok(s, returnZloss=True), I, "returnZloss"),
+    ("returnZloss with a null zlossOut", lambda s: _fwd_ok(s, returnZloss=True), NUL, "returnZloss"),
     ("null input", lambda s: _fwd_ok(s, input=None), NUL, "input"),
     ("null lossOut", lambda s: _fwd_ok(s, lossOut=None), NUL, "lossOut"),
     ("null logProbOut", lambda s: _fwd_ok(s, logProbOut=None), NUL, "logProbOut"),

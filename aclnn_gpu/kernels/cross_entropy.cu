@@ -2,14 +2,21 @@
 //
 // Kernels (T: float, double, __half, __nv_bfloat16; I: int (int32) or long long (int64) targets):
 //   ce_weight_sums<I>      1 block. red[0] = D = sum of w[t_i] over rows that count (target in
-//                          [0,C) and != ignore_index), red[1] = W = sum_c w[c]; doubles, fixed order.
+//                          [0,C) and != ignore_index), red[1] = W = sum_c w[c], red[2] (z-loss "mean"
+//                          only) = 1/n, n = the rows whose target != ignore_index (0 when n == 0);
+//                          doubles, fixed order.
 //   ce_grad<T, I>          the gradient w.r.t. the logits, one streaming pass (spec ops.md §2.2):
-//                          out = a_i*p - s_i*w_j, target column b_i*expm1(lp) + s_i*(p*W - w_t);
+//                          out = a_i*p - s_i*w_j, then the target column b_i*expm1(lp) + s_i*(p*W - w_t)
+//                          rewritten by the lane that wrote it (one element per row, from cache);
+//                          z-loss (zscale != 0) folds z_i = 2*zscale*lse_i*(G_i + gZ_i) [/ n] into
+//                          a_i and adds z_i*p to the target column: no second pass over logProb;
 //                          rows are spread over "groups" of `group` consecutive threads (any power of
 //                          two, may span blocks: no reductions inside a row).
 //   ce_forward<T, I>       one block per row: online log-sum-exp (pass 1 reads x), pass 2 writes
-//                          logProb and sums w_c*lp_c (label smoothing only); per-row loss.
-//   ce_loss_reduce<T>      1 block: mean/sum of the per-row losses (double, fixed order).
+//                          logProb and sums w_c*lp_c (label smoothing only); per-row loss (+ the
+//                          z-loss zscale*lse^2 of rows not ignored), lse and the per-row z-loss.
+//   ce_loss_reduce<T>      1 block: mean/sum of the per-row losses (double, fixed order); with the
+//                          z-loss, its own mean (over n, not D) or sum, added to the loss.
 // Rows: a scalar head up to the first 16-byte boundary, 16-byte vectors, a scalar tail; `vec` = 0
 // makes every access scalar (the host sets it only when the paired pointers share their alignment).
 // Never out of bounds: a target outside [0, C) that is not ignore_index only makes its row NaN.
@@ -99,6 +106,17 @@ __device__ __forceinline__ void row_map(const T* s, T* d, i64 C, int vec, i64 la
   for (i64 j = h + nv * V + lane; j < C; j += nthr) store(d, j, f(j, load(s, j)));
 }
 
+// The lane of row_map's split (over nthr lanes) that maps element j of the row whose source is s.
+template <class T>
+__device__ __forceinline__ i64 row_owner(const T* s, i64 C, int vec, i64 j, i64 nthr) {
+  constexpr int V = Vec16<T>::N;
+  const i64 h = head_len(s, C, vec);
+  if (j < h) return j % nthr;
+  const i64 nv = (C - h) / V;
+  if (j < h + nv * V) return ((j - h) / V) % nthr;
+  return (j - h - nv * V) % nthr;
+}
+
 // d[0..C) = value, without reading anything
 template <class T>
 __device__ __forceinline__ void row_fill(T* d, i64 C, int vec, i64 lane, i64 nthr, math_t<T> value) {
@@ -125,13 +143,14 @@ using namespace aclg;
 template <class I>
 __global__ void __launch_bounds__(ce::kReduceThreads)
 ce_weight_sums(const I* target, const float* weight, double* red, long long N, long long C,
-               long long ignore_index, int need_d, int need_w) {
+               long long ignore_index, int need_d, int need_w, int need_n) {
   __shared__ double scratch[ce::kReduceThreads / kWarp];
-  double d = 0.0, w = 0.0;
+  double d = 0.0, w = 0.0, n = 0.0;
   if (need_d) {
     for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
       const i64 t = (i64)target[i];
       if (t != ignore_index && t >= 0 && t < C) d += weight ? (double)weight[t] : 1.0;
+      if (t != ignore_index) n += 1.0;  // CANN's sum(ignoreMask): out-of-range targets count
     }
   }
   if (need_w && weight) {
@@ -139,31 +158,42 @@ ce_weight_sums(const I* target, const float* weight, double* red, long long N, l
   }
   d = block_sum(d, scratch);
   w = block_sum(w, scratch);
+  if (need_n) n = block_sum(n, scratch);
   if (threadIdx.x == 0) {
     red[0] = d;
     red[1] = weight ? w : (double)C;
+    if (need_n) red[2] = n != 0.0 ? 1.0 / n : 0.0;  // divided here, once, not in every ce_grad thread
   }
 }
 
 // ------------------------------------------------------------------------------ gradient
 // reduction: 0 none (grad_loss (N,)), 1 mean, 2 sum (grad_loss element 0). red: from
 // ce_weight_sums (read only for mean, or label_smoothing != 0 with weights); may be null otherwise.
+// z-loss when zscale != 0: lse (N,) the forward's lse, grad_zloss (shaped like grad_loss) or null;
+// both unread when zscale == 0 (the z-loss terms are then absent, not multiplied by 0).
+// fp64: at least 3 blocks per SM asked for, or ptxas picks 64 registers and spills on sm_90 (no hint,
+// i.e. 0, for the other types: 48 registers without one)
 template <class T, class I>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, sizeof(T) == 8 ? 3 : 0)
 ce_grad(const T* grad_loss, const T* log_prob, const I* target, const float* weight, T* out,
-        const double* red, long long N, long long C, long long ignore_index, int reduction,
-        double label_smoothing, long long group, int vec) {
+        const double* red, const T* grad_zloss, const T* lse, long long N, long long C,
+        long long ignore_index, int reduction, double label_smoothing, double zscale, long long group,
+        int vec) {
   typedef math_t<T> M;
   const i64 gt = global_thread();
   const i64 lane = gt % group;
   const i64 ngroups = grid_threads() / group;
-  bool zero_all = false;
-  double inv_d = 1.0;
+  const bool zl = zscale != 0.0;
+  bool ce_off = false;  // "mean" with D == 0: no cross-entropy term (the z-loss term may remain)
+  double inv_d = 1.0, inv_n = 1.0;
   if (reduction == 1) {
     const double D = red[0];
-    if (D == 0.0) zero_all = true;  // every row ignored: zeros (docs/API.md §7)
+    if (D == 0.0) ce_off = true;  // every row ignored: zeros (docs/API.md §7)
     else inv_d = 1.0 / D;
+    if (zl) inv_n = red[2];  // 1/n (ce_weight_sums)
   }
+  const bool zero_all = ce_off && !zl;
+  const M zs2 = (M)(2.0 * zscale);
   const bool smooth = label_smoothing != 0.0;
   const M one_m_ls = (M)(1.0 - label_smoothing);
   const M ls_c = (M)(label_smoothing / (double)C);
@@ -180,45 +210,78 @@ ce_grad(const T* grad_loss, const T* log_prob, const I* target, const float* wei
       continue;
     }
     M G = load(grad_loss, reduction == 0 ? i : 0);
-    if (reduction == 1) G = G * (M)inv_d;
+    M z = M(0);  // z-loss: 2 * zscale * lse_i * zlossGrad_i (CANN's lseGrad), the factor of p
+    if (zl) {
+      M Gz = G;
+      if (grad_zloss) Gz = Gz + load(grad_zloss, reduction == 0 ? i : 0);
+      if (reduction == 1) Gz = Gz * (M)inv_n;
+      z = zs2 * load(lse, i) * Gz;
+    }
+    if (reduction == 1) G = ce_off ? M(0) : G * (M)inv_d;
     const M wt = weight ? (M)weight[t] : M(1);
     const M b = G * one_m_ls * wt;  // nllg_i
     // without smoothing the smoothing terms are absent, not multiplied by 0: an infinite G or an
-    // overflowing exp(lp) must not turn into 0 * inf = NaN
+    // overflowing exp(lp) must not turn into 0 * inf = NaN (the z-loss terms alike)
     const M s = smooth ? G * ls_c : M(0);  // sm_i
-    const M a = smooth ? b + s * W : b;
+    const M a0 = smooth ? b + s * W : b;
+    const M a = zl ? a0 + z : a0;
     auto f = [&](i64 j, M l) -> M {
       const M p = ce::m_exp(l);
-      if (!smooth) return j == t ? b * ce::m_expm1(l) : a * p;
+      if (!smooth) return a * p;
       const M wj = use_w ? (M)weight[j] : M(1);
-      if (j == t) return b * ce::m_expm1(l) + s * (p * W - wj);  // p - 1 kept in fp32
       return a * p - s * wj;
     };
     ce::row_map(lp, o, C, vec, lane, group, f);
+    // the target column, rewritten by the lane that wrote it above (program order: its value wins)
+    if (lane == ce::row_owner(lp, C, vec, t, group)) {
+      const M l = load(lp, t);
+      const M p = ce::m_exp(l);
+      M c = b * ce::m_expm1(l);  // p - 1 kept in fp32
+      if (smooth) c = c + s * (p * W - (use_w ? (M)weight[t] : M(1)));
+      if (zl) c = c + z * p;
+      store(o, t, c);
+    }
   }
 }
 
 // ------------------------------------------------------------------------------ forward
 // One block per row (grid-stride). Writes log_prob; the per-row loss goes to loss_none (T, reduction
 // none) or, when loss_none is null, to rows[i] (double) with the row's weight in rows[N + i].
+// z-loss (zscale != 0): z_i = zscale * lse_i^2 for rows whose target != ignore_index, added to the
+// row's loss; zloss_none (reduction none, may be null) receives z_i; with rows, rows[2N + i] = z_i
+// and rows[3N + i] = 1 for a row that counts in the z-loss mean. lse_out (may be null): lse_i of
+// every row. lse follows torch.logsumexp: +inf for a row holding +inf, -inf for an all -inf row,
+// NaN for a row holding NaN.
 template <class T, class I>
 __global__ void __launch_bounds__(256)
 ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* loss_none,
-           double* rows, long long N, long long C, long long ignore_index, double label_smoothing,
-           int vec) {
+           double* rows, T* zloss_none, T* lse_out, long long N, long long C, long long ignore_index,
+           double label_smoothing, double zscale, int vec) {
   typedef math_t<T> M;
   __shared__ M smax[32];
   __shared__ M ssum[32];
   const bool smooth = label_smoothing != 0.0;
+  const bool zl = zscale != 0.0;
+  const bool want_lse = zl || lse_out != nullptr;
   for (i64 i = blockIdx.x; i < N; i += gridDim.x) {
     const T* xr = x + i * C;
     T* lr = log_prob + i * C;
     MaxSum<M> st;
     st.max = neg_inf<M>();
     st.sum = M(0);
-    auto acc_max = [&](i64, M v) { st = maxsum_add(st, v); };
+    bool nan_seen = false;  // lse of a row whose max is +inf: +inf, or NaN when it holds a NaN
+    auto acc_max = [&](i64, M v) {
+      st = maxsum_add(st, v);
+      nan_seen |= v != v;
+    };
     ce::row_read(xr, C, vec, threadIdx.x, blockDim.x, acc_max);
     st = ce::block_maxsum(st, smax, ssum);
+    // lse of a row with an infinite max (torch.logsumexp): that max (+inf; -inf: every logit -inf),
+    // or NaN when the row holds a NaN (st.sum is not NaN then under a +inf max: hence the block's
+    // vote). Block-uniform: st is the same in every thread.
+    const bool inf_row = !(st.max > neg_inf<M>() && st.max < pos_inf<M>());
+    bool nan_any = false;
+    if (want_lse && inf_row) nan_any = __syncthreads_or(nan_seen);
     // Non-finite rows follow PyTorch's log_softmax, x - max - log(sum exp(x - max)): a NaN logit
     // makes st.sum NaN (see maxsum_merge); a +inf logit makes x - max NaN or -inf, so the row is
     // NaN: (mx - mx) is 0 for a finite max and NaN for +-inf (an all -inf row is NaN already).
@@ -234,6 +297,10 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
     if (threadIdx.x == 0) {
       const i64 t = (i64)target[i];
       M loss, wt;
+      const M lse = !inf_row ? mx + logsum : nan_any ? quiet_nan<M>() : mx;  // a NaN makes logsum NaN
+      // z-loss of rows not ignored (CANN's ignoreMask: out-of-range targets included); absent, not
+      // 0 * lse^2, when zscale == 0
+      const M z = (zl && t != ignore_index) ? (M)zscale * lse * lse : M(0);
       if (t == ignore_index) {
         loss = M(0);
         wt = M(0);
@@ -246,31 +313,53 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
         loss = -lpt * wt;
         if (smooth) loss = loss * (M)(1.0 - label_smoothing) + (M)(label_smoothing / (double)C) * (-acc);
       }
+      if (lse_out) store(lse_out, i, lse);
       if (loss_none) {
-        store(loss_none, i, loss);
+        store(loss_none, i, zl ? loss + z : loss);  // reduced: ce_loss_reduce adds the reduced z-loss
+        if (zloss_none) store(zloss_none, i, z);
       } else {
         rows[i] = (double)loss;
         rows[N + i] = (double)wt;
+        if (zl) {
+          rows[2 * N + i] = (double)z;
+          rows[3 * N + i] = t != ignore_index ? 1.0 : 0.0;
+        }
       }
     }
   }
 }
 
 // reduction 1 mean (D == 0 -> sum * 0: 0, or NaN when a bad row is in), 2 sum. One block.
+// zl: rows holds the z-loss too (ce_forward); its mean divides by n = sum of rows[3N..4N), and it is
+// added to the loss. zloss_out (may be null): the reduced z-loss (0 when !zl).
 template <class T>
 __global__ void __launch_bounds__(ce::kReduceThreads)
-ce_loss_reduce(const double* rows, long long N, int reduction, T* out) {
+ce_loss_reduce(const double* rows, long long N, int reduction, T* out, int zl, T* zloss_out) {
   __shared__ double scratch[ce::kReduceThreads / kWarp];
-  double s = 0.0, d = 0.0;
+  double s = 0.0, d = 0.0, zs = 0.0, n = 0.0;
   for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
     s += rows[i];
     d += rows[N + i];
   }
+  if (zl) {
+    for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
+      zs += rows[2 * N + i];
+      n += rows[3 * N + i];
+    }
+  }
   s = block_sum(s, scratch);
   d = block_sum(d, scratch);
+  if (zl) {
+    zs = block_sum(zs, scratch);
+    n = block_sum(n, scratch);
+  }
   if (threadIdx.x == 0) {
     double r = s;
     if (reduction == 1) r = d != 0.0 ? s / d : s * 0.0;
+    double zr = zs;
+    if (reduction == 1) zr = n != 0.0 ? zs / n : zs * 0.0;
+    if (zl) r = r + zr;
     store(out, 0, (math_t<T>)r);
+    if (zloss_out) store(zloss_out, 0, (math_t<T>)zr);
   }
 }

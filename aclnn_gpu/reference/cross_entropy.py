@@ -1,9 +1,11 @@
 """NumPy cross-entropy (the cpu device's implementation and the kernels' test oracle).
 
-    cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)
-        -> (loss, log_prob)
+    cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing,
+                       lse_square_scale_for_zloss=0.0, return_zloss=False, lse_out=None)
+        -> (loss, log_prob) or, with return_zloss, (loss, log_prob, zloss)
     cross_entropy_loss_grad(grad_loss, log_prob, target, weight, reduction, ignore_index,
-                            label_smoothing) -> grad            (w.r.t. the logits, spec ops.md §2.2)
+                            label_smoothing, grad_zloss=None, lse_for_zloss=None,
+                            lse_square_scale_for_zloss=0.0) -> grad   (w.r.t. the logits, spec ops.md §2.2)
 
 Math in float32 for float16 / bfloat16 / float32 storage, float64 for float64; results are
 returned in the input's dtype. Sums over rows (the "mean"/"sum" loss and the "mean" divisor D)
@@ -25,6 +27,13 @@ Rules (docs/OPERATORS.md §2, §2, docs/API.md §7):
   the gradient of a -inf log_prob entry is finite, like autograd's (p = 0, expm1 = -1).
 - The gradient's target column is computed as b*expm1(lp_t) + s*(p_t*W - w_t) so that bf16 / fp16
   rows near a one-hot keep fp32 accuracy until the final rounding.
+- z-loss (lse_square_scale_for_zloss = k != 0; docs/API.md §7, CANN's formulas): row i with
+  target != ignore_index (out-of-range targets included: CANN's ignoreMask) adds z_i = k lse_i^2,
+  unweighted, to its loss; "mean" divides the z-loss sum by n = the number of such rows (not by D),
+  "sum" sums it; zloss is that term alone, reduced like the loss. lse follows torch.logsumexp (+inf
+  for a row holding +inf, -inf for an all -inf row, NaN for a row holding NaN). The gradient adds
+  2 k lse_i (G_i + gradZloss_i) [/ n] p[i, j] to every counted row (also when D == 0). k == 0: no
+  z-loss term at all (not k * lse^2: an infinite lse must not give NaN).
 - Finite rows of ordinary magnitude take an unshifted log-softmax, x - log(sum exp(x)), with the
   log-sum split into float32 hi + lo (three to four passes instead of five; see _forward_rows): the
   same accuracy as the shifted form (measured against float64: max and mean errors at or below
@@ -95,11 +104,15 @@ def _check_reduction(reduction):
 
 
 def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_index=-100,
-                       label_smoothing=0.0, log_prob_out=None):
-    """Forward: returns (loss, log_prob); loss is (N,) for 'none', else a 0-D array.
+                       label_smoothing=0.0, log_prob_out=None, *, lse_square_scale_for_zloss=0.0,
+                       return_zloss=False, lse_out=None):
+    """Forward: returns (loss, log_prob), or (loss, log_prob, zloss) with `return_zloss`; loss and
+    zloss are (N,) for 'none', else 0-D arrays.
 
     `log_prob_out`: an (N, C) array of input's dtype (any strides, not overlapping input) that
-    receives log_prob instead of a new array (no page faults of a fresh N*C array, no extra copy)."""
+    receives log_prob instead of a new array (no page faults of a fresh N*C array, no extra copy).
+    `lse_square_scale_for_zloss` != 0 adds the z-loss to the loss (module docstring); `lse_out`: an
+    (N,) array of input's dtype (any strides) that receives lse (CANN's lseForZlossOut)."""
     _check_reduction(reduction)
     x = np.asarray(input)
     N, C = x.shape
@@ -118,8 +131,10 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
     log_prob = log_prob_out if direct_out else np.empty((N, C), dt)
     nll = np.empty(N, M)
     smooth = np.zeros(N, M) if ls != 0.0 else None
+    zscale = float(lse_square_scale_for_zloss)
+    lse = np.empty(N, M) if (zscale != 0.0 or lse_out is not None) else None
     with np.errstate(invalid="ignore"):  # inf - inf in rows holding +-inf: NaN, as in PyTorch
-        _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth)
+        _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth, lse)
     if log_prob_out is not None and not direct_out:
         np.copyto(log_prob_out, log_prob)
         log_prob = log_prob_out
@@ -132,20 +147,43 @@ def cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_inde
             row += M(ls / C) * np.where(active, smooth, M(0))
     row[~active] = 0  # ignored rows: 0 even when their logits hold NaN / inf (PyTorch never reads them)
     row[bad] = np.nan
+    if lse_out is not None:
+        np.copyto(lse_out, lse, casting="unsafe")
+    z = None
+    counted = active | bad   # CANN's ignoreMask: the rows whose target != ignore_index
+    if zscale != 0.0:   # z of ignored rows: 0, their lse never read (it may be NaN or inf)
+        with np.errstate(invalid="ignore", over="ignore"):
+            z = np.where(counted, M(zscale) * lse * lse, M(0)).astype(M, copy=False)
 
     if reduction == "none":
-        return row.astype(dt), log_prob
+        if z is not None:
+            row += z
+        loss = row.astype(dt)
+        if not return_zloss:
+            return loss, log_prob
+        return loss, log_prob, (np.zeros(N, dt) if z is None else z.astype(dt))
     total = row.sum(dtype=np.float64)
     if reduction == "mean":
         D = wt.sum(dtype=np.float64)
         total = total / D if D != 0 else total * 0.0
-    return np.asarray(total, dtype=np.float64).astype(dt).reshape(()), log_prob
+    ztotal = 0.0
+    if z is not None:
+        ztotal = z.sum(dtype=np.float64)
+        if reduction == "mean":
+            n = float(np.count_nonzero(counted))
+            ztotal = ztotal / n if n != 0 else ztotal * 0.0
+        total = total + ztotal
+    loss = np.asarray(total, dtype=np.float64).astype(dt).reshape(())
+    if not return_zloss:
+        return loss, log_prob
+    return loss, log_prob, np.asarray(ztotal, dtype=np.float64).astype(dt).reshape(())
 
 
-def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
+def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth, lse=None):
     """log_prob = log_softmax(x) by row blocks; nll = -log_prob[i, tc[i]]; smooth (when not None)
     = -sum_c w[c] log_prob[i, c] (both from the float32 / float64 values, before any rounding to
-    half precision).
+    half precision); lse (when not None) = log(sum_c exp(x[i, c])) in the math type, with
+    torch.logsumexp's values for rows holding inf or NaN.
 
     Rows take the unshifted form log_prob = x - lse, lse = log(sum_c exp(x)): three passes over a
     block (exp, pairwise row sum, subtract) and a fourth (below) where PyTorch's shifted form
@@ -222,25 +260,32 @@ def _forward_rows(x, dt, M, N, C, tc, w, log_prob, nll, smooth):
         _parallel_rows(block, N, C, R)
         if direct:
             nll[:] = log_prob[np.arange(N), tc]
-        lse = hi.reshape(N)
+        hi_n = hi.reshape(N)
+        if lse is not None:
+            lse[:] = hi_n
         redo = None
-        if not (lse.min() >= _LSE_MIN[M] and lse.max() < np.inf):  # the common case in two calls
+        if not (hi_n.min() >= _LSE_MIN[M] and hi_n.max() < np.inf):  # the common case in two calls
             with np.errstate(invalid="ignore"):  # NaN: redone
-                redo = np.nonzero(~((lse >= _LSE_MIN[M]) & (lse < np.inf)))[0]
+                redo = np.nonzero(~((hi_n >= _LSE_MIN[M]) & (hi_n < np.inf)))[0]
     if redo is not None and redo.size:
-        _shifted_rows(x, dt, M, redo, tc, w, log_prob, nll, smooth)
+        _shifted_rows(x, dt, M, redo, tc, w, log_prob, nll, smooth, lse)
     np.negative(nll, out=nll)
     if smooth is not None:
         np.negative(smooth, out=smooth)
 
 
-def _shifted_rows(x, dt, M, rows, tc, w, log_prob, nll, smooth):
+def _shifted_rows(x, dt, M, rows, tc, w, log_prob, nll, smooth, lse=None):
     """The rows `rows` of _forward_rows in PyTorch's shifted form (x - max) - log(sum exp(x - max)),
     which gives its special values for rows holding inf or NaN and stays accurate for logits of any
-    magnitude."""
+    magnitude. lse (when not None): torch.logsumexp's form, the max taken as 0 where it is infinite
+    (+inf for a row holding +inf, -inf for an all -inf row, NaN for a row holding NaN)."""
     b = lowp.to_f32(x[rows], np.empty((rows.size, x.shape[1]), M))
-    with np.errstate(invalid="ignore"):  # inf - inf in rows holding +-inf: NaN, as in PyTorch
-        b -= np.maximum.reduce(b, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # inf - inf: NaN, as in PyTorch
+        m = np.maximum.reduce(b, axis=1, keepdims=True)
+        if lse is not None:
+            m0 = np.where(np.isinf(m), M(0), m)
+            lse[rows] = (m0 + np.log(np.add.reduce(np.exp(b - m0), axis=1, keepdims=True))).reshape(-1)
+        b -= m
         b -= np.log(np.add.reduce(np.exp(b), axis=1, keepdims=True))
     nll[rows] = b[np.arange(rows.size), tc[rows]]
     if smooth is not None:
@@ -249,12 +294,15 @@ def _shifted_rows(x, dt, M, rows, tc, w, log_prob, nll, smooth):
 
 
 def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction="mean",
-                            ignore_index=-100, label_smoothing=0.0, out=None):
+                            ignore_index=-100, label_smoothing=0.0, out=None, *, grad_zloss=None,
+                            lse_for_zloss=None, lse_square_scale_for_zloss=0.0):
     """Gradient of the loss w.r.t. the logits (docs/OPERATORS.md §2), shape (N, C), log_prob's dtype.
 
     `out`: an (N, C) array of log_prob's dtype (any strides, not overlapping log_prob) to write the
     result into instead of a new array; it is returned. Large problems run their row blocks on a
-    small thread pool (NumPy's ufuncs and casts release the GIL)."""
+    small thread pool (NumPy's ufuncs and casts release the GIL).
+    `lse_square_scale_for_zloss` != 0: the z-loss term from `lse_for_zloss` (N,) (required then) and
+    `grad_zloss` (shaped like grad_loss, or None), folded into the same pass (module docstring)."""
     _check_reduction(reduction)
     lp = np.asarray(log_prob)
     N, C = lp.shape
@@ -272,11 +320,28 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
 
     g = np.asarray(grad_loss).astype(M)
     G = g.reshape(N) if reduction == "none" else np.full(N, g.reshape(-1)[0], M)
+    zscale = float(lse_square_scale_for_zloss)
+    zc = None
+    if zscale != 0.0:   # 2 k lse_i (G_i + gradZloss_i) [/ n], CANN's lseGrad (0 for ignored rows)
+        if lse_for_zloss is None:
+            raise ValueError("lse_for_zloss is required when lse_square_scale_for_zloss != 0")
+        Gz = G
+        if grad_zloss is not None:
+            gz = np.asarray(grad_zloss).astype(M)
+            Gz = G + (gz.reshape(N) if reduction == "none" else gz.reshape(-1)[0])
+        if reduction == "mean":
+            n = np.count_nonzero(active | bad)
+            Gz = Gz * M(1.0 / n if n else 0.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            zc = M(2.0 * zscale) * np.asarray(lse_for_zloss).reshape(N).astype(M) * Gz
+        zc = np.where(active, zc, M(0)).astype(M, copy=False)
     wt = np.where(active, M(1) if w is None else w[tc], M(0)).astype(M, copy=False)
     if reduction == "mean":
         D = wt.sum(dtype=np.float64)
-        if D == 0:  # every row ignored (or zero-weight targets only): zeros (docs/API.md §7)
-            active = np.zeros(N, bool)
+        if D == 0:  # every row ignored (or zero-weight targets only): zeros (docs/API.md §7) ...
+            if zc is None:
+                active = np.zeros(N, bool)
+            G = np.zeros(N, M)   # ... but for the z-loss term, whose mean divides by n
         else:
             G = G * M(1.0 / D)
     G = np.where(active, G, M(0))  # ignored / bad rows: no contribution (bad rows set NaN below)
@@ -287,6 +352,8 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
         a = b + s * W
     else:   # no smoothing terms at all (not times 0: an infinite G must not give 0 * inf = NaN)
         a = b
+    if zc is not None:   # z-loss: absent, not + 0 * p, when the scale is 0
+        a = a + zc
 
     R = _block_rows(N, C, _CHUNK)
     direct = dt == M  # fp32 / fp64: work in out itself
@@ -329,9 +396,12 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
     if rows.size:
         t = tc[rows]
         lpt = lp[rows, t].astype(M)
-        col = b[rows] * np.expm1(lpt)
-        if ls != 0.0:
-            col += s[rows] * (np.exp(lpt) * W - (M(1) if w is None else w[t]))
+        with np.errstate(invalid="ignore", over="ignore"):
+            col = b[rows] * np.expm1(lpt)
+            if ls != 0.0:
+                col += s[rows] * (np.exp(lpt) * W - (M(1) if w is None else w[t]))
+            if zc is not None:
+                col += zc[rows] * np.exp(lpt)
         out[rows, t] = col.astype(dt)
     if bad.any():
         out[bad] = np.nan

@@ -145,7 +145,9 @@ def _specs() -> list[Spec]:
                   ("labelSmoothing", 1.5, TILING), ("labelSmoothing", -0.1, TILING),
                   ("labelSmoothing", float("nan"), TILING), ("labelSmoothing", float("inf"), TILING),
                   ("labelSmoothing", "0.1", INVALID), ("labelSmoothing", None, INVALID),
-                  ("lseSquareScaleForZloss", "x", INVALID), ("lseSquareScaleForZloss", None, INVALID)]
+                  ("lseSquareScaleForZloss", "x", INVALID), ("lseSquareScaleForZloss", None, INVALID),
+                  ("lseSquareScaleForZloss", 1.0, TILING), ("lseSquareScaleForZloss", -1e-4, TILING),
+                  ("lseSquareScaleForZloss", float("nan"), TILING)]
     ce_float_bad = (D.ACL_INT32, D.ACL_INT64, D.ACL_BOOL, D.ACL_UINT8)
     s.append(Spec("aclnnCrossEntropyLossGrad",
                   ["gradLoss", "logProb", "target", "weightOptional", "gradZlossOptional", "lseForZlossOptional",
@@ -176,7 +178,7 @@ def _specs() -> list[Spec]:
                               "logProbOut": ce_float_bad + (D.ACL_DOUBLE,),
                               "target": (D.ACL_FLOAT, D.ACL_DOUBLE, D.ACL_UINT8, D.ACL_BOOL, D.ACL_INT16),
                               "weightOptional": (D.ACL_FLOAT16, D.ACL_DOUBLE, D.ACL_INT32, D.ACL_BF16)},
-                  bad_scalars=ce_scalars + [("returnZloss", True, INVALID), ("returnZloss", "x", INVALID)],
+                  bad_scalars=ce_scalars + [("returnZloss", True, NULLPTR), ("returnZloss", "x", INVALID)],
                   shape_bad={"input": (4, 4), "target": (3,), "weightOptional": (4,), "logProbOut": (4, 4),
                              "lossOut": (2,)}))
     # ---------------------------------------------------------------- conv TBC
