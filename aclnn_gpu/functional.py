@@ -724,10 +724,12 @@ def _ce_result(call: _Call, host: np.ndarray) -> Any:
 
 @_operator()
 def cross_entropy_loss(call: _Call, input: Any, target: Any, weight: Any = None, reduction: str | int = "mean",
-                       ignore_index: int = -100, label_smoothing: float = 0.0) -> tuple[Any, Any]:
+                       ignore_index: int = -100, label_smoothing: float = 0.0,
+                       lse_square_scale_for_zloss: float = 0.0) -> tuple[Any, ...]:
     """Cross-entropy loss over logits (aclnnCrossEntropyLoss): input (N, C), target (N,) int64/int32,
     weight (C,) float32 or None -> (loss, log_prob); loss is (N,) for "none", else 0-D; both in the
-    input's dtype."""
+    input's dtype. lse_square_scale_for_zloss != 0 adds the z-loss (docs/API.md §7) and returns
+    (loss, log_prob, lse_for_zloss), lse (N,) for cross_entropy_loss_grad."""
     from .ops.cross_entropy import aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize
     name = _reduction_name("cross_entropy_loss", reduction)
     x, t, w = call.tensor(input, "input"), call.tensor(target, "target"), call.tensor(weight, "weight")
@@ -735,26 +737,32 @@ def cross_entropy_loss(call: _Call, input: Any, target: Any, weight: Any = None,
     n = x.shape[0] if x is not None and len(x.shape) >= 1 else 0
     loss, loss_host = call.output((n,) if name == "none" else (), dt)
     lp, lp_host = call.output(x.shape if x is not None else (0, 0), dt)
+    lse, lse_host = call.output((n,), dt) if lse_square_scale_for_zloss else (None, None)
     call.run(aclnnCrossEntropyLossGetWorkspaceSize, aclnnCrossEntropyLoss, x, t, w, name, ignore_index,
-             label_smoothing, 0.0, False, loss, lp, None, None)
-    return _ce_result(call, loss_host), _ce_result(call, lp_host)
+             label_smoothing, lse_square_scale_for_zloss, False, loss, lp, None, lse)
+    if lse_host is None:
+        return _ce_result(call, loss_host), _ce_result(call, lp_host)
+    return _ce_result(call, loss_host), _ce_result(call, lp_host), _ce_result(call, lse_host)
 
 
 @_operator()
 def cross_entropy_loss_grad(call: _Call, grad_loss: Any, log_prob: Any, target: Any, weight: Any = None,
                             reduction: str | int = "mean", ignore_index: int = -100,
-                            label_smoothing: float = 0.0) -> Any:
+                            label_smoothing: float = 0.0, lse_square_scale_for_zloss: float = 0.0,
+                            lse_for_zloss: Any = None) -> Any:
     """Gradient of cross_entropy_loss with respect to the logits (aclnnCrossEntropyLossGrad), given
     log_prob = log_softmax(logits): (N, C) in log_prob's dtype. grad_loss is (N,) for "none", else a
-    scalar (0-D or [1])."""
+    scalar (0-D or [1]). lse_square_scale_for_zloss != 0: the z-loss's gradient too, from the
+    forward's lse_for_zloss (N,)."""
     from .ops.cross_entropy import aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize
     name = _reduction_name("cross_entropy_loss_grad", reduction)
     g, lp = call.tensor(grad_loss, "grad_loss"), call.tensor(log_prob, "log_prob")
     t, w = call.tensor(target, "target"), call.tensor(weight, "weight")
+    lse = call.tensor(lse_for_zloss, "lse_for_zloss")
     out, host = call.output(lp.shape if lp is not None else (), dtypes.to_numpy(lp.dtype) if lp is not None
                             else np.float32)
-    call.run(aclnnCrossEntropyLossGradGetWorkspaceSize, aclnnCrossEntropyLossGrad, g, lp, t, w, None, None,
-             name, ignore_index, label_smoothing, 0.0, out)
+    call.run(aclnnCrossEntropyLossGradGetWorkspaceSize, aclnnCrossEntropyLossGrad, g, lp, t, w, None, lse,
+             name, ignore_index, label_smoothing, lse_square_scale_for_zloss, out)
     return _ce_result(call, host)
 
 

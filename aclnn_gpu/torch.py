@@ -15,7 +15,8 @@ a model switches by changing one import:
     ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
              zero_infinity=False)                                       # torch.nn.functional
     cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                  reduction="mean", label_smoothing=0.0)                 # torch.nn.functional
+                  reduction="mean", label_smoothing=0.0,                 # torch.nn.functional
+                  *, lse_square_scale_for_zloss=0.0)                     # + CANN's z-loss (beyond PyTorch)
     nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean")                                          # torch.nn.functional
     kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False)
@@ -26,7 +27,7 @@ a model switches by changing one import:
 | function | custom operator | forward / backward | gradients for |
 | --- | --- | --- | --- |
 | ctc_loss | aclnn::ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
-| cross_entropy | aclnn::cross_entropy_loss | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
+| cross_entropy | aclnn::cross_entropy_loss (z-loss: aclnn::cross_entropy_loss_zloss) | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
 | nll_loss | aclnn::nll_loss | PyTorch's nll_loss (no NLL operator) / aclnnCrossEntropyLossGrad | input |
 | kl_div | aclnn::kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
 | conv_tbc | aclnn::conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |
@@ -78,7 +79,10 @@ Semantics, and where they differ from PyTorch:
     log_softmax(logits)), so it matches torch.nn.functional.ctc_loss through a log_softmax.
   * cross_entropy: class-index targets, input (N, C), (C,) or (N, C, d1, ...). The operator wants a
     float32 weight, so `weight` is cast to float32 (a float64 input keeps float64 math otherwise).
-    No gradient for weight.
+    No gradient for weight. The keyword-only `lse_square_scale_for_zloss` (beyond PyTorch's
+    signature; default 0.0 = PyTorch's loss) adds CANN's z-loss k * logsumexp(x_i)^2 per row not
+    ignored, reduced like the loss ("mean": over those rows, unweighted; docs/API.md §7), with its
+    gradient.
   * kl_div: reductions "none" | "mean" | "sum" | "batchmean" (batchmean divides by the broadcast
     shape's dim 0, CANN's rule; PyTorch divides by input.size(0): equal unless input broadcasts in
     dim 0). No gradient for target: a target that requires grad is refused.
@@ -208,12 +212,19 @@ def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weig
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
                   size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
-                  reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
+                  reduction: str = "mean", label_smoothing: float = 0.0, *,
+                  lse_square_scale_for_zloss: float = 0.0) -> torch.Tensor:
     """torch.nn.functional.cross_entropy (class-index targets) through aclnnCrossEntropyLoss /
-    aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C."""
+    aclnnCrossEntropyLossGrad. input (N, C), (C,) or (N, C, d1, ...); target of input's shape minus C.
+    lse_square_scale_for_zloss (keyword-only, beyond PyTorch's signature): CANN's z-loss scale k in
+    [0, 1); k != 0 adds k * logsumexp(row)^2 for every row not ignored, reduced like the loss."""
     reduction = _reduction(reduction, size_average, reduce)
     input, target, weight, shape = _class_inputs("cross_entropy", input, target, weight)
-    loss, _ = _aclnn.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)
+    if lse_square_scale_for_zloss:
+        loss = _aclnn.cross_entropy_loss_zloss(input, target, weight, reduction, ignore_index, label_smoothing,
+                                               float(lse_square_scale_for_zloss))[0]
+    else:
+        loss, _ = _aclnn.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)
     return loss.reshape(shape) if reduction == "none" and shape is not None else loss
 
 

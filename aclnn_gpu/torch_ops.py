@@ -11,8 +11,12 @@ call these; they can also be called directly as `torch.ops.aclnn.<name>`.
                     bool zero_infinity) -> Tensor
     aclnn::cross_entropy_loss(Tensor input, Tensor target, Tensor? weight, str reduction, int ignore_index,
                     float label_smoothing) -> (Tensor loss, Tensor log_prob)
+    aclnn::cross_entropy_loss_zloss(Tensor input, Tensor target, Tensor? weight, str reduction,
+                    int ignore_index, float label_smoothing, float lse_square_scale_for_zloss)
+                    -> (Tensor loss, Tensor log_prob, Tensor lse_for_zloss)      (CANN's z-loss added)
     aclnn::cross_entropy_loss_grad(Tensor grad_loss, Tensor log_prob, Tensor target, Tensor? weight,
-                    str reduction, int ignore_index, float label_smoothing) -> Tensor
+                    str reduction, int ignore_index, float label_smoothing, Tensor? lse_for_zloss=None,
+                    float lse_square_scale_for_zloss=0.0) -> Tensor
     aclnn::nll_loss(Tensor input, Tensor target, Tensor? weight, str reduction, int ignore_index) -> Tensor
     aclnn::kl_div(Tensor self, Tensor target, str reduction, bool log_target) -> Tensor
     aclnn::kl_div_backward(Tensor grad_output, Tensor self, Tensor target, str reduction, bool log_target)
@@ -169,9 +173,10 @@ def _cross_entropy_loss_fake(input, target, weight, reduction, ignore_index, lab
     return loss, input.new_empty(input.shape)
 
 
-def _cross_entropy_loss_grad(grad_loss, log_prob, target, weight, reduction, ignore_index, label_smoothing):
+def _cross_entropy_loss_grad(grad_loss, log_prob, target, weight, reduction, ignore_index, label_smoothing,
+                             lse_for_zloss=None, lse_square_scale_for_zloss=0.0):
     return _run(_F.cross_entropy_loss_grad, log_prob, grad_loss, log_prob, target, weight, reduction, ignore_index,
-                label_smoothing)
+                label_smoothing, lse_square_scale_for_zloss, lse_for_zloss)
 
 
 def _cross_entropy_loss_grad_fake(grad_loss, log_prob, *rest):
@@ -183,7 +188,8 @@ cross_entropy_loss = _define(
     "float label_smoothing) -> (Tensor, Tensor)", _cross_entropy_loss, _cross_entropy_loss_fake)
 cross_entropy_loss_grad = _backward_op(
     "cross_entropy_loss_grad", "(Tensor grad_loss, Tensor log_prob, Tensor target, Tensor? weight, str reduction, "
-    "int ignore_index, float label_smoothing) -> Tensor", _cross_entropy_loss_grad, _cross_entropy_loss_grad_fake)
+    "int ignore_index, float label_smoothing, Tensor? lse_for_zloss=None, float lse_square_scale_for_zloss=0.0) "
+    "-> Tensor", _cross_entropy_loss_grad, _cross_entropy_loss_grad_fake)
 
 
 def _ce_setup(ctx, inputs, output):
@@ -210,6 +216,56 @@ def _ce_backward(ctx, grad, log_prob_grad):
 
 
 cross_entropy_loss.register_autograd(_ce_backward, setup_context=_ce_setup)
+
+
+# CANN's z-loss (docs/API.md §7): the loss with k * lse^2 per row not ignored; lse kept for the backward
+def _cross_entropy_loss_zloss(input, target, weight, reduction, ignore_index, label_smoothing, zloss_scale):
+    if not zloss_scale:   # functional returns no lse then: PyTorch's (the wrapper takes the plain operator)
+        loss, log_prob = _cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)
+        return loss, log_prob, torch.logsumexp(input, 1)
+    if not _stream.runs_on_stream(input):
+        check_class_targets(target, input.shape[1], ignore_index)
+    return _run(_F.cross_entropy_loss, input, input, target, weight, reduction, ignore_index, label_smoothing,
+                zloss_scale)
+
+
+def _cross_entropy_loss_zloss_fake(input, target, weight, reduction, ignore_index, label_smoothing, zloss_scale):
+    loss, log_prob = _cross_entropy_loss_fake(input, target, weight, reduction, ignore_index, label_smoothing)
+    return loss, log_prob, input.new_empty((input.shape[0],))
+
+
+cross_entropy_loss_zloss = _define(
+    "cross_entropy_loss_zloss", "(Tensor input, Tensor target, Tensor? weight, str reduction, int ignore_index, "
+    "float label_smoothing, float lse_square_scale_for_zloss) -> (Tensor, Tensor, Tensor)",
+    _cross_entropy_loss_zloss, _cross_entropy_loss_zloss_fake)
+
+
+def _ce_zloss_setup(ctx, inputs, output):
+    input, target, weight, reduction, ignore_index, label_smoothing, zloss_scale = inputs
+    loss, log_prob, lse = output
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(log_prob, target, weight, lse)
+    ctx.args = (reduction, ignore_index, label_smoothing, zloss_scale)
+
+
+def _ce_zloss_backward(ctx, grad, log_prob_grad, lse_grad):
+    """aclnnCrossEntropyLossGrad with the z-loss term for the loss; log_softmax's own gradient for
+    log_prob when it is used; lse (internal state) is not differentiable."""
+    if not ctx.needs_input_grad[0]:
+        return None, None, None, None, None, None, None
+    log_prob, target, weight, lse = ctx.saved_tensors
+    reduction, ignore_index, label_smoothing, zloss_scale = ctx.args
+    g = None
+    if grad is not None:
+        g = cross_entropy_loss_grad(_dense(grad).to(log_prob.dtype), log_prob, target, weight, reduction,
+                                    ignore_index, label_smoothing, lse, zloss_scale)
+    if log_prob_grad is not None:
+        g_lp = log_prob_grad - log_prob.exp() * log_prob_grad.sum(-1, keepdim=True)
+        g = g_lp if g is None else g + g_lp
+    return g, None, None, None, None, None, None
+
+
+cross_entropy_loss_zloss.register_autograd(_ce_zloss_backward, setup_context=_ce_zloss_setup)
 
 
 def _nll_loss(input, target, weight, reduction, ignore_index):
@@ -374,11 +430,11 @@ scaled_masked_softmax.register_autograd(_softmax_backward_formula, setup_context
 
 
 OPERATORS = {"ctc_loss": ctc_loss, "ctc_loss_backward": ctc_loss_backward, "cross_entropy_loss": cross_entropy_loss,
-             "cross_entropy_loss_grad": cross_entropy_loss_grad, "nll_loss": nll_loss, "kl_div": kl_div,
+             "cross_entropy_loss_zloss": cross_entropy_loss_zloss, "cross_entropy_loss_grad": cross_entropy_loss_grad, "nll_loss": nll_loss, "kl_div": kl_div,
              "kl_div_backward": kl_div_backward, "conv_tbc": conv_tbc, "conv_tbc_backward": conv_tbc_backward,
              "scaled_masked_softmax": scaled_masked_softmax,
              "scaled_masked_softmax_backward": scaled_masked_softmax_backward}
 
 __all__ = ["NAMESPACE", "OPERATORS", "FIRST_ORDER_ONLY", "check_class_targets", "ctc_loss", "ctc_loss_backward",
-           "cross_entropy_loss", "cross_entropy_loss_grad", "nll_loss", "kl_div", "kl_div_backward", "conv_tbc",
+           "cross_entropy_loss", "cross_entropy_loss_zloss", "cross_entropy_loss_grad", "nll_loss", "kl_div", "kl_div_backward", "conv_tbc",
            "conv_tbc_backward", "scaled_masked_softmax", "scaled_masked_softmax_backward"]

@@ -69,6 +69,7 @@ def _forward_cases():
     return [
         ("ctc_loss", ctc_args()),
         *[("cross_entropy_loss", ce_args(r, w)) for r in ("none", "mean", "sum") for w in (False, True)],
+        *[("cross_entropy_loss_zloss", ce_args(r, w) + (0.05,)) for r in ("none", "mean") for w in (False, True)],
         *[("nll_loss", ce_args(r, True)[:5]) for r in ("none", "mean")],
         *[("kl_div", kl_args(r)) for r in ("none", "batchmean")],
         ("conv_tbc", conv_args()),
@@ -82,6 +83,7 @@ def _backward_cases():
     nll, log_alpha = aclnn.ctc_loss(lp, tg, il, tl, blank, zi)
     x, t, w, _, ii, ls = ce_args("mean", True, requires_grad=False)
     _, log_prob = aclnn.cross_entropy_loss(x, t, w, "mean", ii, ls)
+    _, _, lse = aclnn.cross_entropy_loss_zloss(x, t, w, "mean", ii, ls, 0.05)
     kx, kt, _, lt = kl_args("sum", requires_grad=False)
     cx, cw, cb, pad, cmt = conv_args(requires_grad=False)
     sx, mask, scale, causal = softmax_args(requires_grad=False)
@@ -89,6 +91,7 @@ def _backward_cases():
     return [
         ("ctc_loss_backward", (torch.rand(3, dtype=torch.float64), lp, tg, il, tl, nll, log_alpha, blank, True)),
         ("cross_entropy_loss_grad", (torch.tensor(0.7, dtype=torch.float64), log_prob, t, w, "mean", ii, ls)),
+        ("cross_entropy_loss_grad", (torch.tensor(0.7, dtype=torch.float64), log_prob, t, w, "mean", ii, ls, lse, 0.05)),
         ("kl_div_backward", (torch.tensor(1.5, dtype=torch.float64), kx, kt, "sum", lt)),
         ("conv_tbc_backward", (torch.randn(7, 2, 4), cx, cw, cb, pad, cmt)),
         ("scaled_masked_softmax_backward", (torch.randn(sx.shape), y, mask, scale, causal)),
