@@ -344,3 +344,134 @@ def test_nonfinite_logits_vs_reference(ctx, rng, dtype, reduction):
         same_nonfinite(got, want, "grad")
         close(got, want, dtype)
         assert np.all(got[t == ii] == 0) and np.isfinite(got[[0, 1, 2]]).all()
+
+
+# ------------------------------------------------------------------------------ z-loss (docs/API.md §7)
+def run_grad_z(ctx, g, lp, t, w, reduction, ii, ls, k, gz, lse, *, tdtype=np.int64, misalign=(0, 0), **geom):
+    N, C = lp.shape
+    gd, lpd, td = dev(g), dev(lp, misalign[0]), dev(t.astype(tdtype))
+    wd = None if w is None else dev(w)
+    gzd, lsed = (None if gz is None else dev(gz)), dev(lse)
+    out = poison((N, C), lp.dtype, misalign[1])
+    ws = poison(max(1, plan.grad_workspace_bytes(N, C, reduction, ls, w is not None, k != 0)), np.uint8)
+    plan.launch_grad(ctx, grad_loss_ptr=p(gd), log_prob_ptr=p(lpd), target_ptr=p(td), weight_ptr=p(wd),
+                     out_ptr=p(out), workspace_ptr=p(ws), N=N, C=C, dtype=lp.dtype, target_dtype=tdtype,
+                     reduction=reduction, ignore_index=ii, label_smoothing=ls, grad_zloss_ptr=p(gzd),
+                     lse_ptr=p(lsed), zscale=k, **geom)
+    assert guard_intact(out) and guard_intact(ws)
+    return np.array(out)
+
+
+def run_forward_z(ctx, x, t, w, reduction, ii, ls, k, *, tdtype=np.int64, misalign=(0, 0), **geom):
+    """(loss, log_prob, zloss, lse), the reduced ones as scalars."""
+    N, C = x.shape
+    xd, td = dev(x, misalign[0]), dev(t.astype(tdtype))
+    wd = None if w is None else dev(w)
+    lp = poison((N, C), x.dtype, misalign[1])
+    shape = (N,) if reduction == "none" else (1,)
+    loss, zl, lse = poison(shape, x.dtype), poison(shape, x.dtype), poison((N,), x.dtype)
+    ws = poison(max(1, plan.forward_workspace_bytes(N, C, reduction, k != 0)), np.uint8)
+    plan.launch_forward(ctx, input_ptr=p(xd), target_ptr=p(td), weight_ptr=p(wd), loss_ptr=p(loss),
+                        log_prob_ptr=p(lp), workspace_ptr=p(ws), N=N, C=C, dtype=x.dtype, target_dtype=tdtype,
+                        reduction=reduction, ignore_index=ii, label_smoothing=ls, zscale=k, zloss_ptr=p(zl),
+                        lse_ptr=p(lse), **geom)
+    assert all(guard_intact(a) for a in (lp, loss, zl, lse, ws))
+    one = (lambda a: np.array(a)) if reduction == "none" else (lambda a: np.array(a[0]))
+    return one(loss), np.array(lp), one(zl), np.array(lse)
+
+
+def reference_z(x, t, w, reduction, ii, ls, k, g, gz):
+    lse = np.empty(x.shape[0], x.dtype)
+    loss, lp, zl = cross_entropy_loss(x, t, w, reduction, ii, ls, lse_square_scale_for_zloss=k, return_zloss=True,
+                                      lse_out=lse)
+    grad = cross_entropy_loss_grad(g, lp, t, w, reduction, ii, ls, grad_zloss=gz, lse_for_zloss=lse,
+                                   lse_square_scale_for_zloss=k)
+    return loss, lp, zl, lse, grad
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_zloss_vs_reference(ctx, rng, dtype, reduction):
+    """ce_forward's loss, z-loss and lse and ce_grad's gradient with the z-loss against the NumPy
+    reference (itself checked against PyTorch autograd in tests/test_cross_entropy_zloss.py), with
+    weights, smoothing, ignored and out-of-range rows, gradZloss given or not."""
+    for k_, (weighted, ls, ii, tdt, with_gz) in enumerate([(True, 0.1, -100, np.int64, True),
+                                                          (False, 0.0, 2, np.int32, False),
+                                                          (True, 0.0, -1, np.int32, True)]):
+        N, C = int(rng.integers(3, 9)), int(rng.integers(5, 70))
+        x, t, w, g = make_case(rng, N, C, dtype, weighted=weighted, ignore_index=ii, reduction=reduction,
+                               bad_row=1 if k_ == 0 else None)
+        gz = (rng.standard_normal(g.shape).astype(np.float32).astype(dtype)) if with_gz else None
+        k = float(rng.choice([1e-3, 0.1]))
+        want = reference_z(x, t, w, reduction, ii, ls, k, g, gz)
+        loss, lp, zl, lse = run_forward_z(ctx, x, t, w, reduction, ii, ls, k, tdtype=tdt)
+        close(lp, want[1], dtype)
+        close(lse, want[3], dtype)
+        close(zl, want[2], dtype)
+        close(loss, want[0], dtype)
+        got = run_grad_z(ctx, g, want[1], t, w, reduction, ii, ls, k, gz, want[3], tdtype=tdt)
+        close(got, want[4], dtype)
+        assert np.all(got[t == ii] == 0)
+        if k_ == 0:
+            assert np.all(np.isnan(got[1])) and not np.isnan(np.delete(got, 1, 0)).any()
+
+
+@pytest.mark.parametrize("k", [0.0, 0.05])
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BF16], ids=lambda d: d.name)
+def test_target_column_at_every_position(ctx, rng, dtype, k):
+    """ce_grad writes each row in one pass, then the lane that wrote the target column rewrites it:
+    targets at every column (scalar head, vector body, scalar tail) of misaligned rows, groups of every
+    width and a group spanning several blocks (few long rows) give the reference, with the z-loss and
+    without it."""
+    # (300 rows of 300 with 32-lane groups: each lane owns several vectors of a row, so lanes before and
+    # after the owner meet every target column)
+    for N, C, mis, geom in [(37, 37, (1, 1), {}), (45, 45, (3, 3), {"block": 32, "max_blocks": 2}),
+                            (300, 300, (1, 1), {"block": 32, "max_blocks": 2}),
+                            (29, 29, (1, 0), {}), (3, 5003, (1, 1), {"block": 32, "max_blocks": 4}),
+                            (2, 1500, (0, 0), {"block": 64, "max_blocks": 3})]:
+        x, _, w, g = make_case(rng, N, C, dtype, weighted=True, ignore_index=-100, reduction="sum", ignore_frac=0)
+        t = np.arange(N) * (C - 1) // max(N - 1, 1)   # N == C: every column; else first, middle(s), last
+        gz = np.asarray(rng.standard_normal(), np.float32).astype(dtype)
+        want = reference_z(x, t, w, "sum", -100, 0.1, k, g, gz)
+        got = run_grad_z(ctx, g, want[1], t, w, "sum", -100, 0.1, k, gz, want[3], misalign=mis, **geom)
+        close(got, want[4], dtype)
+        cols = got[np.arange(N), t].astype(np.float64)
+        np.testing.assert_allclose(cols, want[4][np.arange(N), t].astype(np.float64), rtol=2e-2, atol=1e-6)
+
+
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_zloss_mean_with_zero_weight_targets_and_all_ignored(ctx, rng, ls):
+    """"mean" with D == 0 (only zero-weight targets): no cross-entropy term, the z-loss's gradient and loss
+    remain (its mean divides by the rows, not by D); every row ignored: zeros and a 0 loss."""
+    N, C, k = 6, 10, 0.05
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, N, C, dtype, weighted=True, ignore_index=-100, reduction="mean", ignore_frac=0)
+    t[1] = -100
+    w[t[t != -100]] = 0.0
+    want = reference_z(x, t, w, "mean", -100, ls, k, g, None)
+    loss, lp, zl, lse = run_forward_z(ctx, x, t, w, "mean", -100, ls, k)
+    close(loss, want[0], dtype)
+    close(zl, want[2], dtype)
+    assert loss == zl and zl > 0
+    got = run_grad_z(ctx, g, want[1], t, w, "mean", -100, ls, k, None, want[3])
+    close(got, want[4], dtype)
+    assert np.all(got[1] == 0) and np.all(np.delete(got, 1, 0) != 0)
+    t[:] = -100
+    loss, lp, zl, lse = run_forward_z(ctx, x, t, w, "mean", -100, ls, k)
+    assert loss == 0 and zl == 0
+    np.testing.assert_array_equal(run_grad_z(ctx, g, lp, t, w, "mean", -100, ls, k, None, lse), 0.0)
+    x0, t0 = np.zeros((0, 4), dtype), np.zeros(0, np.int64)
+    for reduction in ("mean", "sum"):
+        loss, _, zl, _ = run_forward_z(ctx, x0, t0, None, reduction, -100, 0.0, k)
+        assert loss == 0 and zl == 0
+
+
+def test_zloss_deterministic(ctx, rng):
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, 9, 77, dtype, weighted=True, ignore_index=-100, reduction="mean")
+    a = run_forward_z(ctx, x, t, w, "mean", -100, 0.1, 0.01)
+    b = run_forward_z(ctx, x, t, w, "mean", -100, 0.1, 0.01)
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(a, b))
+    ga = run_grad_z(ctx, g, a[1], t, w, "mean", -100, 0.1, 0.01, g, a[3])
+    gb = run_grad_z(ctx, g, a[1], t, w, "mean", -100, 0.1, 0.01, g, a[3])
+    assert ga.tobytes() == gb.tobytes()
