@@ -6,7 +6,8 @@ Each case is a named set of dimensions with small defaults (`dims`), the dtype, 
 dtype, rng) -> call`: setup runs what the call needs first (a forward, outside the profile) and
 `call()` is the profiled operator call. Besides sizes, some dimensions are layout switches (0/1):
 `strided` (the main inputs are transposed views: the strided kernels or the gather copies),
-`stridedout` (CrossEntropyLossGrad through the two-phase API into a non-contiguous output), `none`
+`stridedout` (CrossEntropyLossGrad through the two-phase API into a non-contiguous output), `zloss`
+(CrossEntropyLoss / CrossEntropyLossGrad with CANN's z-loss, scale 1e-4: lse (N,) out / in), `none`
 (KlDiv: reduction none), `bcast` (KlDivBackward: self (1, C) against target (N, C), a reduced
 gradient), `fptargets` (CTC: float targets, cast on the device). COVERAGE lists the cases that
 together launch every kernel family of the ten operators (the minimum bytes of a layout variant are
@@ -90,17 +91,27 @@ def _targets(d, rng):
     return aligned(rng.integers(0, d["C"], d["N"]).astype(np.int64))
 
 
+ZLOSS_SCALE = 1e-4
+
+
 def _ce(d, dt, rng):
     x, t = _layout(rng.standard_normal((d["N"], d["C"]), dtype=np.float32).astype(dt), d["strided"]), _targets(d, rng)
-    return lambda: _F().cross_entropy_loss(x, t)
+    k = ZLOSS_SCALE if d.get("zloss") else 0.0
+    return lambda: _F().cross_entropy_loss(x, t, lse_square_scale_for_zloss=k)
 
 
 def _ce_grad(d, dt, rng):
-    lp = aligned(_log_softmax(rng.standard_normal((d["N"], d["C"]), dtype=np.float32)).astype(dt))
+    x = rng.standard_normal((d["N"], d["C"]), dtype=np.float32)
+    lp = aligned(_log_softmax(x).astype(dt))
     t = _targets(d, rng)
     g = np.array(1.0, dtype=dt)
     if d["stridedout"]:
         return _ce_grad_strided_out(g, lp, t)
+    if d.get("zloss"):
+        m = x.max(axis=1)
+        lse = aligned((m + np.log(np.exp(x - m[:, None]).sum(axis=1))).astype(dt))
+        return lambda: _F().cross_entropy_loss_grad(g, lp, t, lse_square_scale_for_zloss=ZLOSS_SCALE,
+                                                    lse_for_zloss=lse)
     return lambda: _F().cross_entropy_loss_grad(g, lp, t)
 
 
@@ -196,11 +207,12 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in [
     Operator("KlDivBackward", {"N": 256, "C": 1024, "strided": 0, "bcast": 0}, "fp32",
              "gradOutput 0-D, self/target (N, C), mean",
              _kl_bwd, lambda d, e: 2 * d["N"] * d["C"] * e),
-    Operator("CrossEntropyLoss", {"N": 64, "C": 4096, "strided": 0}, "bf16", "logits (N, C), int64 targets", _ce,
-             lambda d, e: 2 * d["N"] * d["C"] * e + 8 * d["N"]),
-    Operator("CrossEntropyLossGrad", {"N": 64, "C": 4096, "stridedout": 0}, "bf16",
-             "logProb (N, C), int64 targets, mean",
-             _ce_grad, lambda d, e: 2 * d["N"] * d["C"] * e + 8 * d["N"]),
+    Operator("CrossEntropyLoss", {"N": 64, "C": 4096, "strided": 0, "zloss": 0}, "bf16",
+             "logits (N, C), int64 targets (zloss: + lse (N,) out)", _ce,
+             lambda d, e: 2 * d["N"] * d["C"] * e + 8 * d["N"] + d.get("zloss", 0) * d["N"] * e),
+    Operator("CrossEntropyLossGrad", {"N": 64, "C": 4096, "stridedout": 0, "zloss": 0}, "bf16",
+             "logProb (N, C), int64 targets, mean (zloss: + lse (N,) in)",
+             _ce_grad, lambda d, e: 2 * d["N"] * d["C"] * e + 8 * d["N"] + d.get("zloss", 0) * d["N"] * e),
     Operator("ScaledMaskedSoftmax", {"B": 2, "H": 4, "S1": 64, "S2": 256, "MB": 2, "MH": 1}, "fp16",
              "x (B, H, S1, S2), bool mask (MB, MH, S1, S2)", _smsm, lambda d, e: 2 * M(d) * e + MASK(d)),
     Operator("ScaledMaskedSoftmaxBackward", {"B": 2, "H": 4, "S1": 64, "S2": 256, "MB": 2, "MH": 1}, "fp16",
