@@ -26,6 +26,9 @@ namespace aclg {
 namespace ce {
 
 constexpr int kReduceThreads = 256;
+// ce_grad's minimum resident blocks: fp64 asks for 3, or ptxas picks 64 registers and spills on sm_90;
+// the other types give no hint (0), and take 48 registers without one
+template <class T> constexpr int kGradMinBlocks = sizeof(T) == 8 ? 3 : 0;
 
 // ---- candidates for common.cuh: typed exp / expm1 / log for the math types
 __device__ __forceinline__ float m_exp(float x) { return expf(x); }
@@ -171,10 +174,8 @@ ce_weight_sums(const I* target, const float* weight, double* red, long long N, l
 // ce_weight_sums (read only for mean, or label_smoothing != 0 with weights); may be null otherwise.
 // z-loss when zscale != 0: lse (N,) the forward's lse, grad_zloss (shaped like grad_loss) or null;
 // both unread when zscale == 0 (the z-loss terms are then absent, not multiplied by 0).
-// fp64: at least 3 blocks per SM asked for, or ptxas picks 64 registers and spills on sm_90 (no hint,
-// i.e. 0, for the other types: 48 registers without one)
 template <class T, class I>
-__global__ void __launch_bounds__(256, sizeof(T) == 8 ? 3 : 0)
+__global__ void __launch_bounds__(256, ce::kGradMinBlocks<T>)
 ce_grad(const T* grad_loss, const T* log_prob, const I* target, const float* weight, T* out,
         const double* red, const T* grad_zloss, const T* lse, long long N, long long C,
         long long ignore_index, int reduction, double label_smoothing, double zscale, long long group,
