@@ -27,7 +27,7 @@ a model switches by changing one import:
 | function | custom operator | forward / backward | gradients for |
 | --- | --- | --- | --- |
 | ctc_loss | aclnn::ctc_loss | aclnnCtcLoss / aclnnCtcLossBackward | log_probs |
-| cross_entropy | aclnn::cross_entropy_loss (z-loss: aclnn::cross_entropy_loss_zloss) | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
+| cross_entropy | aclnn::cross_entropy_loss (, _zloss) | aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad | input |
 | nll_loss | aclnn::nll_loss | PyTorch's nll_loss (no NLL operator) / aclnnCrossEntropyLossGrad | input |
 | kl_div | aclnn::kl_div | aclnnKlDiv / aclnnKlDivBackward | input |
 | conv_tbc | aclnn::conv_tbc | aclnnConvTbc / aclnnConvTbcBackward | input, weight, bias |

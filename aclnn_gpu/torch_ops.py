@@ -430,11 +430,12 @@ scaled_masked_softmax.register_autograd(_softmax_backward_formula, setup_context
 
 
 OPERATORS = {"ctc_loss": ctc_loss, "ctc_loss_backward": ctc_loss_backward, "cross_entropy_loss": cross_entropy_loss,
-             "cross_entropy_loss_zloss": cross_entropy_loss_zloss, "cross_entropy_loss_grad": cross_entropy_loss_grad, "nll_loss": nll_loss, "kl_div": kl_div,
-             "kl_div_backward": kl_div_backward, "conv_tbc": conv_tbc, "conv_tbc_backward": conv_tbc_backward,
-             "scaled_masked_softmax": scaled_masked_softmax,
+             "cross_entropy_loss_zloss": cross_entropy_loss_zloss, "cross_entropy_loss_grad": cross_entropy_loss_grad,
+             "nll_loss": nll_loss, "kl_div": kl_div, "kl_div_backward": kl_div_backward, "conv_tbc": conv_tbc,
+             "conv_tbc_backward": conv_tbc_backward, "scaled_masked_softmax": scaled_masked_softmax,
              "scaled_masked_softmax_backward": scaled_masked_softmax_backward}
 
 __all__ = ["NAMESPACE", "OPERATORS", "FIRST_ORDER_ONLY", "check_class_targets", "ctc_loss", "ctc_loss_backward",
-           "cross_entropy_loss", "cross_entropy_loss_zloss", "cross_entropy_loss_grad", "nll_loss", "kl_div", "kl_div_backward", "conv_tbc",
-           "conv_tbc_backward", "scaled_masked_softmax", "scaled_masked_softmax_backward"]
+           "cross_entropy_loss", "cross_entropy_loss_zloss", "cross_entropy_loss_grad", "nll_loss", "kl_div",
+           "kl_div_backward", "conv_tbc", "conv_tbc_backward", "scaled_masked_softmax",
+           "scaled_masked_softmax_backward"]
