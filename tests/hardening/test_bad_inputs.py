@@ -373,11 +373,18 @@ def _host_memory(name):
     return m
 
 
+def _usable_end(ptr: int) -> int:
+    """The end of the allocation holding ptr: aclrtMalloc's CANN size, ALIGN_UP(size, 32) + 32."""
+    alloc = acl.runtime.find_allocation(ptr, 1)
+    assert alloc is not None
+    return alloc.base + alloc.size
+
+
 def _too_short(name):
     def m(s, a):
-        need = nbytes(a[name])
-        ptr = s.malloc(need - a[name].itemsize)
-        a.over(name, ptr)
+        need, item = nbytes(a[name]), a[name].itemsize
+        ptr = s.malloc(need - item)
+        a.over(name, _usable_end(ptr) - need + item)     # one element past what aclrtMalloc made usable
         return INVALID, [name], None
     return m
 
@@ -385,7 +392,8 @@ def _too_short(name):
 def _past_end(name):
     def m(s, a):
         t = a[name]
-        a.over(name, t.data, offset=1, storage=[t.numel])
+        room = -(-(_usable_end(t.data) - t.data) // t.itemsize)  # elements from t.data to the usable end
+        a.over(name, t.data, offset=room - t.numel + 1, storage=[t.numel])
         return INVALID, [name], None
     return m
 
