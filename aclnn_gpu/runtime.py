@@ -431,8 +431,7 @@ def _device_malloc(fn: str, size: Any, policy: Any, padded: bool) -> tuple[int, 
             device.host_view(ptr + size, usable - size).fill(0)
     alloc = device.registry.get(ptr)
     if alloc is not None:
-        alloc.origin = (f"{fn}({size}): ALIGN_UP({size}, 32) + 32 = {usable} usable bytes" if padded
-                        else f"{fn}({size}): ALIGN_UP({size}, 32) = {usable} usable bytes")
+        alloc.origin = f"{fn}({size}): ALIGN_UP({size}, 32){' + 32' if padded else ''} = {usable} usable bytes"
     return OK, ptr
 
 

@@ -262,7 +262,7 @@ def at_exit() -> None:
     from . import hoststream
     hoststream.stop_all()
     with _state.lock:
-        devices = list(_state.devices.values()) + list(_state.parent_devices)
+        devices = list(_state.devices.values())
     if devices:
         import ctypes
         _kept_at_exit.append(devices)
