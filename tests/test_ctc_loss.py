@@ -11,7 +11,7 @@ import torch
 import aclnn_gpu as acl
 from aclnn_gpu import dtypes
 from aclnn_gpu import functional as F
-from support import assert_close, assert_refused
+from support import assert_close, assert_refused, near_end
 
 FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float16), dtypes.bfloat16, np.dtype(np.float64)]
 BWD = (acl.aclnnCtcLossBackwardGetWorkspaceSize, acl.aclnnCtcLossBackward)
@@ -437,7 +437,7 @@ def _bad_cases():
         ("foreign pointer", lambda s: ok(s, gradOut=lambda s: acl.aclCreateTensor(
             (N,), acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, (N,), np.ones(N, f32).ctypes.data)), I),
         ("too-short range", lambda s: ok(s, negLogLikelihood=lambda s: acl.aclCreateTensor(
-            (N,), acl.ACL_FLOAT, None, 2, acl.ACL_FORMAT_ND, (N,), s.malloc(8))), I),
+            (N,), acl.ACL_FLOAT, None, 2, acl.ACL_FORMAT_ND, (N,), near_end(s.malloc(8), 8))), I),
         ("out overlaps itself", lambda s: ok(s, out=lambda s: acl.aclCreateTensor(
             (T, N, C), acl.ACL_FLOAT, (0, C, 1), 0, acl.ACL_FORMAT_ND, (N * C,), s.malloc(4 * N * C))), I),
         ("out aliases logProbs", lambda s: _alias(ok(s)), I),
@@ -532,7 +532,7 @@ def test_phase_two_checks(session, rng):
     w = s.malloc(ws)
     assert acl.aclnnCtcLossBackward(w, ws - 1, ex, s.stream) == 161002     # workspace too short
     assert acl.aclnnCtcLossBackward(None, ws, ex, s.stream) == 161001
-    assert acl.aclnnCtcLossBackward(w + 8, ws, ex, s.stream) == 161002
+    assert acl.aclnnCtcLossBackward(near_end(w, ws) + 8, ws, ex, s.stream) == 161002
     assert acl.aclnnCtcLoss(w, ws, ex, s.stream) == 161002
     assert s.raw(out) == before
     assert acl.aclnnCtcLossBackward(w, ws, ex, s.stream) == 0

@@ -23,7 +23,7 @@ import aclnn_gpu as acl
 from aclnn_gpu import dtypes
 from aclnn_gpu.status import aclDataType as D
 from aclnn_gpu.tensor import aclTensor
-from support import Session
+from support import Session, near_end
 
 NULLPTR = int(acl.aclnnStatus.ACLNN_ERR_PARAM_NULLPTR)
 INVALID = int(acl.aclnnStatus.ACLNN_ERR_PARAM_INVALID)
@@ -373,18 +373,10 @@ def _host_memory(name):
     return m
 
 
-def _usable_end(ptr: int) -> int:
-    """The end of the allocation holding ptr: aclrtMalloc's CANN size, ALIGN_UP(size, 32) + 32."""
-    alloc = acl.runtime.find_allocation(ptr, 1)
-    assert alloc is not None
-    return alloc.base + alloc.size
-
-
 def _too_short(name):
     def m(s, a):
         need, item = nbytes(a[name]), a[name].itemsize
-        ptr = s.malloc(need - item)
-        a.over(name, _usable_end(ptr) - need + item)     # one element past what aclrtMalloc made usable
+        a.over(name, near_end(s.malloc(need - item), need - item))   # one element past what aclrtMalloc made usable
         return INVALID, [name], None
     return m
 
@@ -392,7 +384,7 @@ def _too_short(name):
 def _past_end(name):
     def m(s, a):
         t = a[name]
-        room = -(-(_usable_end(t.data) - t.data) // t.itemsize)  # elements from t.data to the usable end
+        room = -(-(near_end(t.data, 0) - t.data) // t.itemsize)  # elements from t.data to the usable end
         a.over(name, t.data, offset=room - t.numel + 1, storage=[t.numel])
         return INVALID, [name], None
     return m
