@@ -22,7 +22,7 @@ from .runtime import (
     aclrtCreateStreamWithConfig, aclrtCtxSetSysParamOpt, aclrtDestroyEvent, aclrtDestroyStream,
     aclrtDeviceCanAccessPeer, aclrtDeviceDisablePeerAccess, aclrtDeviceEnablePeerAccess,
     aclrtEvent, aclrtEventElapsedTime, aclrtFree, aclrtFreeHost, aclrtGetDevice, aclrtGetDeviceCount,
-    aclrtGetSysParamOpt, aclrtMalloc, aclrtMallocHost, aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset,
+    aclrtGetSysParamOpt, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost, aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset,
     aclrtMemsetAsync, aclrtQueryEventStatus, aclrtRecordEvent, aclrtResetDevice, aclrtSetDevice, aclrtStream,
     aclrtStreamWaitEvent, aclrtSynchronizeDevice, aclrtSynchronizeEvent, aclrtSynchronizeStream,
     current_device_kind,

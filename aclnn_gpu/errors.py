@@ -42,7 +42,12 @@ class OpError(Exception):
         return type(self), (self.status, self.message)
 
 
-class NoDevice(OpError):
+class CallerNamed(OpError):
+    """An error raised below the entry point, where its name is not known: `c_api` puts the entry
+    point's name in front of the message."""
+
+
+class NoDevice(CallerNamed):
     """The device kind asked for cannot run here. Raised wherever the device is first needed; the
     entry point that needed it puts its own name in front of the message."""
 
@@ -99,7 +104,7 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
         def entry(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
-            except NoDevice as e:
+            except CallerNamed as e:
                 return on_error(e.status, f"{name}: {e.message}")
             except OpError as e:
                 return on_error(e.status, e.message)

@@ -790,8 +790,9 @@ def ctc_loss(call: _Call, log_probs: Any, targets: Any, input_lengths: Any, targ
 def ctc_loss_backward(call: _Call, grad_out: Any, log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
                       neg_log_likelihood: Any, log_alpha: Any, blank: int = 0, zero_infinity: bool = False) -> Any:
     """PyTorch's raw `_ctc_loss_backward` (aclnnCtcLossBackward): the gradient with respect to the
-    logits (T, N, C), no reduction, in grad_out's dtype. With zero_infinity a sample is zeroed only
-    when the neg_log_likelihood given is +inf: pass the raw loss, not ctc_loss(zero_infinity=True)'s."""
+    logits (T, N, C), no reduction, in grad_out's dtype. With zero_infinity a sample that cannot align
+    is zeroed whether the neg_log_likelihood given is the raw +inf or ctc_loss(zero_infinity=True)'s 0
+    (decided from log_alpha)."""
     from .ops.ctc_loss import aclnnCtcLossBackward, aclnnCtcLossBackwardGetWorkspaceSize
     g, lp = call.tensor(grad_out, "grad_out"), call.tensor(log_probs, "log_probs")
     tg = call.tensor(targets, "targets")

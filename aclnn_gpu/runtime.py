@@ -405,12 +405,44 @@ def _allocate(fn: str, size: int, on_device: bool) -> int:
         raise
 
 
+def cann_size(size: int, padded: bool = True) -> int:
+    """The bytes CANN makes usable for a device allocation of `size` (acl_rt.h): aclrtMalloc's "real
+    alloc size is aligned to 32 bytes and padded with 32 bytes", ALIGN_UP(size, 32) + 32 (`padded`);
+    aclrtMallocAlign32's "aligned to 32 bytes with no padding", ALIGN_UP(size, 32). CANN's own samples
+    rely on it (aclnnCrossEntropyLossGrad's copies an 8-byte host vector into a 16-byte int64 target)."""
+    return -(-size // 32) * 32 + (32 if padded else 0)
+
+
+def _device_malloc(fn: str, size: Any, policy: Any, padded: bool) -> tuple[int, int]:
+    """aclrtMalloc / aclrtMallocAlign32: the allocation holds, and the pointer checks accept, CANN's
+    usable size; its first byte is 64-byte aligned (the devices allocate on 64 bytes or more). The
+    bytes between the caller's size and that size are zeroed: CANN's aclnnCrossEntropyLossGrad sample
+    copies 8 bytes into aclrtMalloc(8) and reads 16 as int64 {0, 0}."""
+    size = _size(size, fn, "size")
+    if not isinstance(policy, numbers.Integral) or (int(policy) & 0xFF) > 7:
+        fail(PARAM, f"{fn}: policy {policy!r} is not an aclrtMemMallocPolicy")
+    usable = cann_size(size, padded)
+    ptr = _allocate(fn, usable, True)
+    device = get_device()
+    if usable > size:   # the bytes past the caller's size read as 0, as CANN's samples expect of them
+        if device.kind == "cuda":   # ordered before the default stream's later work and any synchronous copy
+            device.memset(ptr + size, 0, usable - size, device.default_stream)
+        else:                       # host memory nothing uses yet
+            device.host_view(ptr + size, usable - size).fill(0)
+    alloc = device.registry.get(ptr)
+    if alloc is not None:
+        alloc.origin = f"{fn}({size}): ALIGN_UP({size}, 32){' + 32' if padded else ''} = {usable} usable bytes"
+    return OK, ptr
+
+
 @c_api(n_out=1)
 def aclrtMalloc(size: int, policy: int = 0) -> tuple[int, int]:
-    size = _size(size, "aclrtMalloc", "size")
-    if not isinstance(policy, numbers.Integral) or (int(policy) & 0xFF) > 7:
-        fail(PARAM, f"aclrtMalloc: policy {policy!r} is not an aclrtMemMallocPolicy")
-    return OK, _allocate("aclrtMalloc", size, True)
+    return _device_malloc("aclrtMalloc", size, policy, True)
+
+
+@c_api(n_out=1)
+def aclrtMallocAlign32(size: int, policy: int = 0) -> tuple[int, int]:
+    return _device_malloc("aclrtMallocAlign32", size, policy, False)
 
 
 @c_api(n_out=1)

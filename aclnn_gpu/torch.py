@@ -73,8 +73,9 @@ Semantics, and where they differ from PyTorch:
   * ctc_loss: reduction "none" | "mean" (each loss divided by its target length, clamped to >= 1,
     then the batch mean, as PyTorch) | "sum", built with torch ops on top of the raw per-sample
     losses. The forward always runs with zeroInfinity=false and keeps that RAW loss for the backward,
-    because aclnnCtcLossBackward zeroes a sample only when the nll it is given is exactly +inf
-    (ops/ctc_loss/api.py); zero_infinity then zeroes the returned loss and the backward gradient. The
+    as PyTorch's autograd does (aclnnCtcLossBackward zeroes a sample that cannot align given either
+    that +inf or the forward's zeroed 0, ops/ctc_loss/api.py); zero_infinity then zeroes the returned
+    loss and the backward gradient. The
     gradient is PyTorch's `_ctc_loss_backward` convention (d loss / d logits when log_probs =
     log_softmax(logits)), so it matches torch.nn.functional.ctc_loss through a log_softmax.
   * cross_entropy: class-index targets, input (N, C), (C,) or (N, C, d1, ...). The operator wants a

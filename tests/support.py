@@ -95,3 +95,12 @@ def assert_refused(session: Session, get_workspace_size: Any, op: str, args: dic
         if raw is not None:
             assert session.raw(out) == raw, "a refused call changed an output"
     return message
+
+
+def near_end(ptr: int, nbytes: int) -> int:
+    """The address `nbytes` before the end of the allocation holding `ptr`, whose size is CANN's
+    (aclrtMalloc(n): ALIGN_UP(n, 32) + 32 usable bytes): a range longer than `nbytes` from there runs
+    past the allocation, as a range longer than n from its start did before that rule."""
+    alloc = acl.runtime.find_allocation(ptr, 1)
+    assert alloc is not None
+    return alloc.base + alloc.size - nbytes

@@ -10,6 +10,7 @@ import torch
 import aclnn_gpu as acl
 import aclnn_gpu.functional as F
 from aclnn_gpu import dtypes
+from support import near_end
 
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), dtypes.bfloat16
 DTYPES = [F32, F16, BF16]
@@ -343,7 +344,7 @@ def _bad_cases():
         ("foreign weight", lambda s: ok(s, weight=lambda s: acl.aclCreateTensor(
             (3, 3, 4), acl.ACL_FLOAT, None, 0, ND, (3, 3, 4), _HOST.ctypes.data)), I),
         ("too-short self", lambda s: ok(s, self=lambda s: acl.aclCreateTensor(
-            (5, 2, 4), acl.ACL_FLOAT, None, 2, ND, (5, 2, 4), s.malloc(160))), I),
+            (5, 2, 4), acl.ACL_FLOAT, None, 2, ND, (5, 2, 4), near_end(s.malloc(160), 160))), I),
         ("null data bias", lambda s: ok(s, bias=lambda s: acl.aclCreateTensor((4,), acl.ACL_FLOAT, None, 0, ND,
                                                                               (4,), None)), N),
         ("gradInput aliases input", lambda s: _alias(ok(s), "gradInput", "input"), I),

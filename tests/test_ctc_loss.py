@@ -11,7 +11,7 @@ import torch
 import aclnn_gpu as acl
 from aclnn_gpu import dtypes
 from aclnn_gpu import functional as F
-from support import assert_close, assert_refused
+from support import assert_close, assert_refused, near_end
 
 FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float16), dtypes.bfloat16, np.dtype(np.float64)]
 BWD = (acl.aclnnCtcLossBackwardGetWorkspaceSize, acl.aclnnCtcLossBackward)
@@ -182,15 +182,92 @@ def test_minus_inf_log_probs(session, rng, dtype):
     assert f64(got)[8, 1, 4] == 0
 
 
-def test_zero_infinity_uses_given_nll(session, rng):
-    """Spec 1.2 step 1: the backward zeroes a sample only when the nll it is given is +inf."""
+def test_zero_infinity_zeroes_what_cannot_align(session, rng):
+    """zeroInfinity zeroes a sample when the nll given is +inf (spec 1.2 step 1) and also when
+    logAlpha says it cannot align (both final states -inf), whatever nll is given; without
+    zeroInfinity, or with a final state reachable, the nll given is used as it is."""
     lp, tg, il, tl = make_case(rng, 4, 1, 4, 3, dtype=np.float64)
     il[:], tl[:] = [3], [3]
     la = np.full((1, 4, 7), -np.inf)
-    got = run_bwd(session, np.ones(1), lp, tg, il, tl, np.zeros(1), la, 0, True)
+    for nll in (np.zeros(1), np.full(1, 7.5), np.full(1, np.inf)):
+        assert (run_bwd(session, np.ones(1), lp, tg, il, tl, nll, la, 0, True) == 0).all()
+    got = run_bwd(session, np.ones(1), lp, tg, il, tl, np.zeros(1), la, 0, False)
     np.testing.assert_allclose(got[:3, 0], np.where(np.isfinite(got[:3, 0]), np.exp(lp[:3, 0]), got[:3, 0]))
-    got = run_bwd(session, np.ones(1), lp, tg, il, tl, np.full(1, np.inf), la, 0, True)
-    assert (got == 0).all()
+    la[0, 2, 5] = -3.0        # (Lin-1, 2L-1) reachable: not zeroed, the given nll is used
+    got = run_bwd(session, np.ones(1), lp, tg, il, tl, np.zeros(1), la, 0, True)
+    assert np.isfinite(got[:3, 0]).all() and (got[:3, 0] != 0).any()
+
+
+def cann_width(max_l):
+    """logAlpha's last dimension on Atlas A2/A3 (ops-nn ctc_loss_v2.cpp): 2*maxL+1 rounded up to 8."""
+    return (2 * max_l + 1 + 7) // 8 * 8
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.name)
+def test_forward_cann_padded_log_alpha(session, rng, dtype):
+    """CANN's own aclnnCtcLoss sample: logProbs (12, 4, 5), targets (4, 7), inputLengths 10,
+    targetLengths {2, 3, 1, 5} and logAlphaOut (4, 12, 16), A2/A3's width (11 states rounded up to
+    16). The first 11 columns equal the unpadded call's, the padding is -inf (as CANN's kernel
+    writes it), and the backward given the padded logAlpha with NaN in the padding (never read)
+    gives the unpadded call's gradient, bit for bit, and PyTorch's."""
+    s = session
+    T, N, C = 12, 4, 5
+    lp, tg, il, tl = make_case(rng, T, N, C, 7, dtype=dtype, short=0)
+    il[:], tl[:] = 10, [2, 3, 1, 5]
+    nll_p, la_p = s.poisoned((N,), dtype), s.poisoned((N, T, cann_width(5)), dtype)
+    status = s.run(*FWD, s.tensor(lp), s.tensor(tg), ia(il), ia(tl), 0, False, nll_p, la_p)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    assert cann_width(5) == 16
+    nll, la = run_fwd(s, lp, tg, il, tl)
+    padded = s.read(la_p)
+    assert np.array_equal(f64(s.read(nll_p)), f64(nll)) and np.array_equal(f64(padded[:, :, :11]), f64(la))
+    assert (f64(padded[:, :, 11:]) == -np.inf).all()
+    g = rng.standard_normal(N).astype(dtype)
+    la_in = padded.copy()
+    la_in[:, :, 11:] = np.nan
+    got = run_bwd(s, g, lp, tg, il, tl, nll, la_in)
+    assert np.array_equal(f64(got), f64(run_bwd(s, g, lp, tg, il, tl, nll, la)))
+    exp = torch_bwd(g, lp, tg, il, tl, nll, la, 0, False)
+    assert_close(got, exp, dtype, scale=8)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("padded", [False, True], ids=["pytorch_layout", "cann_layout"])
+def test_zero_infinity_chain_matches_torch(session, rng, dtype, padded):
+    """aclnnCtcLoss(zeroInfinity=true) then aclnnCtcLossBackward(zeroInfinity=true) on what the
+    forward returned (nll 0 for a sample that cannot align), per sample against PyTorch's
+    ctc_loss(reduction="none", zero_infinity=True) and its autograd gradient: the samples that
+    cannot align (a repeated label too long for its input, a target longer than its input, no input
+    at all) get loss 0 and gradient exactly 0, the others PyTorch's values."""
+    s = session
+    T, N, C = 9, 5, 5
+    lp, tg, il, tl = make_case(rng, T, N, C, 3, dtype=dtype, short=0)
+    tl[:] = [3, 2, 3, 1, 3]
+    il[:] = [4, 9, 2, 0, 9]            # sample 0: [2, 2, 2] needs 5 steps; 2: L > Lin; 3: Lin = 0 < L
+    tg[0] = [2, 2, 2]
+    cannot = np.array([True, False, True, True, False])
+    X = cann_width(3) if padded else 7
+    nll_o, la_o = s.poisoned((N,), dtype), s.poisoned((N, T, X), dtype)
+    status = s.run(*FWD, s.tensor(lp), s.tensor(tg), ia(il), ia(tl), 0, True, nll_o, la_o)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    nll, la = s.read(nll_o), s.read(la_o)
+    g = rng.uniform(0.5, 2, N).astype(dtype)
+    got = f64(run_bwd(s, g, lp, tg, il, tl, nll, la, 0, True))
+    # PyTorch, float64 from the same rounded log-probs
+    lp64 = torch.tensor(f64(lp), requires_grad=True)
+    loss = torch.nn.functional.ctc_loss(lp64, torch.tensor(tg.astype(np.int64)), torch.tensor(il), torch.tensor(tl),
+                                        blank=0, reduction="none", zero_infinity=True)
+    (loss * torch.tensor(f64(g))).sum().backward()
+    exp_nll, exp = loss.detach().numpy(), lp64.grad.numpy()
+    assert (exp_nll[cannot] == 0).all() and (exp[:, cannot] == 0).all()
+    assert (f64(nll)[cannot] == 0).all() and (got[:, cannot] == 0).all(), got[:, cannot]
+    assert_close(nll, exp_nll, dtype, scale=1 + float(np.abs(exp_nll).max()) / 4)
+    if dtype.itemsize > 2:
+        assert_close(got, exp, dtype, scale=8)
+    else:   # 16-bit logAlpha: against PyTorch's backward on exactly the values the forward returned
+        ok = ~cannot
+        ref = torch_bwd(g[ok], lp[:, ok], tg[ok], il[ok], tl[ok], nll[ok], f64(la[ok])[:, :, :7], 0, True)
+        assert_close(got[:, ok], ref, dtype, scale=8)
 
 
 def test_target_dtype_casts(session, rng):
@@ -360,7 +437,7 @@ def _bad_cases():
         ("foreign pointer", lambda s: ok(s, gradOut=lambda s: acl.aclCreateTensor(
             (N,), acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, (N,), np.ones(N, f32).ctypes.data)), I),
         ("too-short range", lambda s: ok(s, negLogLikelihood=lambda s: acl.aclCreateTensor(
-            (N,), acl.ACL_FLOAT, None, 2, acl.ACL_FORMAT_ND, (N,), s.malloc(8))), I),
+            (N,), acl.ACL_FLOAT, None, 2, acl.ACL_FORMAT_ND, (N,), near_end(s.malloc(8), 8))), I),
         ("out overlaps itself", lambda s: ok(s, out=lambda s: acl.aclCreateTensor(
             (T, N, C), acl.ACL_FLOAT, (0, C, 1), 0, acl.ACL_FORMAT_ND, (N * C,), s.malloc(4 * N * C))), I),
         ("out aliases logProbs", lambda s: _alias(ok(s)), I),
@@ -426,7 +503,12 @@ def test_forward_bad_inputs(cpu_session):
 
     assert fwd()[0] == 0
     assert fwd(logProbs=None)[0] == 161001
-    assert fwd(la=s.poisoned((2, 5, 8), np.float32))[0] == 161002          # X must be 2*maxL+1
+    assert fwd(la=s.poisoned((2, 5, 8), np.float32))[0] == 0               # CANN's A2/A3 width: 5 rounded up to 8
+    for bad in (6, 7, 16):                                                  # X: 2*maxL+1 or that rounded up to 8
+        status, msg = fwd(la=s.poisoned((2, 5, bad), np.float32))
+        assert status == 161002 and msg == (
+            f"aclnnCtcLoss: logAlphaOut shape [2, 5, {bad}] must equal (N, T, 2*max(targetLengths)+1) = [2, 5, 5] "
+            "or, CANN's A2/A3 layout, (N, T, (2*max(targetLengths)+1) rounded up to a multiple of 8) = [2, 5, 8]")
     assert fwd(nll=s.poisoned((3,), np.float32))[0] == 161002
     assert fwd(blank=4) == (161002, "aclnnCtcLoss: blank (4) must be in [0, C=4)")
     assert fwd(inputLengths=ia([6, 4]))[0] == 161002
@@ -450,7 +532,7 @@ def test_phase_two_checks(session, rng):
     w = s.malloc(ws)
     assert acl.aclnnCtcLossBackward(w, ws - 1, ex, s.stream) == 161002     # workspace too short
     assert acl.aclnnCtcLossBackward(None, ws, ex, s.stream) == 161001
-    assert acl.aclnnCtcLossBackward(w + 8, ws, ex, s.stream) == 161002
+    assert acl.aclnnCtcLossBackward(near_end(w, ws) + 8, ws, ex, s.stream) == 161002
     assert acl.aclnnCtcLoss(w, ws, ex, s.stream) == 161002
     assert s.raw(out) == before
     assert acl.aclnnCtcLossBackward(w, ws, ex, s.stream) == 0

@@ -93,7 +93,8 @@ def test_memory_kinds_and_checks(session):
     assert (dst == data[::-1]).all()
     # refused, never dereferenced
     assert acl.aclrtMemcpy(dev, 64, data, 65, acl.ACL_MEMCPY_HOST_TO_DEVICE) == P          # count > destMax
-    assert acl.aclrtMemcpy(dev + 32, 64, data, 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == P     # too short a range
+    assert acl.aclrtMemcpy(dev + 32, 64, data, 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0     # 96 usable bytes
+    assert acl.aclrtMemcpy(dev + 64, 64, data, 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == P     # too short a range
     assert acl.aclrtMemcpy(data.ctypes.data, 64, dev, 64, acl.ACL_MEMCPY_DEVICE_TO_DEVICE) == P  # foreign
     assert acl.aclrtMemcpy(dev, 64, host, 64, acl.ACL_MEMCPY_DEVICE_TO_DEVICE) == P        # host as device
     assert acl.aclrtMemcpy(dev, 64, data, 64, 9) == P                                       # bad kind
@@ -107,6 +108,73 @@ def test_memory_kinds_and_checks(session):
     assert acl.aclrtMalloc(0, 0) == (P, None)
     assert acl.aclrtMalloc(16, 99) == (P, None)
     assert acl.aclGetRecentErrMsg().startswith("aclrtMalloc: policy")
+
+
+@pytest.mark.parametrize("fn, padded", [("aclrtMalloc", True), ("aclrtMallocAlign32", False)])
+def test_malloc_size_rule_of_cann(session, fn, padded):
+    """acl_rt.h: aclrtMalloc's real size is ALIGN_UP(size, 32) + 32, aclrtMallocAlign32's ALIGN_UP(size,
+    32); the address is 64-byte aligned. Every byte of that size is usable; one more is refused with
+    ACL_ERROR_RT_PARAM_INVALID and a message giving the rule, the caller's buffer untouched."""
+    malloc = getattr(acl, fn)
+    for size in (1, 8, 31, 32, 33, 100):
+        usable = -(-size // 32) * 32 + (32 if padded else 0)
+        ret, dev = malloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
+        assert ret == 0 and dev % 64 == 0
+        session.pointers.append(dev)
+        fresh = np.full(usable, 7, np.uint8)
+        assert acl.aclrtMemcpy(fresh, usable, dev, usable, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+        assert (fresh[size:] == 0).all()                  # past the caller's size: zeros
+        data = np.arange(usable + 1, dtype=np.uint8)
+        assert acl.aclrtMemcpy(dev, usable, data, usable, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        back = np.zeros(usable + 1, np.uint8)
+        assert acl.aclrtMemcpy(back, usable + 1, dev, usable, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+        assert (back[:usable] == data[:usable]).all() and back[usable] == 0
+        assert acl.aclrtMemset(dev, usable, 0, usable) == 0
+        assert acl.aclrtMemcpy(back, usable + 1, dev, usable + 1, acl.ACL_MEMCPY_DEVICE_TO_HOST) == P
+        rule = f"ALIGN_UP({size}, 32) + 32" if padded else f"ALIGN_UP({size}, 32)"
+        assert acl.aclGetRecentErrMsg() == (
+            f"aclrtMemcpy: src: address {hex(dev)} with {usable + 1} bytes is not inside a live allocation of "
+            f"this library: it runs 1 bytes past the end of the allocation at {hex(dev)} of {usable} bytes "
+            f"({fn}({size}): {rule} = {usable} usable bytes)")
+        assert (back[:usable] == data[:usable]).all() and back[usable] == 0        # untouched
+        assert acl.aclrtMemset(dev + 1, usable, 0, usable) == P
+        assert "runs 1 bytes past the end" in acl.aclGetRecentErrMsg()
+    assert malloc(0, 0)[0] == P and malloc(8, 99)[0] == P
+
+
+def test_cann_sample_target_in_a_float_sized_buffer(session):
+    """CANN's aclnnCrossEntropyLossGrad sample allocates its int64 target (2,) through a
+    std::vector<float>: aclrtMalloc(8) under a 16-byte tensor, which aclrtMalloc's ALIGN_UP(8, 32) + 32
+    = 64 bytes cover (on an NPU as here). A tensor past those 64 bytes is refused, its output untouched."""
+    from support import assert_refused
+    s = session
+
+    def target_over(count):
+        ret, dev = acl.aclrtMalloc(2 * 4, acl.ACL_MEM_MALLOC_HUGE_FIRST)    # sizeof(float) * 2
+        assert ret == 0
+        s.pointers.append(dev)
+        assert acl.aclrtMemcpy(dev, 8, np.zeros(2, np.float32), 8, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        return dev, acl.aclCreateTensor([count], acl.ACL_INT64, None, 0, acl.ACL_FORMAT_ND, [count], dev)
+
+    def args(count):
+        dev, target = target_over(count)
+        return dev, dict(gradLoss=s.tensor(np.array(0.1, np.float32)),
+                         logProb=s.tensor(np.full((count, 3), -0.2, np.float32)), target=target,
+                         weight=s.tensor(np.ones(3, np.float32)), gradZloss=None, lseForZloss=None, reduction="mean",
+                         ignoreIndex=-100, labelSmoothing=0.0, lseSquareScaleForZloss=0.0,
+                         out=s.poisoned((count, 3), np.float32))
+
+    _, a = args(2)
+    assert s.run(acl.aclnnCrossEntropyLossGradGetWorkspaceSize, acl.aclnnCrossEntropyLossGrad, *a.values()) == 0, \
+        acl.aclGetRecentErrMsg()
+    p = np.exp(np.float64(-0.2))
+    assert_close(s.read(a["out"]), 0.1 * np.array([[p - 1, p, p]] * 2) / 2, np.float32)
+    dev, a = args(9)                                                          # 72 bytes over 64
+    message = assert_refused(s, acl.aclnnCrossEntropyLossGradGetWorkspaceSize, "aclnnCrossEntropyLossGrad", a,
+                             acl.ACLNN_ERR_PARAM_INVALID)
+    assert message == (f"aclnnCrossEntropyLossGrad: target data: address {hex(dev)} with 72 bytes is not inside a "
+                       f"live allocation of this library: it runs 8 bytes past the end of the allocation at {hex(dev)} "
+                       "of 64 bytes (aclrtMalloc(8): ALIGN_UP(8, 32) + 32 = 64 usable bytes)")
 
 
 def test_stream_order_thousand_calls(session, rng):

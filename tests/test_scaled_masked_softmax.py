@@ -12,7 +12,7 @@ import torch
 import aclnn_gpu as acl
 import aclnn_gpu.functional as F
 from aclnn_gpu import dtypes
-from support import assert_refused
+from support import assert_refused, near_end
 
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), dtypes.bfloat16
 DTYPES = [F32, F16, BF16]
@@ -325,9 +325,9 @@ def _bad_cases():
             SHAPE, acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, SHAPE, _FOREIGN.ctypes.data)), I),
         ("freed pointer", lambda s: ok(s, y=lambda s: _freed(s)), I),
         ("too-short range", lambda s: ok(s, y=lambda s: acl.aclCreateTensor(
-            SHAPE, acl.ACL_FLOAT, None, 2, acl.ACL_FORMAT_ND, SHAPE, s.malloc(120 * 4))), I),
+            SHAPE, acl.ACL_FLOAT, None, 2, acl.ACL_FORMAT_ND, SHAPE, near_end(s.malloc(120 * 4), 120 * 4))), I),
         ("too-short mask", lambda s: ok(s, mask=lambda s: acl.aclCreateTensor(
-            (2, 1, 4, 5), acl.ACL_BOOL, None, 0, acl.ACL_FORMAT_ND, (2, 1, 4, 5), s.malloc(39))), I),
+            (2, 1, 4, 5), acl.ACL_BOOL, None, 0, acl.ACL_FORMAT_ND, (2, 1, 4, 5), near_end(s.malloc(39), 39))), I),
         ("null data", lambda s: ok(s, mask=lambda s: acl.aclCreateTensor(
             (2, 1, 4, 5), acl.ACL_BOOL, None, 0, acl.ACL_FORMAT_ND, (2, 1, 4, 5), None)), N),
         ("out overlaps itself", lambda s: ok(s, out=lambda s: acl.aclCreateTensor(

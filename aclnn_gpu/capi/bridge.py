@@ -318,6 +318,16 @@ def python_function(entry: Entry) -> Callable | None:
     return getattr(acl, PYTHON_NAME.get(entry.name, entry.name), None)
 
 
+def at_exit() -> None:
+    """The C program's exit(): stop the streams before the libraries' exit handlers run
+    (device/current.py `at_exit`). Never raises into C."""
+    try:
+        from aclnn_gpu.device.current import at_exit as stop
+        stop()
+    except BaseException:   # noqa: BLE001 - at exit there is nobody to report to
+        pass
+
+
 def install(ffi: Any) -> None:
     """Attach a Python implementation to every `extern "Python"` function of the built library."""
     for entry in entries():
@@ -326,3 +336,4 @@ def install(ffi: Any) -> None:
         else:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)
+    ffi.def_extern(name="_py_aclnn_gpu_at_exit")(at_exit)

@@ -58,6 +58,7 @@ def _cdef() -> str:
              "typedef void *HcclComm;", "typedef struct { char internal[4108]; } HcclRootInfo;"]
     lines += [f"typedef struct {t} {t};" for t in ("aclTensor", "aclIntArray", "aclScalar", "aclOpExecutor")]
     lines += [f'extern "Python" {e.restype} _py_{e.name}({e.c_params});' for e in entries()]
+    lines.append('extern "Python" void _py_aclnn_gpu_at_exit(void);')   # bridge.at_exit
     return "\n".join(lines)
 
 
@@ -65,12 +66,22 @@ def _source(python: str) -> str:
     """The C preamble: the headers, then one exported definition per entry that starts Python and
     calls its extern "Python" twin (the compiler checks each definition against its declaration)."""
     fail = {"aclError": "ACL_ERROR_INTERNAL_ERROR", "aclnnStatus": "ACLNN_ERR_INNER", "HcclResult": "HCCL_E_INTERNAL"}
-    out = ["#include <pthread.h>", "#include <stdio.h>"]
+    out = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>"]
     out += [f'#include "{h}"' for h in headers()]
     out += [f"static {e.restype} _py_{e.name}({e.c_params});" for e in entries()]
+    out.append("static void _py_aclnn_gpu_at_exit(void);")
     out.append(f"""
 static pthread_once_t aclnn_gpu_once = PTHREAD_ONCE_INIT;
 static int aclnn_gpu_state = -1;
+/* exit() of a program that never finalises Python: the streams stop (their queued work abandoned,
+   the running task finished) before the destructors of the libraries a kernel runs in. Registered
+   after the interpreter and the package started, so it runs before their exit handlers; a host that
+   runs Python itself has finalised it by then (its own atexit stopped the streams): nothing to do. */
+static void aclnn_gpu_exit_hook(void)
+{{
+    if (aclnn_gpu_state == 0 && Py_IsInitialized())
+        _py_aclnn_gpu_at_exit();
+}}
 static void aclnn_gpu_boot(void)
 {{
     if (!Py_IsInitialized()) {{
@@ -99,6 +110,8 @@ static void aclnn_gpu_boot(void)
         PyGILState_Release(gil);
     }}
     aclnn_gpu_state = cffi_start_python();
+    if (aclnn_gpu_state == 0)
+        atexit(aclnn_gpu_exit_hook);
 }}
 static int aclnn_gpu_start(void)
 {{

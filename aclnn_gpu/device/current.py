@@ -6,6 +6,7 @@ The ACL entry points over it are in `aclnn_gpu.runtime`, which re-exports what o
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -247,6 +248,28 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_kept_at_exit: list[Any] = []
+
+
+def at_exit() -> None:
+    """The process is ending (Python's atexit, after its non-daemon threads have ended; a C program's
+    exit(), through the C ABI's hook): stop every host stream (hoststream.stop_all: queued work
+    abandoned, running tasks finished), then keep every device, and so its memory, alive for good:
+    a daemon thread still inside a copy when Python tears its modules down writes into memory that
+    stays mapped. The operating system takes it back when the process ends."""
+    from . import hoststream
+    hoststream.stop_all()
+    with _state.lock:
+        devices = list(_state.devices.values())
+    if devices:
+        import ctypes
+        _kept_at_exit.append(devices)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_kept_at_exit))   # module teardown cannot free it
+
+
+atexit.register(at_exit)
 
 
 # ---------------------------------------------------------------------------- for the runtime's entry points

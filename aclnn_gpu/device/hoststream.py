@@ -13,6 +13,13 @@ whole list as ONE task, on this stream or another (the cpu device's and fakecupy
 Fork: a child process has none of the parent's worker threads (and may inherit their locks held),
 so a stream made before fork() is dead in the child: submitting to it or waiting on it raises
 `StreamForked` at once instead of waiting for ever, and closing it only marks it closed.
+
+Process exit: the workers are daemon threads, so nothing waits for them, and at exit the memory a
+queued kernel uses goes away under it (Python's module teardown frees the buffers; a C program's
+exit() runs the destructors of the libraries a kernel runs in). `stop_all()`, called at exit before
+any of that (device/current.py: Python's atexit, and the C ABI's atexit hook), abandons every
+stream's queued work, waits for the task each worker is running, and stops the workers; work
+queued afterwards is refused (`ProcessExiting`).
 """
 from __future__ import annotations
 
@@ -20,13 +27,25 @@ import collections
 import os
 import threading
 import time
+import weakref
 from typing import Callable
 
-from ..errors import fail
+from ..errors import CallerNamed, fail
 from ..status import aclError
 
 _STOP = object()
 _generation = 0   # bumped in every fork() child: streams of an older generation have no worker here
+_live: "weakref.WeakSet[HostStream]" = weakref.WeakSet()   # every stream made, for stop_all()
+_live_lock = threading.Lock()
+_exiting = False  # set once by stop_all(): the process is ending
+
+
+class ProcessExiting(CallerNamed):
+    """Work queued after stop_all(): the process is exiting and its streams have stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(aclError.ACL_ERROR_UNINITIALIZE, "the process is exiting: its streams were stopped at "
+                         "exit (queued work abandoned), new work is not run")
 
 
 class StreamForked(RuntimeError):
@@ -187,6 +206,11 @@ class HostStream:
         self.capture: CapturedWork | None = None   # set while the stream captures
         self.generation = _generation
         self._thread = threading.Thread(target=self._run, name=f"aclnn_gpu-{name}", daemon=True)
+        with _live_lock:
+            if _exiting:              # made during exit: refuses work, has no worker
+                self.closed = True
+                return
+            _live.add(self)
         self._thread.start()
 
     def _run(self) -> None:
@@ -244,6 +268,8 @@ class HostStream:
         # A stream closed by another thread meanwhile: its queue has drained, so a mark completes at
         # once; new work cannot run.
         if not isinstance(task, HostEventMark):
+            if _exiting:
+                raise ProcessExiting()
             raise RuntimeError("the stream was destroyed")
         task.complete()
 
@@ -339,6 +365,27 @@ class HostStream:
     def idle(self) -> bool:
         return not self._tasks
 
+    def abandon(self) -> None:
+        """Process exit: drop the queued work (its event marks complete and its replays finish, so no
+        waiter hangs on them) and queue the stop after the task the worker is running."""
+        with self._lock:
+            dropped = list(self._tasks)
+            self._tasks.clear()
+            self._finished += len(dropped)   # counted as skipped: a drain() does not wait for them
+            if not self.closed:
+                self.closed = True
+                self._tasks.append(_STOP)
+                self._submitted += 1
+            if self._sleeping:
+                self._sleeping = False
+                self._work.notify()
+            self._done.notify_all()
+        for task in dropped:
+            if isinstance(task, HostEventMark):
+                task.complete()
+            elif isinstance(task, Replay):
+                task.finish()
+
     def close(self) -> None:
         """Finish the queued work and stop the worker (errors still pending are dropped)."""
         if self.generation != _generation:   # the parent's stream in a fork() child: nothing runs it
@@ -353,5 +400,21 @@ class HostStream:
             if self._sleeping:
                 self._sleeping = False
                 self._work.notify()
-        if threading.current_thread() is not self._thread:
+        if threading.current_thread() is not self._thread and self._thread.ident is not None:
             self._thread.join()
+
+
+def stop_all() -> None:
+    """At process exit: every stream of this process abandons its queued work, then its worker
+    finishes the task it is running (a kernel is never left running into memory the exit frees) and
+    stops. Idempotent; work queued afterwards raises ProcessExiting."""
+    global _exiting
+    with _live_lock:
+        _exiting = True
+        streams = [s for s in list(_live) if s.generation == _generation]
+    for stream in streams:   # all queues first: a running task may wait on another stream's mark
+        stream.abandon()
+    me = threading.current_thread()
+    for stream in streams:
+        if stream._thread is not me and stream._thread.ident is not None:
+            stream._thread.join()

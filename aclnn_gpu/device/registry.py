@@ -39,6 +39,7 @@ class Allocation:
     on_device: bool          # aclrtMalloc (True) or aclrtMallocHost (False)
     buffer: Any              # what keeps the memory alive (a NumPy array, a CuPy MemoryPointer ...)
     models: Any = None       # the live captured models (aclmdlRI) whose work uses it: not freeable meanwhile
+    origin: str = ""         # how its size came about (aclrtMalloc's CANN rule), for the too-short message
 
 
 class Registry:
@@ -110,6 +111,12 @@ class Registry:
             alloc = Registry.foreign(self, ptr, nbytes, what, status)
         if alloc is None:
             shown = hex(ptr) if isinstance(ptr, int) and not isinstance(ptr, bool) else repr(ptr)
+            start = self.find(ptr, 0)
+            if start is not None and nbytes > 0:   # it starts inside one: runs past its end
+                fail(status, f"{what}: address {shown} with {nbytes} bytes is not inside a live allocation "
+                             f"of this library: it runs {ptr + nbytes - start.base - start.size} bytes past the "
+                             f"end of the allocation at {hex(start.base)} of {start.size} bytes"
+                             + (f" ({start.origin})" if start.origin else ""))
             fail(status, f"{what}: address {shown} with {nbytes} bytes is not inside a live allocation "
                          "of this library (freed, foreign or too short)")
         if on_device is not None and alloc.on_device != on_device:

@@ -200,11 +200,16 @@ template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
 // ------------------------------------------------------------------------------ backward: beta
 // Sample prologue of both beta recursions: status, labels (into the tables) and their chains.
 // Returns false when the sample has no recursion to run (status written). Ends with a barrier.
-template <class I, class M>
-__device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* targets, const ctc::Tables& tb, long long b,
-                                             long long Tn, long long C, long long max_l, long long tgt_numel,
-                                             long long tgt_stride, long long X, long long blank, long long cap,
-                                             M nll, int zero_inf, int* misc, ctc::Sample& sp) {
+// zero_inf zeroes the slice (kZero) when the nll given is +inf, and also when the sample cannot
+// align whatever nll is given (CANN's forward returns 0 for it): alpha at both final states
+// (Lin-1, 2L) and (Lin-1, 2L-1) is -inf. Every thread reads those two values: the return is uniform.
+template <class I, class T>
+__device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* targets, const T* log_alpha,
+                                             const ctc::Tables& tb, long long b, long long Tn, long long C,
+                                             long long max_l, long long tgt_numel, long long tgt_stride, long long X,
+                                             long long blank, long long cap, math_t<T> nll, int zero_inf, int* misc,
+                                             ctc::Sample& sp) {
+  typedef math_t<T> M;
   using namespace ctc;
   if (zero_inf && nll == pos_inf<M>()) {           // ctc_grad zeroes the slice
     if (threadIdx.x == 0) tb.status[b] = kZero;
@@ -212,8 +217,13 @@ __device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* 
   }
   int* lab = tb.lab + b * max_l;
   sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, lab, misc);
-  if (threadIdx.x == 0) tb.status[b] = sp.bad ? kBad : kOk;
-  if (sp.bad || sp.lin == 0) return false;
+  bool zero = false;
+  if (zero_inf && !sp.bad && sp.lin > 0) {          // not bad: 2L < X, Lin in [1, T]
+    const T* fin = log_alpha + (b * Tn + sp.lin - 1) * X + 2 * sp.L;
+    zero = load(fin, 0) == neg_inf<M>() && (sp.L == 0 || load(fin, -1) == neg_inf<M>());
+  }
+  if (threadIdx.x == 0) tb.status[b] = sp.bad ? kBad : zero ? kZero : kOk;
+  if (sp.bad || zero || sp.lin == 0) return false;
   build_chains(lab, tb.fst + b * max_l, tb.nxt + b * max_l, misc, sp.L, blank);
   __syncthreads();
   if (threadIdx.x == 0) tb.first[b] = misc[1];
@@ -241,8 +251,8 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
     __syncthreads();  // the previous sample's readers are done with shared memory
     const M nll = load(nll_in, b);
     Sample sp = {0, 0, 0, true};
-    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, nll,
-                             zero_inf, sm.misc, sp))
+    if (!beta_prologue<I, T>(tiling, targets, log_alpha, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap,
+                             nll, zero_inf, sm.misc, sp))
       continue;
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
     const int* lab = tb.lab + b * max_l;
@@ -643,8 +653,8 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
     __syncthreads();
     const M nll = load(nll_in, b);
     Sample sp = {0, 0, 0, true};
-    if (!beta_prologue<I, M>(tiling, targets, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width, nll,
-                             zero_inf, misc, sp))
+    if (!beta_prologue<I, T>(tiling, targets, log_alpha, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank,
+                             width, nll, zero_inf, misc, sp))
       continue;
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
     const int* lab = tb.lab + b * max_l;

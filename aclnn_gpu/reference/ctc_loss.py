@@ -16,8 +16,10 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   an impossible alignment gives an infinite loss, returned as 0 with `zero_infinity` (CANN's
   forward rule); Lin == 0 gives loss 0 when L == 0, else inf.
 * backward: out[t,b,c] = (exp(lp) - exp(lcab + nll - lp)) * g for t < Lin, 0 for t >= Lin; the whole
-  sample is 0 when `zero_infinity` and nll == +inf; NaN where lp = -inf (t < Lin), as the formula
-  gives. log_alpha is read only at t < Lin-1, s <= 2L and at t = Lin-1, s in {2L-1, 2L}
+  sample is 0 when `zero_infinity` and either nll == +inf or the sample cannot align (log_alpha's
+  final states (Lin-1, 2L) and (Lin-1, 2L-1) both -inf, or Lin == 0 < L: whatever nll is given, so
+  the 0 that CANN's forward returns for it works as well as PyTorch's inf); NaN where lp = -inf
+  (t < Lin), as the formula gives. log_alpha is read only at t < Lin-1, s <= 2L and at t = Lin-1, s in {2L-1, 2L}
   (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
   occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
   that could underflow labels with tiny probability.
@@ -415,10 +417,23 @@ def ctc_loss_backward(grad_out, log_probs, targets, input_lengths, target_length
         by_vecdot = N * S <= _VECDOT_MAX_STATES and hasattr(np, "vecdot")   # NumPy >= 2.0
         _by_slices(partial(_gradient, lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad), N,
                    tmax * N * S)
-    zero = zero_infinity & (nll == np.inf)
+    zero = zero_infinity & ((nll == np.inf) | (_cannot_align(la_all, il, tl) & ~bad))
     grad[:, zero, :] = 0
     grad[:, bad & ~zero, :] = np.nan
     return grad.astype(lp_in.dtype, copy=False)
+
+
+def _cannot_align(log_alpha, il, tl):
+    """(N,) bool: the samples whose labels no alignment produces, read from log_alpha itself: both
+    final states, (Lin-1, 2L) and (Lin-1, 2L-1), are -inf (Lin = 0: any L > 0). zero_infinity zeroes
+    them whatever nll it is given, as CANN's forward hands the backward 0 for such a sample."""
+    n = il.shape[0]
+    last = np.maximum(il - 1, 0)
+    bidx = np.arange(n)
+    with np.errstate(invalid="ignore"):
+        end = log_alpha[bidx, last, 2 * tl] == -np.inf
+        before = np.where(tl > 0, log_alpha[bidx, last, np.maximum(2 * tl - 1, 0)] == -np.inf, True)
+    return np.where(il == 0, tl > 0, end & before)
 
 
 def _gradient(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, by_vecdot, grad, b0, b1):

@@ -273,6 +273,17 @@ def test_threads_of_a_c_program(compile_program):
     assert proc.returncode == 0 and "threads ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+@pytest.mark.parametrize("device", ["cpu", "emulated"])
+@pytest.mark.parametrize("mode, code", [("return", 0), ("finalize", 0), ("exit", 7)])
+def test_c_program_exits_cleanly_with_work_queued(compile_program, device, mode, code):
+    """tests/capi/exit_queued.c ends with work queued (main returns, aclFinalize without a
+    synchronize, exit() while threads call the operator): its own exit code, no signal, nothing on
+    stderr but what it wrote (the C ABI stops the streams at exit, before the libraries' destructors)."""
+    proc = run(compile_program(HERE / "exit_queued.c"), device, mode)
+    assert (proc.returncode, proc.stderr) == (code, "exiting\n"), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout == "queued\n"
+
+
 def test_memory_over_cycles(compile_program):
     """10,000 create/run/destroy cycles (ACLNN_GPU_MEMORY_CYCLES): RSS after the warm-up tenth grows < 20 MB."""
     cycles = int(os.environ.get("ACLNN_GPU_MEMORY_CYCLES", "10000"))

@@ -23,7 +23,7 @@ import aclnn_gpu as acl
 from aclnn_gpu import dtypes
 from aclnn_gpu.status import aclDataType as D
 from aclnn_gpu.tensor import aclTensor
-from support import Session
+from support import Session, near_end
 
 NULLPTR = int(acl.aclnnStatus.ACLNN_ERR_PARAM_NULLPTR)
 INVALID = int(acl.aclnnStatus.ACLNN_ERR_PARAM_INVALID)
@@ -377,9 +377,8 @@ def _host_memory(name):
 
 def _too_short(name):
     def m(s, a):
-        need = nbytes(a[name])
-        ptr = s.malloc(need - a[name].itemsize)
-        a.over(name, ptr)
+        need, item = nbytes(a[name]), a[name].itemsize
+        a.over(name, near_end(s.malloc(need - item), need - item))   # one element past what aclrtMalloc made usable
         return INVALID, [name], None
     return m
 
@@ -387,7 +386,8 @@ def _too_short(name):
 def _past_end(name):
     def m(s, a):
         t = a[name]
-        a.over(name, t.data, offset=1, storage=[t.numel])
+        room = -(-(near_end(t.data, 0) - t.data) // t.itemsize)  # elements from t.data to the usable end
+        a.over(name, t.data, offset=room - t.numel + 1, storage=[t.numel])
         return INVALID, [name], None
     return m
 

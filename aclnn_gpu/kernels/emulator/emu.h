@@ -302,9 +302,11 @@ template <class T> T* dyn_smem() {
   return reinterpret_cast<T*>(g_dyn_smem);
 }
 
-// Static shared memory objects of this library (registered by the driver, see top of file).
+// Static shared memory objects of this library (registered by the driver, see top of file). Never
+// destroyed: the library keeps no object with a destructor, so a launch still running while the
+// process exits (exit() runs the destructors of loaded libraries) never reads freed memory.
 struct Region { unsigned char* p; size_t n; };
-inline std::vector<Region> g_static_shared;
+inline std::vector<Region>& g_static_shared = *new std::vector<Region>;
 #if defined(__SANITIZE_ADDRESS__)
 __attribute__((no_sanitize("address")))
 #endif

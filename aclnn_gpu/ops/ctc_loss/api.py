@@ -17,14 +17,17 @@ Backward checks (docs/OPERATORS.md §1 order; 161001 for a null tensor or length
   or alias any input. CANN's A2/A3-only refusals of FLOAT16/BF16 for C > 200000, N > 8180 or
   (X-1)/2 > 1000 are not applied (no such limit here).
 The forward (`aclnnCtcLoss`, prefix "aclnnCtcLoss: ") checks the same rules in the same order for
-its operands; logAlphaOut must be exactly (N, T, 2*maxL+1) (PyTorch's layout; the backward accepts
-any X >= 2*maxL+1, e.g. CANN's 8-aligned layout padded with -99999) and negLogLikelihoodOut (N,).
+its operands; logAlphaOut must be (N, T, 2*maxL+1) (PyTorch's and Ascend 950's layout) or (N, T,
+padded_width(maxL)) (Atlas A2/A3: 2*maxL+1 rounded up to a multiple of 8, CANN's own sample uses it),
+whose padding columns are written -inf, as CANN's A2/A3 kernel writes them; the backward accepts any
+X >= 2*maxL+1 and never reads past column 2L of a sample. negLogLikelihoodOut is (N,).
 
 zeroInfinity: the forward returns 0 for an infinite loss (CANN's forward rule, docs/API.md §7); the
-backward zeroes a sample only when the negLogLikelihood it is GIVEN is exactly +inf (docs/OPERATORS.md §1
-step 1). So backward(forward(zero_infinity=True)) does NOT zero an infeasible sample (its nll is
-0, giving a finite but meaningless gradient): an autograd wrapper must pass the raw (inf) loss to
-the backward, as PyTorch's does internally.
+backward zeroes a sample when the negLogLikelihood it is given is +inf (docs/OPERATORS.md §1 step 1)
+and also when the sample cannot align, read from logAlpha (both final states (Lin-1, 2L), (Lin-1,
+2L-1) -inf), whatever nll it is given: backward(forward(zero_infinity=True)) zeroes an infeasible
+sample, as PyTorch's ctc_loss(zero_infinity=True) does (CANN's backward, which tests nll == inf
+only, leaves such a sample the gradient exp(lp) * gradOut).
 
 Targets of dtype BOOL / FLOAT / FLOAT16 are cast to int64 as CANN does (truncation toward zero;
 NaN, inf or huge values become -1, an out-of-range label that makes that sample NaN). A label
@@ -76,6 +79,12 @@ def cast_targets_host(targets: np.ndarray) -> np.ndarray:
     as_float = labels.astype(np.float32)
     representable = np.isfinite(as_float) & (np.abs(as_float) < 4.6116860184e18)
     return np.where(representable, np.trunc(np.where(representable, as_float, 0)), -1).astype(np.int64)
+
+
+def padded_width(max_length: int) -> int:
+    """logAlpha's last dimension on Atlas A2/A3: 2*maxL+1 rounded up to a multiple of 8 (ops-nn
+    loss/ctc_loss_v2/op_api/ctc_loss_v2.cpp, CtcLossNpuOutputShape); Ascend 950 keeps 2*maxL+1."""
+    return (2 * max_length + 1 + 7) // 8 * 8
 
 
 # ------------------------------------------------------------------------------ shared checks
@@ -256,13 +265,17 @@ class CtcLossPlan(_CtcPlan):
             host_array(device, self.log_probs), self._host_targets(device), input_lengths, target_lengths,
             self.blank, self.zero_infinity)
         write_out(host_array(device, self.neg_log_likelihood), neg_log_likelihood)
-        write_out(host_array(device, self.log_alpha), log_alpha)
+        out = host_array(device, self.log_alpha)
+        S = log_alpha.shape[2]
+        write_out(out[:, :, :S], log_alpha)
+        write_out(out[:, :, S:], -np.inf)   # CANN's 8-aligned padding: unreachable states, -inf as CANN writes
 
     def launch_operator(self, ctx: Any, workspace: int) -> None:
         ws = self.workspace
         gpu.launch_forward(
             ctx, neg_log_likelihood_ptr=ws.address(self.neg_log_likelihood, workspace),
-            log_alpha_ptr=ws.address(self.log_alpha, workspace), **self._launch_args(workspace))
+            log_alpha_ptr=ws.address(self.log_alpha, workspace), X=self.log_alpha.shape[2],
+            **self._launch_args(workspace))
 
 
 # ------------------------------------------------------------------------------ phase 1
@@ -348,7 +361,11 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
                               time_extra=[])
     _check_1d_targets(c, targets_, target_lengths)
     c.shape_eq("negLogLikelihoodOut", neg_log_likelihood, (N,), "(N,) =")
-    c.shape_eq("logAlphaOut", log_alpha, (N, T, 2 * max_length + 1), "(N, T, 2*max(targetLengths)+1) =")
+    S = 2 * max_length + 1
+    if tuple(log_alpha.shape) not in ((N, T, S), (N, T, padded_width(max_length))):
+        c.fail(INVALID, f"logAlphaOut shape {list(log_alpha.shape)} must equal (N, T, 2*max(targetLengths)+1) = "
+                        f"{[N, T, S]} or, CANN's A2/A3 layout, (N, T, (2*max(targetLengths)+1) rounded up to a "
+                        f"multiple of 8) = {[N, T, padded_width(max_length)]}")
     zero_infinity = _check_dtypes_and_zero_infinity(
         c, log_probs, targets_, {"negLogLikelihoodOut": neg_log_likelihood, "logAlphaOut": log_alpha}, zeroInfinity)
     if N == 0:

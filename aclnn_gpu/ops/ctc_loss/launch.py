@@ -8,7 +8,8 @@ KernelContext. Inputs and outputs are contiguous device buffers (the glue copies
                     zero_infinity)
     launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
                    workspace_ptr, T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel,
-                   input_lengths, target_lengths, blank, zero_infinity)   # writes X = 2*maxL+1
+                   input_lengths, target_lengths, blank, zero_infinity, X=None)
+        # writes log_alpha (N, T, X), X >= 2*maxL+1 (None: 2*maxL+1); columns past 2*maxL: -inf
 
 dtype: "float32" | "float64" | "float16" | "bfloat16" (numpy dtype names accepted);
 target_dtype: int32 | int64 (the glue casts BOOL/FLOAT/FLOAT16 targets to int64 first).
@@ -220,12 +221,12 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
 
 def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
                    T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel, input_lengths, target_lengths,
-                   blank, zero_infinity, long_path=None):
+                   blank, zero_infinity, X=None, long_path=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0:
         return
     max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
-    X = 2 * max_l + 1
+    X = 2 * max_l + 1 if X is None else int(X)   # columns 2*maxL+1 .. X-1 (CANN's 8-aligned padding): -inf
     msize = math_size_of(dt)
     geo = recursion_geometry(max_l, msize, long_path)
     lay = layout(T, N, max_l, msize, False, long_path)

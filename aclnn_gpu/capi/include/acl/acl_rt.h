@@ -88,6 +88,7 @@ ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEv
 
 /* memory: device pointers are addresses; count and sizes in bytes */
 ACL_FUNC_VISIBILITY aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+ACL_FUNC_VISIBILITY aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr);
 ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
 ACL_FUNC_VISIBILITY aclError aclrtFreeHost(void *hostPtr);
