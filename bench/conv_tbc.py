@@ -4,6 +4,7 @@ executor; timed = execute + synchronize) against PyTorch's conv_tbc backward
 
     python bench/conv_tbc.py [--device cpu|cuda|emulated] [--quick]
     python bench/conv_tbc.py --model [T B C K pad]     (no GPU: modelled H100 bytes and time)
+    python bench/conv_tbc.py --device cuda --launches [T B C K pad]   (each launch of one call, timed)
 
 GPU (cuda): T=1024, B=64, C=512, K=3, pad=1 in fp32 with each cubeMathType and in bf16; achieved
 TFLOP/s (backward = 2 products of 2*K*T*B*Cin*Cout flops each: gradInput and gradWeight) against
@@ -178,6 +179,91 @@ def bench_cuda(quick):
               f"{100 * fa / pk:.0f}% |")
 
 
+def launches(kind: str, T: int, B: int, C: int, K: int, pad: int, dtype: str, cube: int) -> list[dict]:
+    """Each launch and GEMM of one ConvTbc forward and one backward call, timed on the device with events
+    recorded around it on the plan's stream (cuda: CUDA events; emulated: the stand-in's). The call runs
+    once untimed first (compiles, caches), then once with every launch wrapped. Prints a table; returns
+    its rows. What it answers: which launch of the call takes the time (a per-launch breakdown that
+    the bench's whole-call figure cannot give)."""
+    from aclnn_gpu.device import cuda as cuda_device
+    dt = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": dtypes.bfloat16}[dtype]
+    rng = np.random.default_rng(0)
+    g, x, w, b = data(rng, T, B, C, C, K, pad, dt)
+    rows: list[dict] = []
+    recording = {"on": False, "direction": ""}
+    ctx_type = cuda_device.CudaKernelContext
+
+    def timed(name: str, original):
+        def wrapper(self, *args, **kwargs):
+            if not recording["on"]:
+                return original(self, *args, **kwargs)
+            cp = self.device.cp
+            with self.device.scope:
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record(self.stream.cupy)
+                result = original(self, *args, **kwargs)
+                end.record(self.stream.cupy)
+            what = args[1] if name == "launch" else "m={2} n={3} k={4} batch={b}".format(
+                *args, b=args[19] if name == "gemm_strided_batched" else args[16])
+            rows.append({"direction": recording["direction"], "call": name, "what": str(what),
+                         "grid": list(args[2]) if name == "launch" else None, "events": (start, end, cp)})
+            return result
+        return wrapper
+    saved = {n: getattr(ctx_type, n) for n in ("launch", "gemm_strided_batched", "gemm_batched")}
+    for n, f in saved.items():
+        setattr(ctx_type, n, timed(n, f))
+    try:
+        for direction in ("forward", "backward"):
+            if direction == "backward":
+                op = Ours(g, x, w, b, pad, cube)
+            else:
+                op = _Forward(x, w, b, pad, cube)
+            op()                       # untimed: compiles and first-call costs
+            recording.update(on=True, direction=direction)
+            op()
+            recording["on"] = False
+            op.close()
+    finally:
+        for n, f in saved.items():
+            setattr(ctx_type, n, f)
+    for r in rows:
+        start, end, cp = r.pop("events")
+        end.synchronize()
+        r["ms"] = float(cp.cuda.get_elapsed_time(start, end))
+    print(f"\nConvTbc T={T} B={B} C={C} K={K} pad={pad} {dtype} cubeMathType={cube} on `{kind}`: one call's "
+          "launches, each timed by events around it on the plan's stream (ms)\n")
+    print("| direction | call | kernel / GEMM | grid | ms |")
+    print("| --- | --- | --- | --- | ---: |")
+    for r in rows:
+        print(f"| {r['direction']} | {r['call']} | {r['what']} | {r['grid'] or ''} | {r['ms']:.4f} |")
+    for direction in ("forward", "backward"):
+        total = sum(r["ms"] for r in rows if r["direction"] == direction)
+        print(f"\n{direction}: {sum(r['direction'] == direction for r in rows)} launches, {total:.4f} ms in them")
+    return rows
+
+
+class _Forward(Ours):
+    """A repeatable aclnnConvTbc (forward) executor over preallocated device buffers."""
+
+    def __init__(self, x, w, b, pad, cube):   # not super().__init__: that builds the backward's tensors
+        status, self.stream = acl.aclrtCreateStream()
+        assert status == 0
+        self.ptrs = []
+        ts = [self._tensor(a) for a in (x, w, b)]
+        T, B, _ = x.shape
+        K, _, Cout = w.shape
+        out = self._tensor(np.empty((T + 2 * pad - K + 1, B, Cout), x.dtype))
+        status, self.ws, self.ex = acl.aclnnConvTbcGetWorkspaceSize(*ts, pad, out, cube)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        assert acl.aclSetAclOpExecutorRepeatable(self.ex) == 0
+        self.work = self._malloc(self.ws) if self.ws else None
+        self.outs = [out]
+
+    def __call__(self):
+        assert acl.aclnnConvTbc(self.work, self.ws, self.ex, self.stream) == 0
+        assert acl.aclrtSynchronizeStream(self.stream) == 0
+
+
 def model(T, B, C, K, pad) -> None:
     """Our backward (profiled on the emulated device) beside PyTorch's launch sequence, fp16, both in the
     profiler's model: bytes cold (each launch from an empty cache) and through the L2 model."""
@@ -205,7 +291,17 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer sizes and runs (CI)")
     ap.add_argument("--model", nargs="*", type=int, metavar="T B C K pad",
                     help="modelled H100 bytes and time of ours and PyTorch's launch sequence (no GPU)")
+    ap.add_argument("--launches", nargs="*", type=int, metavar="T B C K pad",
+                    help="time each launch and GEMM of one forward and one backward call on the device "
+                         "(events around each; default shape: bench's mid size 2530 16 128 3 1)")
+    ap.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32", help="--launches' dtype")
+    ap.add_argument("--cube", type=int, default=0, help="--launches' cubeMathType")
     args = ap.parse_args()
+    if args.launches is not None:
+        os.environ["ACLNN_GPU_DEVICE"] = args.device
+        assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+        launches(args.device, *(args.launches or [2530, 16, 128, 3, 1]), args.dtype, args.cube)
+        return
     if args.model is not None:
         model(*(args.model or [1024, 32, 1024, 3, 1]))
         return

@@ -52,3 +52,22 @@ def test_cpu_goal_uses_fastest_runs_and_the_slow_cases_only():
     g = cpu_gap.goal(rows)
     assert g["geomean"] == pytest.approx(math.sqrt(0.5 * 2.0)) and g["operators"] == 2
     assert g["max"] == 2.0 and g["max_case"] == "b s2"     # c: PyTorch under 0.2 ms, not counted
+
+
+def test_conv_tbc_launch_breakdown_times_every_launch_of_both_directions():
+    """bench/conv_tbc.py --launches (the per-launch breakdown to run on a GPU) on the emulated device: each
+    kernel and GEMM of one forward and one backward call appears once with its own event-timed span, and
+    the device's context class is left as it was."""
+    from support import use_device
+
+    from aclnn_gpu.device import cuda as cuda_device
+    from bench import conv_tbc
+    before = {n: getattr(cuda_device.CudaKernelContext, n) for n in ("launch", "gemm_strided_batched", "gemm_batched")}
+    use_device("emulated")
+    rows = conv_tbc.launches("emulated", 20, 2, 8, 3, 1, "fp32", 0)
+    kinds = {(r["direction"], r["call"]) for r in rows}
+    assert {("forward", "launch"), ("forward", "gemm_batched"), ("backward", "launch"),
+            ("backward", "gemm_strided_batched")} <= kinds, kinds
+    assert all(r["ms"] >= 0 for r in rows)
+    assert any(r["what"].startswith("tbc_batch_major") for r in rows if r["direction"] == "backward")
+    assert {n: getattr(cuda_device.CudaKernelContext, n) for n in before} == before
