@@ -110,6 +110,9 @@ ACLNN_GPU_DEVICE="$DEV" run_step capture_example 30 "$PY" examples/capture_train
 bench_dir=$(mktemp -d -t gpu_bench.XXXXXX)
 run_step bench 60 "$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$bench_dir"
 [ -f "$bench_dir/bench.json" ] && cp "$bench_dir/bench.json" "$OUT/bench.json"
+# the per-launch breakdown of ConvTbc at bench's mid size (fp32 ran 15.9x / 4.8x PyTorch's on an H200)
+run_step convtbc_launches 25 "$PY" bench/conv_tbc.py --device "$DEV" --launches \
+  $([ "$DEV" = cuda ] || echo "20 2 8 3 1")
 if [ "$DEV" = cuda ] && [ "${GPU_CHECK_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   run_step ncu 60 "$PY" -m aclnn_gpu.profile.ncu_compare --out "$(mktemp -d)" --ncu-only "$OUT/ncu.json" \
     ${GPU_CHECK_NCU_CASES:+--cases "$GPU_CHECK_NCU_CASES"}
