@@ -1,8 +1,10 @@
 """Proof that the sanitizer checks catch what they exist for: an out-of-bounds kernel under the
 AddressSanitizer build (in a subprocess, so the abort cannot take this process down), a kernel
-missing a __syncthreads under the ThreadSanitizer replay, and their correct twins accepted."""
+missing a __syncthreads under the ThreadSanitizer replay, their correct twins accepted, and a sanitizer
+run (`python -m ...sanitize`) whose report survives the abort it causes."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,38 @@ def test_tsan_replay_accepts_synchronised_kernel(tmp_path, capsys):
     assert np.isfinite(out).all()
     assert tsan.main([str(tmp_path), "--only-sync", "--max-blocks", "2"]) == 0
     assert "1 launches of 1 sources replayed" in capsys.readouterr().out
+
+
+_ABORTING_TEST = '''
+import os
+import numpy as np
+from aclnn_gpu.kernels.emulator import EmuModule
+
+def test_out_of_bounds():
+    # C-level output on fd 2 just before the abort: pytest's default (fd) capture would discard it
+    os.write(2, b"FD2-MARKER before the launch\\n")
+    m = EmuModule.from_file(os.environ["OOB_CU"])
+    x = np.ones(1000, np.float32); y = np.zeros(1000, np.float32)
+    m.get_function("scale_oob")((4,), (256,), (x, y, np.int32(1000)))
+'''
+
+
+def test_sanitizer_run_reports_survive_the_abort(tmp_path):
+    """`python -m ...sanitize` over a test whose kernel overflows: the run aborts, and still the log has
+    the ASan report (from its log file), what C code wrote on fd 2, the test that was running, and
+    the command that replays it with the run's seed."""
+    (tmp_path / "test_aborts.py").write_text(_ABORTING_TEST)
+    env = {k: v for k, v in os.environ.items() if k not in ("ACLNN_GPU_TEST_TRACE", "PYTEST_CURRENT_TEST")}
+    env.update(OOB_CU=str(FIX / "oob.cu"), ACLNN_GPU_TEST_SEED="4242", ACLNN_GPU_SANITIZER_LOGS=str(tmp_path / "logs"),
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.kernels.emulator.sanitize", "-q", "-p", "seeding", "-p",
+                        "no:cacheprovider", "--rootdir", str(tmp_path), "test_aborts.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 128 + 6, out[-3000:]                    # SIGABRT, as abort_on_error makes it
+    assert "FD2-MARKER before the launch" in out, out[-3000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in out and "oob.cu:6" in out, out[-3000:]
+    assert list((tmp_path / "logs").glob("asan.*")), "the report was not written to its log file"
+    assert "the test running then: test_aborts.py::test_out_of_bounds" in out, out[-3000:]
+    assert ("replay: ACLNN_GPU_TEST_SEED=4242 python -m aclnn_gpu.kernels.emulator.sanitize "
+            "test_aborts.py::test_out_of_bounds") in out, out[-3000:]
