@@ -118,3 +118,29 @@ def test_sanitizer_run_reports_survive_the_abort(tmp_path):
     assert "the test running then: test_aborts.py::test_out_of_bounds" in out, out[-3000:]
     assert ("replay: ACLNN_GPU_TEST_SEED=4242 python -m aclnn_gpu.kernels.emulator.sanitize "
             "test_aborts.py::test_out_of_bounds") in out, out[-3000:]
+
+
+_DANGLING_CHILD = """
+import sys, numpy as np
+from aclnn_gpu.kernels.emulator import EmuModule, record_to
+m = EmuModule.from_file(sys.argv[1])
+gone = np.ones(1000, np.float32)
+address = gone.ctypes.data
+del gone                                   # freed: the pointer below dangles
+y = np.zeros(4, np.float32)
+with record_to(sys.argv[2]):               # n = 0: the kernel never reads through it
+    m.get_function("scale_ok")((1,), (32,), (np.uint64(address), y, np.int32(0)))
+print("FINISHED")
+"""
+
+
+def test_launch_recorder_never_reads_freed_memory(tmp_path):
+    """The ASan run records launches for the TSan replay; a pointer argument into a freed block (one
+    the kernel does not dereference) made the recorder copy freed memory: ASan's heap-use-after-free,
+    in the recorder, aborted the run. The launch is recorded as not replayable instead."""
+    r = subprocess.run([sys.executable, "-c", _DANGLING_CHILD, str(FIX / "oob.cu"), str(tmp_path)], cwd=REPO,
+                       env=sanitizer_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "FINISHED" in r.stdout, r.stderr[-3000:]
+    [launches] = tmp_path.glob("launches-*.jsonl")
+    [line] = launches.read_text().splitlines()
+    assert '"replayable": false' in line and "no resolver knows" in line, line
