@@ -7,7 +7,10 @@
 #      with the emulator built -fsanitize=address,undefined, recording every launch.
 #   4. ThreadSanitizer replay of the recorded launches that use barriers or dynamic shared memory.
 # Environment: PYTHON (default: python), ACLNN_GPU_CACHE (emulator build cache, keep it between runs),
-# CI_KERNELS_ARTIFACTS (default: a temporary directory; the report JSON and recording land there).
+# CI_KERNELS_ARTIFACTS (default: a temporary directory; the report JSON, the recording and the
+# sanitizer reports land there), ACLNN_GPU_TEST_SEED (the tests' seed; drawn and printed if unset).
+# A sanitizer report aborts the ASan+UBSan run: sanitize.py keeps the reports in $ART/sanitizer-logs
+# and prints them, the test that was running and the command that replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
@@ -15,6 +18,10 @@ ART="${CI_KERNELS_ARTIFACTS:-$(mktemp -d -t ci_kernels.XXXXXX)}"
 mkdir -p "$ART"
 REC="$ART/launches"
 rm -rf "$REC"
+if [ -z "${ACLNN_GPU_TEST_SEED:-}" ]; then   # run alone (scripts/test.sh sets and prints it)
+  export ACLNN_GPU_TEST_SEED="$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')"
+  echo "::: test seed $ACLNN_GPU_TEST_SEED"
+fi
 status=0
 t_all=$SECONDS
 
@@ -28,7 +35,7 @@ step() {  # step NAME CMD...: run, time, remember failure, continue
 step "compile report" "$PY" -m aclnn_gpu.kernels.report --json "$ART/kernel_report.json"
 step "sanitizer proofs" "$PY" -m pytest -q -p no:cacheprovider -m sanitizer tests/kernels
 step "asan+ubsan kernel tests" env ACLNN_GPU_EMU_RECORD="$REC" ACLNN_GPU_EMU_RECORD_FILTER=sync \
-  ACLNN_GPU_EMU_RECORD_PER_KERNEL=1 \
+  ACLNN_GPU_EMU_RECORD_PER_KERNEL=1 ACLNN_GPU_SANITIZER_LOGS="$ART/sanitizer-logs" \
   "$PY" -m aclnn_gpu.kernels.emulator.sanitize -q -p no:cacheprovider -m "kernels and not sanitizer" tests
 step "tsan replay" "$PY" -m aclnn_gpu.kernels.emulator.tsan "$REC" --only-sync --max-blocks 1 --max-per-kernel 1
 

@@ -7,6 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
+# One seed for every randomised test of the run (tests/seeding.py), printed first: a run that dies
+# half-way (a sanitizer report aborts pytest) still says how to replay what it ran.
+export ACLNN_GPU_TEST_SEED="${ACLNN_GPU_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "::: test seed $ACLNN_GPU_TEST_SEED: a failing test replays with" \
+  "ACLNN_GPU_TEST_SEED=$ACLNN_GPU_TEST_SEED python -m pytest '<test id>' (its report prints the exact command)"
 export ACLNN_GPU_CACHE="${ACLNN_GPU_CACHE:-$HOME/.cache/aclnn_gpu}"
 start=$SECONDS
 

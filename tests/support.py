@@ -11,6 +11,7 @@ import aclnn_gpu as acl
 from aclnn_gpu import dtypes
 from aclnn_gpu.runtime import release_devices
 from aclnn_gpu.samples import DeviceArrays
+from seeding import draw_seed
 
 # ACLNN_GPU_TEST_DEVICES (comma list, default "cpu,emulated"): the device kinds the tests run on;
 # scripts/gpu_check.sh sets "cuda" on a machine with a GPU.
@@ -73,8 +74,9 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, dtype: Any, scale: fl
 
 
 def rng_with_seed(request: Any) -> np.random.Generator:
-    """A generator seeded fresh per test; the seed is attached to the test report on failure."""
-    seed = int.from_bytes(os.urandom(4), "little")
+    """A generator seeded from the run's seed and the test's id (seeding.draw_seed: the same data when
+    the test is replayed with ACLNN_GPU_TEST_SEED); the seed is attached to the test report."""
+    seed = draw_seed(request.node.nodeid)
     request.node.user_properties.append(("seed", seed))
     print(f"seed={seed}")
     return np.random.default_rng(seed)

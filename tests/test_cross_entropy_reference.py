@@ -1,8 +1,6 @@
 """NumPy cross-entropy reference vs PyTorch CPU autograd (float64), fresh random cases per run."""
 from __future__ import annotations
 
-import secrets
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,14 +11,6 @@ F = torch.nn.functional
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss, cross_entropy_loss_grad  # noqa: E402
 
 REDUCTIONS = ["none", "mean", "sum"]
-
-
-@pytest.fixture
-def rng(request):
-    seed = secrets.randbits(32)
-    request.node.user_properties.append(("seed", seed))
-    print(f"seed={seed}")  # shown by pytest on failure
-    return np.random.default_rng(seed)
 
 
 def torch_ce(x, t, w, reduction, ignore_index, ls, g):

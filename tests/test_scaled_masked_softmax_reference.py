@@ -1,11 +1,8 @@
 """NumPy reference of scaled masked softmax (forward and backward) against PyTorch CPU in float64.
 
-Shapes and values are drawn fresh each run; every assertion message carries the seed
-(rerun one with SMSM_SEED=<seed>)."""
+Shapes and values are drawn fresh each run from the run's seed (tests/seeding.py: a failed test's
+report carries the ACLNN_GPU_TEST_SEED command that replays it); assertion messages carry the test's seed."""
 from __future__ import annotations
-
-import os
-import secrets
 
 import ml_dtypes
 import numpy as np
@@ -13,6 +10,7 @@ import pytest
 import torch
 
 from aclnn_gpu.reference.scaled_masked_softmax import scaled_masked_softmax, scaled_masked_softmax_backward
+from seeding import draw_seed
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
 RTOL = {np.dtype(np.float32): 2e-6, np.dtype(np.float16): 2 ** -10, np.dtype(ml_dtypes.bfloat16): 2 ** -7}
@@ -20,7 +18,7 @@ MASK_FORMS = ["none", "full", "b1", "1n", "11"]
 
 
 def _seed() -> int:
-    return int(os.environ.get("SMSM_SEED", secrets.randbits(32)))
+    return draw_seed()
 
 
 def make_mask(rng, form, B, N, S1, S2, fully_masked=True):
@@ -140,7 +138,7 @@ def test_causal_generated_equals_explicit(form, dtype):
 
 
 def test_fully_masked_rows_forward_zero():
-    x = np.random.default_rng().standard_normal((2, 2, 3, 5)).astype(np.float32)
+    x = np.random.default_rng(_seed()).standard_normal((2, 2, 3, 5)).astype(np.float32)
     mask = np.ones((1, 1, 3, 5), bool)
     y = scaled_masked_softmax(x, mask, 1.0, False)
     assert np.all(y == 0) and not np.signbit(y).any()

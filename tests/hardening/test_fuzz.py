@@ -6,13 +6,15 @@ strategy says so): every element of the view must be written, and no byte of the
 (the gaps of a strided view, the leading offset) may change.
 
 Budget: ACLNN_GPU_FUZZ_EXAMPLES=N examples per operator (default 40; the whole file < 90 s on a
-loaded 2-core machine); ACLNN_GPU_FUZZ_SEED=S replays a run (the seed is printed with the figures;
-hypothesis also prints the falsifying example). Emulated shapes stay tiny on purpose.
+loaded 2-core machine). Each test's Hypothesis seed derives from the run's seed and the test's id
+(tests/seeding.py), so `ACLNN_GPU_TEST_SEED=<run seed> python -m pytest '<test id>'` replays it: the run's
+seed is printed before the first test (a crash that kills the process cannot hide it), a failed test's
+report carries that command, and hypothesis prints the falsifying example. Emulated shapes stay tiny
+on purpose.
 """
 from __future__ import annotations
 
 import os
-import random
 
 import numpy as np
 import pytest
@@ -26,24 +28,25 @@ from aclnn_gpu import dtypes
 from aclnn_gpu.reference import ctc_loss as ctc_ref
 from aclnn_gpu.reference import cross_entropy as ce_ref
 from aclnn_gpu.reference import scaled_masked_softmax as sms_ref
+from seeding import current_test, draw_seed, replay_command, run_seed
 from support import TOLERANCE, Session
 
 pytestmark = pytest.mark.kernels
 
 EXAMPLES = int(os.environ.get("ACLNN_GPU_FUZZ_EXAMPLES", "40"))
-SEED = int(os.environ.get("ACLNN_GPU_FUZZ_SEED", str(random.SystemRandom().randrange(2 ** 32))))
 KINDS = ("cpu", "emulated")
 F16, F32, F64, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), dtypes.bfloat16
 CASES: dict[str, int] = {}
 
 
 def fuzz(name: str, strategy, figures, examples: int = EXAMPLES):
-    """Run `body(case)` over `strategy` with the file's budget and seed; report the count."""
+    """Run `body(case)` over `strategy` with the file's budget and the test's seed; report the count."""
 
     def wrap(body):
         CASES[name] = 0
+        test_seed = draw_seed()
 
-        @seed(SEED)
+        @seed(test_seed)
         @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                          HealthCheck.filter_too_much])
@@ -55,8 +58,8 @@ def fuzz(name: str, strategy, figures, examples: int = EXAMPLES):
         try:
             run()
         finally:
-            figures(f"fuzz {name}: {CASES[name]} cases x {len(KINDS)} devices (seed {SEED}; "
-                    f"replay: ACLNN_GPU_FUZZ_SEED={SEED})")
+            figures(f"fuzz {name}: {CASES[name]} cases x {len(KINDS)} devices (seed {test_seed}; "
+                    f"replay: {replay_command(current_test())})")
         return run
 
     return wrap
@@ -494,4 +497,4 @@ def test_fuzz_scaled_masked_softmax_backward(figures):
 def test_fuzz_totals(figures):
     """The figure line for the whole file (runs last in file order)."""
     figures(f"fuzz total: {sum(CASES.values())} cases over {len(CASES)} entry points, each on cpu and emulated "
-            f"vs float64 reference (ACLNN_GPU_FUZZ_EXAMPLES={EXAMPLES}, seed {SEED})")
+            f"vs float64 reference (ACLNN_GPU_FUZZ_EXAMPLES={EXAMPLES}, run seed {run_seed()})")

@@ -4,8 +4,6 @@ Outputs are NaN-poisoned before every launch; launches stay small (each emulated
 """
 from __future__ import annotations
 
-import secrets
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -24,13 +22,6 @@ REDUCTIONS = ["none", "mean", "sum"]
 @pytest.fixture(scope="module")
 def ctx():
     return StandaloneEmuContext(sm_count=4)
-
-
-@pytest.fixture
-def rng(request):
-    seed = secrets.randbits(32)
-    print(f"seed={seed}")
-    return np.random.default_rng(seed)
 
 
 def dev(a, misalign=0):

@@ -220,3 +220,25 @@ def test_build_cache_and_concurrent_builds(tmp_path, monkeypatch):
     assert sum(m.compile_seconds > 0 for m in mods) == 1    # built once, found twice
     assert len({m.library_path for m in mods}) == 1
     assert EmuModule(src, filename="features_copy.cu").compile_seconds == 0.0
+
+
+def test_build_tools_run_without_the_sanitizer_runtime(tmp_path, monkeypatch):
+    """A sanitized test process (sanitize.py) preloads libasan/libubsan: the compiler it starts must
+    not inherit them (the ASan run compiled every kernel under the ASan runtime, ~1.8x slower)."""
+    from aclnn_gpu.kernels.emulator import build
+
+    seen = tmp_path / "env"
+    wrapper = tmp_path / "cxx"
+    # Records the environment the build gives the compiler, then is the compiler.
+    wrapper.write_text(f'#!/bin/sh\nenv >> "{seen}"\nexec g++ "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(build, "CXX", str(wrapper))
+    monkeypatch.setenv("ACLNN_GPU_CACHE", str(tmp_path / "cache"))
+    # A runtime that does not exist: were it passed on, ld.so would only warn and the check below fail.
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/libasan.so.8:/nonexistent/libubsan.so.1")
+    monkeypatch.setenv("ASAN_OPTIONS", "abort_on_error=1")
+    mod = EmuModule((FIX / "oob.cu").read_text() + "\n// tool env test\n", filename="oob_copy.cu")
+    assert mod.compile_seconds > 0
+    recorded = seen.read_text()
+    assert "ACLNN_GPU_CACHE=" in recorded                    # the wrapper did run, with the build's env
+    assert "libasan" not in recorded and "libubsan" not in recorded and "ASAN_OPTIONS" not in recorded

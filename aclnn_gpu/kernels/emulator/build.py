@@ -17,6 +17,11 @@ and "profile" (selected by `ACLNN_GPU_EMU_PROFILE=1`: clang++ with
 `-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores -DEMU_PROFILE`, every load and store
 calls the memory-trace runtime `profile_rt.cpp`, built once without the flag; the build's metadata
 carries the table of access sites, see `access_sites`; profiling.py aggregates).
+
+Tools: the compiler, nm, objdump and llvm-symbolizer run in `tool_env()`, the environment without the
+sanitizer runtimes a sanitized test process preloads (sanitize.py): they are not what is checked, and
+under a preloaded ASan runtime they compile ~1.8x slower and write reports of their own where the
+kernels' go.
 """
 from __future__ import annotations
 
@@ -99,9 +104,27 @@ def sanitize_mode() -> str:
                      f"standalone replay: python -m aclnn_gpu.kernels.emulator.tsan)")
 
 
+# A sanitizer runtime in LD_PRELOAD (GCC's libasan.so.8, clang's libclang_rt.asan-x86_64.so, ...).
+_SANITIZER_RUNTIME = re.compile(r"lib(?:clang_rt\.)?(?:a|ub|t|l|m|hwa)san\b[^/]*$")
+_SANITIZER_OPTIONS = ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS", "MSAN_OPTIONS")
+
+
+def tool_env(base: dict | None = None) -> dict:
+    """`base` (default: this process's environment) without sanitizer runtimes in LD_PRELOAD and
+    without their options: the environment of the compiler and binutils this module runs."""
+    env = dict(os.environ if base is None else base)
+    preload = [p for p in re.split(r"[:\s]+", env.pop("LD_PRELOAD", "")) if p and not _SANITIZER_RUNTIME.search(p)]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    for name in _SANITIZER_OPTIONS:
+        env.pop(name, None)
+    return env
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_version(cxx: str = CXX) -> str:
-    return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True,
+                          env=tool_env()).stdout.splitlines()[0]
 
 
 def kernel_names(code: str) -> list[str]:
@@ -246,7 +269,7 @@ def _tmp_name(path: Path) -> Path:
 
 
 def _run(cmd, what: str):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=tool_env())
     if r.returncode != 0:
         raise EmuBuildError(f"{what} failed:\n{' '.join(map(str, cmd))}\n{r.stderr}")
     return r
@@ -289,7 +312,8 @@ _NOT_SHARED = ("_ZZN3emu", "_ZZNSt", "_ZZSt", "_ZZN9__gnu_cxx", "_ZZNKSt", "_ZZN
 
 def static_shared_symbols(binary: Path) -> dict:
     """{'ref': offset of emu_last_error, 'shared': [[offset, size, mangled name], ...]}."""
-    out = subprocess.run(["nm", "-S", "--defined-only", str(binary)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["nm", "-S", "--defined-only", str(binary)], capture_output=True, text=True, check=True,
+                         env=tool_env()).stdout
     shared, ref = [], None
     for line in out.splitlines():
         f = line.split()
@@ -463,7 +487,7 @@ def access_sites(binary: Path) -> list[list]:
         return []
     query = "".join(f"0x{call_at:x}\n" for _, _, _, call_at in calls)
     r = subprocess.run([_symbolizer(), f"--obj={binary}", "--functions=none", "--inlining", "--relative-address"],
-                       input=query, capture_output=True, text=True, check=True)
+                       input=query, capture_output=True, text=True, check=True, env=tool_env())
     chunks = r.stdout.split("\n\n")
     out = []
     for (ret, kind, size, _), chunk in zip(calls, chunks):

@@ -679,6 +679,10 @@ inline void emu_fiber_entry() { fiber_main(); }
 // Fiber stacks: one mapping per library, grown on demand, reused by every block and launch (a fresh
 // mmap per launch costs a page fault per stack page touched). Each stack has a PROT_NONE guard page
 // below it, so an overflow faults instead of silently corrupting the neighbouring fiber's stack.
+// Under ASan the pool's shadow is cleared before it is unmapped: every fiber ends inside a frame that
+// never returns (leave_fiber's final switch), whose redzones stay poisoned, and munmap leaves the
+// shadow as it is. Whatever was mapped there next (a pymalloc arena) then read as a
+// "stack-buffer-underflow" to ASan's memcpy check, which aborted the sanitizer run (issue 28).
 struct StackPool {
   unsigned char* base = nullptr;
   size_t stride = 0, count = 0;
@@ -688,7 +692,12 @@ struct StackPool {
   }
   unsigned char* get(unsigned n) {  // -> base of stack 0 (usable bytes: stack_bytes())
     if (n > count) {
-      if (base) munmap(base, stride * count);
+      if (base) {
+#if defined(__SANITIZE_ADDRESS__)
+        __asan_unpoison_memory_region(base, stride * count);
+#endif
+        munmap(base, stride * count);
+      }
       stride = stack_bytes() + 4096;
       base = (unsigned char*)mmap(nullptr, stride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (base == MAP_FAILED) { base = nullptr; count = 0; return nullptr; }
@@ -700,6 +709,9 @@ struct StackPool {
   unsigned char* stack(unsigned i) { return base + i * stride + 4096; }
 };
 inline StackPool g_stacks;
+// Exported by each library (EMU_LIBRARY_EXPORTS): where its pool is mapped (tests check its shadow).
+#define EMU_STACK_POOL_EXPORT \
+  EMU_EXPORT void emu_stack_pool(void** base, size_t* bytes) { *base = emu::g_stacks.base; *bytes = emu::g_stacks.stride * emu::g_stacks.count; }
 
 inline void prepare(Fiber& f, unsigned tid, unsigned char* stack, size_t size) {
   f.tid = tid; f.finished = false; f.stack = stack; f.stack_size = size;
@@ -925,7 +937,11 @@ int launch(const char* name, void (*fn)(A...), dim3 grid, dim3 block, size_t sme
 // ---------------------------------------------------------------- per-library exports
 // The generated glue expands this once per kernel library: the functions the driver calls besides
 // the per-kernel launch/signature entries.
+#ifndef EMU_STACK_POOL_EXPORT   // thread mode: no fiber stacks
+#define EMU_STACK_POOL_EXPORT
+#endif
 #define EMU_LIBRARY_EXPORTS                                                                   \
+  EMU_STACK_POOL_EXPORT                                                                        \
   EMU_EXPORT const char* emu_last_error() { return emu::g_error; }                            \
   EMU_EXPORT void emu_last_stats(unsigned long long* out) {                                    \
     out[0] = emu::g_stats.block_barriers; out[1] = emu::g_stats.warp_syncs; out[2] = emu::g_stats.blocks; } \

@@ -15,6 +15,12 @@ any address, which covers NumPy buffers passed by address. A launch with a non-n
 resolve is recorded as
 not replayable (the replay skips and counts it) rather than replayed with a wild pointer.
 
+Under AddressSanitizer the recorder reads only memory ASan holds addressable (`_unaddressable`): ASan's
+allocator describes freed blocks too, and a launch may carry a pointer it never dereferences (a
+dangling one, behind a bound of 0). Copying such memory was an ASan report of the recorder's own (a
+heap-use-after-free in ctypes.string_at) that aborted the sanitizer run; such a launch is now
+recorded as not replayable, and a kernel that does read the memory is still reported, by the kernel.
+
 Layout of <dir>: sources/<hash>.json, launches-<pid>.jsonl, blobs-<pid>.bin (region bytes).
 """
 from __future__ import annotations
@@ -58,28 +64,45 @@ def byte_bounds(a: np.ndarray) -> tuple[int, int]:
     return lo, hi + a.itemsize
 
 
-_asan_locate: Any = None   # None: not looked up yet; False: ASan absent
+_asan: Any = None   # None: not looked up yet; False: ASan absent; else (locate, region_is_poisoned)
+
+
+def _asan_functions() -> Any:
+    global _asan
+    if _asan is None:
+        try:
+            lib = ctypes.CDLL(None)
+            locate, poisoned = lib.__asan_locate_address, lib.__asan_region_is_poisoned
+        except AttributeError:
+            _asan = False
+        else:
+            locate.restype = ctypes.c_char_p
+            locate.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                               ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+            poisoned.restype = ctypes.c_void_p
+            poisoned.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            _asan = (locate, poisoned)
+    return _asan
+
+
+def _unaddressable(lo: int, hi: int) -> bool:
+    """Under ASan: whether any byte of [lo, hi) is poisoned (freed, a redzone); False without ASan."""
+    asan = _asan_functions()
+    return bool(asan) and hi > lo and bool(asan[1](lo, hi - lo))
 
 
 def asan_heap_resolver(address: int) -> tuple[int, int] | None:
-    """The heap block holding `address`, from ASan's allocator (None without ASan or off-heap)."""
-    global _asan_locate
-    if _asan_locate is None:
-        try:
-            fn: Any = ctypes.CDLL(None).__asan_locate_address
-        except AttributeError:
-            fn = False
-        else:
-            fn.restype = ctypes.c_char_p
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
-                           ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
-        _asan_locate = fn
-    if not _asan_locate:
+    """The allocated heap block holding `address`, from ASan's allocator (None without ASan, off-heap,
+    or when the block is freed: ASan describes those too)."""
+    asan = _asan_functions()
+    if not asan:
         return None
     name = ctypes.create_string_buffer(64)
     base, size = ctypes.c_void_p(), ctypes.c_size_t()
-    kind = _asan_locate(address, name, 64, ctypes.byref(base), ctypes.byref(size))
+    kind = asan[0](address, name, 64, ctypes.byref(base), ctypes.byref(size))
     if kind != b"heap" or not base.value or not (base.value <= address < base.value + size.value):
+        return None
+    if _unaddressable(base.value, base.value + size.value):
         return None
     return base.value, size.value
 
@@ -206,6 +229,8 @@ class Recorder:
             args.append(("ptr", addr, region_of(*found)))
         # Resolve argument region indices after merging (merging may have widened regions).
         total = sum(hi - lo for lo, hi in regions)
+        if why is None and any(_unaddressable(lo, hi) for lo, hi in regions):
+            why = "a pointer argument into memory AddressSanitizer holds unaddressable (freed, a redzone)"
         with self._lock:
             if why is None and self._bytes + total > _MAX_BYTES:
                 why = "record size cap reached (ACLNN_GPU_EMU_RECORD_MAX_MB)"
