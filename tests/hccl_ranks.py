@@ -356,4 +356,9 @@ def _die(rank: int, n: int, comm: Any, stream: Any, config: dict) -> dict:
 if __name__ == "__main__":
     settings = json.loads(Path(sys.argv[1]).read_text())
     result = _host_rank(settings)
-    write_atomically(Path(settings["out"]), json.dumps(result).encode())
+    out = Path(settings["out"])
+    write_atomically(out, json.dumps(result).encode())
+    if settings["rank"] == 0:   # it hosts the store: it stays until the others are done with it
+        for r in range(1, settings["n"]):
+            if r != settings.get("victim"):
+                wait_for_file(out.with_name(f"rank{r}.json"))

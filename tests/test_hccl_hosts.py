@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
+import aclnn_gpu as acl  # noqa: E402
 from hccl_ranks import Hosts, finish, namespaces_usable  # noqa: E402
 from support import DEVICE_KINDS  # noqa: E402
 
@@ -87,3 +88,56 @@ def test_every_collective_across_two_hosts(hosts, tmp_path, kind, n, mode):
     if mode == "table":
         assert names == {"hccl_world_group"}
     no_stack_traces(reports)
+
+
+# ---------------------------------------------------------------------------- dead peers
+def fault_reports(hosts, tmp_path, kind, n, victim, when, env=None):
+    reports = run_ranks(hosts, tmp_path, kind, n, "root", "die", env, victim=victim, when=when, destroy=True)
+    for rank, (code, out, err, report) in enumerate(reports):
+        if rank == victim:
+            assert code == 3, f"the victim exited {code}:\n{err[-3000:]}"
+        else:
+            assert code == 0 and report is not None, f"rank {rank} exited {code}:\n{err[-3000:]}"
+    no_stack_traces(reports)
+    return [report for rank, (*_, report) in enumerate(reports) if rank != victim]
+
+
+@pytest.mark.parametrize("kind", HOST_KINDS)
+def test_a_rank_dead_between_collectives_fails_the_others_by_default(hosts, tmp_path, monkeypatch, kind):
+    """Rank 3 (host 1) dies after an all-reduce; with HCCL's default HCCL_EXEC_TIMEOUT (1836 s) and
+    the default heartbeat, every other rank's next all-reduce fails within seconds with
+    HCCL_E_REMOTE naming rank 3, and HcclGetCommAsyncError says so."""
+    for name in ("HCCL_EXEC_TIMEOUT", "ACLNN_GPU_HCCL_HEARTBEAT_S"):
+        monkeypatch.delenv(name, raising=False)
+    env = {"HCCL_EXEC_TIMEOUT": "", "ACLNN_GPU_HCCL_HEARTBEAT_S": ""}   # HCCL's and the library's defaults
+    for report in fault_reports(hosts, tmp_path, kind, 4, 3, "between", env):
+        code, message, elapsed = report["call"]
+        assert code == acl.HCCL_E_REMOTE and "rank 3 stopped" in message, report
+        assert message.startswith("HcclAllReduce") and "ACLNN_GPU_HCCL_HEARTBEAT_S=10" in message, message
+        assert elapsed < 45, report   # the default heartbeat (10 s) and a beat, on a loaded machine
+        assert report["async"][:2] == [0, acl.HCCL_E_REMOTE] and "rank 3" in report["async"][2], report
+
+
+@pytest.mark.parametrize("kind", HOST_KINDS)
+def test_a_rank_dead_during_a_collective_fails_every_other_rank(hosts, tmp_path, kind):
+    """Rank 1 (host 0) dies as the data of an all-reduce starts to move: the ranks it talks to lose
+    its connection, and every rank's stream fails (the fault goes through the store), HCCL_E_REMOTE
+    in the message and from HcclGetCommAsyncError."""
+    for report in fault_reports(hosts, tmp_path, kind, 4, 1, "during"):
+        code, message, elapsed = report["call"]
+        assert code == acl.ACL_ERROR_RT_INTERNAL_ERROR and "HCCL_E_REMOTE" in message, report
+        assert "rank 1" in message, message
+        assert elapsed < 30, report
+        assert report["async"][1] == acl.HCCL_E_REMOTE, report
+
+
+@pytest.mark.parametrize("kind", HOST_KINDS)
+def test_rank_zero_dead_takes_the_store_and_every_rank_says_so(hosts, tmp_path, kind):
+    """Rank 0 hosts the store (it called HcclGetRootInfo): when it dies, every other rank's next
+    call fails at once with HCCL_E_TCP_TRANSFER naming rank 0, never "rank 0, 1, 2 did not"."""
+    for report in fault_reports(hosts, tmp_path, kind, 4, 0, "between"):
+        code, message, elapsed = report["call"]
+        assert code == acl.HCCL_E_TCP_TRANSFER and "rank 0 (hosting the bootstrap store" in message, report
+        assert "did not" not in message, message
+        assert elapsed < 30, report
+        assert report["async"][1] == acl.HCCL_E_TCP_TRANSFER, report

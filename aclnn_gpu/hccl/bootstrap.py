@@ -414,6 +414,17 @@ class Health:
     fault: tuple[int, str] | None = None
     left: set[int] = field(default_factory=set)
     store_owner: str = "the process that called HcclGetRootInfo"   # words for the store's host
+    on_fault: Callable[[], None] = lambda: None                     # the engine's reaction (NCCL: abort)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, code: int, message: str) -> bool:
+        """Keep the communicator's first fault (True when this one is it) and tell the engine."""
+        with self.lock:
+            if self.fault is not None:
+                return False
+            self.fault = (int(code), message)
+        self.on_fault()
+        return True
 
     def check(self, fn: str, ranks: list[int] | None = None) -> None:
         if self.fault is not None:
@@ -444,8 +455,10 @@ class Rendezvous:
         self.limit = f" within {name}={seconds:g} s"
 
     def _lost(self, e: BaseException, fn: str, waiting_for: str) -> None:
-        fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: lost the bootstrap store while waiting for {waiting_for}: "
-                                             f"{self.health.store_owner} is gone ({_first_line(e)})")
+        gone = f"{self.health.store_owner} is gone ({_first_line(e)})"
+        if self.watch:
+            self.health.record(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {gone}")
+        fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: lost the bootstrap store while waiting for {waiting_for}: {gone}")
 
     def _wait(self, keys: list[str], fn: str, waiting_for: str, ranks: list[int]) -> list[bytes]:
         """Wait for `keys` (posted by `ranks`, in order), in slices, failing at once when the

@@ -141,20 +141,20 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     engine_address = bootstrap.engine_address(meeting.host, fn, preferred)
     if meeting.engine == "nccl":
         bootstrap.nccl_environment(engine_address)
-    root = PrefixStore("hccl/", clients[0])
+    root = PrefixStore("hccl", clients[0])   # PrefixStore puts a "/" between its prefix and a key
 
     def left(number: int) -> bool:
         return bool(root.check([f"{meeting.key}/{number}/bye/{rank}"]))
 
     number = bootstrap.generation(root, meeting.key, rank, fn, left)
-    prefix = f"hccl/{meeting.key}/{number}/"
+    prefix = f"hccl/{meeting.key}/{number}"
     store, side_store, engine_store, monitor_store = (PrefixStore(prefix, c) for c in clients)
     health = bootstrap.Health()
     rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
     engine: Any = None
     liveness: Liveness | None = None
     try:
-        liveness = Liveness(monitor_store, rank, n_ranks, heartbeat_s, health, lambda: None)
+        liveness = Liveness(monitor_store, rank, n_ranks, heartbeat_s, health)
         about = {"process": bootstrap.process_token(), "address": engine_address}
         headers = rendezvous.join(n_ranks, meeting.engine, fn, about)
         health.store_owner = _store_owner(meeting, headers)
@@ -182,8 +182,9 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
         else:
             bootstrap.guarded(fn, "leaving", lambda: store.set(f"bye/{rank}", "1"))
         raise
-    liveness.on_fault = engine.on_fault
+    health.on_fault = engine.on_fault
     engine.report = liveness.report
+    engine.probe = liveness.probe
     rendezvous.set_timeout(exec_s, "HCCL_EXEC_TIMEOUT")
     rendezvous.watch = True
     side = bootstrap.Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT", health)

@@ -111,14 +111,13 @@ class OrderGate:
                 self._cond.notify_all()
 
 
-def _peers(text: str, addresses: list[str], rank: int) -> str:
-    """The ranks behind the first [address]:port in a gloo message ("" when it names none)."""
+def _peers(text: str, addresses: list[str], rank: int) -> list[int]:
+    """The ranks that may be behind the first [address]:port of a gloo message."""
     found = re.search(r"\[([^\]]+)\]:\d+", text)
     if not found:
-        return ""
+        return []
     address = found.group(1).removeprefix("::ffff:")
-    ranks = [str(r) for r, a in enumerate(addresses) if a == address and r != rank]
-    return f" rank {' or '.join(ranks)} ({address})" if ranks else f" {address}"
+    return [r for r, a in enumerate(addresses) if a == address and r != rank]
 
 
 def _bytes(view: np.ndarray) -> Any:
@@ -156,6 +155,7 @@ class GlooEngine:
         self.health, self.addresses = health, addresses
         self.gate = OrderGate(timeout_s)
         self.report: Callable[[int, str], None] = lambda code, message: None
+        self.probe: Callable[[list[int]], list[int]] = lambda ranks: []
 
     def on_fault(self) -> None:
         """A peer died: the sliced waits see it (nothing to abort in gloo)."""
@@ -171,7 +171,7 @@ class GlooEngine:
     def _failure(self, e: Exception, what: str) -> OpError:
         """A gloo failure in queued work: the stream reports it at its next synchronize; the other
         ranks learn it through the store."""
-        text = bootstrap._first_line(e)
+        text = re.sub(r"^\[[^\]]*\.cc:\d+\]\s*", "", bootstrap._first_line(e)).split(". This is typically")[0]
         if bootstrap.is_timeout(e):
             return OpError(aclError.ACL_ERROR_RT_WAIT_TIMEOUT, f"{what}: HCCL_E_TIMEOUT: a peer did not take part "
                                                                f"within HCCL_EXEC_TIMEOUT={self.timeout_s:g} s "
@@ -179,7 +179,11 @@ class GlooEngine:
         known = self._fault(what)
         if known is not None:
             return known
-        message = f"rank {self.rank} lost its connection to{_peers(text, self.addresses, self.rank)} ({text})"
+        candidates = _peers(text, self.addresses, self.rank)
+        if len(candidates) > 1:   # ranks sharing a host: the one that stopped beating
+            candidates = self.probe(candidates) or candidates
+        who = f"rank {' or '.join(map(str, candidates))}" if candidates else "a peer"
+        message = f"rank {self.rank} lost its connection to {who} ({text})"
         self.report(HcclResult.HCCL_E_REMOTE, message)
         return OpError(aclError.ACL_ERROR_RT_INTERNAL_ERROR, f"{what}: HCCL_E_REMOTE: {message}")
 

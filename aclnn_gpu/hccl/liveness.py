@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from .bootstrap import Health, _first_line
 from .types import HcclResult
@@ -24,13 +24,11 @@ from .types import HcclResult
 class Liveness:
     """The heartbeat thread of one rank of one communicator (daemon; stopped by HcclCommDestroy)."""
 
-    def __init__(self, store: Any, rank: int, size: int, heartbeat_s: float, health: Health,
-                 on_fault: Callable[[], None]):
+    def __init__(self, store: Any, rank: int, size: int, heartbeat_s: float, health: Health):
         self.store, self.rank, self.size = store, rank, size
         self.heartbeat_s = heartbeat_s
         self.interval = min(1.0, heartbeat_s / 4) if heartbeat_s else 1.0
         self.health = health
-        self.on_fault = on_fault
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -63,13 +61,23 @@ class Liveness:
                 except Exception:  # noqa: BLE001 - the monitor reports a lost store on its own
                     pass
 
+    def probe(self, ranks: list[int]) -> list[int]:
+        """Which of `ranks` stopped beating without leaving (HcclCommDestroy): their counters read
+        twice, 2.5 beats apart (a few seconds at most). For naming the peer behind a lost connection, when several ranks share
+        its address."""
+        keys = [f"hb/{r}" for r in ranks]
+        try:
+            with self._lock:
+                before = list(self.store.multi_get(keys))
+            time.sleep(2.5 * self.interval)
+            with self._lock:
+                after = list(self.store.multi_get(keys))
+                return [r for r, a, b in zip(ranks, before, after) if a == b and not self.store.check([f"bye/{r}"])]
+        except Exception:  # noqa: BLE001 - the store is gone: no answer
+            return []
+
     def _set(self, code: int, message: str) -> bool:
-        with self._lock:
-            if self.health.fault is not None:
-                return False
-            self.health.fault = (int(code), message)
-        self.on_fault()
-        return True
+        return self.health.record(code, message)
 
     def _run(self) -> None:
         keys = [f"hb/{r}" for r in range(self.size)]

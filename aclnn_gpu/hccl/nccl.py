@@ -66,6 +66,7 @@ class NcclEngine:
         self.scratch = device.malloc(4)   # the barrier's one-element all-reduce
         self.aborted = False
         self.report: Callable[[int, str], None] = lambda code, message: None
+        self.probe: Callable[[list[int]], list[int]] = lambda ranks: []
 
     def _call(self, what: str, fn: Callable[[], None]) -> None:
         if self.aborted:
