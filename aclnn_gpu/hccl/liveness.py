@@ -63,8 +63,8 @@ class Liveness:
 
     def probe(self, ranks: list[int]) -> list[int]:
         """Which of `ranks` stopped beating without leaving (HcclCommDestroy): their counters read
-        twice, 2.5 beats apart (a few seconds at most). For naming the peer behind a lost connection, when several ranks share
-        its address."""
+        twice, 2.5 beats apart (a few seconds at most). For naming the peer behind a lost
+        connection, when several ranks share its address."""
         keys = [f"hb/{r}" for r in ranks]
         try:
             with self._lock:
