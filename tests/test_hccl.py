@@ -9,6 +9,7 @@ HCCL_CONNECT_TIMEOUT, and the helpers' own join timeouts)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -746,3 +747,28 @@ def test_the_store_listens_on_the_address_asked_for_only(cpu_session, monkeypatc
     monkeypatch.setenv("HCCL_IF_IP", "192.0.2.1")   # TEST-NET-1: nobody's
     assert acl.HcclGetRootInfo() == (acl.HCCL_E_PARA, None)
     assert "HCCL_IF_IP=192.0.2.1 is not an address of this host" in acl.aclGetRecentErrMsg()
+
+
+def test_hccl_interface_variables_choose_the_addresses_and_nccls_interface(cpu_session, monkeypatch):
+    """HCCL_SOCKET_IFNAME picks the interface whose address the store listens on (and the engine
+    binds); on cuda the same variables tell NCCL its interface (NCCL_SOCKET_IFNAME) unless the user
+    set that: HCCL_SOCKET_IFNAME as is, or the interface holding HCCL_IF_IP."""
+    from aclnn_gpu.hccl import bootstrap
+    for name in ("HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    loopback = bootstrap.interface_of("127.0.0.1")
+    assert loopback is not None
+    monkeypatch.setenv("HCCL_SOCKET_IFNAME", "=" + loopback)
+    assert bootstrap.store_address("t") == "127.0.0.1"
+    assert bootstrap.engine_address("127.0.0.1", "t") == "127.0.0.1"
+    bootstrap.nccl_environment()
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "=" + loopback
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME")
+    monkeypatch.delenv("HCCL_SOCKET_IFNAME")
+    monkeypatch.setenv("HCCL_IF_IP", "127.0.0.1")
+    bootstrap.nccl_environment()
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "=" + loopback
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")   # the user's choice stays
+    bootstrap.nccl_environment()
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert bootstrap._socket_ifname("^" + loopback) != "127.0.0.1"   # "^": every interface but that one
