@@ -9,6 +9,10 @@ RANK_TIMEOUT_S)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ import aclnn_gpu as acl  # noqa: E402
 from hccl_ranks import Hosts, finish, namespaces_usable  # noqa: E402
 from support import DEVICE_KINDS  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 WHY_NOT = namespaces_usable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 HOST_KINDS = [k for k in DEVICE_KINDS if k in ("cpu", "emulated")]
@@ -141,3 +146,20 @@ def test_rank_zero_dead_takes_the_store_and_every_rank_says_so(hosts, tmp_path, 
         assert "did not" not in message, message
         assert elapsed < 30, report
         assert report["async"][1] == acl.HCCL_E_TCP_TRANSFER, report
+
+
+# ---------------------------------------------------------------------------- the guide
+def test_the_guides_commands_run_as_written():
+    """docs/HCCL.md's commands, as a user pastes them (as root, from the repository root): two
+    namespaced hosts, the data-parallel example by root info and by rank table, each run ending
+    equal to one process on the full batches; the namespaces removed at the end."""
+    guide = (ROOT / "docs" / "HCCL.md").read_text()
+    (block,) = re.findall(r"```bash\n(.*?)```", guide, re.S)
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(["bash", "-c", block], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("rank 0 of 2: ranks agree to 0.0e+00") == 2, proc.stdout
+    assert "frame #" not in proc.stderr, proc.stderr[-3000:]
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "hccl-a" not in listed and "hccl-b" not in listed
