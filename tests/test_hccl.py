@@ -772,3 +772,16 @@ def test_hccl_interface_variables_choose_the_addresses_and_nccls_interface(cpu_s
     bootstrap.nccl_environment()
     assert os.environ["NCCL_SOCKET_IFNAME"] == "ib0"
     assert bootstrap._socket_ifname("^" + loopback) != "127.0.0.1"   # "^": every interface but that one
+
+
+def test_api_reference_documents_every_hccl_name_and_enum():
+    """docs/API.md §9 names every public HCCL function and struct, and its enum tables are the package's."""
+    api = (ROOT / "docs" / "API.md").read_text()
+    section = api[api.index("## 9. HCCL collectives"):]
+    for name in acl.hccl.__all__:
+        if name.startswith("Hccl"):
+            assert f"{name}" in section, name
+    for enum_type in acl.hccl.types.ENUMS:
+        assert f"#### `{enum_type.__name__}`" in section, enum_type
+        for member in enum_type:
+            assert f"| `{member.name}` | {int(member)} |" in section, member
