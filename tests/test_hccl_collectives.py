@@ -419,3 +419,31 @@ def test_nccl_layer_maps_the_new_collectives(monkeypatch):
         engine.all_reduce(stream, 10, 20, 5, np.dtype(np.float32), SUM, "HcclAllReduce")
     assert refused.value.status == acl.HCCL_E_REMOTE and "aborted" in refused.value.message
     assert engine.close() is True and ("destroy",) not in calls   # an aborted communicator is not destroyed too
+
+
+# ---------------------------------------------------------------------------- the C ABI
+def test_new_hccl_calls_through_the_c_abi(tmp_path):
+    """HcclReduce, HcclScatter, HcclAlltoAll and HcclGetCommAsyncError from C (hccl/hccl.h), one rank."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("cffi")
+    compiler = os.environ.get("CC", "gcc")
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler})")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, ACLNN_GPU_DEVICE="cpu", HCCL_EXEC_TIMEOUT="20",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    flags = subprocess.run([sys.executable, "-m", "aclnn_gpu.capi", "--cflags", "--libs"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert flags.returncode == 0, flags.stderr
+    program = tmp_path / "hccl_capi"
+    built = subprocess.run([compiler, "-std=c99", "-pedantic", "-Werror", "-Wall", "-Wextra",
+                            str(root / "tests" / "hccl_capi.c"), "-o", str(program), *flags.stdout.split()],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    proc = subprocess.run([str(program)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "hccl more ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "counts differ -> 1 HcclAlltoAll: sendCount 4 and recvCount 2 must be equal" in proc.stdout
