@@ -1,12 +1,15 @@
 """The collective engine of the cpu and emulated devices: PyTorch's gloo backend
 (`torch.distributed.ProcessGroupGloo`), one process group per communicator over the communicator's
 own store namespace, so a process can hold several communicators and never touches PyTorch's
-global default group.
+global default group. Each rank's gloo device is bound to its own host's address (the
+communicator's `bootstrap.engine_address`), which gloo advertises to the peers through the store.
 
 Device memory on these devices is host memory, so a collective is a gloo call on NumPy views of the
 buffers, queued on the stream's in-order worker thread. Gloo has no 16-bit integers and no unsigned
 types wider than 8 bits; those reduce exactly through a wider or a signed type (see `_reducible`).
-Data-movement collectives (broadcast, all-gather, send/recv) move bytes and need no type at all.
+Data-movement collectives (broadcast, scatter, all-gather(-v), all-to-all(-v), send/recv) move
+bytes and need no type at all. Waits for gloo's work are sliced (a second at most) and end at the
+communicator's first fault (liveness.py), so a dead peer never holds a stream for HCCL_EXEC_TIMEOUT.
 """
 from __future__ import annotations
 
