@@ -362,3 +362,4 @@ if __name__ == "__main__":
         for r in range(1, settings["n"]):
             if r != settings.get("victim"):
                 wait_for_file(out.with_name(f"rank{r}.json"))
+

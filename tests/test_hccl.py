@@ -785,3 +785,65 @@ def test_api_reference_documents_every_hccl_name_and_enum():
         assert f"#### `{enum_type.__name__}`" in section, enum_type
         for member in enum_type:
             assert f"| `{member.name}` | {int(member)} |" in section, member
+
+
+def test_the_heartbeat_rule_over_a_frozen_machine_and_a_dead_rank():
+    """liveness.Liveness.tick over an in-memory store and a given clock: a machine frozen as a whole
+    for 5 s (every counter stale on waking, longer than the 2 s heartbeat) raises no fault, since
+    the watcher's own beats must see a counter stand still; a rank that stops for good is reported
+    (HCCL_E_REMOTE, naming it) once both the time and the beats are there; one that said bye
+    (HcclCommDestroy) is a leaver, not a dead rank."""
+    from aclnn_gpu.hccl.bootstrap import Health
+    from aclnn_gpu.hccl.liveness import Liveness
+
+    class Store:
+        def __init__(self):
+            self.data = {}
+
+        def add(self, key, n):
+            self.data[key] = str(int(self.data.get(key, b"0")) + n).encode()
+            return int(self.data[key])
+
+        def multi_get(self, keys):
+            return [self.data[k] for k in keys]
+
+        def check(self, keys):
+            return all(k in self.data for k in keys)
+
+        def get(self, key):
+            return self.data[key]
+
+        def set(self, key, value):
+            self.data[key] = value.encode() if isinstance(value, str) else value
+
+        def compare_set(self, key, expected, value):
+            self.data.setdefault(key, value.encode())
+            return self.data[key]
+
+    store = Store()
+    health = Health()
+    watcher = Liveness(store, 0, 3, 2.0, health)          # rank 0 watches ranks 1 and 2; a beat every 0.5 s
+    Liveness(store, 1, 3, 2.0, Health())
+    peer2 = Liveness(store, 2, 3, 2.0, Health())
+    clock = 100.0
+    for _ in range(4):                                     # all alive
+        clock += 0.5
+        store.add("hb/1", 1)
+        store.add("hb/2", 1)
+        assert watcher.tick(clock)
+    clock += 5.0                                           # the whole machine froze: nobody beat
+    assert watcher.tick(clock) and health.fault is None    # wakes first: both counters stale for 5 s
+    store.add("hb/1", 1)
+    store.add("hb/2", 1)
+    clock += 0.5
+    assert watcher.tick(clock) and health.fault is None
+    peer2.stop()                                           # rank 2 leaves (HcclCommDestroy)
+    for _ in range(3):                                     # rank 1 dies: its counter stands still from now on
+        clock += 0.5
+        assert watcher.tick(clock) and health.fault is None
+    assert health.left == {2}
+    for _ in range(2):
+        clock += 0.5
+        watcher.tick(clock)
+    assert health.fault is not None and health.fault[0] == acl.HCCL_E_REMOTE, health.fault
+    assert health.fault[1].startswith("rank 1 stopped: no heartbeat for 2 s"), health.fault

@@ -32,6 +32,8 @@ class Liveness:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._keys = [f"hb/{r}" for r in range(size)]
+        self._seen: dict[int, tuple[bytes, float, int]] = {}
         self.beat()
 
     def beat(self) -> None:
@@ -80,36 +82,50 @@ class Liveness:
         return self.health.record(code, message)
 
     def _run(self) -> None:
-        keys = [f"hb/{r}" for r in range(self.size)]
-        seen: dict[int, tuple[bytes, float]] = {}
         while not self._stop.wait(self.interval):
-            now = time.monotonic()
-            try:
-                with self._lock:
-                    if self._stop.is_set():
-                        return
-                    self.beat()
-                    values = list(self.store.multi_get(keys))
-                    posted = self.store.get("fault") if self.store.check(["fault"]) else None
-                    stale = [r for r in range(self.size) if r != self.rank and r not in self.health.left
-                             and r in seen and seen[r][0] == values[r] and now - seen[r][1] > 2 * self.interval]
-                    left = [r for r in stale if self.store.check([f"bye/{r}"])]
-            except Exception as e:  # noqa: BLE001 - the store's host is gone (or its network)
-                if not self._stop.is_set():
-                    self._set(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {self.health.store_owner} "
-                                                              f"is gone ({_first_line(e)})")
+            if not self.tick(time.monotonic()):
                 return
-            if posted:
-                code, message = json.loads(posted)
-                self._set(code, message)
-            self.health.left.update(left)
-            for r in range(self.size):
-                if r not in seen or seen[r][0] != values[r]:
-                    seen[r] = (values[r], now)
-            if self.heartbeat_s:
-                dead = [r for r in stale if r not in left and now - seen[r][1] >= self.heartbeat_s]
-                if dead:
-                    self.report(HcclResult.HCCL_E_REMOTE,
-                                f"rank {dead[0]} stopped: no heartbeat for {now - seen[dead[0]][1]:.0f} s "
-                                f"(ACLNN_GPU_HCCL_HEARTBEAT_S={self.heartbeat_s:g}); its process died, was "
-                                "stopped, or its host left the network")
+
+    def tick(self, now: float) -> bool:
+        """One beat: add to this rank's counter, read everyone's and the posted fault, judge who
+        stopped. False when the thread should end (stopped, or the store is gone).
+
+        A rank is dead only after both enough time (ACLNN_GPU_HCCL_HEARTBEAT_S) and enough beats of
+        this thread that saw its counter stand still: a machine that was frozen as a whole (suspended,
+        overloaded) wakes with every counter stale for a long time, and this rank's next beats see
+        them move again."""
+        try:
+            with self._lock:
+                if self._stop.is_set():
+                    return False
+                self.beat()
+                values = list(self.store.multi_get(self._keys))
+                posted = self.store.get("fault") if self.store.check(["fault"]) else None
+                seen = self._seen
+                stale = [r for r in range(self.size) if r != self.rank and r not in self.health.left
+                         and r in seen and seen[r][0] == values[r] and seen[r][2] >= 2]
+                left = [r for r in stale if self.store.check([f"bye/{r}"])]
+        except Exception as e:  # noqa: BLE001 - the store's host is gone (or its network)
+            if not self._stop.is_set():
+                self._set(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {self.health.store_owner} "
+                                                          f"is gone ({_first_line(e)})")
+            return False
+        if posted:
+            code, message = json.loads(posted)
+            self._set(code, message)
+        self.health.left.update(left)
+        for r in range(self.size):   # (counter, when it last changed, beats that saw it unchanged since)
+            if r not in seen or seen[r][0] != values[r]:
+                seen[r] = (values[r], now, 0)
+            else:
+                seen[r] = (values[r], seen[r][1], seen[r][2] + 1)
+        if self.heartbeat_s:
+            beats = int(self.heartbeat_s / self.interval)
+            dead = [r for r in stale if r not in left and now - seen[r][1] >= self.heartbeat_s
+                    and seen[r][2] >= beats]
+            if dead:
+                self.report(HcclResult.HCCL_E_REMOTE,
+                            f"rank {dead[0]} stopped: no heartbeat for {now - seen[dead[0]][1]:.0f} s "
+                            f"(ACLNN_GPU_HCCL_HEARTBEAT_S={self.heartbeat_s:g}); its process died, was "
+                            "stopped, or its host left the network")
+        return True
