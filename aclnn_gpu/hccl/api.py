@@ -136,7 +136,7 @@ def HcclGetRootInfo() -> tuple[int, bytes]:
     nccl_id = None
     if engine == "nccl":
         from .nccl import new_unique_id
-        bootstrap.nccl_environment(address)
+        bootstrap.nccl_environment()
         nccl_id = new_unique_id()
     key = bootstrap.new_key()
     return OK, bootstrap.Meeting(address, port, key, engine, nccl_id, bootstrap.process_token(), key).encode()

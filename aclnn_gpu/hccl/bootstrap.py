@@ -227,7 +227,8 @@ def engine_address(toward: str, fn: str, preferred: tuple[str, ...] = ()) -> str
 def nccl_environment(address: str | None = None) -> None:
     """NCCL picks its own interface; HCCL's variables say which one when the user did not tell NCCL
     (NCCL_SOCKET_IFNAME): HCCL_SOCKET_IFNAME as is, or the interface holding HCCL_IF_IP (or
-    `address`). NCCL reads the variable once per process, at its first communicator."""
+    `address`, a rank table's). Nothing is set when neither says. NCCL reads the variable once per
+    process, at its first communicator."""
     if os.environ.get("NCCL_SOCKET_IFNAME", "").strip():
         return
     spec = os.environ.get("HCCL_SOCKET_IFNAME", "").strip()

@@ -139,8 +139,8 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
                                             f"within HCCL_CONNECT_TIMEOUT={connect_s:g} s: "
                                             f"{bootstrap._first_line(e)}")
     engine_address = bootstrap.engine_address(meeting.host, fn, preferred)
-    if meeting.engine == "nccl":
-        bootstrap.nccl_environment(engine_address)
+    if meeting.engine == "nccl":   # a rank table's address is HCCL's configuration too; a routed one is not
+        bootstrap.nccl_environment(engine_address if preferred else None)
     root = PrefixStore("hccl", clients[0])   # PrefixStore puts a "/" between its prefix and a key
 
     def left(number: int) -> bool:
