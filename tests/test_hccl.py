@@ -9,6 +9,7 @@ HCCL_CONNECT_TIMEOUT, and the helpers' own join timeouts)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -298,6 +299,18 @@ def test_a_rank_that_dies_makes_the_others_time_out(cpu_session, monkeypatch):
     assert elapsed < 15
 
 
+def test_a_dead_rank_is_found_by_its_heartbeat_long_before_the_exec_timeout(cpu_session, monkeypatch):
+    """Rank 1 of 2 spawned processes exits after init, HCCL_EXEC_TIMEOUT stays long (60 s): rank 0's
+    next HcclAllReduce fails once rank 1's heartbeat stops (2 s here), HCCL_E_REMOTE naming it."""
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "60")
+    monkeypatch.setenv("ACLNN_GPU_HCCL_HEARTBEAT_S", "2")
+    results = in_processes(2, dead_rank_body)
+    what, ret, message, elapsed = results[0]
+    assert (what, ret) == ("allreduce", acl.HCCL_E_REMOTE), message
+    assert message.startswith("HcclAllReduce: rank 1 stopped: no heartbeat for"), message
+    assert elapsed < 30
+
+
 def test_two_ranks_disagreeing_on_the_size_are_refused(cpu_session, monkeypatch):
     """The rank told 2 sees the other's 3 and refuses; the rank told 3 waits for a third rank, bounded."""
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "1")
@@ -351,36 +364,42 @@ def _rank_table(n: int, per_server: int) -> dict:
     return {"status": "completed", "version": "1.0", "server_count": str(len(servers)), "server_list": servers}
 
 
-def test_rank_table_communicator(cpu_session, tmp_path, monkeypatch):
+def test_rank_table_communicator_made_twice_in_one_process(cpu_session, tmp_path, monkeypatch):
+    """Rank 0 serves the store at HCCL_IF_BASE_PORT on its server's address; the same rank table
+    makes a second communicator after the first is destroyed (the store stays, the port is not
+    taken twice)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("HCCL_IF_BASE_PORT", str(port))
     table = tmp_path / "rank_table.json"
     table.write_text(json.dumps(_rank_table(2, 1)))
-    out = {}
-
-    def rank(r):
-        ret, comm = acl.HcclCommInitClusterInfo(str(table), r)
-        assert ret == 0, acl.aclGetRecentErrMsg()
-        buf = upload(np.full(3, r + 1, np.int64))
-        stream = ok(acl.aclrtCreateStream())   # the ranks share a device here: not its one default stream
-        ok(acl.HcclAllReduce(buf, buf, 3, acl.HCCL_DATA_TYPE_INT64, acl.HCCL_REDUCE_PROD, comm, stream))
-        ok(acl.aclrtSynchronizeStream(stream))
-        out[r] = download(buf, 3, np.int64), ok(acl.HcclGetRankSize(comm))
-        ok(acl.HcclCommDestroy(comm))
-        ok(acl.aclrtDestroyStream(stream))
-
     import threading
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-        time.sleep(0.3)   # rank 0 listens first (a client that finds no server retries with a growing pause)
-    for t in threads:
-        t.join(30)
-    for r in range(2):
-        np.testing.assert_array_equal(out[r][0], [2, 2, 2])
-        assert out[r][1] == 2
+
+    for attempt in range(2):
+        out = {}
+
+        def rank(r):
+            ret, comm = acl.HcclCommInitClusterInfo(str(table), r)
+            assert ret == 0, acl.aclGetRecentErrMsg()
+            buf = upload(np.full(3, r + 1 + attempt, np.int64))
+            stream = ok(acl.aclrtCreateStream())   # the ranks share a device here: not its one default stream
+            ok(acl.HcclAllReduce(buf, buf, 3, acl.HCCL_DATA_TYPE_INT64, acl.HCCL_REDUCE_PROD, comm, stream))
+            ok(acl.aclrtSynchronizeStream(stream))
+            out[r] = download(buf, 3, np.int64), ok(acl.HcclGetRankSize(comm)), ok(acl.HcclGetCommName(comm))
+            ok(acl.HcclCommDestroy(comm))
+            ok(acl.aclrtDestroyStream(stream))
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.3)   # rank 0 listens first (a client that finds no server retries with a growing pause)
+        for t in threads:
+            t.join(30)
+        for r in range(2):
+            product = (1 + attempt) * (2 + attempt)
+            np.testing.assert_array_equal(out[r][0], [product] * 3)
+            assert out[r][1:] == (2, "hccl_world_group")
 
 
 # ---------------------------------------------------------------------------- data parallel
@@ -560,3 +579,271 @@ def test_nccl_communicators_bind_their_own_device(monkeypatch):
     finally:
         acl.aclrtSetDevice(0)
         runtime.release_devices()
+
+
+# ---------------------------------------------------------------------------- fork, re-creation, count 0
+FORK_PROGRAM = r"""
+import json, os, sys, time
+import aclnn_gpu as acl
+acl.aclrtSetDevice(0)
+ret, root = acl.HcclGetRootInfo(); assert ret == 0
+ret, comm = acl.HcclCommInitRootInfo(1, root, 0); assert ret == 0, acl.aclGetRecentErrMsg()
+ret, buf = acl.aclrtMalloc(16, 0); assert ret == 0
+pid = os.fork()
+if pid == 0:
+    out = []
+    out.append(("rank", int(acl.HcclGetRankId(comm)[0]), acl.aclGetRecentErrMsg()))
+    acl.aclrtSetDevice(0)
+    ret, mine = acl.aclrtMalloc(16, 0)
+    out.append(("allreduce", int(acl.HcclAllReduce(mine, mine, 4, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM,
+                                                   comm, None)), acl.aclGetRecentErrMsg()))
+    if sys.argv[1] == "destroy":
+        out.append(("destroy", int(acl.HcclCommDestroy(comm)), ""))
+        out.append(("again", int(acl.HcclGetRankSize(comm)[0]), acl.aclGetRecentErrMsg()))
+    ret, child_root = acl.HcclGetRootInfo()
+    ret, own = acl.HcclCommInitRootInfo(1, child_root, 0)
+    out.append(("own", int(ret), acl.aclGetRecentErrMsg() if ret else ""))
+    out.append(("own allreduce", int(acl.HcclAllReduce(mine, mine, 4, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM,
+                                                       own, None)), ""))
+    out.append(("own destroy", int(acl.HcclCommDestroy(own)), ""))
+    print("CHILD", json.dumps(out), flush=True)
+    sys.exit(0)   # a normal exit: the interpreter's finalization runs (it hung on the inherited communicator)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    print("CHILD HUNG", flush=True)
+    sys.exit(1)
+print("CHILD EXIT", os.waitstatus_to_exitcode(status), flush=True)
+ret = acl.HcclAllReduce(buf, buf, 4, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM, comm, None)
+print("PARENT", int(ret), int(acl.aclrtSynchronizeStream(None)), int(acl.HcclCommDestroy(comm)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("child", ["use", "destroy"])
+def test_a_fork_child_never_hangs_on_an_inherited_communicator(child):
+    """The parent holds a live communicator and forks: the child's calls on it are refused at once
+    with a message naming fork, HcclCommDestroy drops only the child's copy, the child makes and
+    uses its own, and exits normally without hanging; the parent's communicator still works."""
+    import os
+    import subprocess
+    env = dict(os.environ, ACLNN_GPU_DEVICE="cpu", PYTHONPATH=str(ROOT), HCCL_EXEC_TIMEOUT="20")
+    proc = subprocess.run([sys.executable, "-c", FORK_PROGRAM, child], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "CHILD EXIT 0" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    (report,) = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("CHILD [")]
+    steps = {name: (code, message) for name, code, message in json.loads(report)}
+    for name in ("rank", "allreduce"):
+        code, message = steps[name]
+        assert code == acl.HCCL_E_PARA and "fork()" in message, (name, message)
+    assert "another device" not in steps["allreduce"][1]
+    if child == "destroy":
+        assert steps["destroy"][0] == 0
+        assert steps["again"][0] == acl.HCCL_E_PARA and "destroyed" in steps["again"][1]
+    assert steps["own"][0] == 0 and steps["own allreduce"][0] == 0 and steps["own destroy"][0] == 0, steps
+    assert "PARENT 0 0 0" in proc.stdout, proc.stdout
+
+
+def test_a_root_info_makes_a_communicator_again_after_destroy(cpu_session):
+    """The same root info, used again once every rank destroyed its communicator, makes a new one
+    (HCCL's root info names a meeting, not one communicator)."""
+    root = ok(acl.HcclGetRootInfo())
+
+    def body(rank, comm, stream):
+        buf = upload(np.full(3, rank + 1, np.float32))
+        ok(acl.HcclAllReduce(buf, buf, 3, F32, SUM, comm, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
+        return download(buf, 3, np.float32)
+
+    for _ in range(3):
+        for got in in_threads(2, body, root):
+            np.testing.assert_array_equal(got, [3, 3, 3])
+
+
+def test_a_rank_joining_twice_is_refused(cpu_session, monkeypatch):
+    """Two threads passing the same rank: the second is refused at once (HCCL_E_PARA), naming the rule."""
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "2")
+    root = ok(acl.HcclGetRootInfo())
+    out = {}
+
+    def rank(which):
+        out[which] = acl.HcclCommInitRootInfo(2, root, 0)[0], acl.aclGetRecentErrMsg()
+
+    import threading
+    first = threading.Thread(target=rank, args=("first",))
+    first.start()
+    time.sleep(0.5)   # the first joined (and waits for rank 1, bounded)
+    rank("second")
+    first.join(30)
+    assert out["second"][0] == acl.HCCL_E_PARA and "already joined this communicator" in out["second"][1], out
+    assert out["first"][0] == acl.HCCL_E_TIMEOUT, out
+
+
+def test_count_zero_is_success_before_any_check(session):
+    """HCCL returns HCCL_SUCCESS for a count of 0 before it looks at anything else (null buffers,
+    even a null comm); such calls take no part in the agreement, so the ranks stay in step."""
+    require_gpus(session.kind, 2, NCCL_ONE_RANK_PER_GPU)
+
+    def body(rank, comm, stream):
+        calls = [
+            acl.HcclAllReduce(None, None, 0, F32, SUM, comm, stream),
+            acl.HcclAllReduce(None, None, 0, 99, 99, None, "not a stream"),
+            acl.HcclReduce(None, None, 0, F32, SUM, 7, comm, stream),
+            acl.HcclBroadcast(None, 0, F32, 9, comm, stream),
+            acl.HcclAllGather(None, None, 0, F32, comm, stream),
+            acl.HcclReduceScatter(None, None, 0, F32, SUM, comm, stream),
+            acl.HcclScatter(None, None, 0, F32, 9, comm, stream),
+            acl.HcclAlltoAll(None, 0, F32, None, 0, F32, comm, stream),
+            acl.HcclAllGatherV(None, 0, None, [0, 0], [0, 0], F32, comm, stream),
+            acl.HcclReduceScatterV(None, [0, 0], [0, 0], None, 0, F32, SUM, comm, stream),
+            acl.HcclSend(None, 0, F32, 1 - rank, comm, stream),
+            acl.HcclRecv(None, 0, F32, 1 - rank, comm, stream),
+        ]
+        buf = upload(np.full(2, rank + 1, np.int32))
+        ok(acl.HcclAllReduce(buf, buf, 2, acl.HCCL_DATA_TYPE_INT32, SUM, comm, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
+        return [int(c) for c in calls], download(buf, 2, np.int32)
+
+    for codes, after in in_threads(2, body):
+        assert codes == [0] * len(codes), codes
+        np.testing.assert_array_equal(after, [3, 3])
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses a TCP socket of this host listens on at `port` (from /proc/net/tcp*)."""
+    import socket as sockets
+    found = set()
+    for table, family, width in (("/proc/net/tcp", sockets.AF_INET, 8), ("/proc/net/tcp6", sockets.AF_INET6, 32)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:   # LISTEN
+                raw = bytes.fromhex(address)
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))   # host order words
+                found.add(sockets.inet_ntop(family, raw[:width // 2]))
+    return found
+
+
+def test_the_store_listens_on_the_address_asked_for_only(cpu_session, monkeypatch):
+    """HcclGetRootInfo's store listens on the loopback address by default and on HCCL_IF_IP when set,
+    never on every interface; an HCCL_IF_IP that is not this host's is refused."""
+    from aclnn_gpu.hccl.bootstrap import Meeting
+    monkeypatch.delenv("HCCL_IF_IP", raising=False)
+    meeting = Meeting.decode(ok(acl.HcclGetRootInfo()), "test")
+    assert meeting.host == "127.0.0.1"
+    assert _listening(meeting.port) == {"127.0.0.1"}
+    monkeypatch.setenv("HCCL_IF_IP", "127.0.0.2")   # in 127.0.0.0/8: an address of this host too
+    meeting = Meeting.decode(ok(acl.HcclGetRootInfo()), "test")
+    assert (meeting.host, _listening(meeting.port)) == ("127.0.0.2", {"127.0.0.2"})
+    monkeypatch.setenv("HCCL_IF_IP", "192.0.2.1")   # TEST-NET-1: nobody's
+    assert acl.HcclGetRootInfo() == (acl.HCCL_E_PARA, None)
+    assert "HCCL_IF_IP=192.0.2.1 is not an address of this host" in acl.aclGetRecentErrMsg()
+
+
+def test_hccl_interface_variables_choose_the_addresses_and_nccls_interface(cpu_session, monkeypatch):
+    """HCCL_SOCKET_IFNAME picks the interface whose address the store listens on (and the engine
+    binds); on cuda the same variables tell NCCL its interface (NCCL_SOCKET_IFNAME) unless the user
+    set that: HCCL_SOCKET_IFNAME as is, or the interface holding HCCL_IF_IP."""
+    from aclnn_gpu.hccl import bootstrap
+    for name in ("HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    loopback = bootstrap.interface_of("127.0.0.1")
+    assert loopback is not None
+    monkeypatch.setenv("HCCL_SOCKET_IFNAME", "=" + loopback)
+    assert bootstrap.store_address("t") == "127.0.0.1"
+    assert bootstrap.engine_address("127.0.0.1", "t") == "127.0.0.1"
+    bootstrap.nccl_environment()
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "=" + loopback
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME")
+    monkeypatch.delenv("HCCL_SOCKET_IFNAME")
+    monkeypatch.setenv("HCCL_IF_IP", "127.0.0.1")
+    bootstrap.nccl_environment()
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "=" + loopback
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")   # the user's choice stays
+    bootstrap.nccl_environment()
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert bootstrap._socket_ifname("^" + loopback) != "127.0.0.1"   # "^": every interface but that one
+
+
+def test_api_reference_documents_every_hccl_name_and_enum():
+    """docs/API.md §9 names every public HCCL function and struct, and its enum tables are the package's."""
+    api = (ROOT / "docs" / "API.md").read_text()
+    section = api[api.index("## 9. HCCL collectives"):]
+    for name in acl.hccl.__all__:
+        if name.startswith("Hccl"):
+            assert f"{name}" in section, name
+    for enum_type in acl.hccl.types.ENUMS:
+        assert f"#### `{enum_type.__name__}`" in section, enum_type
+        for member in enum_type:
+            assert f"| `{member.name}` | {int(member)} |" in section, member
+
+
+def test_the_heartbeat_rule_over_a_frozen_machine_and_a_dead_rank():
+    """liveness.Liveness.tick over an in-memory store and a given clock: a machine frozen as a whole
+    for 5 s (every counter stale on waking, longer than the 2 s heartbeat) raises no fault, since
+    the watcher's own beats must see a counter stand still; a rank that stops for good is reported
+    (HCCL_E_REMOTE, naming it) once both the time and the beats are there; one that said bye
+    (HcclCommDestroy) is a leaver, not a dead rank."""
+    from aclnn_gpu.hccl.bootstrap import Health
+    from aclnn_gpu.hccl.liveness import Liveness
+
+    class Store:
+        def __init__(self):
+            self.data = {}
+
+        def add(self, key, n):
+            self.data[key] = str(int(self.data.get(key, b"0")) + n).encode()
+            return int(self.data[key])
+
+        def multi_get(self, keys):
+            return [self.data[k] for k in keys]
+
+        def check(self, keys):
+            return all(k in self.data for k in keys)
+
+        def get(self, key):
+            return self.data[key]
+
+        def set(self, key, value):
+            self.data[key] = value.encode() if isinstance(value, str) else value
+
+        def compare_set(self, key, expected, value):
+            self.data.setdefault(key, value.encode())
+            return self.data[key]
+
+    store = Store()
+    health = Health()
+    watcher = Liveness(store, 0, 3, 2.0, health)          # rank 0 watches ranks 1 and 2; a beat every 0.5 s
+    Liveness(store, 1, 3, 2.0, Health())
+    peer2 = Liveness(store, 2, 3, 2.0, Health())
+    clock = 100.0
+    for _ in range(4):                                     # all alive
+        clock += 0.5
+        store.add("hb/1", 1)
+        store.add("hb/2", 1)
+        assert watcher.tick(clock)
+    clock += 5.0                                           # the whole machine froze: nobody beat
+    assert watcher.tick(clock) and health.fault is None    # wakes first: both counters stale for 5 s
+    store.add("hb/1", 1)
+    store.add("hb/2", 1)
+    clock += 0.5
+    assert watcher.tick(clock) and health.fault is None
+    peer2.stop()                                           # rank 2 leaves (HcclCommDestroy)
+    for _ in range(3):                                     # rank 1 dies: its counter stands still from now on
+        clock += 0.5
+        assert watcher.tick(clock) and health.fault is None
+    assert health.left == {2}
+    for _ in range(2):
+        clock += 0.5
+        watcher.tick(clock)
+    assert health.fault is not None and health.fault[0] == acl.HCCL_E_REMOTE, health.fault
+    assert health.fault[1].startswith("rank 1 stopped: no heartbeat for 2 s"), health.fault

@@ -1,20 +1,30 @@
 """HCCL (Huawei's collective communication library, `hccl.h`) on established engines: PyTorch's
 gloo backend on the cpu and emulated devices, NCCL through CuPy on cuda.
 
-Modules: `types` (the enums), `bootstrap` (root info, rank table, timeouts, the cross-rank
-agreement over a TCP store), `comm` (the communicator), `api` (the entry points), `gloo` and
-`nccl` (the two engines: the only code that differs between devices).
+Modules: `types` (the enums and structs), `bootstrap` (root info, rank table, addresses, timeouts,
+the cross-rank agreement over a TCP store), `liveness` (heartbeats: dead peers found in bounded
+time), `comm` (the communicator), `api` (communicator entry points), `collectives` (the
+collectives and point-to-point calls), `gloo` and `nccl` (the two engines: the only code that
+differs between devices).
 """
 from __future__ import annotations
 
 from .api import (
-    HcclAllGather, HcclAllReduce, HcclBarrier, HcclBroadcast, HcclCommDestroy, HcclCommInitClusterInfo,
-    HcclCommInitRootInfo, HcclGetRankId, HcclGetRankSize, HcclGetRootInfo, HcclRecv, HcclReduceScatter, HcclSend,
+    HcclCommConfigInit, HcclCommDestroy, HcclCommInitAll, HcclCommInitClusterInfo, HcclCommInitClusterInfoConfig,
+    HcclCommInitRootInfo, HcclCommInitRootInfoConfig, HcclCreateSubCommConfig, HcclGetCommAsyncError, HcclGetCommName,
+    HcclGetErrorString, HcclGetRankId, HcclGetRankSize, HcclGetRootInfo,
+)
+from .collectives import (
+    HcclAllGather, HcclAllGatherV, HcclAllReduce, HcclAlltoAll, HcclAlltoAllV, HcclBarrier, HcclBatchSendRecv,
+    HcclBroadcast, HcclRecv, HcclReduce, HcclReduceScatter, HcclReduceScatterV, HcclScatter, HcclSend,
 )
 from .comm import HcclComm
-from .types import *  # noqa: F401,F403 - the enums and their members as constants
+from .types import *  # noqa: F401,F403 - the enums and their members as constants, the structs
 from .types import __all__ as _types_all
 
-__all__ = ["HcclAllGather", "HcclAllReduce", "HcclBarrier", "HcclBroadcast", "HcclComm", "HcclCommDestroy",
-           "HcclCommInitClusterInfo", "HcclCommInitRootInfo", "HcclGetRankId", "HcclGetRankSize", "HcclGetRootInfo",
-           "HcclRecv", "HcclReduceScatter", "HcclSend"] + [name for name in _types_all]
+__all__ = ["HcclAllGather", "HcclAllGatherV", "HcclAllReduce", "HcclAlltoAll", "HcclAlltoAllV", "HcclBarrier",
+           "HcclBatchSendRecv", "HcclBroadcast", "HcclComm", "HcclCommConfigInit", "HcclCommDestroy", "HcclCommInitAll",
+           "HcclCommInitClusterInfo", "HcclCommInitClusterInfoConfig", "HcclCommInitRootInfo",
+           "HcclCommInitRootInfoConfig", "HcclCreateSubCommConfig", "HcclGetCommAsyncError", "HcclGetCommName",
+           "HcclGetErrorString", "HcclGetRankId", "HcclGetRankSize", "HcclGetRootInfo", "HcclRecv", "HcclReduce",
+           "HcclReduceScatter", "HcclReduceScatterV", "HcclScatter", "HcclSend"] + [name for name in _types_all]

@@ -1,26 +1,28 @@
-"""HCCL's entry points (`hccl.h`): communicators and collectives, C-style like the rest of the
-library (they return an HcclResult, plus the out-parameter where C has one; nothing raises for a
-user error; the message goes to `aclGetRecentErrMsg`).
-
-Each collective checks its arguments on this rank, then agrees with every rank (`HcclComm.agree`:
-same collective, same count, type, op and root; a rank whose own checks failed makes all of them
-fail), and only then queues the engine's collective on the stream, in stream order.
+"""HCCL's communicator entry points (`hccl.h`), C-style like the rest of the library (they return an
+HcclResult, plus the out-parameter where C has one; nothing raises for a user error; the message
+goes to `aclGetRecentErrMsg`), and the argument checks every entry point shares. The collectives
+are in `collectives.py`.
 """
 from __future__ import annotations
 
 import numbers
+import threading
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import OpError, c_api, fail
-from ..status import aclError
 from . import bootstrap
 from .comm import HcclComm, build, check_comm, device_of, engine_for, require_torch_distributed
-from .types import NUMPY_DTYPE, HcclDataType, HcclReduceOp, HcclResult
+from .types import (
+    COMM_NAME_MAX_LENGTH, HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET, HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET, NUMPY_DTYPE,
+    HcclCommConfig, HcclDataType, HcclReduceOp, HcclResult,
+)
 
 OK = HcclResult.HCCL_SUCCESS
 PARA = HcclResult.HCCL_E_PARA
+PTR = HcclResult.HCCL_E_PTR
+RANK_TABLE_NAME = "hccl_world_group"   # HcclGetCommName of a rank-table communicator, as HCCL names it
 
 
 def hccl_api(n_out: int = 0) -> Callable:
@@ -28,126 +30,259 @@ def hccl_api(n_out: int = 0) -> Callable:
 
 
 # ---------------------------------------------------------------------------- argument checks
-def _integer(value: Any, fn: str, what: str, low: int, high: int | None = None) -> int:
+def integer(value: Any, fn: str, what: str, low: int, high: int | None = None) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < low or \
             (high is not None and int(value) > high):
         fail(PARA, f"{fn}: {what} {value!r} must be an integer in [{low}, {'inf' if high is None else high}]")
     return int(value)
 
 
-def _data_type(value: Any, fn: str) -> np.dtype:
+def is_zero(value: Any) -> bool:
+    """A count of 0: HCCL returns success for it before any other check (op_base.cc)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) == 0
+
+
+def data_type(value: Any, fn: str, what: str = "dataType") -> np.dtype:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or \
             int(value) not in HcclDataType._value2member_map_:
-        fail(PARA, f"{fn}: dataType {value!r} is not an HcclDataType (0..11)")
+        fail(PARA, f"{fn}: {what} {value!r} is not an HcclDataType (0..11)")
     return NUMPY_DTYPE[HcclDataType(int(value))]
 
 
-def _reduce_op(value: Any, fn: str) -> HcclReduceOp:
+def reduce_op(value: Any, fn: str) -> HcclReduceOp:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or \
             int(value) not in HcclReduceOp._value2member_map_:
         fail(PARA, f"{fn}: op {value!r} is not an HcclReduceOp (0..3)")
     return HcclReduceOp(int(value))
 
 
-def _stream(comm: HcclComm, stream: Any, fn: str) -> Any:
+def counts(value: Any, n: int, fn: str, what: str) -> list[int]:
+    """A host array of n counts or displacements (C's const void * of uint64_t)."""
+    if value is None:
+        fail(PTR, f"{fn}: {what} is null")
+    try:
+        items = list(np.asarray(value).reshape(-1).tolist()) if isinstance(value, np.ndarray) else list(value)
+    except TypeError:
+        fail(PARA, f"{fn}: {what} must be a sequence of {n} integers (one per rank), got {type(value).__name__}")
+    if len(items) != n:
+        fail(PARA, f"{fn}: {what} has {len(items)} entries, the communicator has {n} ranks")
+    return [integer(v, fn, f"{what}[{i}]", 0) for i, v in enumerate(items)]
+
+
+def stream_of(comm: HcclComm, stream: Any, fn: str) -> Any:
     device, impl = device_of(stream, fn)
     if device is not comm.device:
-        fail(PARA, f"{fn}: stream belongs to another device than comm")
+        fail(PARA, f"{fn}: stream belongs to device {device.id}, comm to device {comm.device.id} (make the "
+                   "communicator and the stream with the same device current)")
     return impl
 
 
-def _buffer(comm: HcclComm, ptr: Any, nbytes: int, fn: str, what: str) -> int:
+def buffer(comm: HcclComm, ptr: Any, nbytes: int, fn: str, what: str) -> int:
     if ptr is None:
-        fail(HcclResult.HCCL_E_PTR, f"{fn}: {what} is null")
+        fail(PTR, f"{fn}: {what} is null")
     comm.device.registry.check(ptr, nbytes, f"{fn}: {what}", status=PARA, on_device=True)
     return int(ptr)
 
 
-def _peer(comm: HcclComm, value: Any, fn: str, what: str) -> int:
-    peer = _integer(value, fn, what, 0, comm.size - 1)
-    if peer == comm.rank:
-        fail(PARA, f"{fn}: {what} {peer} is this rank itself")
-    return peer
+def optional_buffer(comm: HcclComm, ptr: Any, nbytes: int, fn: str, what: str) -> int:
+    """A buffer that may be null when nothing is read from or written to it (nbytes 0)."""
+    if nbytes == 0:
+        return 0
+    return buffer(comm, ptr, nbytes, fn, what)
 
 
-def _what(fn: str, comm: HcclComm) -> str:
-    return f"{fn} (rank {comm.rank} of {comm.size})"
-
-
-def _agreed(fn: str, comm: HcclComm, local: Callable[[], tuple[dict, Any]], keys: tuple[str, ...]) -> Any:
-    """Run this rank's checks, then agree with every rank: refused on all ranks when one rank's own
-    checks failed, when ranks called different collectives, or when they disagree on `keys`."""
-    try:
-        header, prepared = local()
-        refused = None
-    except OpError as e:
-        header, prepared, refused = {}, None, e
-    headers = comm.agree(fn, dict(header, refused=None if refused is None else refused.message))
-    if refused is not None:
-        raise refused
-    for r, h in enumerate(headers):
-        if h.get("refused"):
-            fail(PARA, f"{fn}: rank {r} refused the call: {h['refused']}")
-        if h["call"] != fn:
-            fail(PARA, f"{fn}: rank {r} called {h['call']} at this point (every rank must call the same collectives "
-                       "in the same order)")
-    for key in keys:
-        if len({h[key] for h in headers}) > 1:
-            shown = ", ".join(f"rank {r} {key}={h[key]}" for r, h in enumerate(headers))
-            fail(PARA, f"{fn}: the ranks disagree on {key}: {shown}")
-    return prepared
+def peer(comm: HcclComm, value: Any, fn: str, what: str) -> int:
+    other = integer(value, fn, what, 0, comm.size - 1)
+    if other == comm.rank:
+        fail(PARA, f"{fn}: {what} {other} is this rank itself")
+    return other
 
 
 # ---------------------------------------------------------------------------- communicators
+def _config(config: Any, fn: str) -> HcclCommConfig:
+    """An HcclCommConfig's fields checked as HCCL's CommConfig::Load does; returns it."""
+    if config is None:
+        fail(PTR, f"{fn}: config is null")
+    if not isinstance(config, HcclCommConfig):
+        fail(PARA, f"{fn}: config must be an HcclCommConfig (HcclCommConfigInit), got {type(config).__name__}")
+    size = config.hcclBufferSize
+    if size != HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET:
+        integer(size, fn, "config.hcclBufferSize (MB)", 1, 0xFFFFFFFF)
+    if config.hcclDeterministic not in (0, 1, HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET):
+        fail(PARA, f"{fn}: config.hcclDeterministic {config.hcclDeterministic!r} must be 0, 1 or "
+                   "HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET")
+    if not isinstance(config.hcclCommName, str) or len(config.hcclCommName.encode()) >= COMM_NAME_MAX_LENGTH:
+        fail(PARA, f"{fn}: config.hcclCommName must be a str shorter than {COMM_NAME_MAX_LENGTH} bytes")
+    if config.hcclOpExpansionMode not in (0, 1, 2, 3):
+        fail(PARA, f"{fn}: config.hcclOpExpansionMode {config.hcclOpExpansionMode!r} must be 0..3")
+    return config
+
+
 @hccl_api(n_out=1)
 def HcclGetRootInfo() -> tuple[int, bytes]:
+    """The root info (4108 bytes) rank 0 hands to every rank; its store listens on HCCL_IF_IP (or
+    HCCL_SOCKET_IFNAME's interface), else on the loopback address only."""
     fn = "HcclGetRootInfo"
     require_torch_distributed(fn)
     device, _ = device_of(None, fn)
     engine = engine_for(device)
+    address = bootstrap.store_address(fn)
     try:
-        host, port = bootstrap.serve(bootstrap.connect_timeout())
+        port = bootstrap.serve(address, 0, bootstrap.connect_timeout())
     except OpError:
         raise
     except Exception as e:  # noqa: BLE001 - the listening socket could not be opened
-        fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {bootstrap.host_address()} (HCCL_IF_IP): {e}")
+        fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {address}: {bootstrap._first_line(e)}")
     nccl_id = None
     if engine == "nccl":
         from .nccl import new_unique_id
+        bootstrap.nccl_environment()
         nccl_id = new_unique_id()
-    return OK, bootstrap.Meeting(host, port, bootstrap.new_key(), engine, nccl_id).encode()
+    key = bootstrap.new_key()
+    return OK, bootstrap.Meeting(address, port, key, engine, nccl_id, bootstrap.process_token(), key).encode()
 
 
-@hccl_api(n_out=1)
-def HcclCommInitRootInfo(nRanks: int, rootInfo: bytes, rank: int) -> tuple[int, HcclComm]:
-    fn = "HcclCommInitRootInfo"
-    n = _integer(nRanks, fn, "nRanks", 1)
-    r = _integer(rank, fn, "rank", 0, n - 1)
+def _init_root_info(fn: str, nRanks: Any, rootInfo: Any, rank: Any, name: str = "") -> HcclComm:
+    n = integer(nRanks, fn, "nRanks", 1)
+    r = integer(rank, fn, "rank", 0, n - 1)
     meeting = bootstrap.Meeting.decode(rootInfo, fn)
     require_torch_distributed(fn)
     device, _ = device_of(None, fn)
     if meeting.engine != engine_for(device):
         fail(PARA, f"{fn}: rootInfo was made for {meeting.engine} but this process's {device.kind} device uses "
                    f"{engine_for(device)} (every rank must use the same device kind)")
-    return OK, build(meeting, n, r, device, fn)
+    if name:
+        meeting = bootstrap.Meeting(meeting.host, meeting.port, meeting.key, meeting.engine, meeting.nccl_id,
+                                    meeting.owner, name)
+    return build(meeting, n, r, device, fn)
 
 
 @hccl_api(n_out=1)
-def HcclCommInitClusterInfo(clusterInfoPath: str, rank: int) -> tuple[int, HcclComm]:
-    fn = "HcclCommInitClusterInfo"
-    r = _integer(rank, fn, "rank", 0)
-    table = bootstrap.read_rank_table(clusterInfoPath, r, fn)
+def HcclCommInitRootInfo(nRanks: int, rootInfo: bytes, rank: int) -> tuple[int, HcclComm]:
+    return OK, _init_root_info("HcclCommInitRootInfo", nRanks, rootInfo, rank)
+
+
+@hccl_api(n_out=1)
+def HcclCommInitRootInfoConfig(nRanks: int, rootInfo: bytes, rank: int, config: HcclCommConfig
+                               ) -> tuple[int, HcclComm]:
+    """HcclCommInitRootInfo with a config (HcclCommConfigInit): hcclCommName names the communicator
+    (HcclGetCommName); the buffer size, determinism and expansion mode are checked and have no
+    effect here (the engines size their own buffers; gloo and NCCL reduce in a fixed order per call)."""
+    fn = "HcclCommInitRootInfoConfig"
+    c = _config(config, fn)
+    return OK, _init_root_info(fn, nRanks, rootInfo, rank, c.hcclCommName)
+
+
+def _init_cluster_info(fn: str, clusterInfo: Any, rank: Any, name: str = "") -> HcclComm:
+    r = integer(rank, fn, "rank", 0)
+    table = bootstrap.read_rank_table(clusterInfo, r, fn)
     require_torch_distributed(fn)
     device, _ = device_of(None, fn)
-    meeting = bootstrap.Meeting(table.root_host, bootstrap.base_port(), "rt-" + table.digest, engine_for(device))
-    return OK, build(meeting, table.n_ranks, r, device, fn, serve_here=(r == 0))
+    host, port = bootstrap.resolve(table.root_host), bootstrap.base_port()
+    if r == 0:   # rank 0 serves the store on its own server's address, at HCCL_IF_BASE_PORT
+        if not bootstrap.is_local(host):
+            fail(PARA, f"{fn}: rank 0's server address {table.root_host} (host_ip / server_id) is not an address "
+                       "of this host: rank 0 must run on the server the rank table names")
+        try:
+            bootstrap.serve(host, port, bootstrap.connect_timeout())
+        except Exception as e:  # noqa: BLE001 - the port is taken by another process
+            fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {host}:{port} (HCCL_IF_BASE_PORT): "
+                                                f"{bootstrap._first_line(e)}")
+    meeting = bootstrap.Meeting(host, port, "rt-" + table.digest, engine_for(device), None, "", name or RANK_TABLE_NAME)
+    comm = build(meeting, table.n_ranks, r, device, fn, (table.device_ips[r], table.hosts[r]))
+    return comm
+
+
+@hccl_api(n_out=1)
+def HcclCommInitClusterInfo(clusterInfo: str, rank: int) -> tuple[int, HcclComm]:
+    """A communicator from CANN's rank-table file: rank 0 serves the store on its server's address at
+    HCCL_IF_BASE_PORT; each rank binds to its device_ip when that is an address of its host, else
+    to its server's host_ip / server_id, else as HcclCommInitRootInfo does."""
+    return OK, _init_cluster_info("HcclCommInitClusterInfo", clusterInfo, rank)
+
+
+@hccl_api(n_out=1)
+def HcclCommInitClusterInfoConfig(clusterInfo: str, rank: int, config: HcclCommConfig) -> tuple[int, HcclComm]:
+    fn = "HcclCommInitClusterInfoConfig"
+    c = _config(config, fn)
+    return OK, _init_cluster_info(fn, clusterInfo, rank, c.hcclCommName)
+
+
+@hccl_api(n_out=1)
+def HcclCreateSubCommConfig(comm: HcclComm, rankNum: int, rankIds: list[int], subCommId: int, subCommRankId: int,
+                            config: HcclCommConfig) -> tuple[int, HcclComm]:
+    """A communicator of some ranks of `comm` (the global ranks `rankIds`, this one at index
+    `subCommRankId`): only those ranks call it, with the same rankIds and subCommId."""
+    fn = "HcclCreateSubCommConfig"
+    c = check_comm(comm, fn)
+    conf = _config(config, fn)
+    n = integer(rankNum, fn, "rankNum", 1, c.size)
+    ids = counts(rankIds, n, fn, "rankIds")
+    if len(set(ids)) != n or max(ids) >= c.size:
+        fail(PARA, f"{fn}: rankIds {ids} must be {n} different ranks of comm (0..{c.size - 1})")
+    sub_id = integer(subCommId, fn, "subCommId", 0, 2**64 - 1)
+    me = integer(subCommRankId, fn, "subCommRankId", 0, n - 1)
+    if ids[me] != c.rank:
+        fail(PARA, f"{fn}: rankIds[subCommRankId={me}] is {ids[me]}, but this is rank {c.rank} of comm")
+    parent = c.meeting
+    key = f"{parent.key}-{c.generation}-sub{sub_id}-" + "_".join(map(str, ids))
+    meeting = bootstrap.Meeting(parent.host, parent.port, key, parent.engine, None, parent.owner,
+                                conf.hcclCommName or f"{c.name}_sub{sub_id}")
+    return OK, build(meeting, n, me, c.device, fn, (c.address,))
+
+
+@hccl_api(n_out=1)
+def HcclCommInitAll(ndev: int, devices: list[int]) -> tuple[int, list[HcclComm]]:
+    """One communicator per device of this process (CANN's single-process multi-device init): rank
+    i on devices[i], each made in a thread of its own with that device current. Each rank's
+    collectives are then called from a thread that has its device current, as CANN's sample does
+    (a collective waits for every rank to call it)."""
+    fn = "HcclCommInitAll"
+    n = integer(ndev, fn, "ndev", 1)
+    ids = counts(devices, n, fn, "devices")
+    if len(set(ids)) != n:
+        fail(PARA, f"{fn}: devices {ids} name a device twice")
+    from ..errors import aclGetRecentErrMsg
+    from ..runtime import aclrtSetDevice
+    ret, root = HcclGetRootInfo()
+    if ret != OK:
+        raise OpError(ret, f"{fn}: {aclGetRecentErrMsg()}")
+    comms: list[Any] = [None] * n
+    errors: list[OpError] = []
+
+    def rank(r: int) -> None:
+        try:
+            if aclrtSetDevice(ids[r]) != 0:
+                raise OpError(PARA, f"{fn}: devices[{r}]: {aclGetRecentErrMsg()}")
+            comms[r] = _init_root_info(fn, n, root, r)
+        except OpError as e:
+            errors.append(e)
+        except Exception as e:  # noqa: BLE001 - reported as HCCL's internal error below
+            errors.append(OpError(HcclResult.HCCL_E_INTERNAL, f"{fn}: rank {r}: {type(e).__name__}: {e}"))
+
+    threads = [threading.Thread(target=rank, args=(r,), name=f"HcclCommInitAll-{r}") for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for made in comms:
+            if made is not None:
+                made.destroy()
+        raise errors[0]
+    return OK, comms
 
 
 @hccl_api()
 def HcclCommDestroy(comm: HcclComm) -> int:
-    c = check_comm(comm, "HcclCommDestroy")
-    c.destroyed = True
-    c.engine.close()
+    """Null is a no-op, as in HCCL. In a fork() child, a communicator of the parent is only dropped
+    (the parent's stays intact)."""
+    if comm is None:
+        return OK
+    if isinstance(comm, HcclComm) and comm.forked and not comm.destroyed:
+        comm.destroyed = True
+        return OK
+    check_comm(comm, "HcclCommDestroy").destroy()
     return OK
 
 
@@ -161,162 +296,51 @@ def HcclGetRankId(comm: HcclComm) -> tuple[int, int]:
     return OK, check_comm(comm, "HcclGetRankId").rank
 
 
-# ---------------------------------------------------------------------------- collectives
-def _reduction(fn: str, comm: Any, send_buf: Any, recv_buf: Any, count: Any, count_name: str, data_type: Any,
-               op: Any, stream: Any, send_blocks: int) -> tuple[HcclComm, tuple]:
-    """The checks and agreement of a reducing collective; `send_blocks` x count elements are sent."""
+@hccl_api(n_out=1)
+def HcclGetCommName(comm: HcclComm) -> tuple[int, str]:
+    """The communicator's name: config.hcclCommName when one was given, else the root info's
+    identifier (the same on every rank), "hccl_world_group" for a rank table."""
+    return OK, check_comm(comm, "HcclGetCommName").name
+
+
+@hccl_api(n_out=1)
+def HcclGetCommAsyncError(comm: HcclComm) -> tuple[int, int]:
+    """The communicator's asynchronous error: the first fault its liveness saw (a dead rank:
+    HCCL_E_REMOTE; the store lost: HCCL_E_TCP_TRANSFER), else the engine's (NCCL's
+    ncclCommGetAsyncError), else HCCL_SUCCESS. The reason is in aclGetRecentErrMsg."""
+    fn = "HcclGetCommAsyncError"
     c = check_comm(comm, fn)
-
-    def local() -> tuple[dict, Any]:
-        n, dtype, reduce = _integer(count, fn, count_name, 0), _data_type(data_type, fn), _reduce_op(op, fn)
-        impl = _stream(c, stream, fn)
-        what = "sendBuf" if send_blocks == 1 else f"sendBuf ({count_name} x rank size elements)"
-        send = _buffer(c, send_buf, n * send_blocks * dtype.itemsize, fn, what)
-        recv = _buffer(c, recv_buf, n * dtype.itemsize, fn, "recvBuf")
-        return {count_name: n, "dataType": int(data_type), "op": int(op)}, (impl, send, recv, n, dtype, reduce)
-
-    return c, _agreed(fn, c, local, (count_name, "dataType", "op"))
+    fault = c.health.fault
+    if fault is not None:
+        from ..errors import set_recent_error
+        set_recent_error(f"{fn}: {fault[1]}")
+        return OK, HcclResult(fault[0])
+    return OK, HcclResult(c.engine.async_error())
 
 
-@hccl_api()
-def HcclAllReduce(sendBuf: int, recvBuf: int, count: int, dataType: int, op: int, comm: HcclComm,
-                  stream: Any) -> int:
-    fn = "HcclAllReduce"
-    c, (impl, send, recv, n, dtype, reduce) = _reduction(fn, comm, sendBuf, recvBuf, count, "count", dataType, op,
-                                                         stream, 1)
-    if n:
-        c.engine.all_reduce(impl, send, recv, n, dtype, reduce, _what(fn, c))
-    return OK
+_ERROR_STRINGS = {
+    HcclResult.HCCL_SUCCESS: "no error", HcclResult.HCCL_E_PARA: "parameter error",
+    HcclResult.HCCL_E_PTR: "empty pointer", HcclResult.HCCL_E_MEMORY: "memory error",
+    HcclResult.HCCL_E_INTERNAL: "internal error", HcclResult.HCCL_E_NOT_SUPPORT: "not support feature",
+    HcclResult.HCCL_E_NOT_FOUND: "not found specific resource", HcclResult.HCCL_E_UNAVAIL: "resource unavailable",
+    HcclResult.HCCL_E_SYSCALL: "call system interface error", HcclResult.HCCL_E_TIMEOUT: "timeout",
+    HcclResult.HCCL_E_OPEN_FILE_FAILURE: "open file fail", HcclResult.HCCL_E_TCP_CONNECT: "tcp connect fail",
+    HcclResult.HCCL_E_ROCE_CONNECT: "roce connect fail", HcclResult.HCCL_E_TCP_TRANSFER: "tcp transfer fail",
+    HcclResult.HCCL_E_ROCE_TRANSFER: "roce transfer fail", HcclResult.HCCL_E_RUNTIME: "call runtime api fail",
+    HcclResult.HCCL_E_DRV: "call driver api fail", HcclResult.HCCL_E_PROFILING: "call profiling api fail",
+    HcclResult.HCCL_E_CCE: "call cce api fail", HcclResult.HCCL_E_NETWORK: "call network api fail",
+    HcclResult.HCCL_E_AGAIN: "try again", HcclResult.HCCL_E_REMOTE: "error cqe",
+}
 
 
-@hccl_api()
-def HcclReduceScatter(sendBuf: int, recvBuf: int, recvCount: int, dataType: int, op: int, comm: HcclComm,
-                      stream: Any) -> int:
-    fn = "HcclReduceScatter"
-    c = check_comm(comm, fn)
-    c, (impl, send, recv, n, dtype, reduce) = _reduction(fn, comm, sendBuf, recvBuf, recvCount, "recvCount", dataType,
-                                                         op, stream, c.size)
-    if n:
-        c.engine.reduce_scatter(impl, send, recv, n, dtype, reduce, _what(fn, c))
-    return OK
+def HcclGetErrorString(code: int) -> str:
+    """HCCL's words for a code (C returns a const char *); "unknow error" (sic, HCCL's) for any other value."""
+    if isinstance(code, numbers.Integral) and not isinstance(code, bool) and int(code) in _ERROR_STRINGS:
+        return _ERROR_STRINGS[HcclResult(int(code))]
+    return "unknow error"
 
 
-@hccl_api()
-def HcclAllGather(sendBuf: int, recvBuf: int, sendCount: int, dataType: int, comm: HcclComm, stream: Any) -> int:
-    fn = "HcclAllGather"
-    c = check_comm(comm, fn)
-
-    def local() -> tuple[dict, Any]:
-        n, dtype = _integer(sendCount, fn, "sendCount", 0), _data_type(dataType, fn)
-        impl = _stream(c, stream, fn)
-        send = _buffer(c, sendBuf, n * dtype.itemsize, fn, "sendBuf")
-        recv = _buffer(c, recvBuf, n * c.size * dtype.itemsize, fn, "recvBuf (sendCount x rank size elements)")
-        return {"sendCount": n, "dataType": int(dataType)}, (impl, send, recv, n * dtype.itemsize)
-
-    impl, send, recv, nbytes = _agreed(fn, c, local, ("sendCount", "dataType"))
-    if nbytes:
-        c.engine.all_gather(impl, send, recv, nbytes, _what(fn, c))
-    return OK
-
-
-@hccl_api()
-def HcclBroadcast(buf: int, count: int, dataType: int, root: int, comm: HcclComm, stream: Any) -> int:
-    fn = "HcclBroadcast"
-    c = check_comm(comm, fn)
-
-    def local() -> tuple[dict, Any]:
-        n, dtype = _integer(count, fn, "count", 0), _data_type(dataType, fn)
-        source = _integer(root, fn, "root", 0, c.size - 1)
-        impl = _stream(c, stream, fn)
-        target = _buffer(c, buf, n * dtype.itemsize, fn, "buf")
-        return {"count": n, "dataType": int(dataType), "root": source}, (impl, target, n * dtype.itemsize, source)
-
-    impl, target, nbytes, source = _agreed(fn, c, local, ("count", "dataType", "root"))
-    if nbytes:
-        c.engine.broadcast(impl, target, nbytes, source, _what(fn, c))
-    return OK
-
-
-@hccl_api()
-def HcclBarrier(comm: HcclComm, stream: Any) -> int:
-    fn = "HcclBarrier"
-    c = check_comm(comm, fn)
-    impl = _agreed(fn, c, lambda: ({}, _stream(c, stream, fn)), ())
-    c.engine.barrier(impl, _what(fn, c))
-    return OK
-
-
-# ---------------------------------------------------------------------------- point to point
-def _p2p_checks(c: HcclComm, buf: Any, count: Any, dataType: Any, stream: Any, fn: str, what: str) -> tuple:
-    n, dtype = _integer(count, fn, "count", 0), _data_type(dataType, fn)
-    impl = _stream(c, stream, fn)
-    return {"count": n, "dataType": int(dataType)}, (impl, _buffer(c, buf, n * dtype.itemsize, fn, what),
-                                                     n * dtype.itemsize)
-
-
-def _next_message(table: dict[int, int], peer: int, c: HcclComm) -> int:
-    with c.lock:
-        index = table.get(peer, 0)
-        table[peer] = index + 1
-        return index
-
-
-@hccl_api()
-def HcclSend(sendBuf: int, count: int, dataType: int, destRank: int, comm: HcclComm, stream: Any) -> int:
-    """Posts its header and returns; the receiver checks it, and the queued send waits (on the
-    stream) for the receiver's verdict, so a refused message fails both sides, bounded."""
-    fn = "HcclSend"
-    c = check_comm(comm, fn)
-    peer = _peer(c, destRank, fn, "destRank")
-    key = f"p{c.rank}>{peer}/{_next_message(c.sent, peer, c)}"
-    try:
-        header, (impl, source, nbytes) = _p2p_checks(c, sendBuf, count, dataType, stream, fn, "sendBuf")
-    except OpError as e:
-        c.rendezvous.post(key, {"refused": e.message}, fn)
-        raise
-    c.rendezvous.post(key, dict(header, refused=None), fn)
-    what = _what(fn, c)
-
-    def verdict() -> None:
-        try:
-            answer = c.side.take(key + "/verdict", what, f"rank {peer} to call HcclRecv")
-        except OpError as e:
-            raise OpError(aclError.ACL_ERROR_RT_WAIT_TIMEOUT, f"{what}: {e.message}") from None
-        if answer["refused"]:
-            raise OpError(aclError.ACL_ERROR_RT_PARAM_INVALID, f"{what}: rank {peer} refused the message: "
-                                                               f"{answer['refused']}")
-
-    if nbytes:
-        c.engine.send(impl, source, nbytes, peer, int(key.rsplit("/", 1)[1]), what, verdict)
-    return OK
-
-
-@hccl_api()
-def HcclRecv(recvBuf: int, count: int, dataType: int, srcRank: int, comm: HcclComm, stream: Any) -> int:
-    fn = "HcclRecv"
-    c = check_comm(comm, fn)
-    peer = _peer(c, srcRank, fn, "srcRank")
-    index = _next_message(c.received, peer, c)
-    key = f"p{peer}>{c.rank}/{index}"
-    try:
-        header, (impl, target, nbytes) = _p2p_checks(c, recvBuf, count, dataType, stream, fn, "recvBuf")
-        refused = None
-    except OpError as e:
-        header, refused = {}, e
-    sent = c.rendezvous.take(key, fn, f"rank {peer} to call HcclSend")
-    problem = None
-    if refused is not None:
-        problem = refused.message
-    elif sent["refused"]:
-        problem = f"{fn}: rank {peer} refused its HcclSend: {sent['refused']}"
-    elif (sent["count"], sent["dataType"]) != (header["count"], header["dataType"]):
-        problem = (f"{fn}: rank {peer} sends count={sent['count']} dataType={sent['dataType']}, this rank receives "
-                   f"count={header['count']} dataType={header['dataType']}")
-    c.rendezvous.post(key + "/verdict", {"refused": problem}, fn)
-    if refused is not None:
-        raise refused
-    if problem is not None:
-        fail(PARA, problem)
-    if nbytes:
-        c.engine.recv(impl, target, nbytes, peer, index, _what(fn, c))
-    return OK
+def HcclCommConfigInit(config: HcclCommConfig) -> None:
+    """Reset `config` to HCCL's defaults (C's inline HcclCommConfigInit; a None config is ignored)."""
+    if isinstance(config, HcclCommConfig):
+        config.__init__()  # type: ignore[misc]

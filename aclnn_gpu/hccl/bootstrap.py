@@ -1,34 +1,43 @@
 """How ranks find each other and agree before any data moves: the root info (what
-`HcclGetRootInfo` hands out), the rank-table file of `HcclCommInitClusterInfo`, the timeouts (HCCL's
-own environment variables), and `Rendezvous`, the per-communicator key-value exchange over
-PyTorch's `TCPStore` that checks every collective's arguments across ranks before the engine runs it.
+`HcclGetRootInfo` hands out), the rank-table file of `HcclCommInitClusterInfo`, the addresses each
+rank listens and binds on (HCCL's own environment variables), the timeouts, and `Rendezvous`, the
+per-communicator key-value exchange over PyTorch's `TCPStore` that checks every collective's
+arguments across ranks before the engine runs it.
 
-The store is only the meeting point; the data moves through the engine (gloo or NCCL). Every wait
-on it is bounded: `HCCL_CONNECT_TIMEOUT` while a communicator is being built, `HCCL_EXEC_TIMEOUT`
-for a collective.
+The store is only the meeting point; the data moves through the engine (gloo or NCCL), each rank
+bound to an address of its own host (`engine_address`), never to the meeting host's. Every wait on
+the store is bounded: `HCCL_CONNECT_TIMEOUT` while a communicator is being built,
+`HCCL_EXEC_TIMEOUT` for a collective, and sooner when the communicator's `Liveness` (liveness.py)
+has seen a rank die.
 """
 from __future__ import annotations
 
 import datetime
+import fcntl
 import hashlib
 import json
 import os
 import secrets
+import socket
 import struct
 import threading
-from dataclasses import dataclass
-from typing import Any
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from ..errors import fail
+from ..errors import OpError, fail
 from .types import HCCL_ROOT_INFO_BYTES, HcclResult
 
-MAGIC = b"ACLNNGPU-HCCL-1\0"   # the root info's first 16 bytes: a wrong blob is refused, not decoded
+MAGIC = b"ACLNNGPU-HCCL-2\0"   # the root info's first 16 bytes: a wrong blob is refused, not decoded
 DEFAULT_CONNECT_TIMEOUT_S = 120.0   # HCCL's defaults
 DEFAULT_EXEC_TIMEOUT_S = 1836.0
+DEFAULT_HEARTBEAT_S = 10.0          # the library's: a rank silent this long is dead (ACLNN_GPU_HCCL_HEARTBEAT_S)
 DEFAULT_BASE_PORT = 60000
+WAIT_SLICE_S = 1.0                  # a store wait looks at the communicator's health this often
+LOOPBACK = "127.0.0.1"
 
 
-def _seconds(name: str, default: float) -> float:
+def _seconds(name: str, default: float, zero_ok: bool = False) -> float:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -36,8 +45,8 @@ def _seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         fail(HcclResult.HCCL_E_PARA, f"environment {name}={raw!r} must be a number of seconds")
-    if not value > 0:
-        fail(HcclResult.HCCL_E_PARA, f"environment {name}={raw!r} must be positive")
+    if not (value > 0 or (zero_ok and value == 0)):
+        fail(HcclResult.HCCL_E_PARA, f"environment {name}={raw!r} must be {'0 or ' if zero_ok else ''}positive")
     return value
 
 
@@ -51,9 +60,185 @@ def exec_timeout() -> float:
     return _seconds("HCCL_EXEC_TIMEOUT", DEFAULT_EXEC_TIMEOUT_S)
 
 
-def host_address() -> str:
-    """HCCL_IF_IP: the address the bootstrap listens on (loopback unless set)."""
-    return os.environ.get("HCCL_IF_IP", "").strip() or "127.0.0.1"
+def heartbeat_timeout() -> float:
+    """ACLNN_GPU_HCCL_HEARTBEAT_S: seconds without a heartbeat after which a rank is dead (0: never)."""
+    return _seconds("ACLNN_GPU_HCCL_HEARTBEAT_S", DEFAULT_HEARTBEAT_S, zero_ok=True)
+
+
+# ---------------------------------------------------------------------------- this process
+_process_token = secrets.token_hex(8)   # names this process in the store (a fork child gets its own)
+
+
+def process_token() -> str:
+    return _process_token
+
+
+def _quiet() -> None:
+    """PyTorch's c10d logs a warning with a C++ stack trace for every failed or timed-out store
+    operation (a dead peer makes several per rank); the library reports those failures itself, so
+    it raises c10's log level to errors unless the user chose one (TORCH_CPP_LOG_LEVEL)."""
+    if os.environ.get("TORCH_CPP_LOG_LEVEL", "").strip():
+        return
+    import ctypes
+
+    import torch
+    for name in ("libc10.so", "libc10.dylib"):
+        path = os.path.join(os.path.dirname(torch.__file__), "lib", name)
+        if os.path.exists(path):
+            try:
+                level = ctypes.c_int.in_dll(ctypes.CDLL(path), "FLAGS_caffe2_log_level")
+                level.value = max(level.value, 2)   # c10's ERROR
+            except (OSError, ValueError):   # a build without the flag: its warnings stay
+                pass
+            return
+
+
+_quieted = False
+
+
+def quiet_torch_logs() -> None:
+    global _quieted
+    if not _quieted:
+        _quieted = True
+        _quiet()
+
+
+# ---------------------------------------------------------------------------- addresses
+def _family(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+def resolve(host: str) -> str:
+    """A host name or address as an address (the first the resolver gives)."""
+    try:
+        return str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
+    except (OSError, IndexError, UnicodeError):
+        return host
+
+
+def is_local(address: str) -> bool:
+    """Whether `address` is an address of this host (a socket can bind to it)."""
+    try:
+        with socket.socket(_family(address), socket.SOCK_DGRAM) as s:
+            s.bind((address, 0))
+        return True
+    except (OSError, ValueError, OverflowError):
+        return False
+
+
+def route_from(peer: str) -> str | None:
+    """The address of this host that traffic to `peer` leaves from (None: no route)."""
+    address = resolve(peer)
+    try:
+        with socket.socket(_family(address), socket.SOCK_DGRAM) as s:
+            s.connect((address, 9))   # UDP: picks the route, sends nothing
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
+def interfaces() -> list[tuple[str, str]]:
+    """(interface name, address) of every address of this host: IPv4 by ioctl, IPv6 from /proc."""
+    out: list[tuple[str, str]] = []
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
+            except OSError:
+                continue
+        out.append((name, socket.inet_ntoa(packed[20:24])))
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6:
+                    raw = bytes.fromhex(fields[0])
+                    out.append((fields[5], socket.inet_ntop(socket.AF_INET6, raw)))
+    except OSError:
+        pass
+    return out
+
+
+def interface_of(address: str) -> str | None:
+    """The name of the interface holding `address` (None when none does)."""
+    for name, held in interfaces():
+        if held == address:
+            return name
+    return None
+
+
+def _socket_ifname(spec: str) -> str | None:
+    """The first address of an interface HCCL_SOCKET_IFNAME selects: a comma list of name prefixes,
+    `=name` for exact names, `^prefix` to exclude; IPv4 addresses first."""
+    exact = spec.startswith("=")
+    exclude = spec.startswith("^")
+    names = [n.strip() for n in spec.lstrip("=^").split(",") if n.strip()]
+
+    def chosen(name: str) -> bool:
+        hit = any(name == n if exact else name.startswith(n) for n in names)
+        return not hit if exclude else hit
+
+    found = [(name, a) for name, a in interfaces() if chosen(name) and not a.startswith("fe80")]
+    found.sort(key=lambda item: ":" in item[1])
+    return found[0][1] if found else None
+
+
+def _env_address(fn: str) -> tuple[str, str] | None:
+    """(address, where it came from) from HCCL_IF_IP or HCCL_SOCKET_IFNAME, checked; None when neither is set."""
+    ip = os.environ.get("HCCL_IF_IP", "").strip()
+    if ip:
+        if not is_local(ip):
+            fail(HcclResult.HCCL_E_PARA, f"{fn}: environment HCCL_IF_IP={ip} is not an address of this host "
+                                         "(`ip -brief address` lists them)")
+        return ip, "HCCL_IF_IP"
+    spec = os.environ.get("HCCL_SOCKET_IFNAME", "").strip()
+    if spec:
+        address = _socket_ifname(spec)
+        if address is None:
+            fail(HcclResult.HCCL_E_PARA, f"{fn}: environment HCCL_SOCKET_IFNAME={spec} selects no interface with an "
+                                         "address on this host")
+        return address, f"HCCL_SOCKET_IFNAME={spec}"
+    return None
+
+
+def store_address(fn: str) -> str:
+    """Where HcclGetRootInfo's store listens: HCCL_IF_IP, else HCCL_SOCKET_IFNAME's interface, else loopback."""
+    chosen = _env_address(fn)
+    return LOOPBACK if chosen is None else chosen[0]
+
+
+def engine_address(toward: str, fn: str, preferred: tuple[str, ...] = ()) -> str:
+    """The address this rank binds its engine to: the first of `preferred` (a rank table's device_ip,
+    its server's address) that is on this host, else HCCL_IF_IP / HCCL_SOCKET_IFNAME, else the
+    address the route to `toward` (the store's host) leaves from."""
+    for address in preferred:
+        if address and is_local(resolve(address)):
+            return resolve(address)
+    chosen = _env_address(fn)
+    if chosen is not None:
+        return chosen[0]
+    routed = route_from(toward)
+    if routed is None:
+        fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: this host has no route to the store's host {toward}; set "
+                                            "HCCL_IF_IP to the address of the interface that reaches it")
+    return routed
+
+
+def nccl_environment(address: str | None = None) -> None:
+    """NCCL picks its own interface; HCCL's variables say which one when the user did not tell NCCL
+    (NCCL_SOCKET_IFNAME): HCCL_SOCKET_IFNAME as is, or the interface holding HCCL_IF_IP (or
+    `address`, a rank table's). Nothing is set when neither says. NCCL reads the variable once per
+    process, at its first communicator."""
+    if os.environ.get("NCCL_SOCKET_IFNAME", "").strip():
+        return
+    spec = os.environ.get("HCCL_SOCKET_IFNAME", "").strip()
+    if spec:
+        os.environ["NCCL_SOCKET_IFNAME"] = spec
+        return
+    ip = os.environ.get("HCCL_IF_IP", "").strip() or address
+    name = interface_of(ip) if ip else None
+    if name is not None:
+        os.environ["NCCL_SOCKET_IFNAME"] = "=" + name
 
 
 # ---------------------------------------------------------------------------- where ranks meet
@@ -65,10 +250,13 @@ class Meeting:
     key: str                   # the communicator's namespace in the store
     engine: str                # "gloo" or "nccl"
     nccl_id: bytes | None = None
+    owner: str = ""            # process_token() of the process serving the store
+    name: str = ""             # HcclGetCommName's answer
 
     def encode(self) -> bytes:
         body = json.dumps({"host": self.host, "port": self.port, "key": self.key, "engine": self.engine,
-                           "nccl_id": None if self.nccl_id is None else self.nccl_id.hex()}).encode()
+                           "nccl_id": None if self.nccl_id is None else self.nccl_id.hex(), "owner": self.owner,
+                           "name": self.name}).encode()
         blob = MAGIC + struct.pack("<I", len(body)) + body
         assert len(blob) <= HCCL_ROOT_INFO_BYTES
         return blob.ljust(HCCL_ROOT_INFO_BYTES, b"\0")
@@ -88,48 +276,87 @@ class Meeting:
             info = json.loads(blob[len(MAGIC) + 4:len(MAGIC) + 4 + length])
             nccl_id = info["nccl_id"]
             return Meeting(str(info["host"]), int(info["port"]), str(info["key"]), str(info["engine"]),
-                           None if nccl_id is None else bytes.fromhex(nccl_id))
+                           None if nccl_id is None else bytes.fromhex(nccl_id), str(info["owner"]),
+                           str(info["name"]))
         except (ValueError, KeyError, TypeError):
             fail(HcclResult.HCCL_E_PARA, f"{fn}: rootInfo is corrupted")
 
 
 _server_lock = threading.Lock()
-_server: Any = None
+_servers: dict[tuple[str, int], Any] = {}   # (address, port asked) -> TCPStore server of this process
+_listeners: list[socket.socket] = []        # their listening sockets
 
 
-def serve(timeout_s: float) -> tuple[str, int]:
-    """This process's store server (one per process, made on first use, alive until exit: peers may
-    still read their last headers from it after a local HcclCommDestroy). Returns (host, port)."""
-    global _server
+def serve(address: str, port: int, timeout_s: float) -> int:
+    """This process's store server on `address` (port 0: any free one), made on first use and alive
+    until exit (peers may still read their last headers from it after a local HcclCommDestroy).
+    It listens on that address only. Returns its port."""
+    quiet_torch_logs()
     with _server_lock:
-        if _server is None:
+        server = _servers.get((address, port))
+        if server is None:
             from torch.distributed import TCPStore
-            _server = TCPStore(host_address(), 0, None, True, timeout=datetime.timedelta(seconds=timeout_s),
-                               wait_for_workers=False)
-        return host_address(), int(_server.port)
+            listener = socket.socket(_family(address), socket.SOCK_STREAM)
+            try:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind((address, port))
+                listener.listen(1024)
+                # the store serves on this socket (master_listen_fd), so it listens where the socket
+                # was bound, not on every interface; the socket stays open as long as the store
+                server = TCPStore(address, listener.getsockname()[1], None, True,
+                                  timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False,
+                                  master_listen_fd=listener.fileno())
+            except BaseException:
+                listener.close()
+                raise
+            _listeners.append(listener)
+            _servers[(address, port)] = server
+        return int(server.port)
 
 
 def new_key() -> str:
     return secrets.token_hex(8)
 
 
-def connect(host: str, port: int, timeout_s: float, *, serve_here: bool = False) -> Any:
-    """A store client (or, for the rank-table root, the server) at host:port."""
+def connect(host: str, port: int, timeout_s: float) -> Any:
+    """A store client of the server at host:port."""
+    quiet_torch_logs()
     from torch.distributed import TCPStore
-    return TCPStore(host, port, None, serve_here, timeout=datetime.timedelta(seconds=timeout_s),
-                    wait_for_workers=False)
+    return TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+def _after_fork_in_child() -> None:
+    """The parent's servers have no threads here: never destroy them (their destructor would wait for
+    threads that do not exist), and serve anew when asked."""
+    global _process_token, _server_lock
+    from .comm import leak
+    for server in _servers.values():
+        leak(server)
+    _servers.clear()
+    _server_lock = threading.Lock()
+    _process_token = secrets.token_hex(8)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------- rank table
 @dataclass(frozen=True)
 class RankTable:
     n_ranks: int
-    root_host: str     # host of rank 0: the store server runs there
-    digest: str        # names the communicator in the store (every rank reads the same file)
+    hosts: dict[int, str]          # rank -> its server's host_ip / server_id
+    device_ips: dict[int, str]     # rank -> its device_ip ("" when none)
+    digest: str                    # names the communicator in the store (every rank reads the same file)
+
+    @property
+    def root_host(self) -> str:    # the store server runs on rank 0's host
+        return self.hosts[0]
 
 
 def read_rank_table(path: Any, rank: int, fn: str) -> RankTable:
-    """CANN's rank-table JSON (version 1.0 / 1.2): server_list[].device[].rank_id, server_id/host_ip."""
+    """CANN's rank-table JSON (version 1.0 / 1.2): server_list[].device[].rank_id / device_ip,
+    server_list[].host_ip or server_id."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         fail(HcclResult.HCCL_E_PARA, f"{fn}: clusterInfo must be the path of a rank-table file, got {path!r}")
     try:
@@ -137,9 +364,10 @@ def read_rank_table(path: Any, rank: int, fn: str) -> RankTable:
             raw = f.read()
     except OSError as e:
         fail(HcclResult.HCCL_E_OPEN_FILE_FAILURE, f"{fn}: clusterInfo {str(path)!r} cannot be read: {e.strerror}")
+    hosts: dict[int, str] = {}
+    device_ips: dict[int, str] = {}
     try:
         table = json.loads(raw)
-        hosts: dict[int, str] = {}
         for server in table["server_list"]:
             host = str(server.get("host_ip") or server["server_id"])
             for device in server["device"]:
@@ -147,7 +375,8 @@ def read_rank_table(path: Any, rank: int, fn: str) -> RankTable:
                 if rank_id in hosts:
                     fail(HcclResult.HCCL_E_PARA, f"{fn}: clusterInfo names rank_id {rank_id} twice")
                 hosts[rank_id] = host
-    except (ValueError, KeyError, TypeError) as e:
+                device_ips[rank_id] = str(device.get("device_ip") or "")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         fail(HcclResult.HCCL_E_PARA, f"{fn}: clusterInfo {str(path)!r} is not a rank table "
                                      f"(server_list[].device[].rank_id): {type(e).__name__}: {e}")
     n = len(hosts)
@@ -155,7 +384,7 @@ def read_rank_table(path: Any, rank: int, fn: str) -> RankTable:
         fail(HcclResult.HCCL_E_PARA, f"{fn}: clusterInfo rank_ids {sorted(hosts)} must be 0..n-1")
     if rank not in hosts:
         fail(HcclResult.HCCL_E_PARA, f"{fn}: rank {rank} is not a rank_id of clusterInfo (0..{n - 1})")
-    return RankTable(n, hosts[0], hashlib.sha1(raw).hexdigest()[:16])
+    return RankTable(n, hosts, device_ips, hashlib.sha1(raw).hexdigest()[:16])
 
 
 def base_port() -> int:
@@ -169,14 +398,43 @@ def base_port() -> int:
 
 
 # ---------------------------------------------------------------------------- agreeing on a call
-def _store_error(e: Exception, fn: str, waiting_for: str, limit: str = "") -> None:
-    """A failed store operation as HCCL's code: a timeout, or a peer (the store's host) gone."""
+def _first_line(e: BaseException) -> str:
     text = str(e)
-    if "timeout" in text.lower() or "timed out" in text.lower():
-        fail(HcclResult.HCCL_E_TIMEOUT, f"{fn}: timed out waiting for {waiting_for}{limit} (a rank died, hangs or "
-                                        "called something else)")
-    fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: lost the connection to the bootstrap store while waiting for "
-                                         f"{waiting_for} (its rank died?): {text.splitlines()[0] if text else e}")
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def is_timeout(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "timeout" in text or "timed out" in text
+
+
+@dataclass
+class Health:
+    """What a communicator knows about its peers (kept up by liveness.Liveness): the first fault
+    (HCCL code and message) and the ranks that destroyed their communicator."""
+    fault: tuple[int, str] | None = None
+    left: set[int] = field(default_factory=set)
+    store_owner: str = "the process that called HcclGetRootInfo"   # words for the store's host
+    on_fault: Callable[[], None] = lambda: None                     # the engine's reaction (NCCL: abort)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, code: int, message: str) -> bool:
+        """Keep the communicator's first fault (True when this one is it) and tell the engine."""
+        with self.lock:
+            if self.fault is not None:
+                return False
+            self.fault = (int(code), message)
+        self.on_fault()
+        return True
+
+    def check(self, fn: str, ranks: list[int] | None = None) -> None:
+        if self.fault is not None:
+            code, message = self.fault
+            fail(code, f"{fn}: {message}")
+        gone = sorted(self.left.intersection(ranks or []))
+        if gone:
+            fail(HcclResult.HCCL_E_REMOTE, f"{fn}: rank {', '.join(map(str, gone))} destroyed the communicator "
+                                           "(HcclCommDestroy) and will not take part")
 
 
 class Rendezvous:
@@ -184,26 +442,47 @@ class Rendezvous:
     reads everyone's, so a call the ranks disagree on is refused on every rank before the engine
     sees it (an engine given mismatched calls hangs or corrupts)."""
 
-    def __init__(self, store: Any, rank: int, size: int, timeout_s: float, timeout_name: str):
+    def __init__(self, store: Any, rank: int, size: int, timeout_s: float, timeout_name: str,
+                 health: Health | None = None):
         self.store = store
         self.rank = rank
         self.size = size
+        self.health = health if health is not None else Health()
+        self.watch = False   # whether waits look at the peers' health (after init)
         self.set_timeout(timeout_s, timeout_name)
 
     def set_timeout(self, seconds: float, name: str) -> None:
-        self.timeout = datetime.timedelta(seconds=seconds)
+        self.seconds = seconds
         self.limit = f" within {name}={seconds:g} s"
 
-    def _wait(self, keys: list[str], fn: str, waiting_for: str) -> list[bytes]:
-        try:
-            self.store.wait(keys, self.timeout)
-            return list(self.store.multi_get(keys))
-        except Exception as e:  # noqa: BLE001 - torch raises DistStoreError / DistNetworkError / RuntimeError
-            missing = [k.rsplit("/", 1)[-1] for k in keys if not self._has(k)]
-            if len(keys) > 1 and missing:
-                waiting_for = f"{waiting_for} (rank {', '.join(missing)} did not)"
-            _store_error(e, fn, waiting_for, self.limit)
-            raise
+    def _lost(self, e: BaseException, fn: str, waiting_for: str) -> None:
+        gone = f"{self.health.store_owner} is gone ({_first_line(e)})"
+        if self.watch:
+            self.health.record(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {gone}")
+        fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: lost the bootstrap store while waiting for {waiting_for}: {gone}")
+
+    def _wait(self, keys: list[str], fn: str, waiting_for: str, ranks: list[int]) -> list[bytes]:
+        """Wait for `keys` (posted by `ranks`, in order), in slices, failing at once when the
+        communicator's health says a waited-for rank died or left."""
+        deadline = time.monotonic() + self.seconds
+        while True:
+            if self.watch:
+                self.health.check(fn, ranks)
+            left = deadline - time.monotonic()
+            step = min(left, WAIT_SLICE_S) if self.watch else left
+            try:
+                self.store.wait(keys, datetime.timedelta(seconds=max(step, 0.001)))
+                return list(self.store.multi_get(keys))
+            except Exception as e:  # noqa: BLE001 - torch raises DistStoreError / DistNetworkError / RuntimeError
+                if not is_timeout(e):
+                    self._lost(e, fn, waiting_for)
+                if time.monotonic() < deadline:
+                    continue
+                missing = [r for k, r in zip(keys, ranks) if not self._has(k)]
+                if len(keys) > 1 and missing:
+                    waiting_for = f"{waiting_for} (rank {', '.join(map(str, missing))} did not)"
+                fail(HcclResult.HCCL_E_TIMEOUT, f"{fn}: timed out waiting for {waiting_for}{self.limit} (a rank "
+                                                "hangs, is stopped or called something else)")
 
     def _has(self, key: str) -> bool:
         try:
@@ -215,12 +494,13 @@ class Rendezvous:
         try:
             self.store.set(key, json.dumps(value))
         except Exception as e:  # noqa: BLE001
-            _store_error(e, fn, "the store")
+            self._lost(e, fn, "the store")
 
     def everyone(self, seq: int, header: dict, fn: str) -> list[dict]:
         """Post this rank's header of call `seq` and return every rank's, in rank order."""
         self._set(f"c{seq}/{self.rank}", header, fn)
-        values = self._wait([f"c{seq}/{r}" for r in range(self.size)], fn, f"the other ranks to call {fn}")
+        values = self._wait([f"c{seq}/{r}" for r in range(self.size)], fn, f"the other ranks to call {fn}",
+                            list(range(self.size)))
         if seq > 0:  # every rank has posted `seq`, so all have read `seq - 1`: drop our old header
             try:
                 self.store.delete_key(f"c{seq - 1}/{self.rank}")
@@ -231,32 +511,64 @@ class Rendezvous:
     def post(self, key: str, header: dict, fn: str) -> None:
         self._set(key, header, fn)
 
-    def read(self, key: str, fn: str, waiting_for: str) -> dict:
-        """Wait for a key one peer posts and read it."""
-        return json.loads(self._wait([key], fn, waiting_for)[0])
+    def read(self, key: str, fn: str, waiting_for: str, rank: int) -> dict:
+        """Wait for a key rank `rank` posts and read it."""
+        return json.loads(self._wait([key], fn, waiting_for, [rank])[0])
 
-    def take(self, key: str, fn: str, waiting_for: str) -> dict:
-        """Wait for a key one peer posts, read it and delete it."""
-        value = self.read(key, fn, waiting_for)
+    def take(self, key: str, fn: str, waiting_for: str, rank: int) -> dict:
+        """Wait for a key rank `rank` posts, read it and delete it."""
+        value = self.read(key, fn, waiting_for, rank)
         try:
             self.store.delete_key(key)
         except Exception:  # noqa: BLE001
             pass
         return value
 
-    def join(self, n_ranks: int, engine: str, fn: str) -> None:
-        """Init: every rank announces itself once; a rank id taken twice, or ranks that disagree on
-        the size or the engine, are refused; a rank that never comes is a timeout."""
+    def join(self, n_ranks: int, engine: str, fn: str, about: dict) -> list[dict]:
+        """Init: every rank announces itself once (with `about`: its address, process); a rank id
+        taken twice, or ranks that disagree on the size or the engine, are refused; a rank that
+        never comes is a timeout. Returns every rank's announcement."""
         token = secrets.token_hex(8)
         try:
             held = self.store.compare_set(f"rank/{self.rank}", "", token)
         except Exception as e:  # noqa: BLE001
-            _store_error(e, fn, "the store")
+            self._lost(e, fn, "the store")
         if bytes(held).decode() != token:
             fail(HcclResult.HCCL_E_PARA, f"{fn}: rank {self.rank} already joined this communicator "
                                          "(two processes passed the same rank)")
-        headers = self.everyone(-1, {"nRanks": n_ranks, "engine": engine}, fn)
+        headers = self.everyone(-1, dict(about, nRanks=n_ranks, engine=engine), fn)
         for r, h in enumerate(headers):
             if h["nRanks"] != n_ranks or h["engine"] != engine:
                 fail(HcclResult.HCCL_E_PARA, f"{fn}: rank {r} joined with nRanks={h['nRanks']} on {h['engine']}, "
                                              f"this rank with nRanks={n_ranks} on {engine}")
+        return headers
+
+
+def generation(store: Any, key: str, rank: int, fn: str, left: Callable[[int], bool]) -> int:
+    """Which communicator of meeting `key` this rank is joining: its 1st, 2nd, ... (the ranks' n-th
+    joins meet, so a root info or rank table can make a communicator again after HcclCommDestroy).
+    A rank whose previous communicator of this meeting is alive (not destroyed) is refused: two
+    processes passed the same rank, or the meeting was reused before HcclCommDestroy."""
+    try:
+        number = int(store.add(f"{key}/gen/{rank}", 1))
+    except Exception as e:  # noqa: BLE001
+        fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: the bootstrap store does not answer: {_first_line(e)}")
+    if number > 1 and not left(number - 1):
+        try:
+            store.add(f"{key}/gen/{rank}", -1)
+        except Exception:  # noqa: BLE001
+            pass
+        fail(HcclResult.HCCL_E_PARA, f"{fn}: rank {rank} already joined this communicator and has not destroyed it "
+                                     "(two processes passed the same rank, or the root info / rank table was used "
+                                     "again before HcclCommDestroy)")
+    return number
+
+
+def guarded(fn: str, what: str, call: Callable[[], Any]) -> Any:
+    """A store call whose failure is HCCL's TCP code with the store's own words."""
+    try:
+        return call()
+    except OpError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: {what}: {_first_line(e)}")

@@ -1,20 +1,30 @@
 """The communicator (`HcclComm`): how one is built from a meeting point (root info or rank table),
-which engine it drives (gloo on the cpu and emulated devices, NCCL on cuda), and the cross-rank
-agreement every collective goes through before the engine sees it.
+which engine it drives (gloo on the cpu and emulated devices, NCCL on cuda), the cross-rank
+agreement every collective goes through before the engine sees it, its peers' health
+(liveness.py), and what a fork() child may do with one its parent made (nothing but drop it).
 
 The device, its memory registry and its streams are reached through `device_of` only, so the
 multi-device runtime changes one function here.
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
+import weakref
 from typing import Any
 
-from ..errors import NoDevice, fail
+from ..errors import NoDevice, OpError, fail
 from . import bootstrap
+from .liveness import Liveness
 from .types import HcclResult
 
-_keep_alive: list[Any] = []   # rank-table store servers: alive until the process exits (see bootstrap.serve)
+
+def leak(obj: Any) -> None:
+    """Keep `obj` alive until the process exits, whatever drops it: for PyTorch objects whose
+    destructor would wait for threads that are gone (a fork child) or blocked (a dead peer's
+    collective)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 def device_of(stream: Any, fn: str) -> tuple[Any, Any]:
@@ -42,26 +52,39 @@ def require_torch_distributed(fn: str) -> None:
                                         "(pip install 'aclnn_gpu[distributed]')")
 
 
+_live: "weakref.WeakSet[HcclComm]" = weakref.WeakSet()   # this process's communicators (for fork)
+
+
 class HcclComm:
     """A communicator handle (C's HcclComm)."""
 
     def __init__(self, rank: int, size: int, device: Any, engine: Any, rendezvous: bootstrap.Rendezvous,
-                 side: bootstrap.Rendezvous):
+                 side: bootstrap.Rendezvous, liveness: Liveness, meeting: bootstrap.Meeting, generation: int,
+                 address: str, clients: list[Any]):
         self.rank = rank
         self.size = size
         self.device = device
         self.engine = engine
         self.rendezvous = rendezvous
         self.side = side               # its own store client, for waits queued on streams (send verdicts)
+        self.liveness = liveness
+        self.health = rendezvous.health
+        self.meeting = meeting         # where its ranks met (HcclCreateSubCommConfig meets there too)
+        self.generation = generation   # the how-many-th communicator of that meeting
+        self.address = address         # this rank's engine address
+        self.name = meeting.name or meeting.key   # HcclGetCommName
+        self.clients = clients         # every store client it holds (leaked with it in a fork child)
         self.destroyed = False
+        self.forked = False            # this is a fork() child's copy of its parent's communicator
         self.lock = threading.Lock()
         self.seq = 0                   # collectives called so far (the agreement's key)
         self.sent: dict[int, int] = {}       # p2p messages sent to / received from each peer
         self.received: dict[int, int] = {}
+        _live.add(self)
 
     def __repr__(self) -> str:
-        return (f"HcclComm(rank {self.rank} of {self.size}, {self.engine.name}"
-                f"{', destroyed' if self.destroyed else ''})")
+        state = ", destroyed" if self.destroyed else ", inherited through fork()" if self.forked else ""
+        return f"HcclComm(rank {self.rank} of {self.size}, {self.engine.name}{state})"
 
     def agree(self, fn: str, header: dict) -> list[dict]:
         """Every rank's header of this collective (this rank's posted first)."""
@@ -69,42 +92,106 @@ class HcclComm:
             seq, self.seq = self.seq, self.seq + 1
         return self.rendezvous.everyone(seq, dict(header, call=fn), fn)
 
+    def destroy(self) -> None:
+        """HcclCommDestroy: stop the heartbeat (peers see this rank leave), let queued work finish
+        (within HCCL_EXEC_TIMEOUT), close the engine. A communicator whose peers failed keeps its
+        engine alive until exit: its collective still pending in the engine would block the close."""
+        self.destroyed = True
+        if self.forked:   # the parent's: nothing of it is this process's to close
+            return
+        self.liveness.stop()
+        if self.health.fault is not None or not self.engine.close():
+            leak(self.engine)
+
+
+def _after_fork_in_child() -> None:
+    """A fork() child inherits its parent's communicators without their threads (heartbeat, engine
+    workers, the store's event loop): they are marked, refused with a message naming fork, and kept
+    alive until exit so no destructor ever waits for a thread that is not there."""
+    for comm in list(_live):
+        comm.forked = True
+        leak(comm)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _store_owner(meeting: bootstrap.Meeting, headers: list[dict]) -> str:
+    where = f"the bootstrap store at {meeting.host}:{meeting.port}"
+    hosts = [r for r, h in enumerate(headers) if h["process"] == meeting.owner]
+    if hosts:
+        return f"rank {hosts[0]} (hosting {where})"
+    return f"the process that called HcclGetRootInfo (hosting {where})"
+
 
 def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: str,
-          serve_here: bool = False) -> HcclComm:
-    """Join the meeting as `rank` of `n_ranks` and start the engine (every wait bounded)."""
+          preferred: tuple[str, ...] = ()) -> HcclComm:
+    """Join the meeting as `rank` of `n_ranks` and start the engine, bound to this host's address
+    (`bootstrap.engine_address`); every wait bounded."""
     connect_s, exec_s = bootstrap.connect_timeout(), bootstrap.exec_timeout()
+    heartbeat_s = bootstrap.heartbeat_timeout()
     from torch.distributed import PrefixStore
     try:  # one store client per user: a client is not shared between threads that wait on it
-        client = bootstrap.connect(meeting.host, meeting.port, connect_s, serve_here=serve_here)
-        side, engine_client = (bootstrap.connect(meeting.host, meeting.port, connect_s) for _ in range(2))
+        clients = [bootstrap.connect(meeting.host, meeting.port, connect_s) for _ in range(4)]
     except Exception as e:  # noqa: BLE001 - torch's DistNetworkError / RuntimeError
         fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot reach the bootstrap store at {meeting.host}:{meeting.port} "
-                                            f"within HCCL_CONNECT_TIMEOUT={connect_s:g} s: {str(e).splitlines()[0]}")
-    if serve_here:
-        _keep_alive.append(client)
-    store = PrefixStore(f"hccl/{meeting.key}/", client)
-    side_store = PrefixStore(f"hccl/{meeting.key}/", side)
-    rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT")
-    rendezvous.join(n_ranks, meeting.engine, fn)
-    if meeting.engine == "nccl":
-        from .nccl import NcclEngine, new_unique_id
-        unique_id = meeting.nccl_id
-        if unique_id is None:   # a rank-table communicator: rank 0 makes the id, the others read it
-            if rank == 0:
-                rendezvous.post("nccl_id", {"id": new_unique_id().hex()}, fn)
-            unique_id = bytes.fromhex(rendezvous.read("nccl_id", fn, "rank 0's NCCL unique id")["id"])
-        engine: Any = NcclEngine(unique_id, rank, n_ranks, device)
-    else:
-        from .gloo import GlooEngine
-        try:
-            engine = GlooEngine(PrefixStore(f"hccl/{meeting.key}/", engine_client), rank, n_ranks, meeting.host,
-                                exec_s, device)
-        except Exception as e:  # noqa: BLE001
-            fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks: {str(e).splitlines()[0]}")
+                                            f"within HCCL_CONNECT_TIMEOUT={connect_s:g} s: "
+                                            f"{bootstrap._first_line(e)}")
+    engine_address = bootstrap.engine_address(meeting.host, fn, preferred)
+    if meeting.engine == "nccl":   # a rank table's address is HCCL's configuration too; a routed one is not
+        bootstrap.nccl_environment(engine_address if preferred else None)
+    root = PrefixStore("hccl", clients[0])   # PrefixStore puts a "/" between its prefix and a key
+
+    def left(number: int) -> bool:
+        return bool(root.check([f"{meeting.key}/{number}/bye/{rank}"]))
+
+    number = bootstrap.generation(root, meeting.key, rank, fn, left)
+    prefix = f"hccl/{meeting.key}/{number}"
+    store, side_store, engine_store, monitor_store = (PrefixStore(prefix, c) for c in clients)
+    health = bootstrap.Health()
+    rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
+    engine: Any = None
+    liveness: Liveness | None = None
+    try:
+        liveness = Liveness(monitor_store, rank, n_ranks, heartbeat_s, health)
+        about = {"process": bootstrap.process_token(), "address": engine_address}
+        headers = rendezvous.join(n_ranks, meeting.engine, fn, about)
+        health.store_owner = _store_owner(meeting, headers)
+        if meeting.engine == "nccl":
+            from .nccl import NcclEngine, new_unique_id
+            unique_id = meeting.nccl_id if number == 1 else None
+            if unique_id is None:   # a rank-table or re-made communicator: rank 0 makes the id, the others read it
+                if rank == 0:
+                    rendezvous.post("nccl_id", {"id": new_unique_id().hex()}, fn)
+                unique_id = bytes.fromhex(rendezvous.read("nccl_id", fn, "rank 0's NCCL unique id", 0)["id"])
+            engine = NcclEngine(unique_id, rank, n_ranks, device, health)
+        else:
+            from .gloo import GlooEngine
+            try:
+                engine = GlooEngine(engine_store, rank, n_ranks, engine_address, exec_s, device, health,
+                                    [h["address"] for h in headers])
+            except OpError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks from {engine_address}: "
+                                                    f"{bootstrap._first_line(e)}")
+    except BaseException:
+        if liveness is not None:
+            liveness.stop()   # says bye: this rank may join this meeting's next communicator
+        else:
+            bootstrap.guarded(fn, "leaving", lambda: store.set(f"bye/{rank}", "1"))
+        raise
+    health.on_fault = engine.on_fault
+    engine.report = liveness.report
+    engine.probe = liveness.probe
     rendezvous.set_timeout(exec_s, "HCCL_EXEC_TIMEOUT")
-    side = bootstrap.Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT")
-    return HcclComm(rank, n_ranks, device, engine, rendezvous, side)
+    rendezvous.watch = True
+    side = bootstrap.Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT", health)
+    side.watch = True
+    liveness.start()
+    return HcclComm(rank, n_ranks, device, engine, rendezvous, side, liveness, meeting, number, engine_address,
+                    clients)
 
 
 def check_comm(comm: Any, fn: str) -> HcclComm:
@@ -115,5 +202,8 @@ def check_comm(comm: Any, fn: str) -> HcclComm:
                                      f"HcclCommInitClusterInfo, got {type(comm).__name__}")
     if comm.destroyed:
         fail(HcclResult.HCCL_E_PARA, f"{fn}: comm was destroyed (HcclCommDestroy)")
+    if comm.forked:
+        fail(HcclResult.HCCL_E_PARA, f"{fn}: comm was created in the parent process before fork() and cannot be "
+                                     "used in the child (make the child's own communicator; HcclCommDestroy only "
+                                     "drops the child's copy)")
     return comm
-

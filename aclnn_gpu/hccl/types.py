@@ -1,8 +1,10 @@
-"""HCCL's enums (`hccl_types.h`) with CANN's numbers, the root-info size, and what each data type
-is in NumPy: the one table every other module of the package reads."""
+"""HCCL's enums and structs (`hccl_types.h`) with CANN's numbers, the root-info size, and what each
+data type is in NumPy: the one table every other module of the package reads."""
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -72,10 +74,54 @@ NUMPY_DTYPE: dict[HcclDataType, np.dtype] = {
     HcclDataType.HCCL_DATA_TYPE_BFP16: np.dtype(ml_dtypes.bfloat16),
 }
 
-ENUMS = (HcclResult, HcclDataType, HcclReduceOp)
+class HcclSendRecvType(enum.IntEnum):
+    HCCL_SEND = 0
+    HCCL_RECV = 1
+
+
+COMM_NAME_MAX_LENGTH = 128                       # hcclCommName's bytes, its terminating NUL included
+HCCL_COMM_CONFIG_INFO_BYTES = 24
+HCCL_COMM_CONFIG_MAGIC_WORD = 0xF0F0F0F0
+HCCL_COMM_CONFIG_VERSION = 5
+HCCL_COMM_DEFAULT_BUFFSIZE = 200                 # MB
+HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET = 0xFFFFFFFF
+HCCL_COMM_DEFAULT_DETERMINISTIC = 0
+HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET = 0xFFFFFFFF
+HCCL_COMM_DEFAULT_OP_EXPANSION_MODE = 0
+HCCL_COMM_TRAFFIC_CLASS_CONFIG_NOT_SET = 0xFFFFFFFF
+HCCL_COMM_SERVICE_LEVEL_CONFIG_NOT_SET = 0xFFFFFFFF
+
+
+@dataclass
+class HcclCommConfig:
+    """C's HcclCommConfig, made with HCCL's defaults (what HcclCommConfigInit sets)."""
+    hcclBufferSize: int = HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET
+    hcclDeterministic: int = HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET
+    hcclCommName: str = ""
+    hcclUdi: str = ""
+    hcclOpExpansionMode: int = HCCL_COMM_DEFAULT_OP_EXPANSION_MODE
+    hcclRdmaTrafficClass: int = HCCL_COMM_TRAFFIC_CLASS_CONFIG_NOT_SET
+    hcclRdmaServiceLevel: int = HCCL_COMM_SERVICE_LEVEL_CONFIG_NOT_SET
+
+
+@dataclass
+class HcclSendRecvItem:
+    """C's HcclSendRecvItem: one send or receive of HcclBatchSendRecv."""
+    sendRecvType: int
+    buf: Any
+    count: int
+    dataType: int
+    remoteRank: int
+
+
+ENUMS = (HcclResult, HcclDataType, HcclReduceOp, HcclSendRecvType)
 
 # Every member as a module constant: `acl.HCCL_REDUCE_SUM`, `acl.HCCL_DATA_TYPE_FP32`, ...
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})
 
-__all__ = [e.__name__ for e in ENUMS] + ["HCCL_ROOT_INFO_BYTES"] + [
-    name for enum_type in ENUMS for name in enum_type.__members__]
+__all__ = [e.__name__ for e in ENUMS] + [
+    "HCCL_ROOT_INFO_BYTES", "HcclCommConfig", "HcclSendRecvItem", "COMM_NAME_MAX_LENGTH", "HCCL_COMM_CONFIG_INFO_BYTES",
+    "HCCL_COMM_CONFIG_MAGIC_WORD", "HCCL_COMM_CONFIG_VERSION", "HCCL_COMM_DEFAULT_BUFFSIZE",
+    "HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET", "HCCL_COMM_DEFAULT_DETERMINISTIC", "HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET",
+    "HCCL_COMM_DEFAULT_OP_EXPANSION_MODE", "HCCL_COMM_TRAFFIC_CLASS_CONFIG_NOT_SET",
+    "HCCL_COMM_SERVICE_LEVEL_CONFIG_NOT_SET"] + [name for enum_type in ENUMS for name in enum_type.__members__]

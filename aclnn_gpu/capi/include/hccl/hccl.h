@@ -30,6 +30,14 @@ ACL_FUNC_VISIBILITY HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataT
                                         HcclComm comm, aclrtStream stream);
 ACL_FUNC_VISIBILITY HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank,
                                         HcclComm comm, aclrtStream stream);
+ACL_FUNC_VISIBILITY HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
+                                          HcclReduceOp op, uint32_t root, HcclComm comm, aclrtStream stream);
+ACL_FUNC_VISIBILITY HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
+                                           uint32_t root, HcclComm comm, aclrtStream stream);
+ACL_FUNC_VISIBILITY HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType,
+                                            const void *recvBuf, uint64_t recvCount, HcclDataType recvType,
+                                            HcclComm comm, aclrtStream stream);
+ACL_FUNC_VISIBILITY HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncError);
 
 #ifdef __cplusplus
 }
