@@ -18,7 +18,7 @@ pytest.importorskip("torch.distributed")
 
 import aclnn_gpu as acl  # noqa: E402
 from hccl_ranks import download, in_threads, ok, poisoned, upload  # noqa: E402
-from support import require_gpus  # noqa: E402
+from support import near_end, require_gpus  # noqa: E402
 from test_hccl import (  # noqa: E402
     DTYPES, NCCL_ONE_RANK_PER_GPU, OPS, REFERENCE, install_nccl, numpy_type, rank_input, same,
 )
@@ -198,7 +198,7 @@ def test_bad_input_of_the_new_collectives_fails_on_every_rank(session):
 
     def body(rank, comm, stream):
         good = upload(np.arange(8, dtype=np.float32) + rank)
-        short = upload(np.zeros(2, np.float32))
+        short = near_end(upload(np.zeros(2, np.float32)), 8)   # its last 8 bytes (aclrtMalloc rounds up)
         outcomes = []
         for name, call, *_ in _bad_cases(comm, stream, rank, good, short):
             ret = call()
