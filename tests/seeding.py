@@ -72,12 +72,15 @@ def pytest_configure(config):
     if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
         config.option.hypothesis_seed = str(seed)
     try:
-        from hypothesis import settings
+        from hypothesis import HealthCheck, settings
     except ImportError:
         return
     # No example database: a run must depend on its seed only, not on what an earlier run left in
-    # .hypothesis/ (a replay elsewhere, in CI, has no such directory).
-    settings.register_profile("aclnn_gpu", database=None)
+    # .hypothesis/ (a replay elsewhere, in CI, has no such directory). derandomize=False: with CI set in
+    # the environment Hypothesis loads its "ci" profile (derandomize=True), which would ignore the seed;
+    # no deadline and no too-slow check, so a loaded machine cannot change what runs (the ci profile's).
+    settings.register_profile("aclnn_gpu", database=None, derandomize=False, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("aclnn_gpu")
 
 
