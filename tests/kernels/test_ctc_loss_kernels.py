@@ -167,8 +167,11 @@ def log_space_atol(nll, T):
     """fp32 gradient tolerance of a long recursion: log-alpha and log-beta reach |nll| (~1500 for 1100
     labels), where one fp32 rounding is eps*|nll|/2, and T such roundings add up like a random walk.
     The occupancy exp(alpha + beta - lp + nll) <= 1 inherits that relative error (measured over 60
-    seeds of test_long_target_1100: at most 0.53 of this bound; PyTorch's fp32 recursion is alike)."""
-    return float(np.finfo(np.float32).eps * np.max(np.abs(nll)) * np.sqrt(T))
+    seeds of test_long_target_1100: at most 0.53 of this bound; PyTorch's fp32 recursion is alike).
+    That walk's size is one standard deviation, not a bound: at L = 3000 one seed in a few dozen reached
+    1.16 of it (CTC_SEED=1542983580), so the tolerance is three of them, as a random walk needs to keep
+    a correct kernel from failing by chance; a wrong recursion is off by orders more."""
+    return float(3 * np.finfo(np.float32).eps * np.max(np.abs(nll)) * np.sqrt(T))
 
 
 def test_ragged_grid_and_scalar_path(ctx):
