@@ -373,10 +373,8 @@ class HostStream:
             self._tasks.clear()
             self._finished += len(dropped)   # counted as skipped: a drain() does not wait for them
             if not self.closed:
-                self.closed = True
-                self._tasks.append(_STOP)
-                self._submitted += 1
-            if self._sleeping:
+                self._queue_stop()
+            elif self._sleeping:
                 self._sleeping = False
                 self._work.notify()
             self._done.notify_all()
@@ -386,6 +384,15 @@ class HostStream:
             elif isinstance(task, Replay):
                 task.finish()
 
+    def _queue_stop(self) -> None:
+        """(Lock held.) Mark the stream closed, queue the worker's stop after what is queued, wake it."""
+        self.closed = True
+        self._tasks.append(_STOP)
+        self._submitted += 1
+        if self._sleeping:
+            self._sleeping = False
+            self._work.notify()
+
     def close(self) -> None:
         """Finish the queued work and stop the worker (errors still pending are dropped)."""
         if self.generation != _generation:   # the parent's stream in a fork() child: nothing runs it
@@ -394,12 +401,7 @@ class HostStream:
         with self._lock:
             if self.closed:
                 return
-            self.closed = True
-            self._tasks.append(_STOP)
-            self._submitted += 1
-            if self._sleeping:
-                self._sleeping = False
-                self._work.notify()
+            self._queue_stop()
         if threading.current_thread() is not self._thread and self._thread.ident is not None:
             self._thread.join()
 
