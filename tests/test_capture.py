@@ -956,7 +956,7 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
 
 
 def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other(monkeypatch):
-    """Issue 23 (emulated: the cuda device's code): a synchronous aclrtMemcpy decided on the
+    """(Emulated: the cuda device's code.) A synchronous aclrtMemcpy decided on the
     legacy-stream path (no capture yet) while another thread begins a capture must not issue its
     cudaDeviceSynchronize + cudaMemcpy after the capture began (CUDA refuses them and invalidates the
     capture). Here the copy is held just after its decision until the capture has begun or is
@@ -1053,7 +1053,7 @@ def test_fakecupy_refuses_what_cuda_refuses_during_a_capture():
 
 
 def test_two_devices_capturing_one_buffer_share_its_page_locks(monkeypatch):
-    """Issue 23 (emulated: the cuda device's code): cudaHostRegister is the process's, not a device's.
+    """(Emulated: the cuda device's code.) cudaHostRegister is the process's, not a device's.
     Device 0 and device 1 each capture a copy into the same host buffer; releasing device 0's model
     must leave the pages locked for device 1's graph (and for device 1's context: portable), until
     device 1's model goes too."""

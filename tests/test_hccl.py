@@ -549,7 +549,7 @@ class StrictNccl:
 
 
 def test_nccl_communicators_bind_their_own_device(monkeypatch):
-    """Issue 23 (the emulated device stands in for two GPUs): a rank's communicator is created, and
+    """(The emulated device stands in for two GPUs.) A rank's communicator is created, and
     its collectives and destroy are made, in its device's scope, whatever device the calling thread
     has current, so two ranks of one process on devices 0 and 1 bind devices 0 and 1."""
     from aclnn_gpu import runtime

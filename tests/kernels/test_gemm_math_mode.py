@@ -180,7 +180,7 @@ def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
 
 
 def test_cublas_gemms_in_an_acl_graph(emulated, monkeypatch):
-    """Issue 23: ConvTbc's GEMMs captured in an ACL graph (cuBLAS on a capturing stream, which CuPy's
+    """ConvTbc's GEMMs captured in an ACL graph (cuBLAS on a capturing stream, which CuPy's
     wrappers refuse) replay to the bits of the direct calls, each on a workspace of the model's own."""
     seed, dtype, cube = 99, np.dtype(np.float16), 0
     expected = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))   # the NumPy GEMM

@@ -180,7 +180,7 @@ print("FINISHED")
 
 
 def test_fiber_stack_pool_leaves_no_poison_behind(tmp_path):
-    """Issue 28: every fiber ends in a frame that never returns, whose redzones stay poisoned on its
+    """Every fiber ends in a frame that never returns, whose redzones stay poisoned on its
     stack; the pool unmapped when it grew left that shadow behind, and the next mapping there (a
     pymalloc arena) read as a stack-buffer-underflow to ASan's memcpy check: the ASan run aborted.
     The pool's shadow is cleared before it is unmapped."""

@@ -682,7 +682,7 @@ inline void emu_fiber_entry() { fiber_main(); }
 // Under ASan the pool's shadow is cleared before it is unmapped: every fiber ends inside a frame that
 // never returns (leave_fiber's final switch), whose redzones stay poisoned, and munmap leaves the
 // shadow as it is. Whatever was mapped there next (a pymalloc arena) then read as a
-// "stack-buffer-underflow" to ASan's memcpy check, which aborted the sanitizer run (issue 28).
+// "stack-buffer-underflow" to ASan's memcpy check, which aborted the ASan+UBSan CI run.
 struct StackPool {
   unsigned char* base = nullptr;
   size_t stride = 0, count = 0;
