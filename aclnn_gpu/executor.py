@@ -152,4 +152,5 @@ def make_get_workspace_size(op: str, build):
     # the C parameters (build's, without the device): what a call with the wrong arguments is told
     params = list(inspect.signature(build).parameters.values())[1:]
     get_workspace_size.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    get_workspace_size.build = build  # type: ignore[attr-defined]  # (bench/host_overhead.py times its phases)
     return c_api(n_out=2, internal=aclnnStatus.ACLNN_ERR_INNER)(get_workspace_size)

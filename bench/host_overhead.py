@@ -11,9 +11,19 @@ are medians over batches of calls. Also run alone: `python -m bench.host_overhea
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -120,6 +130,227 @@ def _second_call(fam: Any, buffers: Any, d: dict, p: tuple) -> tuple:
     return captured["get_ws"], captured["execute"], captured["args"]
 
 
+class _Stop(Exception):
+    """Raised after an operator's last output check: phase 1 stopped where its checks end."""
+
+
+@contextlib.contextmanager
+def operator_case(fam: Any) -> Iterator[SimpleNamespace]:
+    """One backward operator on tiny tensors over the process's device: its GetWorkspaceSize, execute
+    and arguments, a repeatable executor `op` over them, a workspace and a stream."""
+    p = fam.tiny()
+    d = fam.data(p, np.dtype(np.float32), np.random.default_rng(1))
+    buffers = common.Buffers()
+    try:
+        op = fam.ours(buffers, d, "backward", p)
+        get_ws, execute, args = _second_call(fam, buffers, d, p)
+        yield SimpleNamespace(name=fam.backward, op=op, get_ws=get_ws, execute=execute, args=args,
+                              work=buffers.malloc(max(op.ws, 1 << 16)), stream=buffers.stream)
+    finally:
+        buffers.close()
+
+
+def phase_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
+    """The pieces of one GetWorkspaceSize + execute, each a callable that does only that piece (and what
+    it needs before it); `phase_table` turns their costs into the cost of each phase by differences."""
+    from aclnn_gpu import executor as executor_module
+    from aclnn_gpu.ops import checks as checks_module
+    from aclnn_gpu.runtime import get_device, resolve_stream
+
+    device = get_device()
+    get_ws, execute, args, work, stream = case.get_ws, case.execute, case.args, case.work, case.stream
+    build = get_ws.build
+    plan = case.op.ex.plan
+    bare = build(device, *args)            # before its launch is recorded
+    sm_count, arch = device.sm_count, device.arch
+    impl = resolve_stream(stream, case.name, device=device)
+    ws_arg = work if plan.workspace_size else 0
+
+    def total() -> None:
+        _, ws, ex = get_ws(*args)
+        execute(work if ws else None, ws, ex, stream)
+
+    real_output = checks_module.Checks.output
+    outputs = 0
+
+    def counting(*a: Any, **k: Any) -> None:   # (no `self` parameter: ConvTbc names an input `self`)
+        nonlocal outputs
+        outputs += 1
+        real_output(*a, **k)
+    checks_module.Checks.output = counting   # type: ignore[method-assign]
+    try:
+        build(device, *args)
+    finally:
+        checks_module.Checks.output = real_output   # type: ignore[method-assign]
+    last = outputs
+
+    def checks() -> None:
+        seen = 0
+
+        def stopping(*a: Any, **k: Any) -> None:
+            nonlocal seen
+            real_output(*a, **k)
+            seen += 1
+            if seen == last:
+                raise _Stop
+        checks_module.Checks.output = stopping   # type: ignore[method-assign]
+        try:
+            build(device, *args)
+        except _Stop:
+            pass
+        finally:
+            checks_module.Checks.output = real_output   # type: ignore[method-assign]
+
+    def stop_baseline() -> None:   # what `checks` adds around the checks themselves
+        def stopping(*a: Any, **k: Any) -> None:
+            raise _Stop
+        checks_module.Checks.output = stopping   # type: ignore[method-assign]
+        try:
+            try:
+                checks_module.Checks("x").output()
+            except _Stop:
+                pass
+        finally:
+            checks_module.Checks.output = real_output   # type: ignore[method-assign]
+
+    return {
+        "total": total,
+        "checks": checks,
+        "stop_baseline": stop_baseline,
+        "build": lambda: build(device, *args),
+        "key": bare.launch_key,
+        "record": lambda: bare.with_frozen_launch(sm_count, arch),
+        "executor": lambda: executor_module.aclOpExecutor(case.name, plan, device),
+        "execute": case.op.enqueue,
+        "execute_fresh": lambda: execute(work if plan.workspace_size else None, plan.workspace_size,
+                                         executor_module.aclOpExecutor(case.name, plan, device), stream),
+        "enqueue": lambda: device.enqueue(impl, plan, ws_arg),
+    }
+
+
+PHASES = ("argument reading", "checks", "key", "plan", "launch record", "executor", "execute checks", "enqueue")
+
+
+def phase_costs(c: dict[str, float]) -> dict[str, float]:
+    """The cost of each phase (PHASES) from the costs of `phase_calls`' pieces, and the total."""
+    checks = max(c["checks"] - c["stop_baseline"], 0.0)
+    out = {"checks": checks, "plan": c["build"] - checks, "key": c["key"], "launch record": c["record"] - c["key"],
+           "executor": c["executor"], "enqueue": c["enqueue"],
+           "execute checks": c["execute_fresh"] - c["executor"] - c["enqueue"]}
+    # the rest: the entry points (c_api), the current device, the arguments handed on
+    out["argument reading"] = c["total"] - c["build"] - c["record"] - c["execute_fresh"]
+    out["total"] = c["total"]
+    return {name: out[name] for name in (*PHASES, "total")}
+
+
+def phases_us(families: list, calls: int = 200, batches: int = 9) -> dict[str, dict[str, float]]:
+    """Per operator, microseconds per call of each phase of GetWorkspaceSize + execute over the null GPU."""
+    out = {}
+    with InstantDevice():
+        for fam in families:
+            with operator_case(fam) as case:
+                pieces = phase_calls(case)
+                sync = functools.partial(_sync, case.stream)
+                out[case.name] = phase_costs({name: per_call_us(fn, calls, batches, sync)
+                                              for name, fn in pieces.items()})
+    return out
+
+
+def _sync(stream: Any) -> None:
+    import aclnn_gpu as acl
+    acl.aclrtSynchronizeStream(stream)
+
+
+def phase_table(costs: dict[str, dict[str, float]], unit: str = "us") -> str:
+    names = list(costs)
+    rows = [[phase, *[costs[n][phase] for n in names]] for phase in (*PHASES, "total")]
+    headers = ["phase", *[n.removeprefix("aclnn") for n in names]]
+    return common.markdown_table(headers, rows, "l" + "r" * len(names)) + f"\n\n({unit} per call)"
+
+
+# ------------------------------------------------------------------ instructions per call (callgrind)
+# Each measured loop runs inside sys.call_tracing, which nothing else calls: callgrind collects inside
+# _PyEval_CallTracing only and dumps when it returns, so every loop gets its own deterministic count
+# (interpreter start, imports and set-up are not collected; instrumentation is switched on only
+# before the first loop when callgrind_control is there, which makes the run about 3x faster).
+CALLGRIND = ("valgrind", "--tool=callgrind", "--toggle-collect=_PyEval_CallTracing",
+             "--dump-after=_PyEval_CallTracing")
+
+
+def callgrind_unavailable() -> str | None:
+    """Why instruction counts cannot be taken here (None: they can)."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is not installed"
+    return None
+
+
+def callgrind_counts(measures: list[str], operators: list[str] | None = None, calls: int = 50,
+                     cached: bool = True) -> dict[str, dict[str, float]]:
+    """Instructions per call of each of `measures` (`measure_calls` names) for each backward operator
+    (all, or those of `operators`), over the null GPU, under callgrind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        fast = shutil.which("callgrind_control") is not None
+        command = [*CALLGRIND, f"--instr-atstart={'no' if fast else 'yes'}", f"--callgrind-out-file={out}",
+                   sys.executable, "-m", "bench.host_overhead", "--callgrind-child", "--calls", str(calls),
+                   "--measures", ",".join(measures)]
+        if operators:
+            command += ["--operators", ",".join(operators)]
+        if not cached:
+            command.append("--uncached")
+        env = dict(os.environ, PYTHONHASHSEED="0", ACLNN_GPU_DEVICE="cpu")
+        run = subprocess.run(command, cwd=common.ROOT, env=env, capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"callgrind run failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        order = json.loads(run.stdout.strip().splitlines()[-1])
+        result: dict[str, dict[str, float]] = {}
+        for k, (operator, measure, n) in enumerate(order, start=1):
+            text = Path(f"{out}.{k}").read_text()
+            totals = next(int(line.split()[1]) for line in text.splitlines()
+                          if line.startswith(("totals:", "summary:")))
+            result.setdefault(operator, {})[measure] = totals / n
+        return result
+
+
+def measure_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
+    """What `callgrind_counts` can measure for one operator: the pieces of `phase_calls`, "execute" (a
+    repeatable executor), and "nothing" (an empty call: the loop's own cost)."""
+    return {**phase_calls(case), "nothing": lambda: None}
+
+
+def measure_calls_names() -> tuple[str, ...]:
+    return ("total", "checks", "stop_baseline", "build", "key", "record", "executor", "execute_fresh", "enqueue")
+
+
+def _callgrind_child(calls: int, measures: list[str], operators: list[str] | None) -> None:
+    from .run import FAMILIES
+    order = []
+    instrumenting = shutil.which("callgrind_control") is None
+    with InstantDevice():
+        for fam in FAMILIES:
+            if operators and fam.backward not in operators:
+                continue
+            with operator_case(fam) as case:
+                pieces = measure_calls(case)
+                for measure in measures:
+                    fn = pieces[measure]
+                    for _ in range(min(calls, 20)):
+                        fn()
+                    _sync(case.stream)
+                    if not instrumenting:
+                        subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True,
+                                       capture_output=True)
+                        instrumenting = True
+
+                    def loop() -> None:
+                        for _ in range(calls):
+                            fn()
+                    sys.call_tracing(loop, ())
+                    _sync(case.stream)
+                    order.append((fam.backward, measure, calls))
+    print(json.dumps(order))
+
+
 def table(result: dict) -> str:
     rows = [[r["operator"], r["execute_us"], r["get_ws_execute_us"], f"{r['execute_us'] / r['torch_add_us']:.1f}x"]
             for r in result["rows"]]
@@ -136,9 +367,26 @@ def main(argv: list[str] | None = None) -> int:
                                              "over a CuPy stand-in whose launches return at once.")
     ap.add_argument("--calls", type=int, default=200, help="calls per timed batch (default 200)")
     ap.add_argument("--cpu", action="store_true", help="time the cpu device instead (execute only queues)")
+    ap.add_argument("--phases", action="store_true", help="the cost of each phase of GetWorkspaceSize + execute")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instructions per call under callgrind instead of microseconds (deterministic)")
+    ap.add_argument("--callgrind-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--measures", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--operators", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--uncached", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     common.setup_device("cpu")
+    if args.callgrind_child:
+        _callgrind_child(args.calls, args.measures.split(","), [o for o in args.operators.split(",") if o])
+        return 0
     from .run import FAMILIES
+    if args.phases and args.callgrind:
+        counts = callgrind_counts(list(measure_calls_names()), calls=min(args.calls, 50))
+        print(phase_table({op: phase_costs(c) for op, c in counts.items()}, "instructions"))
+        return 0
+    if args.phases:
+        print(phase_table(phases_us(FAMILIES, args.calls)))
+        return 0
     print(table(per_operator(FAMILIES, args.calls) if args.cpu else cuda_code_path(FAMILIES, args.calls)))
     return 0
 
