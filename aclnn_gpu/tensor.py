@@ -18,7 +18,13 @@ from .errors import c_api, fail
 from .status import aclDataType, aclFormat, aclnnStatus
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
-MAX_DIMS = 64  # a descriptor sanity bound; operators enforce their own rank limits
+MAX_DIMS = 64
+
+
+def forget(keys: list) -> None:
+    """Drop executor_cache's entries under `keys` (replaced by executor_cache when it is imported)."""
+    return None
+  # a descriptor sanity bound; operators enforce their own rank limits
 
 
 def _int_list(values: Any, what: str) -> tuple[int, ...]:
@@ -49,7 +55,7 @@ class aclTensor:
 
     __slots__ = ("shape", "dtype", "strides", "offset", "format", "storage_shape", "data", "destroyed",
                  "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "_contiguous",
-                 "memory_checked", "__weakref__")
+                 "memory_checked", "cache_keys", "__weakref__")
 
     # A descriptor's fields are fixed at creation (CANN has no setters for them here), so the derived
     # values the checks of both phases need are computed once: rank, numel, itemsize, and the element
@@ -65,6 +71,7 @@ class aclTensor:
         self.data = data
         self.destroyed = False
         self.memory_checked: tuple | None = None  # (registry, generation) of the last passed memory check
+        self.cache_keys: list | None = None       # the executor_cache keys naming it (dropped at destroy)
         self.rank = len(shape)
         self.numel = math.prod(shape)
         self.negative_strides = any(s < 0 for s in strides)
@@ -150,6 +157,9 @@ def aclDestroyTensor(tensor: aclTensor | None) -> int:
     if tensor.destroyed:
         fail(INVALID, "aclDestroyTensor: tensor was already destroyed")
     tensor.destroyed = True
+    if tensor.cache_keys:   # its cache entries can never hit again: they go now
+        forget(tensor.cache_keys)
+        tensor.cache_keys = None
     return aclnnStatus.ACLNN_SUCCESS
 
 
@@ -177,11 +187,12 @@ aclGetFormat = _getter("aclGetFormat", "format")
 class aclIntArray:
     """A host-side array of int64 values (copied at creation, as CANN does)."""
 
-    __slots__ = ("values", "destroyed", "__weakref__")
+    __slots__ = ("values", "destroyed", "cache_keys", "__weakref__")
 
     def __init__(self, values: tuple[int, ...]):
         self.values = values
         self.destroyed = False
+        self.cache_keys: list | None = None   # as aclTensor's
 
     def __len__(self) -> int:
         return len(self.values)
@@ -218,6 +229,9 @@ def aclDestroyIntArray(array: aclIntArray | None) -> int:
     if array.destroyed:
         fail(INVALID, "aclDestroyIntArray: array was already destroyed")
     array.destroyed = True
+    if array.cache_keys:
+        forget(array.cache_keys)
+        array.cache_keys = None
     return aclnnStatus.ACLNN_SUCCESS
 
 
