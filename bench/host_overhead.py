@@ -166,9 +166,21 @@ def phase_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
     impl = resolve_stream(stream, case.name, device=device)
     ws_arg = work if plan.workspace_size else 0
 
-    def total() -> None:
+    def total() -> None:                   # the uncached path (as with ACLNN_CACHE_LIMIT=0)
+        _, ws, ex = get_ws.uncached(*args)
+        execute(work if ws else None, ws, ex, stream)
+
+    def total_cached() -> None:            # a hit of phase 1's executor cache
         _, ws, ex = get_ws(*args)
         execute(work if ws else None, ws, ex, stream)
+
+    from aclnn_gpu.device.registry import Registry
+    from aclnn_gpu.executor_cache import cache
+
+    def hit_executor() -> Any:   # as an executor-cache hit makes it: its tensors proven at this generation
+        ex = executor_module.aclOpExecutor(case.name, plan, device)
+        ex.checked_generation = Registry.generation
+        return ex
 
     real_output = checks_module.Checks.output
     outputs = 0
@@ -215,6 +227,8 @@ def phase_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
 
     return {
         "total": total,
+        "total_cached": total_cached,
+        "lookup": lambda: cache.lookup(cache.key(build, device, args), args),
         "checks": checks,
         "stop_baseline": stop_baseline,
         "build": lambda: build(device, *args),
@@ -224,35 +238,45 @@ def phase_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
         "execute": case.op.enqueue,
         "execute_fresh": lambda: execute(work if plan.workspace_size else None, plan.workspace_size,
                                          executor_module.aclOpExecutor(case.name, plan, device), stream),
+        "execute_hit": lambda: execute(work if plan.workspace_size else None, plan.workspace_size,
+                                       hit_executor(), stream),
         "enqueue": lambda: device.enqueue(impl, plan, ws_arg),
     }
 
 
 PHASES = ("argument reading", "checks", "key", "plan", "launch record", "executor", "execute checks", "enqueue")
+CACHED_PHASES = ("argument reading", "cache key and proof", "executor", "execute checks", "enqueue")
 
 
-def phase_costs(c: dict[str, float]) -> dict[str, float]:
-    """The cost of each phase (PHASES) from the costs of `phase_calls`' pieces, and the total."""
-    checks = max(c["checks"] - c["stop_baseline"], 0.0)
-    out = {"checks": checks, "plan": c["build"] - checks, "key": c["key"], "launch record": c["record"] - c["key"],
-           "executor": c["executor"], "enqueue": c["enqueue"],
+def phase_costs(c: dict[str, float], cached: bool = False) -> dict[str, float]:
+    """The cost of each phase (PHASES, or CACHED_PHASES for a hit of the executor cache) from the costs
+    of `phase_calls`' pieces, and the total."""
+    out = {"executor": c["executor"], "enqueue": c["enqueue"],
            "execute checks": c["execute_fresh"] - c["executor"] - c["enqueue"]}
-    # the rest: the entry points (c_api), the current device, the arguments handed on
+    if cached:
+        out["cache key and proof"] = c["lookup"]
+        out["execute checks"] = c["execute_hit"] - c["executor"] - c["enqueue"]
+        # the rest: the entry points (c_api), the current device, the arguments handed on
+        out["argument reading"] = c["total_cached"] - c["lookup"] - c["execute_hit"]
+        out["total"] = c["total_cached"]
+        return {name: out[name] for name in (*CACHED_PHASES, "total")}
+    checks = max(c["checks"] - c["stop_baseline"], 0.0)
+    out.update({"checks": checks, "plan": c["build"] - checks, "key": c["key"],
+                "launch record": c["record"] - c["key"]})
     out["argument reading"] = c["total"] - c["build"] - c["record"] - c["execute_fresh"]
     out["total"] = c["total"]
     return {name: out[name] for name in (*PHASES, "total")}
 
 
 def phases_us(families: list, calls: int = 200, batches: int = 9) -> dict[str, dict[str, float]]:
-    """Per operator, microseconds per call of each phase of GetWorkspaceSize + execute over the null GPU."""
+    """Per operator, microseconds per call of each piece of `phase_calls` over the null GPU."""
     out = {}
     with InstantDevice():
         for fam in families:
             with operator_case(fam) as case:
                 pieces = phase_calls(case)
                 sync = functools.partial(_sync, case.stream)
-                out[case.name] = phase_costs({name: per_call_us(fn, calls, batches, sync)
-                                              for name, fn in pieces.items()})
+                out[case.name] = {name: per_call_us(fn, calls, batches, sync) for name, fn in pieces.items()}
     return out
 
 
@@ -261,11 +285,18 @@ def _sync(stream: Any) -> None:
     acl.aclrtSynchronizeStream(stream)
 
 
-def phase_table(costs: dict[str, dict[str, float]], unit: str = "us") -> str:
-    names = list(costs)
-    rows = [[phase, *[costs[n][phase] for n in names]] for phase in (*PHASES, "total")]
+def phase_table(pieces: dict[str, dict[str, float]], unit: str = "us") -> str:
+    """Both paths' phases per operator, from the pieces' costs (`phases_us` or `callgrind_counts`)."""
+    names = list(pieces)
     headers = ["phase", *[n.removeprefix("aclnn") for n in names]]
-    return common.markdown_table(headers, rows, "l" + "r" * len(names)) + f"\n\n({unit} per call)"
+    tables = []
+    for cached, title in ((False, "GetWorkspaceSize + execute, uncached (checks, plan, launch record)"),
+                          (True, "GetWorkspaceSize + execute, an executor-cache hit")):
+        costs = {n: phase_costs(pieces[n], cached) for n in names}
+        rows = [[phase, *[costs[n][phase] for n in names]] for phase in (*(CACHED_PHASES if cached else PHASES),
+                                                                          "total")]
+        tables.append(f"{title} ({unit} per call):\n\n" + common.markdown_table(headers, rows, "l" + "r" * len(names)))
+    return "\n\n".join(tables)
 
 
 # ------------------------------------------------------------------ instructions per call (callgrind)
@@ -319,7 +350,8 @@ def measure_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
 
 
 def measure_calls_names() -> tuple[str, ...]:
-    return ("total", "checks", "stop_baseline", "build", "key", "record", "executor", "execute_fresh", "enqueue")
+    return ("total", "total_cached", "lookup", "checks", "stop_baseline", "build", "key", "record", "executor",
+            "execute_fresh", "execute_hit", "enqueue")
 
 
 def _callgrind_child(calls: int, measures: list[str], operators: list[str] | None) -> None:
@@ -381,8 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from .run import FAMILIES
     if args.phases and args.callgrind:
-        counts = callgrind_counts(list(measure_calls_names()), calls=min(args.calls, 50))
-        print(phase_table({op: phase_costs(c) for op, c in counts.items()}, "instructions"))
+        print(phase_table(callgrind_counts(list(measure_calls_names()), calls=min(args.calls, 50)), "instructions"))
         return 0
     if args.phases:
         print(phase_table(phases_us(FAMILIES, args.calls)))
