@@ -103,6 +103,7 @@ class CudaStream(DeviceStream):
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
         self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
+        self.kernel_context: Any = None    # its CudaKernelContext, made at the first enqueue (CudaDevice.enqueue)
 
     def synchronize(self) -> None:
         self.cupy.synchronize()
@@ -175,9 +176,13 @@ class CudaKernelContext:
         self.arch = device.arch           # its occupancy limits size grids (kernels/occupancy.py)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
+        self.upload_at(dst, host, None)
+
+    def upload_at(self, dst: int, host: np.ndarray, address: int | None) -> None:
+        """`upload`, told the address of `host`'s C-contiguous bytes (a frozen launch's tables: ops/frozen.py)."""
         capture = self.stream.capture
         if capture is None:
-            self.device.uploads.upload(dst, host, self.stream.cupy)
+            self.device.uploads.upload(dst, host, self.stream.cupy, address)
         else:   # the graph re-reads its source at every replay: a pinned copy the model keeps
             capture.keep.append(captured_upload(self.device.cp, dst, host, self.stream.cupy))
 
@@ -186,8 +191,9 @@ class CudaKernelContext:
         kernel = self.device.kernel(file, expr)
         if shared_mem > 48 * 1024:
             kernel.max_dynamic_shared_size_bytes = shared_mem
-        with self.stream.cupy:
-            kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+        # on the plan's stream given by name: what `with stream:` makes current, without making it
+        # current (CuPy 14: RawKernel.__call__ hands `stream` to Function.__call__, cupy/cuda/function.pyx)
+        kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=self.stream.cupy)
 
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
         self.device.gemm(self.stream, *args, **kwargs)
@@ -483,8 +489,11 @@ class CudaDevice(Device):
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
             stream.capture.hold_plan(plan, workspace)
+        context = stream.kernel_context   # one per stream: it holds only the device and the stream
+        if context is None:
+            context = stream.kernel_context = CudaKernelContext(self, stream)  # type: ignore[arg-type]
         with self.scope:   # launches, module loads and the cuBLAS handle of this GPU
-            plan.run_kernels(CudaKernelContext(self, stream), workspace)  # type: ignore[arg-type]
+            plan.run_kernels(context, workspace)
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:

@@ -97,8 +97,11 @@ class UploadRing:
         self.lock = threading.Lock()
         self.large = LargeUploads(cp)
 
-    def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
-        host = np.ascontiguousarray(host)
+    def upload(self, dst: int, host: np.ndarray, stream: Any, source: int | None = None) -> None:
+        """`source`: the address of `host`'s bytes when the caller knows it (C-contiguous then)."""
+        if source is None:
+            host = np.ascontiguousarray(host)
+            source = host.ctypes.data
         if host.nbytes > UPLOAD_SLOT_BYTES:
             self.large.upload(dst, host, stream)
             return
@@ -108,7 +111,7 @@ class UploadRing:
             if self.events[slot] is not None:
                 self.events[slot].synchronize()
             address = self.memory.ptr + slot * UPLOAD_SLOT_BYTES
-            ctypes.memmove(address, host.ctypes.data, host.nbytes)
+            ctypes.memmove(address, source, host.nbytes)
             self.cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
             event = self.events[slot] or self.cp.cuda.Event(disable_timing=True)
             event.record(stream)
