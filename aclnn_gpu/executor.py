@@ -161,8 +161,9 @@ def make_get_workspace_size(op: str, build):
             executor = aclOpExecutor(op, plan, device)
             executor.checked_generation = found[1]   # its tensors' memory was proven at that generation
             return SUCCESS, plan.workspace_size, executor
+        versions = cache.versions(args)
         plan = plan_of(device, args, kwargs)
-        cache.insert(key, plan, device, args)
+        cache.insert(key, plan, device, args, versions)
         return SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
 
     def uncached(*args: Any, **kwargs: Any) -> tuple[int, int, aclOpExecutor]:

@@ -9,10 +9,11 @@ arguments themselves: a tensor or an int array by identity, a scalar by value (a
 None; a float by value and, for a zero, its sign: `0.0 == -0.0` but the two may give different
 bits). Any other argument (a NumPy scalar, a list, a keyword) is never cached. An entry found under
 the key is used only when it proves that nothing the checks read has changed since it was made:
-  - every tensor's description, read now (`_TENSOR`: destroyed flag, data address, view offset,
-    shape, strides, dtype, format, storage shape), equals the one it was made from: a destroyed
-    tensor, one rebound to another address (aclSetInputTensorAddr, aclInitTensor or any future
-    setter writes these fields) or re-described misses; likewise every int array's values and flag;
+  - every tensor and int array is unchanged: its `version` (tensor.py: a process-wide counter, new at
+    every change of its description: `rebind` for aclSetInputTensorAddr / aclSetRawTensorAddr,
+    `describe` for aclInitTensor, `set_values`, and at destroy; the fields cannot be written any other
+    way) is the one read before the entry's checks ran: a destroyed, rebound or re-described object
+    misses;
   - the memory is still live: the registry's generation (which every free, reset and peer-access
     change bumps) is the one the entry last proved its tensors at; otherwise every tensor of the
     plan is checked again exactly as the uncached path's memory check does (`check_tensor_memory`:
@@ -56,8 +57,7 @@ LIMIT_ENV = "ACLNN_CACHE_LIMIT"
 DEFAULT_LIMIT = 10000   # CANN's default for ACLNN_CACHE_LIMIT
 
 _KEYABLE = frozenset({aclTensor, aclIntArray, type(None), int, bool, str, float})
-_TENSOR = operator.attrgetter("destroyed", "data", "offset", "shape", "strides", "dtype", "format", "storage_shape")
-_ARRAY = operator.attrgetter("destroyed", "values")
+_VERSION = operator.attrgetter("version")   # aclTensor's and aclIntArray's: new at every change (tensor.py)
 
 _log = logging.getLogger("aclnn_gpu")
 
@@ -79,15 +79,13 @@ def _limit_from_env() -> int:
 class Entry:
     """One successful GetWorkspaceSize: its plan and what proves a later call equal to it."""
 
-    __slots__ = ("plan", "device", "tensors", "states", "arrays", "array_states", "zeros", "memory", "generation")
+    __slots__ = ("plan", "device", "objects", "versions", "zeros", "memory", "generation")
 
-    def __init__(self, plan: Any, device: Any, args: tuple, zeros: tuple):
+    def __init__(self, plan: Any, device: Any, args: tuple, zeros: tuple, versions: tuple):
         self.plan = plan
         self.device = device
-        self.tensors = tuple(a for a in args if type(a) is aclTensor)
-        self.states = tuple(map(_TENSOR, self.tensors))
-        self.arrays = tuple(a for a in args if type(a) is aclIntArray)
-        self.array_states = tuple(map(_ARRAY, self.arrays))
+        self.objects = tuple(a for a in args if type(a) is aclTensor or type(a) is aclIntArray)
+        self.versions = versions   # of `objects`, read before the checks ran (a change during them misses)
         self.zeros = zeros    # (position, sign) of every float argument equal to zero
         # the plan's tensors: exactly those its checks proved live (tests/test_executor_cache.py)
         self.memory = tuple((name, t) for name, t in plan.tensors.items() if t is not None)
@@ -96,9 +94,7 @@ class Entry:
     def proven(self, args: tuple) -> int | None:
         """The registry generation at which this entry holds for `args` (the same objects as its key's),
         or None when anything the checks read differs."""
-        if tuple(map(_TENSOR, self.tensors)) != self.states:
-            return None
-        if self.arrays and tuple(map(_ARRAY, self.arrays)) != self.array_states:
+        if tuple(map(_VERSION, self.objects)) != self.versions:   # described, rebound or destroyed since
             return None
         for i, sign in self.zeros:
             if math.copysign(1.0, args[i]) != sign:
@@ -148,7 +144,12 @@ class ExecutorCache:
         self.misses += 1
         return None
 
-    def insert(self, key: tuple, plan: Any, device: Any, args: tuple) -> None:
+    @staticmethod
+    def versions(args: tuple) -> tuple:
+        """The versions of the tensors and int arrays among `args`, in order (read before phase 1 runs)."""
+        return tuple(a.version for a in args if type(a) is aclTensor or type(a) is aclIntArray)
+
+    def insert(self, key: tuple, plan: Any, device: Any, args: tuple, versions: tuple) -> None:
         zeros = []
         for i, value in enumerate(args):
             if type(value) is float:
@@ -156,12 +157,12 @@ class ExecutorCache:
                     return
                 if value == 0.0:
                     zeros.append((i, math.copysign(1.0, value)))
-        entry = Entry(plan, device, args, tuple(zeros))
+        entry = Entry(plan, device, args, tuple(zeros), versions)
         with self._lock:
             if not self.limit:
                 return
             if self._entries.get(key) is None:   # a new key: its tensors and arrays drop it when destroyed
-                for obj in entry.tensors + entry.arrays:
+                for obj in entry.objects:
                     if obj.cache_keys is None:
                         obj.cache_keys = [key]
                     elif key not in obj.cache_keys:
@@ -175,7 +176,7 @@ class ExecutorCache:
     def _evict(item: tuple[tuple, Entry]) -> None:
         """An entry leaving the cache: its key leaves its objects' lists."""
         key, entry = item
-        for obj in entry.tensors + entry.arrays:
+        for obj in entry.objects:
             keys = obj.cache_keys
             if keys is not None and key in keys:
                 keys.remove(key)

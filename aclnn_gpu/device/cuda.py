@@ -95,6 +95,8 @@ def cuda_available() -> bool:
 class CudaStream(DeviceStream):
     """A stream of one device (made inside that device's scope)."""
 
+    kernel_context: Any = None   # its CudaKernelContext, made at the first enqueue (CudaDevice.enqueue)
+
     def __init__(self, cp: Any):
         # A blocking stream (cudaStreamCreate's default): it orders with the legacy default stream,
         # where CuPy puts its current-stream work (cupy.asarray of host data, DLPack hand-overs),
@@ -103,7 +105,6 @@ class CudaStream(DeviceStream):
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
         self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
-        self.kernel_context: Any = None    # its CudaKernelContext, made at the first enqueue (CudaDevice.enqueue)
 
     def synchronize(self) -> None:
         self.cupy.synchronize()

@@ -18,7 +18,7 @@ import aclnn_gpu as acl
 from aclnn_gpu import executor_cache, runtime
 from aclnn_gpu.device.registry import Allocation
 from aclnn_gpu.executor_cache import cache
-from aclnn_gpu.tensor import aclIntArray
+from aclnn_gpu.tensor import aclIntArray, aclTensor
 from support import DEVICE_KINDS, Session
 from test_bad_inputs import ROWS, SPECS, Args, raw_or_none
 
@@ -112,6 +112,12 @@ def test_bad_input_rows_are_refused_after_the_good_call_was_cached(cpu_session, 
 
 
 # ------------------------------------------------------------------------------ memory, one change at a time
+def _redescribe(t: aclTensor, shape: tuple, data: int | None = None) -> None:
+    """aclInitTensor's change in place: a contiguous view of `shape` (at `data`, default: where it is)."""
+    t.describe(tuple(shape), t.dtype, acl.tensor.contiguous_strides(shape), 0, t.format, tuple(shape),
+               t.data if data is None else data)
+
+
 def _reallocate(s: Session, ptr: int, size: int | None = None, on_device: bool = True) -> None:
     """aclrtFree(ptr), then an allocation at the same address (what an allocator handing the address
     back does): `size` bytes (default: as before) of the same memory, device or host memory."""
@@ -160,35 +166,46 @@ def test_an_unrelated_free_keeps_hitting_and_the_executor_starts_proven(cpu_sess
 
 
 def test_a_rebound_or_redescribed_tensor_misses(session):
-    """aclSetInputTensorAddr (CANN's rebinding of an executor's tensor) and aclInitTensor write a tensor's
-    fields in place: whatever writes them, the next GetWorkspaceSize must see the new ones (the same
-    objects are one key, whose one entry follows their latest description)."""
+    """aclSetInputTensorAddr (CANN's rebinding of an executor's tensor) and aclInitTensor change a tensor
+    in place (`rebind`, `describe`): the next GetWorkspaceSize must see the new description (the same
+    objects are one key, whose one entry follows their latest description). The fields themselves
+    cannot be written."""
     s = session
     a = Args(SPECS["aclnnKlDivBackward"], s)
     first = _run(s, a)
     target = a["target"]
     original = target.data
     moved = s.tensor(a.np["target"] * 0.5)
-    target.data = moved.data                                 # rebound to other memory
+    with pytest.raises(AttributeError):
+        target.data = moved.data
+    lengths = s.int_array([1, 2])
+    with pytest.raises(AttributeError):
+        lengths.values = (1,)
+    target.rebind(moved.data)                                # rebound to other memory
     misses = cache.misses
     rebound = _run(s, a)
     assert cache.misses == misses + 1 and len(cache) == 1   # the key's one entry now holds the new address
     hits = cache.hits
     assert _run(s, a)[2] == rebound[2] and cache.hits == hits + 1
-    target.data = original                                   # back: a miss again, the first result
+    target.rebind(original)                                  # back: a miss again, the first result
     misses = cache.misses
     assert _run(s, a)[2] == first[2] and cache.misses == misses + 1
-    target.data = moved.data
+    target.rebind(moved.data)
     with executor_cache.disabled():
         assert _run(s, a)[2] == rebound[2] != first[2]
-    target.data = original
-    target.shape, target.strides = (3, 2), (2, 1)            # re-described in place (same bytes)
+    gone = s.malloc(64)
+    s.pointers.remove(gone)
+    assert acl.aclrtFree(gone) == 0
+    target.rebind(gone)                                      # its last memory check was for the old range
+    assert a.spec.gws(*a.values_in_order())[0] == INVALID and "target" in acl.aclGetRecentErrMsg()
+    target.rebind(original)
+    _redescribe(target, (3, 2))                              # re-described in place (same bytes)
     status = a.spec.gws(*a.values_in_order())
     message = acl.aclGetRecentErrMsg()
     assert status == a.spec.gws.uncached(*a.values_in_order()) and status[0] == INVALID and "target" in message
     assert acl.aclGetRecentErrMsg() == message
     if hasattr(acl, "aclSetInputTensorAddr"):                # once the runtime has it
-        target.shape, target.strides = (2, 3), (3, 1)
+        _redescribe(target, (2, 3))
         _, _, ex = a.spec.gws(*a.values_in_order())
         assert acl.aclSetAclOpExecutorRepeatable(ex) == 0
         assert acl.aclSetInputTensorAddr(ex, 2, target, moved.data) == 0
@@ -250,11 +267,11 @@ def test_an_int_array_changed_in_place_misses(cpu_session):
     s = cpu_session
     a = Args(SPECS["aclnnCtcLossBackward"], s)
     _run(s, a)
-    a["targetLengths"].values = (4, 2)                       # longer than logAlpha allows
+    a["targetLengths"].set_values((4, 2))                    # longer than logAlpha allows
     assert a.spec.gws(*a.values_in_order())[0] == INVALID
     message = acl.aclGetRecentErrMsg()
     assert a.spec.gws.uncached(*a.values_in_order())[0] == INVALID and acl.aclGetRecentErrMsg() == message
-    a["targetLengths"].values = (3, 1)
+    a["targetLengths"].set_values((3, 1))
     misses = cache.misses
     changed = _run(s, a)
     with executor_cache.disabled():
@@ -316,10 +333,10 @@ def _replay(kind: str, spec, sequence: list[tuple]) -> list:
                         a[n] = acl.aclCreateTensor(list(shapes[n]), int(a[n].dtype), None, 0, int(a[n].format),
                                                    list(shapes[n]), home[n])
                         s.tensors.append(a[n])
-                    a[n].data, a[n].shape, a[n].strides = home[n], shapes[n], acl.tensor.contiguous_strides(shapes[n])
+                    _redescribe(a[n], shapes[n], home[n])
                 for n, value in spec.scalars.items():
                     if n in spec.int_arrays:
-                        a[n].values = tuple(value)
+                        a[n].set_values(tuple(value))
                     else:
                         a[n] = value
             elif action == "call":
@@ -344,9 +361,9 @@ def _replay(kind: str, spec, sequence: list[tuple]) -> list:
                 s.pointers.append(home[name])
             elif action == "rebind":
                 factor = 1 + (r % 3)
-                t.data = s.tensor(np.asarray(a.np[name] * factor, a.np[name].dtype)).data
+                t.rebind(s.tensor(np.asarray(a.np[name] * factor, a.np[name].dtype)).data)
             elif action == "unbind":
-                t.data = home[name]
+                t.rebind(home[name])
             elif action == "destroy" and not t.destroyed:
                 acl.aclDestroyTensor(t)
             elif action == "recreate":
@@ -356,14 +373,14 @@ def _replay(kind: str, spec, sequence: list[tuple]) -> list:
                 a[name] = new
             elif action == "describe":
                 shape = tuple(reversed(t.shape)) if r % 2 else t.shape
-                t.shape, t.strides = shape, acl.tensor.contiguous_strides(shape)
+                _redescribe(t, shape)
             elif action == "scalar" and scalar is not None:
                 choices = SCALARS[spec.op][scalar]
                 a[scalar] = choices[r % len(choices)]
             elif action == "lengths" and spec.int_arrays:
                 array = a[spec.int_arrays[r % 2]]
                 if isinstance(array, aclIntArray):
-                    array.values = tuple(int(v) for v in np.maximum(np.array(array.values) + (r % 3) - 1, 0))
+                    array.set_values(tuple(int(v) for v in np.maximum(np.array(array.values) + (r % 3) - 1, 0)))
             elif action == "unrelated":
                 p = s.malloc(128)
                 s.pointers.remove(p)
