@@ -101,9 +101,14 @@ def per_operator(families: list, calls: int = 200, batches: int = 9) -> dict:
             def sync() -> None:
                 acl.aclrtSynchronizeStream(stream)
 
+            def uncached() -> None:
+                _, ws, ex = get_ws.uncached(*args)
+                execute(work if ws else None, ws, ex, stream)
+
             rows.append({"operator": fam.backward,
                          "execute_us": per_call_us(op.enqueue, calls, batches, sync),
-                         "get_ws_execute_us": per_call_us(fresh, calls, batches, sync)})
+                         "get_ws_execute_us": per_call_us(fresh, calls, batches, sync),
+                         "uncached_get_ws_execute_us": per_call_us(uncached, calls, batches, sync)})
         finally:
             buffers.close()
     torch_us = per_call_us(lambda: torch.add(a, b), calls, batches)
@@ -111,7 +116,8 @@ def per_operator(families: list, calls: int = 200, batches: int = 9) -> dict:
         row["torch_add_us"] = torch_us
     return {"rows": rows, "torch_add_us": torch_us,
             "median_execute_us": statistics.median(r["execute_us"] for r in rows),
-            "median_get_ws_execute_us": statistics.median(r["get_ws_execute_us"] for r in rows)}
+            "median_get_ws_execute_us": statistics.median(r["get_ws_execute_us"] for r in rows),
+            "median_uncached_get_ws_execute_us": statistics.median(r["uncached_get_ws_execute_us"] for r in rows)}
 
 
 def _second_call(fam: Any, buffers: Any, d: dict, p: tuple) -> tuple:
@@ -384,13 +390,21 @@ def _callgrind_child(calls: int, measures: list[str], operators: list[str] | Non
 
 
 def table(result: dict) -> str:
-    rows = [[r["operator"], r["execute_us"], r["get_ws_execute_us"], f"{r['execute_us'] / r['torch_add_us']:.1f}x"]
-            for r in result["rows"]]
+    torch_us = result["torch_add_us"]
+    rows = [[r["operator"], r["execute_us"], r["get_ws_execute_us"], r["uncached_get_ws_execute_us"],
+             f"{r['get_ws_execute_us'] / torch_us:.1f}x"] for r in result["rows"]]
     rows.append(["median", result["median_execute_us"], result["median_get_ws_execute_us"],
-                 f"{result['median_execute_us'] / result['torch_add_us']:.1f}x"])
+                 result["median_uncached_get_ws_execute_us"],
+                 f"{result['median_get_ws_execute_us'] / torch_us:.1f}x"])
+    rows.append(["slowest", max(r["execute_us"] for r in result["rows"]),
+                 max(r["get_ws_execute_us"] for r in result["rows"]),
+                 max(r["uncached_get_ws_execute_us"] for r in result["rows"]), ""])
     return (common.markdown_table(["operator", "execute (repeatable executor)", "GetWorkspaceSize + execute",
-                                   "execute / torch.add"], rows, "lrrr")
-            + f"\n\nOne tiny PyTorch op (torch.add, 8 elements), same run: {result['torch_add_us']:.2f} us.")
+                                   "the same, uncached (ACLNN_CACHE_LIMIT=0)",
+                                   "GetWorkspaceSize + execute / torch.add"],
+                                  rows, "lrrrr")
+            + f"\n\nOne tiny PyTorch op (torch.add, 8 elements), same run: {torch_us:.2f} us. "
+            + f"Load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs.")
 
 
 def main(argv: list[str] | None = None) -> int:
