@@ -66,7 +66,7 @@ def _set_destroyed(obj: Any, value: bool) -> None:
 
 
 # destroyed: read as fast as a slot; setting it (aclDestroyTensor, aclDestroyIntArray) is a change
-_DESTROYED = property(operator.attrgetter("_destroyed"), _set_destroyed)
+_DESTROYED: Any = property(operator.attrgetter("_destroyed"), _set_destroyed)
 
 
 class aclTensor:
@@ -83,13 +83,13 @@ class aclTensor:
                  "version", "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "_contiguous",
                  "memory_checked", "cache_keys", "__weakref__")
 
-    shape = _field("_shape")
-    dtype = _field("_dtype")
-    strides = _field("_strides")
-    offset = _field("_offset")
-    format = _field("_format")
-    storage_shape = _field("_storage_shape")
-    data = _field("_data")
+    shape: tuple[int, ...] = _field("_shape")
+    dtype: aclDataType = _field("_dtype")
+    strides: tuple[int, ...] = _field("_strides")
+    offset: int = _field("_offset")
+    format: int = _field("_format")
+    storage_shape: tuple[int, ...] = _field("_storage_shape")
+    data: int | None = _field("_data")
 
     # The derived values the checks of both phases need are computed once per description: rank,
     # numel, itemsize, and the element and byte spans (lazily).
@@ -125,7 +125,7 @@ class aclTensor:
         self.memory_checked = None
         self.version = next(_VERSIONS)
 
-    destroyed = _DESTROYED
+    destroyed: bool = _DESTROYED
 
     @property
     def itemsize(self) -> int:
@@ -203,7 +203,7 @@ def aclDestroyTensor(tensor: aclTensor | None) -> int:
         fail(INVALID, f"aclDestroyTensor: {type(tensor).__name__} is not an aclTensor")
     if tensor.destroyed:
         fail(INVALID, "aclDestroyTensor: tensor was already destroyed")
-    tensor.destroyed = True
+    _set_destroyed(tensor, True)   # (the `destroyed` property's setter)
     if tensor.cache_keys:   # its cache entries can never hit again: they go now
         forget(tensor.cache_keys)
         tensor.cache_keys = None
@@ -237,8 +237,8 @@ class aclIntArray:
 
     __slots__ = ("_values", "_destroyed", "version", "cache_keys", "__weakref__")
 
-    values = _field("_values")
-    destroyed = _DESTROYED
+    values: tuple[int, ...] = _field("_values")
+    destroyed: bool = _DESTROYED
 
     def __init__(self, values: tuple[int, ...]):
         self._destroyed = False
@@ -283,7 +283,7 @@ def aclDestroyIntArray(array: aclIntArray | None) -> int:
         fail(INVALID, f"aclDestroyIntArray: {type(array).__name__} is not an aclIntArray")
     if array.destroyed:
         fail(INVALID, "aclDestroyIntArray: array was already destroyed")
-    array.destroyed = True
+    _set_destroyed(array, True)
     if array.cache_keys:
         forget(array.cache_keys)
         array.cache_keys = None

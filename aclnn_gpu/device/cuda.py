@@ -95,8 +95,6 @@ def cuda_available() -> bool:
 class CudaStream(DeviceStream):
     """A stream of one device (made inside that device's scope)."""
 
-    kernel_context: Any = None   # its CudaKernelContext, made at the first enqueue (CudaDevice.enqueue)
-
     def __init__(self, cp: Any):
         # A blocking stream (cudaStreamCreate's default): it orders with the legacy default stream,
         # where CuPy puts its current-stream work (cupy.asarray of host data, DLPack hand-overs),

@@ -77,7 +77,7 @@ class Upload:
 def _rebased_args(step: Launch | Gemm, workspace: int, pointer: Any) -> tuple[Any, ...]:
     """A step's arguments with its workspace pointers (`pointer(address)`) at `workspace`. The last
     workspace's tuple is kept (a training loop passes the same workspace every step)."""
-    last = step._last   # type: ignore[union-attr]
+    last = step._last
     if last[0] == workspace:
         return last[1]
     patched = list(step.args)
@@ -137,11 +137,11 @@ class FrozenLaunch:
                 ctx.launch(launch.file, launch.expr, launch.grid, launch.block,
                            launch.rebased(workspace) if launch.patches else launch.args, launch.shared_mem)
             elif kind is Upload:
-                data, address = step.rebased_at(workspace)   # type: ignore[union-attr]
+                data, address = step.rebased_at(workspace)
                 if upload_at is None:
-                    ctx.upload(workspace + step.offset, data)   # type: ignore[union-attr]
+                    ctx.upload(workspace + step.offset, data)
                 else:
-                    upload_at(workspace + step.offset, data, address)   # type: ignore[union-attr]
+                    upload_at(workspace + step.offset, data, address)
             else:
                 gemm: Gemm = step   # type: ignore[assignment]
                 (ctx.gemm_batched if gemm.batched else ctx.gemm_strided_batched)(*gemm.rebased(workspace),

@@ -16,6 +16,7 @@ one object both the size GetWorkspaceSize reports and the launches' addresses co
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -100,10 +101,13 @@ _NOT_KEYED = ("tensors", "workspace", "frozen")
 _KEY_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_TENSOR_KEY = operator.attrgetter("_data", "_offset", "_shape", "_strides", "_dtype")   # one C call
+
+
 def _key_of(value: Any) -> Any:
     kind = type(value)
-    if kind is aclTensor:   # a descriptor's fields are fixed at creation
-        return value.data, value.offset, value.shape, value.strides, value.dtype
+    if kind is aclTensor:   # (data, offset, shape, strides, dtype): what a launcher reads of a tensor
+        return _TENSOR_KEY(value)
     if kind is tuple:
         return tuple(_key_of(v) for v in value)
     return value
