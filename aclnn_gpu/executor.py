@@ -15,7 +15,7 @@ from . import executor_cache
 from .errors import c_api, fail
 from .graph.state import refuse_invalidated
 from .kernels.occupancy import DEFAULT_ARCH
-from .ops.plan import check_plan_memory
+from .ops.plan import DESTROYED, check_plan_memory
 from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
 
@@ -108,8 +108,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         if plan.workspace_size > 0:
             generation = device.registry.generation  # unchanged since the last pass: nothing was freed
             if type(workspace) is not int or executor.checked_workspace != (workspace, generation):
-                device.registry.check(workspace, plan.workspace_size, f"{op}: workspace", status=INVALID,
-                                      on_device=True)
+                device.registry.check_remembered(workspace, plan.workspace_size, f"{op}: workspace",
+                                                 status=INVALID, on_device=True)
                 if int(workspace) % 8:   # the kernels read int64 tiling words from it: a GPU faults otherwise
                     fail(INVALID, f"{op}: workspace {hex(int(workspace))} must be 8-byte aligned "
                                   "(aclrtMalloc's memory is; an offset into it must keep that)")
@@ -117,7 +117,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
         impl = resolve_stream(stream, op, status=INVALID, device=device)
         if impl.capture is not None:   # before the executor is spent or the model holds the plan (all devices)
             refuse_invalidated(op, impl.capture)
-        executor.checked_generation = check_plan_memory(op, plan, device, executor.checked_generation)
+        if executor.checked_generation != device.registry.generation or any(map(DESTROYED, plan.present)):
+            executor.checked_generation = check_plan_memory(op, plan, device, executor.checked_generation)
         if not executor.repeatable:
             executor.spent = True
         if plan.has_work:

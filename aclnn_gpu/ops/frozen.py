@@ -100,6 +100,7 @@ class Launch:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_last", (None if self.patches else 0, self.args))
+        object.__setattr__(self, "kernel_key", (self.file, self.expr))   # a device's kernel table key
 
     def rebased(self, workspace: int) -> tuple[Any, ...]:
         """The arguments with the workspace at `workspace` (pointers as np.uint64, as recorded)."""
@@ -128,8 +129,17 @@ class FrozenLaunch:
     rebased: bool          # recorded against the sentinel workspace (False: workspace 0, nothing to patch)
 
     def run(self, ctx: Any, workspace: int) -> None:
-        """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace`."""
-        upload_at = getattr(ctx, "upload_at", None)   # a context that takes a host address (device/cuda.py)
+        """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace` (a context
+        with its own loop, the cuda device's, runs them itself: CudaKernelContext.run_frozen)."""
+        run_frozen = getattr(ctx, "run_frozen", None)
+        if run_frozen is not None:
+            run_frozen(self, workspace)
+        else:
+            self.run_steps(ctx, workspace)
+
+    def run_steps(self, ctx: Any, workspace: int) -> None:
+        """`run` through the context's `launch`, `upload` (or `upload_at`) and GEMM methods, step by step."""
+        upload_at = getattr(ctx, "upload_at", None)   # a context that takes a host address
         for step in self.steps:
             kind = type(step)
             if kind is Launch:

@@ -52,6 +52,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workspace_size", self.workspace.size)
+        # the tensors but absent optionals: what phase 2 checks (not a field: no part of the launch key)
+        object.__setattr__(self, "present", tuple(t for t in self.tensors.values() if t is not None))
 
     def run_host(self, device: Any, workspace: int) -> None:
         raise NotImplementedError
@@ -122,21 +124,26 @@ class EmptyPlan:
     workspace_size: ClassVar[int] = 0
     has_work: ClassVar[bool] = False
     frozen: ClassVar[None] = None
+    present: ClassVar[tuple] = ()   # (its tensors, if given, are never checked in phase 2: nothing runs)
 
     def with_frozen_launch(self, sm_count: int, arch: str) -> EmptyPlan:
         return self
+
+
+DESTROYED = operator.attrgetter("_destroyed")   # a tensor's flag, read in C (phase 2's fast path)
 
 
 def check_plan_memory(op: str, plan: Any, device: Any, checked_generation: int) -> int:
     """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since) and
     returns the registry generation the check passed at (the executor keeps it). When nothing was
     freed since the last pass (`checked_generation` is current), only the tensors' destroyed flags
-    can have changed: O(1) per tensor, no registry look-up."""
+    can have changed: O(1) per tensor, no registry look-up (run_executor inlines that case)."""
     generation = device.registry.generation  # read first: a free during the check invalidates it
     if checked_generation == generation:
-        for name, tensor in plan.tensors.items():
-            if tensor is not None and tensor.destroyed:
-                fail(INVALID, f"{op}: {name} was destroyed")
+        if any(map(DESTROYED, plan.present)):
+            for name, tensor in plan.tensors.items():
+                if tensor is not None and tensor.destroyed:
+                    fail(INVALID, f"{op}: {name} was destroyed")
         return generation
     for name, tensor in plan.tensors.items():
         if tensor is not None:
