@@ -72,6 +72,15 @@ def python_side(calls: int) -> dict[str, float]:
         "aclrtMemcpy H2D 128 B": best(lambda: acl.aclrtMemcpy(ptrs[1], 128, ones, 128, acl.ACL_MEMCPY_HOST_TO_DEVICE)),
         "KlDivBackward GetWorkspaceSize+execute+sync": best(full),
     }
+    empty = [acl.aclCreateTensor([0, 8] if i else [], acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND,
+                                 [0, 8] if i else [], p) for i, p in enumerate(ptrs)]
+
+    def empty_pair():
+        _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(empty[0], empty[1], empty[2], 1, False, empty[3])
+        acl.aclnnKlDivBackward(None, ws, ex, stream)
+    out["KlDivBackward GetWorkspaceSize+execute, empty (nothing queued)"] = best(empty_pair)
+    for t in empty:
+        acl.aclDestroyTensor(t)
     _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(ts[0], ts[1], ts[2], 1, False, ts[3])
     acl.aclSetAclOpExecutorRepeatable(ex)
     out["KlDivBackward reused executor: execute+sync"] = best(

@@ -56,6 +56,18 @@ int main(int argc, char **argv)
     TIME("KlDivBackward GetWorkspaceSize+execute+sync",
          aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex);
          aclnnKlDivBackward(NULL, ws, ex, stream); aclrtSynchronizeStream(stream));
+    /* empty tensors: GetWorkspaceSize (an executor-cache hit) and execute queue nothing, so the pair
+     * is the library's and the C ABI's own cost, with no device work and no synchronize */
+    int64_t empty[2] = {0, 8};
+    aclTensor *e[4];
+    for (int i = 0; i < 4; i++)
+        e[i] = aclCreateTensor(i ? empty : scalar, i ? 2 : 0, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, i ? empty : scalar,
+                               i ? 2 : 0, d[i]);
+    TIME("KlDivBackward GetWorkspaceSize+execute, empty (nothing queued)",
+         aclnnKlDivBackwardGetWorkspaceSize(e[0], e[1], e[2], 1, false, e[3], &ws, &ex);
+         aclnnKlDivBackward(NULL, ws, ex, stream));
+    for (int i = 0; i < 4; i++)
+        aclDestroyTensor(e[i]);
     aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex);
     aclSetAclOpExecutorRepeatable(ex);
     TIME("KlDivBackward reused executor: execute+sync",
