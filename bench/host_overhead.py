@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -305,6 +306,56 @@ def phase_table(pieces: dict[str, dict[str, float]], unit: str = "us") -> str:
     return "\n\n".join(tables)
 
 
+# ------------------------------------------------------------------ threads
+def threads_throughput(families: list, counts: tuple[int, ...] = (1, 2, 4), seconds: float = 1.0) -> list[dict]:
+    """Calls per second of GetWorkspaceSize + execute (executor-cache hits) over the null GPU from 1, 2
+    and 4 Python threads at once, each on its own tensors and stream of the first family's backward
+    operator, for about `seconds` per count. Python runs one thread at a time (the GIL): what this shows
+    is that nothing else serialises them, and what switching between threads costs."""
+    import aclnn_gpu as acl
+    from aclnn_gpu import runtime
+    out = []
+    with InstantDevice() as device, contextlib.ExitStack() as stack:
+        cases = [stack.enter_context(operator_case(families[0])) for _ in range(max(counts))]
+        for n in counts:
+            done = [0] * n
+            start = threading.Barrier(n + 1)
+            stop = threading.Event()
+
+            def worker(k: int) -> None:
+                case = cases[k]
+                get_ws, execute, args, work, stream = case.get_ws, case.execute, case.args, case.work, case.stream
+                with runtime.using_device(device):
+                    start.wait()
+                    while not stop.is_set():
+                        for _ in range(50):
+                            _, ws, ex = get_ws(*args)
+                            execute(work if ws else None, ws, ex, stream)
+                        done[k] += 50
+                    acl.aclrtSynchronizeStream(stream)
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(n)]
+            for t in threads:
+                t.start()
+            start.wait()
+            t0 = time.perf_counter()
+            time.sleep(seconds)
+            stop.set()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - t0
+            out.append({"threads": n, "calls_per_s": sum(done) / elapsed})
+    return out
+
+
+def threads_table(rows: list[dict]) -> str:
+    one = rows[0]["calls_per_s"]
+    return (common.markdown_table(["Python threads", "GetWorkspaceSize + execute per second", "vs 1 thread"],
+                                  [[r["threads"], f"{r['calls_per_s']:,.0f}", f"{r['calls_per_s'] / one:.2f}x"]
+                                   for r in rows], "rrr")
+            + f"\n\n(executor-cache hits over the null GPU; load average {os.getloadavg()[0]:.2f} on "
+            + f"{os.cpu_count()} CPUs)")
+
+
 # ------------------------------------------------------------------ instructions per call (callgrind)
 # Each measured loop runs inside sys.call_tracing, which nothing else calls: callgrind collects inside
 # _PyEval_CallTracing only and dumps when it returns, so every loop gets its own deterministic count
@@ -321,8 +372,8 @@ def callgrind_unavailable() -> str | None:
     return None
 
 
-def callgrind_counts(measures: list[str], operators: list[str] | None = None, calls: int = 50,
-                     cached: bool = True) -> dict[str, dict[str, float]]:
+def callgrind_counts(measures: list[str], operators: list[str] | None = None,
+                     calls: int = 50) -> dict[str, dict[str, float]]:
     """Instructions per call of each of `measures` (`measure_calls` names) for each backward operator
     (all, or those of `operators`), over the null GPU, under callgrind."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -333,8 +384,6 @@ def callgrind_counts(measures: list[str], operators: list[str] | None = None, ca
                    "--measures", ",".join(measures)]
         if operators:
             command += ["--operators", ",".join(operators)]
-        if not cached:
-            command.append("--uncached")
         env = dict(os.environ, PYTHONHASHSEED="0", ACLNN_GPU_DEVICE="cpu")
         run = subprocess.run(command, cwd=common.ROOT, env=env, capture_output=True, text=True)
         if run.returncode:
@@ -358,6 +407,28 @@ def measure_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
 def measure_calls_names() -> tuple[str, ...]:
     return ("total", "total_cached", "lookup", "checks", "stop_baseline", "build", "key", "record", "executor",
             "execute_fresh", "execute_hit", "enqueue")
+
+
+HEADLINE = ("execute", "total_cached", "total")   # the instruction table's columns
+CEILINGS = Path(__file__).with_name("callgrind_ceilings.json")
+
+
+def instructions_table(counts: dict[str, dict[str, float]]) -> str:
+    rows = [[op, c["execute"], c["total_cached"], c["total"]] for op, c in counts.items()]
+    for name, pick in (("median", statistics.median), ("slowest", max)):
+        rows.append([name, *[pick(c[m] for c in counts.values()) for m in HEADLINE]])
+    return (common.markdown_table(["operator", "execute (repeatable executor)", "GetWorkspaceSize + execute",
+                                   "the same, uncached"], [[r[0], *[f"{v:,.0f}" for v in r[1:]]] for r in rows],
+                                  "lrrr")
+            + "\n\n(instructions per call under callgrind, over the null GPU)")
+
+
+def over_ceiling(counts: dict[str, dict[str, float]]) -> list[str]:
+    """The counts above their committed ceiling (bench/callgrind_ceilings.json), one line each."""
+    ceilings = json.loads(CEILINGS.read_text())["ceilings"]
+    return [f"{op} {measure}: {count:,.0f} instructions per call > ceiling {ceilings[op][measure]:,}"
+            for op, by_measure in counts.items() for measure, count in by_measure.items()
+            if measure in ceilings.get(op, {}) and count > ceilings[op][measure]]
 
 
 def _callgrind_child(calls: int, measures: list[str], operators: list[str] | None) -> None:
@@ -416,21 +487,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", action="store_true", help="the cost of each phase of GetWorkspaceSize + execute")
     ap.add_argument("--callgrind", action="store_true",
                     help="instructions per call under callgrind instead of microseconds (deterministic)")
+    ap.add_argument("--threads", action="store_true", help="calls per second from 1, 2 and 4 Python threads")
+    ap.add_argument("--check", action="store_true",
+                    help=f"with --callgrind: compare the counts with the ceilings of {CEILINGS.name}; exit 1 over one")
     ap.add_argument("--callgrind-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--measures", default="", help=argparse.SUPPRESS)
     ap.add_argument("--operators", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--uncached", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     common.setup_device("cpu")
     if args.callgrind_child:
         _callgrind_child(args.calls, args.measures.split(","), [o for o in args.operators.split(",") if o])
         return 0
     from .run import FAMILIES
+    if args.callgrind:
+        why = callgrind_unavailable()
+        if why is not None:
+            print(f"no instruction counts: {why}")
+            return 1 if args.check else 0
     if args.phases and args.callgrind:
         print(phase_table(callgrind_counts(list(measure_calls_names()), calls=min(args.calls, 50)), "instructions"))
         return 0
+    if args.callgrind:
+        counts = callgrind_counts(list(HEADLINE), calls=min(args.calls, 50))
+        print(instructions_table(counts))
+        if args.check:
+            over = over_ceiling(counts)
+            print("\n" + ("\n".join(over) if over else f"every count is under its ceiling ({CEILINGS.name})"))
+            return 1 if over else 0
+        return 0
     if args.phases:
         print(phase_table(phases_us(FAMILIES, args.calls)))
+        return 0
+    if args.threads:
+        print(threads_table(threads_throughput(FAMILIES)))
         return 0
     print(table(per_operator(FAMILIES, args.calls) if args.cpu else cuda_code_path(FAMILIES, args.calls)))
     return 0
