@@ -152,13 +152,13 @@ def check_plan_memory(op: str, plan: Any, device: Any, checked_generation: int) 
 
 
 def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> None:
-    if tensor.destroyed:
+    if tensor._destroyed:   # (the slots read directly here and below: every phase-1 check runs these)
         fail(INVALID, f"{op}: {name} was destroyed")
     if tensor.numel == 0:
         return
     if tensor.negative_strides:
         fail(INVALID, f"{op}: {name} has negative strides {list(tensor.strides)}, which are not supported")
-    data = tensor.data
+    data = tensor._data
     if data is None:
         fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{op}: {name} has no data address but {tensor.numel} elements")
     registry = device.registry
@@ -174,7 +174,7 @@ def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
     """An output whose elements share memory would be written twice in an undefined order."""
     if tensor.numel == 0:
         return
-    dims = sorted((s, n) for n, s in zip(tensor.shape, tensor.strides) if n > 1)
+    dims = sorted((s, n) for n, s in zip(tensor._shape, tensor._strides) if n > 1)
     reach = 1
     for stride, n in dims:
         if stride < reach:
@@ -186,7 +186,7 @@ def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
 
 def byte_range(tensor: aclTensor) -> tuple[int, int]:
     lo, nbytes = tensor.byte_span()
-    data: int = tensor.data or 0   # a null tensor never gets here: the checks refused it
+    data: int = tensor._data or 0   # a null tensor never gets here: the checks refused it
     return data + lo, data + lo + nbytes
 
 
@@ -196,7 +196,7 @@ def check_no_alias(op: str, out_name: str, out: aclTensor, inputs: Sequence[tupl
         return
     o_lo, o_hi = byte_range(out)
     for name, tensor in inputs:
-        if tensor is None or tensor.numel == 0 or tensor.data is None:
+        if tensor is None or tensor.numel == 0 or tensor._data is None:
             continue
         lo, hi = byte_range(tensor)
         if lo < o_hi and o_lo < hi:
@@ -245,7 +245,8 @@ def strided_tiling(shape: Sequence[int], *operand_strides: Sequence[int]) -> np.
 
 
 def tensor_ptr(tensor: aclTensor) -> int:
-    return tensor.data + tensor.offset * tensor.itemsize if tensor.data else 0
+    data = tensor._data
+    return data + tensor._offset * tensor.itemsize if data else 0
 
 
 def _aligned_size(nbytes: int) -> int:
