@@ -384,7 +384,9 @@ def callgrind_counts(measures: list[str], operators: list[str] | None = None,
                    "--measures", ",".join(measures)]
         if operators:
             command += ["--operators", ",".join(operators)]
-        env = dict(os.environ, PYTHONHASHSEED="0", ACLNN_GPU_DEVICE="cpu")
+        # a coverage tracer (pytest-cov starts one in subprocesses through these) would be counted too
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE_", "COVERAGE_"))}
+        env.update(PYTHONHASHSEED="0", ACLNN_GPU_DEVICE="cpu")
         run = subprocess.run(command, cwd=common.ROOT, env=env, capture_output=True, text=True)
         if run.returncode:
             raise RuntimeError(f"callgrind run failed ({run.returncode}):\n{run.stderr[-3000:]}")
