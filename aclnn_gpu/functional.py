@@ -516,7 +516,8 @@ class _Call:
 
     def run(self, get_workspace_size: Callable[..., tuple[int, int, aclOpExecutor]],
             execute: Callable[..., int], *args: Any) -> None:
-        status, workspace_size, executor = get_workspace_size(*args)
+        # new descriptors at every call: never an executor_cache hit, so not offered to it
+        status, workspace_size, executor = getattr(get_workspace_size, "uncached", get_workspace_size)(*args)
         check_status(status)
         self.plan = executor.plan
         workspace = None

@@ -7,8 +7,10 @@ tensor is used.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,7 +20,13 @@ from .errors import c_api, fail
 from .status import aclDataType, aclFormat, aclnnStatus
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
-MAX_DIMS = 64  # a descriptor sanity bound; operators enforce their own rank limits
+MAX_DIMS = 64
+
+
+def forget(keys: list) -> None:
+    """Drop executor_cache's entries under `keys` (replaced by executor_cache when it is imported)."""
+    return None
+  # a descriptor sanity bound; operators enforce their own rank limits
 
 
 def _int_list(values: Any, what: str) -> tuple[int, ...]:
@@ -44,26 +52,64 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+_VERSIONS = itertools.count(1)   # every value used once: a description never gets an old version back
+
+
+def _field(name: str) -> Any:
+    """A read-only view of a private slot (a C-level getter: about as fast as the slot itself)."""
+    return property(operator.attrgetter(name), doc="(read-only: see the class docstring)")
+
+
+def _set_destroyed(obj: Any, value: bool) -> None:
+    obj._destroyed = value
+    obj.version = next(_VERSIONS)
+
+
+# destroyed: read as fast as a slot; setting it (aclDestroyTensor, aclDestroyIntArray) is a change
+_DESTROYED: Any = property(operator.attrgetter("_destroyed"), _set_destroyed)
+
+
 class aclTensor:
-    """A view `storage[offset + sum(i_k * stride_k)]` of `dtype` elements starting at `data`."""
+    """A view `storage[offset + sum(i_k * stride_k)]` of `dtype` elements starting at `data`.
 
-    __slots__ = ("shape", "dtype", "strides", "offset", "format", "storage_shape", "data", "destroyed",
-                 "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "_contiguous",
-                 "memory_checked", "__weakref__")
+    The description (shape, dtype, strides, offset, format, storage shape, data address) is read-only:
+    it changes only through `rebind` (a new data address: what aclSetInputTensorAddr and
+    aclSetRawTensorAddr do) or `describe` (everything: aclInitTensor), and being destroyed. Each change
+    gives the tensor a new `version` (a process-wide counter, never reused), so phase 1's executor
+    cache proves a tensor unchanged by one number (executor_cache.py), and forgets the tensor's last
+    memory check (`memory_checked`: it was for the old range)."""
 
-    # A descriptor's fields are fixed at creation (CANN has no setters for them here), so the derived
-    # values the checks of both phases need are computed once: rank, numel, itemsize, and the element
-    # and byte spans (lazily). Only `destroyed` changes.
+    __slots__ = ("_shape", "_dtype", "_strides", "_offset", "_format", "_storage_shape", "_data", "_destroyed",
+                 "version", "rank", "numel", "negative_strides", "_itemsize", "_span", "_byte_span", "_contiguous",
+                 "memory_checked", "cache_keys", "__weakref__")
+
+    shape: tuple[int, ...] = _field("_shape")
+    dtype: aclDataType = _field("_dtype")
+    strides: tuple[int, ...] = _field("_strides")
+    offset: int = _field("_offset")
+    format: int = _field("_format")
+    storage_shape: tuple[int, ...] = _field("_storage_shape")
+    data: int | None = _field("_data")
+
+    # The derived values the checks of both phases need are computed once per description: rank,
+    # numel, itemsize, and the element and byte spans (lazily).
     def __init__(self, shape: tuple[int, ...], dtype: aclDataType, strides: tuple[int, ...], offset: int,
                  fmt: int, storage_shape: tuple[int, ...], data: int | None):
-        self.shape = shape
-        self.dtype = dtype
-        self.strides = strides
-        self.offset = offset
-        self.format = fmt
-        self.storage_shape = storage_shape
-        self.data = data
-        self.destroyed = False
+        self._destroyed = False
+        self.cache_keys: list | None = None       # the executor_cache keys naming it (dropped at destroy)
+        self.describe(shape, dtype, strides, offset, fmt, storage_shape, data)
+
+    def describe(self, shape: tuple[int, ...], dtype: aclDataType, strides: tuple[int, ...], offset: int,
+                 fmt: int, storage_shape: tuple[int, ...], data: int | None) -> None:
+        """Set the whole description (validated by the caller, as aclCreateTensor validates it)."""
+        self._shape = shape
+        self._dtype = dtype
+        self._strides = strides
+        self._offset = offset
+        self._format = fmt
+        self._storage_shape = storage_shape
+        self._data = data
+        self.version = next(_VERSIONS)
         self.memory_checked: tuple | None = None  # (registry, generation) of the last passed memory check
         self.rank = len(shape)
         self.numel = math.prod(shape)
@@ -72,6 +118,14 @@ class aclTensor:
         self._span: tuple[int, int] | None = None
         self._byte_span: tuple[int, int] | None = None
         self._contiguous: bool | None = None
+
+    def rebind(self, data: int | None) -> None:
+        """The same view of another storage address."""
+        self._data = data
+        self.memory_checked = None
+        self.version = next(_VERSIONS)
+
+    destroyed: bool = _DESTROYED
 
     @property
     def itemsize(self) -> int:
@@ -149,7 +203,10 @@ def aclDestroyTensor(tensor: aclTensor | None) -> int:
         fail(INVALID, f"aclDestroyTensor: {type(tensor).__name__} is not an aclTensor")
     if tensor.destroyed:
         fail(INVALID, "aclDestroyTensor: tensor was already destroyed")
-    tensor.destroyed = True
+    _set_destroyed(tensor, True)   # (the `destroyed` property's setter)
+    if tensor.cache_keys:   # its cache entries can never hit again: they go now
+        forget(tensor.cache_keys)
+        tensor.cache_keys = None
     return aclnnStatus.ACLNN_SUCCESS
 
 
@@ -175,13 +232,22 @@ aclGetFormat = _getter("aclGetFormat", "format")
 
 
 class aclIntArray:
-    """A host-side array of int64 values (copied at creation, as CANN does)."""
+    """A host-side array of int64 values (copied at creation, as CANN does). `values` is read-only
+    (`set_values` changes them, giving the array a new `version`, as aclTensor's)."""
 
-    __slots__ = ("values", "destroyed", "__weakref__")
+    __slots__ = ("_values", "_destroyed", "version", "cache_keys", "__weakref__")
+
+    values: tuple[int, ...] = _field("_values")
+    destroyed: bool = _DESTROYED
 
     def __init__(self, values: tuple[int, ...]):
-        self.values = values
-        self.destroyed = False
+        self._destroyed = False
+        self.cache_keys: list | None = None   # as aclTensor's
+        self.set_values(values)
+
+    def set_values(self, values: tuple[int, ...]) -> None:
+        self._values = values
+        self.version = next(_VERSIONS)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -217,7 +283,10 @@ def aclDestroyIntArray(array: aclIntArray | None) -> int:
         fail(INVALID, f"aclDestroyIntArray: {type(array).__name__} is not an aclIntArray")
     if array.destroyed:
         fail(INVALID, "aclDestroyIntArray: array was already destroyed")
-    array.destroyed = True
+    _set_destroyed(array, True)
+    if array.cache_keys:
+        forget(array.cache_keys)
+        array.cache_keys = None
     return aclnnStatus.ACLNN_SUCCESS
 
 

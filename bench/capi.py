@@ -28,8 +28,8 @@ def c_side(calls: int) -> dict[str, float]:
                            text=True, check=True).stdout.split()
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "capi_bench"
-        subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", str(HERE / "capi_bench.c"), "-o", str(exe),
-                        *flags], check=True)
+        subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", "-pthread", str(HERE / "capi_bench.c"), "-o",
+                        str(exe), *flags], check=True)
         out = subprocess.run([str(exe), str(calls)], capture_output=True, text=True, check=True,
                              env=dict(os.environ, ACLNN_GPU_DEVICE="cpu")).stdout
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.strip()}
@@ -72,16 +72,59 @@ def python_side(calls: int) -> dict[str, float]:
         "aclrtMemcpy H2D 128 B": best(lambda: acl.aclrtMemcpy(ptrs[1], 128, ones, 128, acl.ACL_MEMCPY_HOST_TO_DEVICE)),
         "KlDivBackward GetWorkspaceSize+execute+sync": best(full),
     }
+    empty = [acl.aclCreateTensor([0, 8] if i else [], acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND,
+                                 [0, 8] if i else [], p) for i, p in enumerate(ptrs)]
+
+    def empty_pair():
+        _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(empty[0], empty[1], empty[2], 1, False, empty[3])
+        acl.aclnnKlDivBackward(None, ws, ex, stream)
+    out["KlDivBackward GetWorkspaceSize+execute, empty (nothing queued)"] = best(empty_pair)
+    for t in empty:
+        acl.aclDestroyTensor(t)
     _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(ts[0], ts[1], ts[2], 1, False, ts[3])
     acl.aclSetAclOpExecutorRepeatable(ex)
     out["KlDivBackward reused executor: execute+sync"] = best(
         lambda: (acl.aclnnKlDivBackward(None, ws, ex, stream), acl.aclrtSynchronizeStream(stream)))
     acl.aclDestroyAclOpExecutor(ex)
+    for n in (1, 2, 4):
+        out[f"threads {n}"] = _threads(acl, n, ptrs)
     for t, p in zip(ts, ptrs):
         acl.aclDestroyTensor(t)
         acl.aclrtFree(p)
     acl.aclrtDestroyStream(stream)
     return out
+
+
+def _threads(acl, n: int, ptrs: list[int]) -> float:
+    """Pairs per second from `n` Python threads, each on its own empty tensors and stream (as the C side)."""
+    import threading
+    stop, counts = threading.Event(), [0] * n
+    work = []
+    for _ in range(n):
+        _, stream = acl.aclrtCreateStream()
+        work.append(([acl.aclCreateTensor([0, 8] if i else [1], acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND,
+                                          [0, 8] if i else [1], p) for i, p in enumerate(ptrs)], stream))
+
+    def worker(k: int) -> None:
+        t, stream = work[k]
+        while not stop.is_set():
+            _, ws, ex = acl.aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, False, t[3])
+            acl.aclnnKlDivBackward(None, ws, ex, stream)
+            counts[k] += 1
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n)]
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    rate = sum(counts) / (time.perf_counter() - t0)
+    for t, stream in work:
+        for tensor in t:
+            acl.aclDestroyTensor(tensor)
+        acl.aclrtDestroyStream(stream)
+    return rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +138,15 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {load[0]:.2f} on {os.cpu_count()} CPUs\n")
     print("| call | C ABI (us) | Python API (us) | C ABI - Python (us) |\n| --- | ---: | ---: | ---: |")
     for name, us in c.items():
-        print(f"| {name} | {us:.2f} | {py[name]:.2f} | {us - py[name]:+.2f} |")
+        if not name.startswith("threads"):
+            print(f"| {name} | {us:.2f} | {py[name]:.2f} | {us - py[name]:+.2f} |")
+    print("\nThreads: KlDivBackward GetWorkspaceSize + execute on empty tensors (executor-cache hits, nothing "
+          "queued), each thread on its own tensors and stream, pairs per second over 1 s\n")
+    print("| threads | C threads | vs 1 | Python threads | vs 1 |\n| ---: | ---: | ---: | ---: | ---: |")
+    for n in (1, 2, 4):
+        key = f"threads {n}"
+        print(f"| {n} | {c[key]:,.0f} | {c[key] / c['threads 1']:.2f}x | {py[key]:,.0f} | "
+              f"{py[key] / py['threads 1']:.2f}x |")
     return 0
 
 

@@ -1,7 +1,8 @@
 /* Call overhead through the C ABI (bench/capi.py compiles and runs it): microseconds per call of a few
  * calls, the best of 5 batches of argv[1] calls each, printed as "<what> <us>". The same calls from
  * Python are timed by bench/capi.py in the same run. */
-#define _POSIX_C_SOURCE 199309L
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -27,6 +28,61 @@ static double now_us(void)
         }                                                         \
         printf("%s %.3f\n", what, best);                          \
     } while (0)
+
+/* Threads: each runs GetWorkspaceSize + execute on its own empty tensors and stream (nothing queued)
+ * until told to stop; "threads <n> <pairs per second>" */
+struct worker {
+    aclTensor *t[4];
+    aclrtStream stream;
+    long pairs;
+};
+static volatile int stop_workers;
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t ws;
+    aclOpExecutor *ex;
+    aclrtSetDevice(0);
+    while (!stop_workers) {
+        aclnnKlDivBackwardGetWorkspaceSize(w->t[0], w->t[1], w->t[2], 1, false, w->t[3], &ws, &ex);
+        aclnnKlDivBackward(NULL, ws, ex, w->stream);
+        w->pairs++;
+    }
+    return NULL;
+}
+
+static void threads(int n, void **d)
+{
+    int64_t empty[2] = {0, 8}, scalar[1] = {1};
+    struct worker w[4];
+    pthread_t id[4];
+    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < 4; i++)
+            w[k].t[i] = aclCreateTensor(i ? empty : scalar, i ? 2 : 0, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND,
+                                        i ? empty : scalar, i ? 2 : 0, d[i]);
+        aclrtCreateStream(&w[k].stream);
+        w[k].pairs = 0;
+    }
+    stop_workers = 0;
+    double t0 = now_us();
+    for (int k = 0; k < n; k++)
+        pthread_create(&id[k], NULL, work, &w[k]);
+    struct timespec second = {1, 0};
+    nanosleep(&second, NULL);
+    stop_workers = 1;
+    long pairs = 0;
+    for (int k = 0; k < n; k++) {
+        pthread_join(id[k], NULL);
+        pairs += w[k].pairs;
+    }
+    printf("threads %d %.0f\n", n, pairs / ((now_us() - t0) / 1e6));
+    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < 4; i++)
+            aclDestroyTensor(w[k].t[i]);
+        aclrtDestroyStream(w[k].stream);
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -56,11 +112,25 @@ int main(int argc, char **argv)
     TIME("KlDivBackward GetWorkspaceSize+execute+sync",
          aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex);
          aclnnKlDivBackward(NULL, ws, ex, stream); aclrtSynchronizeStream(stream));
+    /* empty tensors: GetWorkspaceSize (an executor-cache hit) and execute queue nothing, so the pair
+     * is the library's and the C ABI's own cost, with no device work and no synchronize */
+    int64_t empty[2] = {0, 8};
+    aclTensor *e[4];
+    for (int i = 0; i < 4; i++)
+        e[i] = aclCreateTensor(i ? empty : scalar, i ? 2 : 0, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, i ? empty : scalar,
+                               i ? 2 : 0, d[i]);
+    TIME("KlDivBackward GetWorkspaceSize+execute, empty (nothing queued)",
+         aclnnKlDivBackwardGetWorkspaceSize(e[0], e[1], e[2], 1, false, e[3], &ws, &ex);
+         aclnnKlDivBackward(NULL, ws, ex, stream));
+    for (int i = 0; i < 4; i++)
+        aclDestroyTensor(e[i]);
     aclnnKlDivBackwardGetWorkspaceSize(t[0], t[1], t[2], 1, false, t[3], &ws, &ex);
     aclSetAclOpExecutorRepeatable(ex);
     TIME("KlDivBackward reused executor: execute+sync",
          aclnnKlDivBackward(NULL, ws, ex, stream); aclrtSynchronizeStream(stream));
     aclDestroyAclOpExecutor(ex);
+    for (int n = 1; n <= 4; n *= 2)
+        threads(n, d);
     for (int i = 0; i < 4; i++) {
         aclDestroyTensor(t[i]);
         aclrtFree(d[i]);

@@ -210,6 +210,7 @@ def test_operator_refuses_another_devices_memory_and_stream_unless_peer(two, rng
 def test_plan_uses_the_sm_count_of_its_device(monkeypatch, rng):
     """Issue 14, defect 4: grids are sized from the SM count of the device that runs the plan."""
     from aclnn_gpu.device import cuda, fakecupy
+    from aclnn_gpu.ops.frozen import Launch
     monkeypatch.setenv("ACLNN_GPU_DEVICE", "emulated")
     monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
     monkeypatch.setitem(fakecupy.SM_COUNTS, 1, 1)        # device 1: one SM; device 0: fakecupy.SM_COUNT
@@ -222,6 +223,14 @@ def test_plan_uses_the_sm_count_of_its_device(monkeypatch, rng):
         return launch(self, file, expr, grid, block, args, shared_mem)
 
     monkeypatch.setattr(cuda.CudaKernelContext, "launch", spy)
+    run_frozen = cuda.CudaKernelContext.run_frozen
+
+    def spy_frozen(self, frozen, workspace):   # a frozen launch's kernels, launched by run_frozen itself
+        seen.extend((self.device.id, self.sm_count, step.grid[0]) for step in frozen.steps
+                    if isinstance(step, Launch))
+        return run_frozen(self, frozen, workspace)
+
+    monkeypatch.setattr(cuda.CudaKernelContext, "run_frozen", spy_frozen)
     x = rng.standard_normal((256, 256)).astype(np.float32)
     t = rng.random((256, 256)).astype(np.float32)
     try:

@@ -21,3 +21,35 @@ def test_every_backward_operator_is_timed(path, monkeypatch):
     assert [row["operator"] for row in result["rows"]] == [fam.backward for fam in FAMILIES]
     assert len(result["rows"]) == 5
     assert all(row["execute_us"] > 0 and row["get_ws_execute_us"] > 0 for row in result["rows"])
+
+
+def test_phase_tables_and_threads_run(monkeypatch):
+    """--phases (both paths' tables from the pieces' costs) and --threads, with a few calls."""
+    monkeypatch.setenv("ACLNN_GPU_DEVICE", "cpu")
+    pieces = host_overhead.phases_us(FAMILIES[:2], calls=2, batches=1)
+    text = host_overhead.phase_table(pieces)
+    for phase in (*host_overhead.PHASES, *host_overhead.CACHED_PHASES):
+        assert f"| {phase} |" in text
+    rows = host_overhead.threads_throughput(FAMILIES, counts=(1, 2), seconds=0.05)
+    assert [r["threads"] for r in rows] == [1, 2] and all(r["calls_per_s"] > 0 for r in rows)
+
+
+def test_over_ceiling_names_exactly_the_counts_above_their_ceiling(tmp_path, monkeypatch):
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text('{"ceilings": {"aclnnX": {"execute": 100, "total_cached": 200}}}')
+    monkeypatch.setattr(host_overhead, "CEILINGS", ceilings)
+    over = host_overhead.over_ceiling({"aclnnX": {"execute": 100.0, "total_cached": 250.0, "total": 9e9},
+                                       "aclnnY": {"execute": 1e9}})
+    assert over == ["aclnnX total_cached: 250 instructions per call > ceiling 200"]
+
+
+@pytest.mark.skipif(host_overhead.callgrind_unavailable() is not None, reason="valgrind (callgrind) is not installed")
+def test_instruction_counts_stay_under_their_committed_ceilings():
+    """The CI-visible regression check, not a timed one: instructions per call of KlDivBackward's execute and
+    of its cached GetWorkspaceSize + execute under callgrind (deterministic), against bench/callgrind_ceilings.json
+    (1.5x the counts when they were set). One valgrind run of ~10 s. A GetWorkspaceSize that missed the
+    executor cache would cost ~4x its ceiling."""
+    counts = host_overhead.callgrind_counts(["execute", "total_cached"], ["aclnnKlDivBackward"], calls=10)
+    print(f"instructions per call: {counts}")
+    assert counts["aclnnKlDivBackward"]["total_cached"] > counts["aclnnKlDivBackward"]["execute"] > 1000
+    assert host_overhead.over_ceiling(counts) == []

@@ -46,9 +46,10 @@ def gpu(request):
 
 @pytest.fixture
 def launches(monkeypatch):
-    """(what, stream handle) of every upload, kernel launch and GEMM the cuda device's code enqueues."""
+    """(what, stream handle) of every upload, kernel launch and GEMM the cuda device's code enqueues
+    (a frozen launch's steps all go through `run_frozen`, its tables through `upload_at`)."""
     seen: list[tuple[str, int]] = []
-    for name in ("launch", "upload", "gemm_strided_batched", "gemm_batched"):
+    for name in ("launch", "upload", "upload_at", "run_frozen", "gemm_strided_batched", "gemm_batched"):
         real = getattr(cuda_device.CudaKernelContext, name)
 
         def spy(self, *args, _real=real, _name=name, **kwargs):

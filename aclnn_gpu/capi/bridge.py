@@ -14,7 +14,9 @@ program passes can make this layer dereference an object that is gone.
 from __future__ import annotations
 
 import collections
+import gc
 import itertools
+import operator
 import os
 import threading
 from typing import Any, Callable
@@ -113,6 +115,10 @@ class Handles:
         self._counter = itertools.count(1)
         self._live: dict[int, Any] = {}
         self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
+        # the live handles again, keyed by a `void *` cdata of the handle (install sets `pointer`): a C
+        # argument (a cdata pointer, which hashes and compares by address) finds its object without a cast
+        self.by_pointer: dict[Any, Any] = {}
+        self.pointer: Callable[[int], Any] | None = None
         self._dead: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     def new(self, obj: Any) -> int:
@@ -124,6 +130,8 @@ class Handles:
                 handle = HANDLE_BASE + HANDLE_STEP * next(self._counter)
                 self._live[handle] = obj
                 self._of[id(obj)] = handle
+                if self.pointer is not None:
+                    self.by_pointer[self.pointer(handle)] = obj
             return handle
 
     def get(self, handle: int) -> Any:
@@ -140,6 +148,8 @@ class Handles:
         with self._lock:
             if self._live.pop(handle, None) is not None:
                 del self._of[id(obj)]
+                if self.pointer is not None:
+                    self.by_pointer.pop(self.pointer(handle), None)
             elif handle not in self._dead:
                 return
             self._dead[handle] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
@@ -171,7 +181,14 @@ def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callab
     """The converter of C argument `index` of `entry` to its Python value."""
     p, NULL = entry.params[index], ffi.NULL
     if p.kind == "handle":
-        return lambda a: handles.get(_address(ffi, a[index]))
+        # a live handle in one dict look-up of the C argument itself (the common case); NULL, retired and
+        # unknown ones through Handles.get
+        by_pointer, get = handles.by_pointer, handles.get
+
+        def handle(a: tuple) -> Any:
+            obj = by_pointer.get(a[index])
+            return obj if obj is not None else get(_address(ffi, a[index]))
+        return handle
     if p.kind == "addr":
         return lambda a: None if a[index] == NULL else _address(ffi, a[index])
     if p.kind == "str":
@@ -200,13 +217,19 @@ def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callab
 def _writer(ffi: Any, p: Any) -> Callable[[Any, Any], None]:
     """How the value Python returned for out-parameter `p` is stored through its pointer."""
     if p.kind == "out_handle":
-        target = ffi.typeof(p.ctype).item
-        return lambda ptr, obj: ptr.__setitem__(0, ffi.cast(target, handles.new(obj)))
+        target, cast, new = ffi.typeof(p.ctype).item, ffi.cast, handles.new
+
+        def out_handle(ptr: Any, obj: Any) -> None:
+            ptr[0] = cast(target, new(obj))
+        return out_handle
     if p.kind == "out_addr":
         return lambda ptr, addr: ptr.__setitem__(0, ffi.cast("void *", addr or 0))
     if p.kind == "out_root":
         return lambda ptr, data: ffi.memmove(ptr, data, min(len(data), ffi.sizeof("HcclRootInfo")))
-    return lambda ptr, value: ptr.__setitem__(0, value)
+
+    def out_value(ptr: Any, value: Any) -> None:
+        ptr[0] = value
+    return out_value
 
 
 def _memcpy_host_sides(ffi: Any, args: list) -> list:
@@ -249,9 +272,16 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params if p.kind == "array"}
     inputs = [_input(ffi, entry, i, counts) for i, p in enumerate(entry.params)
               if not p.kind.startswith("out_") and p.kind != "count"]
+    # the Python arguments: the C values as they are, then the few that need a conversion converted
+    passed = [i for i, p in enumerate(entry.params) if not p.kind.startswith("out_") and p.kind != "count"]
+    pick = operator.itemgetter(*passed) if len(passed) > 1 else None
+    converted = [(k, inputs[k]) for k, i in enumerate(passed) if entry.params[i].kind != "value"]
     outs = [(i, p, _writer(ffi, p)) for i, p in enumerate(entry.params) if p.kind.startswith("out_")]
     handle_args = [i for i, p in enumerate(entry.params) if p.kind == "handle"]
     destroys = "Destroy" in name and bool(handle_args)
+    # the handles a successful call may have retired: every one of a Destroy function, else the
+    # executors (an execute spends a single-use one); no other call destroys what it is given
+    retirable = handle_args if destroys else [i for i in handle_args if entry.params[i].base == "aclOpExecutor"]
     adapter = ADAPTERS.get(name)
     NULL = ffi.NULL
 
@@ -270,7 +300,12 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
             for i, p, _ in outs:
                 if cargs[i] == NULL:
                     return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
-            args = [convert(cargs) for convert in inputs]
+            if pick is not None:
+                args = list(pick(cargs))
+                for k, convert in converted:
+                    args[k] = convert(cargs)
+            else:
+                args = [convert(cargs) for convert in inputs]
             if adapter is not None:
                 args = adapter(ffi, args)
             result = target(*args)
@@ -281,9 +316,10 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
                 if outs:
                     for (i, _, write), value in zip(outs, result[1:]):
                         write(cargs[i], value)
-                for i in handle_args:
+                for i in retirable:
                     obj = args[inputs_index[i]]
-                    if destroys or getattr(obj, "destroyed", False) or getattr(obj, "spent", False):
+                    # (only an executor is ever spent: a getattr that misses would raise and catch inside)
+                    if destroys or getattr(obj, "destroyed", False) or (type(obj) is aclOpExecutor and obj.spent):
                         handles.retire(_address(ffi, cargs[i]), obj)
             return status
         except CError as e:
@@ -330,6 +366,10 @@ def at_exit() -> None:
 
 def install(ffi: Any) -> None:
     """Attach a Python implementation to every `extern "Python"` function of the built library."""
+    void_p = ffi.typeof("void *")
+    with handles._lock:
+        handles.pointer = lambda handle: ffi.cast(void_p, handle)
+        handles.by_pointer.update((handles.pointer(h), obj) for h, obj in handles._live.items())
     for entry in entries():
         if entry.returns == "string":
             wrapper = _recent_message(ffi)
@@ -337,3 +377,6 @@ def install(ffi: Any) -> None:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)
     ffi.def_extern(name="_py_aclnn_gpu_at_exit")(at_exit)
+    # what the first call imported (the library, NumPy) lives as long as the process: out of the cyclic
+    # collector's way, so its collections (many small objects per call) no longer walk it
+    gc.freeze()

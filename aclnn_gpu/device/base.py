@@ -34,6 +34,7 @@ class DeviceStream(abc.ABC):
     while the stream captures, else None: the one attribute the hot paths read."""
 
     capture: Any = None
+    kernel_context: Any = None   # a kernel device's context for this stream, made at its first enqueue
 
     @abc.abstractmethod
     def synchronize(self) -> None:

@@ -50,6 +50,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..kernels import loader
+from ..ops.frozen import ALIGN as FROZEN_ALIGN
+from ..ops.frozen import Launch, Upload
 from .base import Device, DeviceEvent, DeviceStream
 from .hostpins import shared_pins
 from .registry import Allocation, Registry
@@ -175,19 +177,45 @@ class CudaKernelContext:
         self.arch = device.arch           # its occupancy limits size grids (kernels/occupancy.py)
 
     def upload(self, dst: int, host: np.ndarray) -> None:
+        self.upload_at(dst, host, None)
+
+    def upload_at(self, dst: int, host: np.ndarray, address: int | None) -> None:
+        """`upload`, told the address of `host`'s C-contiguous bytes (a frozen launch's tables: ops/frozen.py)."""
         capture = self.stream.capture
         if capture is None:
-            self.device.uploads.upload(dst, host, self.stream.cupy)
+            self.device.uploads.upload(dst, host, self.stream.cupy, address)
         else:   # the graph re-reads its source at every replay: a pinned copy the model keeps
             capture.keep.append(captured_upload(self.device.cp, dst, host, self.stream.cupy))
+
+    def run_frozen(self, frozen: Any, workspace: int) -> None:
+        """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy calls
+        as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of phase 2)."""
+        kernels, stream, device = self.device._kernels, self.stream.cupy, self.device
+        for step in frozen.steps:
+            kind = type(step)
+            if kind is Launch:
+                kernel = kernels.get(step.kernel_key)
+                if kernel is None:
+                    kernel = device.kernel(step.file, step.expr)
+                if step.shared_mem > 48 * 1024:
+                    kernel.max_dynamic_shared_size_bytes = step.shared_mem
+                kernel(step.grid, step.block, step.rebased(workspace) if step.patches else step.args,
+                       shared_mem=step.shared_mem, stream=stream)
+            elif kind is Upload:
+                data, address = step.rebased_at(workspace)
+                self.upload_at(workspace + step.offset, data, address)
+            else:
+                args = step.rebased(workspace) if step.patches else step.args
+                (device.gemm_batched if step.batched else device.gemm)(self.stream, *args, **step.kwargs)
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
                shared_mem: int = 0) -> None:
         kernel = self.device.kernel(file, expr)
         if shared_mem > 48 * 1024:
             kernel.max_dynamic_shared_size_bytes = shared_mem
-        with self.stream.cupy:
-            kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+        # on the plan's stream given by name: what `with stream:` makes current, without making it
+        # current (CuPy 14: RawKernel.__call__ hands `stream` to Function.__call__, cupy/cuda/function.pyx)
+        kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=self.stream.cupy)
 
     def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
         self.device.gemm(self.stream, *args, **kwargs)
@@ -483,8 +511,15 @@ class CudaDevice(Device):
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
         if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
             stream.capture.hold_plan(plan, workspace)
+        context = stream.kernel_context   # one per stream: it holds only the device and the stream
+        if context is None:
+            context = stream.kernel_context = CudaKernelContext(self, stream)  # type: ignore[arg-type]
+        frozen = plan.frozen
         with self.scope:   # launches, module loads and the cuBLAS handle of this GPU
-            plan.run_kernels(CudaKernelContext(self, stream), workspace)  # type: ignore[arg-type]
+            if frozen is not None and not workspace % FROZEN_ALIGN:   # (Plan.run_kernels, one call less)
+                context.run_frozen(frozen, workspace)
+            else:
+                plan.run_kernels(context, workspace)
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:

@@ -212,10 +212,13 @@ def reset(device_id: int) -> None:
     with _state.lock:
         device = _state.devices.pop(device_id, None)
         _state.peers = {pair for pair in _state.peers if device_id not in pair}
-        if not _state.devices:
+        last = not _state.devices
+        if last:
             _state.platform = None   # the next device re-reads ACLNN_GPU_DEVICE and ACLNN_GPU_DEVICE_COUNT
+    from ..executor_cache import cache   # (imported here: it imports the tensor and registry modules)
     if device is not None:
         device.stale = f"was reset by aclrtResetDevice({device_id})"
+        cache.drop_device(device)
         try:
             device.close()
         finally:
@@ -224,6 +227,8 @@ def reset(device_id: int) -> None:
             # to it, must be made again (Registry.generation)
             device.registry.clear()
     Registry.bump()
+    if last:
+        cache.configure()   # ACLNN_CACHE_LIMIT is read again, as the device kind is
 
 
 def _after_fork_in_child() -> None:

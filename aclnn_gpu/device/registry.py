@@ -61,6 +61,7 @@ class Registry:
         self._bases: list[int] = []
         self._by_base: dict[int, Allocation] = {}
         self.host_allocations = 0   # live aclrtMallocHost ranges (the functional cache looks up only then)
+        self._passed: tuple[int, set] = (-1, set())   # (generation, ranges that passed): check_remembered
 
     def reinit_after_fork(self) -> None:
         """A fork() child: a thread of the parent may have held the lock at fork time."""
@@ -123,6 +124,21 @@ class Registry:
             fail(status, f"{what}: address {hex(ptr)} is {'device' if alloc.on_device else 'host'} memory, "
                          f"expected {'device' if on_device else 'host'} memory")
         return alloc
+
+    def check_remembered(self, ptr: Any, nbytes: int, what: str, *, status: int, on_device: bool) -> None:
+        """`check`, remembering a range that passed until the next removal or peer-access change
+        (`generation`): phase 2's workspace check, made for a fresh executor at every call that
+        GetWorkspaceSize's executor cache answers (the training loop's one workspace)."""
+        generation = Registry.generation   # read first: a removal during the check voids what it remembers
+        passed = self._passed
+        if passed[0] != generation:
+            passed = self._passed = (generation, set())
+        key = (ptr, nbytes, on_device)
+        if type(ptr) is int and key in passed[1]:
+            return
+        self.check(ptr, nbytes, what, status=status, on_device=on_device)
+        if type(ptr) is int and len(passed[1]) < 64:
+            passed[1].add(key)
 
     def borrow(self, ptr: int, size: int, owner: Any) -> Allocation | None:
         """Register memory the library does not own (a caller's array) for the length of one call.

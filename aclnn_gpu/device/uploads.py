@@ -8,6 +8,7 @@ which the model keeps for its lifetime."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 from typing import Any
 
@@ -93,23 +94,26 @@ class UploadRing:
         self.memory = cp.cuda.alloc_pinned_memory(UPLOAD_RING_BYTES)
         self.slots = UPLOAD_RING_BYTES // UPLOAD_SLOT_BYTES
         self.events: list[Any] = [None] * self.slots
-        self.next = 0
-        self.lock = threading.Lock()
+        self.taken = itertools.count()   # the next slot, lock-free (next() on a count is atomic under the GIL)
+        self.slot_locks = [threading.Lock() for _ in range(self.slots)]
         self.large = LargeUploads(cp)
 
-    def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
-        host = np.ascontiguousarray(host)
+    def upload(self, dst: int, host: np.ndarray, stream: Any, source: int | None = None) -> None:
+        """`source`: the address of `host`'s bytes when the caller knows it (C-contiguous then)."""
+        if source is None:
+            host = np.ascontiguousarray(host)
+            source = host.ctypes.data
         if host.nbytes > UPLOAD_SLOT_BYTES:
             self.large.upload(dst, host, stream)
             return
-        with self.lock:
-            slot = self.next
-            self.next = (self.next + 1) % self.slots
-            if self.events[slot] is not None:
-                self.events[slot].synchronize()
+        slot = next(self.taken) % self.slots
+        with self.slot_locks[slot]:   # a thread that wrapped around to this slot waits here, then for our copy
+            event = self.events[slot]
+            if event is not None:
+                event.synchronize()
             address = self.memory.ptr + slot * UPLOAD_SLOT_BYTES
-            ctypes.memmove(address, host.ctypes.data, host.nbytes)
+            ctypes.memmove(address, source, host.nbytes)
             self.cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
-            event = self.events[slot] or self.cp.cuda.Event(disable_timing=True)
+            if event is None:
+                event = self.events[slot] = self.cp.cuda.Event(disable_timing=True)
             event.record(stream)
-            self.events[slot] = event

@@ -55,7 +55,7 @@ class Checks:
     def tensor(self, name: str, value: Any, status: int = INVALID) -> aclTensor:
         if not isinstance(value, aclTensor):
             self.fail(status, f"{name} must be an aclTensor, got {type(value).__name__}")
-        if value.destroyed:
+        if value._destroyed:   # (slots read directly in these checks: every GetWorkspaceSize runs them)
             self.fail(status, f"{name} was destroyed")
         return value
 
@@ -70,17 +70,17 @@ class Checks:
 
     # ------------------------------------------------------------------ dtypes and formats
     def dtype_in(self, name: str, tensor: aclTensor, allowed: Sequence[int], status: int = INVALID) -> None:
-        if tensor.dtype not in allowed:
+        if tensor._dtype not in allowed:
             self.fail(status, f"{name} dtype {dtypes.name(tensor.dtype)} must be one of {_names(allowed)}")
 
     def same_dtype(self, name: str, tensor: aclTensor, ref_name: str, ref: aclTensor,
                    status: int = INVALID) -> None:
-        if tensor.dtype != ref.dtype:
+        if tensor._dtype != ref._dtype:
             self.fail(status, f"{name} dtype {dtypes.name(tensor.dtype)} must equal {ref_name} dtype "
                               f"{dtypes.name(ref.dtype)}")
 
     def format_in(self, name: str, tensor: aclTensor, allowed: Sequence[int]) -> None:
-        if tensor.format not in allowed:
+        if tensor._format not in allowed:
             shown = ", ".join(aclFormat(f).name for f in allowed)
             fmt = aclFormat(tensor.format).name if tensor.format in aclFormat._value2member_map_ else tensor.format
             self.fail(INVALID, f"{name} format {fmt} must be one of {shown}")
@@ -98,7 +98,7 @@ class Checks:
 
     def shape_eq(self, name: str, tensor: aclTensor, shape: Sequence[int], what: str,
                  status: int = INVALID) -> None:
-        if tuple(tensor.shape) != tuple(shape):
+        if tuple(tensor._shape) != tuple(shape):
             self.fail(status, f"{name} shape {list(tensor.shape)} must equal {what} {list(shape)}")
 
     # ------------------------------------------------------------------ scalars

@@ -52,14 +52,40 @@ class Upload:
             mask = np.zeros(self.data.shape, self.data.dtype)
             mask.reshape(-1)[list(self.patches)] = 1
             object.__setattr__(self, "_mask", mask)
+            object.__setattr__(self, "_last", (None, self.data, 0))
+        else:   # the bytes never change: their address is read once (an ndarray's .ctypes costs ~1 us)
+            object.__setattr__(self, "_last", (None, self.data, self.data.ctypes.data))
 
     def rebased(self, workspace: int) -> np.ndarray:
         """The table with its workspace words pointing into the workspace at `workspace`."""
-        if not self.patches:
-            return self.data
+        return self.rebased_at(workspace)[0]
+
+    def rebased_at(self, workspace: int) -> tuple[np.ndarray, int]:
+        """`rebased(workspace)` and the address of its bytes. The last workspace's table is kept (a
+        training loop passes the same workspace every step), read-only, so it is never rebuilt for it."""
+        last = self._last
+        if not self.patches or last[0] == workspace:
+            return last[1], last[2]
         data = self._mask * self.data.dtype.type(workspace)
         data += self.data
-        return data
+        data.setflags(write=False)
+        address = data.ctypes.data
+        object.__setattr__(self, "_last", (workspace, data, address))   # one tuple: threads see a whole one
+        return data, address
+
+
+def _rebased_args(step: Launch | Gemm, workspace: int, pointer: Any) -> tuple[Any, ...]:
+    """A step's arguments with its workspace pointers (`pointer(address)`) at `workspace`. The last
+    workspace's tuple is kept (a training loop passes the same workspace every step)."""
+    last = step._last
+    if last[0] == workspace:
+        return last[1]
+    patched = list(step.args)
+    for i, offset in step.patches:
+        patched[i] = pointer(workspace + offset)
+    args = tuple(patched)
+    object.__setattr__(step, "_last", (workspace, args))   # one tuple: threads see a whole one
+    return args
 
 
 @dataclass(frozen=True)
@@ -72,6 +98,14 @@ class Launch:
     patches: tuple[tuple[int, int], ...]     # (argument index, workspace offset)
     shared_mem: int
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_last", (None if self.patches else 0, self.args))
+        object.__setattr__(self, "kernel_key", (self.file, self.expr))   # a device's kernel table key
+
+    def rebased(self, workspace: int) -> tuple[Any, ...]:
+        """The arguments with the workspace at `workspace` (pointers as np.uint64, as recorded)."""
+        return self.args if not self.patches else _rebased_args(self, workspace, np.uint64)
+
 
 @dataclass(frozen=True)
 class Gemm:
@@ -79,6 +113,13 @@ class Gemm:
     kwargs: dict[str, Any]                   # never mutated (no workspace pointers: see Recorder)
     patches: tuple[tuple[int, int], ...]
     batched: bool = False                    # gemm_batched (pointer arrays), else gemm_strided_batched
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_last", (None if self.patches else 0, self.args))
+
+    def rebased(self, workspace: int) -> tuple[Any, ...]:
+        """The arguments with the workspace at `workspace` (pointers as int, as recorded)."""
+        return self.args if not self.patches else _rebased_args(self, workspace, int)
 
 
 @dataclass(frozen=True)
@@ -88,23 +129,33 @@ class FrozenLaunch:
     rebased: bool          # recorded against the sentinel workspace (False: workspace 0, nothing to patch)
 
     def run(self, ctx: Any, workspace: int) -> None:
-        """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace`."""
+        """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace` (a context
+        with its own loop, the cuda device's, runs them itself: CudaKernelContext.run_frozen)."""
+        run_frozen = getattr(ctx, "run_frozen", None)
+        if run_frozen is not None:
+            run_frozen(self, workspace)
+        else:
+            self.run_steps(ctx, workspace)
+
+    def run_steps(self, ctx: Any, workspace: int) -> None:
+        """`run` through the context's `launch`, `upload` (or `upload_at`) and GEMM methods, step by step."""
+        upload_at = getattr(ctx, "upload_at", None)   # a context that takes a host address
         for step in self.steps:
-            if isinstance(step, Launch):
-                args: Sequence[Any] = step.args
-                if step.patches:
-                    patched = list(args)
-                    for i, offset in step.patches:
-                        patched[i] = np.uint64(workspace + offset)
-                    args = patched
-                ctx.launch(step.file, step.expr, step.grid, step.block, args, step.shared_mem)
-            elif isinstance(step, Upload):
-                ctx.upload(workspace + step.offset, step.rebased(workspace))
+            kind = type(step)
+            if kind is Launch:
+                launch: Launch = step   # type: ignore[assignment]
+                ctx.launch(launch.file, launch.expr, launch.grid, launch.block,
+                           launch.rebased(workspace) if launch.patches else launch.args, launch.shared_mem)
+            elif kind is Upload:
+                data, address = step.rebased_at(workspace)
+                if upload_at is None:
+                    ctx.upload(workspace + step.offset, data)
+                else:
+                    upload_at(workspace + step.offset, data, address)
             else:
-                gemm_args = list(step.args)
-                for i, offset in step.patches:
-                    gemm_args[i] = workspace + offset
-                (ctx.gemm_batched if step.batched else ctx.gemm_strided_batched)(*gemm_args, **step.kwargs)
+                gemm: Gemm = step   # type: ignore[assignment]
+                (ctx.gemm_batched if gemm.batched else ctx.gemm_strided_batched)(*gemm.rebased(workspace),
+                                                                                 **gemm.kwargs)
 
 
 class Recorder:

@@ -16,6 +16,7 @@ one object both the size GetWorkspaceSize reports and the launches' addresses co
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -51,6 +52,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workspace_size", self.workspace.size)
+        # the tensors but absent optionals: what phase 2 checks (not a field: no part of the launch key)
+        object.__setattr__(self, "present", tuple(t for t in self.tensors.values() if t is not None))
 
     def run_host(self, device: Any, workspace: int) -> None:
         raise NotImplementedError
@@ -100,10 +103,13 @@ _NOT_KEYED = ("tensors", "workspace", "frozen")
 _KEY_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_TENSOR_KEY = operator.attrgetter("_data", "_offset", "_shape", "_strides", "_dtype")   # one C call
+
+
 def _key_of(value: Any) -> Any:
     kind = type(value)
-    if kind is aclTensor:   # a descriptor's fields are fixed at creation
-        return value.data, value.offset, value.shape, value.strides, value.dtype
+    if kind is aclTensor:   # (data, offset, shape, strides, dtype): what a launcher reads of a tensor
+        return _TENSOR_KEY(value)
     if kind is tuple:
         return tuple(_key_of(v) for v in value)
     return value
@@ -118,21 +124,26 @@ class EmptyPlan:
     workspace_size: ClassVar[int] = 0
     has_work: ClassVar[bool] = False
     frozen: ClassVar[None] = None
+    present: ClassVar[tuple] = ()   # (its tensors, if given, are never checked in phase 2: nothing runs)
 
     def with_frozen_launch(self, sm_count: int, arch: str) -> EmptyPlan:
         return self
+
+
+DESTROYED = operator.attrgetter("_destroyed")   # a tensor's flag, read in C (phase 2's fast path)
 
 
 def check_plan_memory(op: str, plan: Any, device: Any, checked_generation: int) -> int:
     """Phase 2 re-checks that every tensor's memory is still live (it may have been freed since) and
     returns the registry generation the check passed at (the executor keeps it). When nothing was
     freed since the last pass (`checked_generation` is current), only the tensors' destroyed flags
-    can have changed: O(1) per tensor, no registry look-up."""
+    can have changed: O(1) per tensor, no registry look-up (run_executor inlines that case)."""
     generation = device.registry.generation  # read first: a free during the check invalidates it
     if checked_generation == generation:
-        for name, tensor in plan.tensors.items():
-            if tensor is not None and tensor.destroyed:
-                fail(INVALID, f"{op}: {name} was destroyed")
+        if any(map(DESTROYED, plan.present)):
+            for name, tensor in plan.tensors.items():
+                if tensor is not None and tensor.destroyed:
+                    fail(INVALID, f"{op}: {name} was destroyed")
         return generation
     for name, tensor in plan.tensors.items():
         if tensor is not None:
@@ -141,13 +152,13 @@ def check_plan_memory(op: str, plan: Any, device: Any, checked_generation: int) 
 
 
 def check_tensor_memory(op: str, name: str, tensor: aclTensor, device: Any) -> None:
-    if tensor.destroyed:
+    if tensor._destroyed:   # (the slots read directly here and below: every phase-1 check runs these)
         fail(INVALID, f"{op}: {name} was destroyed")
     if tensor.numel == 0:
         return
     if tensor.negative_strides:
         fail(INVALID, f"{op}: {name} has negative strides {list(tensor.strides)}, which are not supported")
-    data = tensor.data
+    data = tensor._data
     if data is None:
         fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{op}: {name} has no data address but {tensor.numel} elements")
     registry = device.registry
@@ -163,7 +174,7 @@ def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
     """An output whose elements share memory would be written twice in an undefined order."""
     if tensor.numel == 0:
         return
-    dims = sorted((s, n) for n, s in zip(tensor.shape, tensor.strides) if n > 1)
+    dims = sorted((s, n) for n, s in zip(tensor._shape, tensor._strides) if n > 1)
     reach = 1
     for stride, n in dims:
         if stride < reach:
@@ -175,7 +186,7 @@ def check_no_self_overlap(op: str, name: str, tensor: aclTensor) -> None:
 
 def byte_range(tensor: aclTensor) -> tuple[int, int]:
     lo, nbytes = tensor.byte_span()
-    data: int = tensor.data or 0   # a null tensor never gets here: the checks refused it
+    data: int = tensor._data or 0   # a null tensor never gets here: the checks refused it
     return data + lo, data + lo + nbytes
 
 
@@ -185,7 +196,7 @@ def check_no_alias(op: str, out_name: str, out: aclTensor, inputs: Sequence[tupl
         return
     o_lo, o_hi = byte_range(out)
     for name, tensor in inputs:
-        if tensor is None or tensor.numel == 0 or tensor.data is None:
+        if tensor is None or tensor.numel == 0 or tensor._data is None:
             continue
         lo, hi = byte_range(tensor)
         if lo < o_hi and o_lo < hi:
@@ -234,7 +245,8 @@ def strided_tiling(shape: Sequence[int], *operand_strides: Sequence[int]) -> np.
 
 
 def tensor_ptr(tensor: aclTensor) -> int:
-    return tensor.data + tensor.offset * tensor.itemsize if tensor.data else 0
+    data = tensor._data
+    return data + tensor._offset * tensor.itemsize if data else 0
 
 
 def _aligned_size(nbytes: int) -> int:
