@@ -289,3 +289,20 @@ def test_the_files_and_modules_the_readme_names_exist():
     finally:
         sys.path.remove(str(ROOT))
     assert not missing, missing
+
+
+def test_no_tracker_numbers_in_the_repository():
+    """Code, tests and docs say what a thing is, not which ticket asked for it: no issue number and no
+    "#" followed by a number anywhere in the tracked text files (history, dated, goes to CHANGELOG.md
+    in words)."""
+    tracker = re.compile(r"issue ?#?[0-9]|#[0-9]{2}\b", re.I)
+    hits = []
+    for path in tracked_files():
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if tracker.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not hits, hits
