@@ -40,6 +40,20 @@ def test_readme_python_snippets_run(index):
     assert r.returncode == 0, r.stderr
 
 
+GUIDE_SNIPPETS = [(page.name, i) for page in sorted((ROOT / "docs").glob("*.md"))
+                  for i in range(len(python_blocks(page.read_text())))]
+
+
+@pytest.mark.parametrize("page,index", GUIDE_SNIPPETS, ids=[f"{p}-{i}" for p, i in GUIDE_SNIPPETS])
+def test_guide_python_snippets_run(page, index):
+    """The guide pages' Python examples run as written, on two virtual cpu devices (DEVICES.md's
+    threads use each)."""
+    code = python_blocks((ROOT / "docs" / page).read_text())[index]
+    env = dict(os.environ, ACLNN_GPU_DEVICE="cpu", ACLNN_GPU_DEVICE_COUNT="2", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 def test_readme_two_phase_snippet_computes_the_documented_result():
     """The snippet's printed result is the KL gradient it says: -target / 32 ("mean")."""
     check = "\nassert np.allclose(result, -target_host / 32, rtol=1e-6), result\nprint('CHECKED')\n"
