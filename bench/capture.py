@@ -5,7 +5,7 @@ Ten operators (forward and backward of the five families, tiny tensors, repeatab
 captured once, alone (one model per operator) and as one sequence (one model of the ten). Timed:
 - the cuda code path: the cuda device's code over `bench/instant_cupy.py`, whose launches and
   graph launches return at once, so a figure is the library's own Python per call, CuPy's
-  cudaGraphLaunch excluded (the goal of issue 16: at most 1 us per operator for the sequence);
+  cudaGraphLaunch excluded (the goal: at most 1 us per operator for the sequence);
 - the cpu device: the calls and a stream synchronize (the NumPy work runs), per operator.
 Per-call figures are medians over batches. Also run alone: `python -m bench.capture [--calls N]`.
 """

@@ -650,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict += " (the rule is for the cpu device; informational here)"
     print(f"\nACCEPTANCE geomean {gm:.3f} (<= 0.8), max {worst:.3f} {worst_name} (<= 1.5): {verdict}")
     if goal:
-        print(f"FASTEST-RUN GOAL (issue 14; fastest runs, informational): geomean over the operators table "
+        print(f"FASTEST-RUN GOAL (fastest runs, informational): geomean over the operators table "
               f"{goal['geomean']:.2f} (<= 0.6); max {goal['max']:.2f} {goal['max_case']} over the rows where "
               f"PyTorch takes > 0.2 ms (<= 1.3)")
     write_json(out, result)
@@ -663,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fastest_goal(operators: list[dict], scaling: list[dict]) -> dict | None:
-    """Issue 14's cpu goal on the fastest runs (less sensitive to a busy neighbour than medians):
+    """The cpu goal on the fastest runs (less sensitive to a busy neighbour than medians):
     geomean of ours / PyTorch over the operators table, and the worst ratio over every row of the
     operators and scaling tables where PyTorch's fastest run takes more than 0.2 ms."""
     if not operators or "ours_min_ms" not in operators[0]:

@@ -1,5 +1,5 @@
 """Resident blocks per SM of a kernel, for grids sized to one full wave at the occupancy the kernel
-really reaches (issue 14, defect 3: grids were capped at a fixed number of blocks per SM).
+really reaches (not a fixed number of blocks per SM).
 
 `REGISTERS` is a checked-in table of what the compile report (`python -m aclnn_gpu.kernels.report`,
 NVRTC + ptxas, no GPU) measures per kernel and architecture: registers per thread and static shared
