@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 from ..errors import NoDevice, OpError, fail
+from ..runtime import get_device, resolve_stream
 from . import bootstrap
 from .bootstrap import leak
 from .liveness import Liveness
@@ -22,7 +23,6 @@ from .types import HcclResult
 
 def device_of(stream: Any, fn: str) -> tuple[Any, Any]:
     """(device, device stream) of an aclrtStream handle (None: the default stream)."""
-    from ..runtime import get_device, resolve_stream
     try:
         device = get_device()
     except NoDevice as e:
