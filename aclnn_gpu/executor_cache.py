@@ -232,6 +232,7 @@ def _on_device_reset(device: Any, last: bool) -> None:
 
 
 current.on_reset(_on_device_reset)
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=cache.after_fork_in_child)
 
