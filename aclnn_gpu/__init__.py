@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import status as _status
 from .errors import AclnnError, aclGetRecentErrMsg
 from .hccl import *  # noqa: F401,F403 - HCCL's collectives, HcclComm and the HCCL enums
-from .graph import (
+from .graph.api import (
     aclmdlRI, aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRIDestroy, aclmdlRIExecuteAsync,
 )
 from .executor import aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable

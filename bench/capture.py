@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import common
+from .families import FAMILIES
 from .host_overhead import InstantDevice, per_call_us
 
 GOAL_US = 1.0   # host time per operator of a replayed sequence on the cuda code path
@@ -117,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=200, help="calls per timed batch (default 200)")
     args = ap.parse_args(argv)
     common.setup_device("cpu")
-    from .run import FAMILIES
     print(table(run(FAMILIES, args.calls)))
     return 0
 

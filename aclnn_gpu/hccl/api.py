@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import OpError, c_api, fail
+from ..errors import OpError, aclGetRecentErrMsg, c_api, fail
+from ..runtime import aclrtSetDevice
 from . import bootstrap
 from .comm import HcclComm, build, check_comm, device_of, engine_for, require_torch_distributed
 from .types import (
@@ -242,8 +243,6 @@ def HcclCommInitAll(ndev: int, devices: list[int]) -> tuple[int, list[HcclComm]]
     ids = counts(devices, n, fn, "devices")
     if len(set(ids)) != n:
         fail(PARA, f"{fn}: devices {ids} name a device twice")
-    from ..errors import aclGetRecentErrMsg
-    from ..runtime import aclrtSetDevice
     ret, root = HcclGetRootInfo()
     if ret != OK:
         raise OpError(ret, f"{fn}: {aclGetRecentErrMsg()}")

@@ -45,7 +45,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ... import dtypes
-from ...kernels.context import ptr
+from ...kernels import manifest
+from ...kernels.context import KernelFile, ptr
 from ...kernels.occupancy import wave_grid
 
 FILE = "ctc_loss.cu"
@@ -65,7 +66,7 @@ _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 def all_name_expressions() -> list[str]:
-    """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
+    """Every instantiation the launchers below can launch (registered with kernels/manifest.py)."""
     return ([f"aclg::ctc_grad<{t}>" for t in _CTYPE.values()]
             + [f"aclg::ctc_{k}<{t}, {i}, {p}>" for k in ("beta", "alpha") for n, t in _CTYPE.items()
                for i in _ITYPE.values() for p in (1, K_PER[math_size_of(n)])]
@@ -235,3 +236,7 @@ def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, l
                (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
                 i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), workspace_ptr + lay.slots, max_l, msize)
+
+
+# registered last: the name list is built from the tables above
+manifest.register(KernelFile(FILE, tuple(all_name_expressions())))
