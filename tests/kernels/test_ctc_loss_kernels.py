@@ -44,7 +44,7 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     tgt = np.ascontiguousarray(tgt)
     max_l = int(np.max(tl))
     math_size = 8 if dt == "float64" else 4
-    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path)
+    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path, recompute=dt in P.HALF)
     ws = aligned((max(ws_bytes // 8, 1),), np.int64, fill=0)
     lpa = aligned(lp.shape, lp.dtype)
     lpa[...] = lp
