@@ -133,7 +133,7 @@ def _torch_ctc(d: dict) -> Recursion:
 # chains, so it waits on memory once; its occupancy exp stays on the path (stored before the barrier).
 def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     from ..ops.ctc_loss import launch
-    m = re.match(r"aclg::ctc_(alpha|beta)(_long)?<", name)
+    m = re.match(r"aclg::ctc_(alpha|beta)(?:_math)?(_long)?<", name)   # _math: the 16-bit backward's pair
     if not m:
         return None
     backward = m.group(1) == "beta"
