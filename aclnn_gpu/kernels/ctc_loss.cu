@@ -22,9 +22,11 @@
 // (T, X) slice of log_alpha (-inf where unreachable) and the loss.
 //
 // 16-bit storage: the backward reads neither the log_alpha nor the loss it is given for its math (both
-// rounded to 16 bits): ctc_alpha_math runs the forward's recursion again with alpha (T, N, W) in fp32
-// in the occupancy buffer and the losses in fp32 in the workspace; ctc_beta_math reads that alpha and
-// overwrites it with the occupancies; ctc_grad scales by the fp32 losses (AlphaStore below).
+// rounded to 16 bits) and runs the forward's recursion again in fp32 (AlphaStore below). Register
+// path: ctc_recursions_math, alpha (T, N, W) and the losses in fp32 in one half of its blocks, beta
+// (T, N, W) in fp32 in the other, side by side; ctc_grad forms the occupancies from both. Long path:
+// ctc_alpha_math_long (alpha in fp32 in the occupancy buffer) then ctc_beta_math_long, which
+// overwrites it with the occupancies.
 #include "common.cuh"
 
 namespace aclg {
@@ -212,7 +214,9 @@ template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
 
 // ------------------------------------------------------------------------------ backward: beta
 // Sample prologue of the beta recursions: status, labels (into the tables) and their chains. Alpha
-// of sample b at (t, s) is log_alpha[b * a_sample + t * a_step + s] (either layout of AlphaStore).
+// of sample b at (t, s) is log_alpha[b * a_sample + t * a_step + s] (either layout of AlphaStore);
+// a null log_alpha (beta alone, in parallel with alpha) leaves the test of a sample that cannot
+// align to ctc_grad.
 // Returns false when the sample has no recursion to run (status written). Ends with a barrier.
 // zero_inf zeroes the slice (kZero) when the nll given is +inf, and also when the sample cannot
 // align whatever nll is given (CANN's forward returns 0 for it): alpha at both final states
@@ -233,7 +237,7 @@ __device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* 
   int* lab = tb.lab + b * max_l;
   sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, lab, misc);
   bool zero = false;
-  if (zero_inf && !sp.bad && sp.lin > 0) {          // not bad: 2L < X, Lin in [1, T]
+  if (zero_inf && log_alpha && !sp.bad && sp.lin > 0) {   // not bad: 2L < X, Lin in [1, T]
     const A* fin = log_alpha + b * a_sample + (sp.lin - 1) * a_step + 2 * sp.L;
     zero = load(fin, 0) == neg_inf<M>() && (sp.L == 0 || load(fin, -1) == neg_inf<M>());
   }
@@ -245,17 +249,18 @@ __device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* 
   return true;
 }
 
-// The beta recursion of the register path over alpha of either AlphaStore layout; nll_ws (or null):
-// the sample losses in fp32 that the occupancies are scaled by, in place of the given nll_in (which
-// still decides zero_inf's +inf test). In the kWs layout log_alpha and occ are one buffer: each thread
-// reads its states' alpha of a row (kD steps ahead) before it writes their occupancies there.
-template <class T, class I, int P, class A>
+// The beta recursion of the register path over alpha of either AlphaStore layout, for samples blk,
+// blk + nblk, ...; nll_ws (or null): the sample losses in fp32 that the occupancies are scaled by, in
+// place of the given nll_in (which still decides zero_inf's +inf test). kBetaOnly: no alpha (log_alpha
+// null), beta itself written to `occ` (T, N, W) for ctc_grad to form the occupancies (the 16-bit
+// backward, alpha computed beside it by other blocks of the launch).
+template <class T, class I, int P, class A, bool kBetaOnly>
 __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const math_t<T>* nll_ws, const A* log_alpha,
                                            long long a_sample, long long a_step, const I* targets,
                                            const long long* tiling, int* tables, math_t<T>* occ, long long W,
                                            long long Tn, long long N, long long C, long long X, long long blank,
                                            long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
-                                           int per, unsigned char* ctc_smem) {
+                                           int per, unsigned char* ctc_smem, long long blk, long long nblk) {
   typedef math_t<T> M;
   using namespace ctc;
   constexpr int kPer = P;                   // per <= P (host: launch.recursion_geometry)
@@ -266,7 +271,7 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
   const int cap = per * (int)blockDim.x;
   const M NINF = neg_inf<M>();
 
-  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+  for (long long b = blk; b < N; b += nblk) {
     __syncthreads();  // the previous sample's readers are done with shared memory
     const M nll = load(nll_in, b);
     Sample sp = {0, 0, 0, true};
@@ -277,7 +282,7 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
     const int* lab = tb.lab + b * max_l;
     for (int i = tid; i < 2 * (kMaxWarps + 1) * 3; i += blockDim.x) sm.bnd[i] = NINF;
     __syncthreads();
-    const M nll_m = nll_ws ? nll_ws[b] : nll;
+    const M nll_m = kBetaOnly ? M(0) : nll_ws ? nll_ws[b] : nll;
     const M shift = is_finite(nll_m) ? nll_m : M(0);
     const A* alpha_b = log_alpha + b * a_sample;
     const bool drop_2l = L > 0 && lab[L - 1] == blank;
@@ -300,7 +305,7 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
         a_ring[j][i] = NINF;
         l_ring[j][i] = NINF;
         if (in && j < lin) {
-          a_ring[j][i] = load(alpha_b, (lin - 1 - j) * a_step + s);
+          if (!kBetaOnly) a_ring[j][i] = load(alpha_b, (lin - 1 - j) * a_step + s);
           l_ring[j][i] = load(lp, ((lin - 1 - j) * N + b) * C + lab_s[i]);
         }
       }
@@ -322,7 +327,7 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
           if (i < per && s < S) {
-            a_ring[j][i] = load(alpha_b, (t - kD) * a_step + s);
+            if (!kBetaOnly) a_ring[j][i] = load(alpha_b, (t - kD) * a_step + s);
             l_ring[j][i] = load(lp, ((t - kD) * N + b) * C + lab_s[i]);
           }
         }
@@ -370,7 +375,8 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
           if (i < per && s < S)
-            orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
+            orow[s] = kBetaOnly ? beta[i]
+                                : (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
         }
       };
       if (P != 1) store_occupancies();
@@ -388,21 +394,8 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
                          long long W, long long Tn, long long N, long long C, long long X, long long blank,
                          long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
   extern __shared__ __align__(16) unsigned char ctc_smem[];
-  beta_steps<T, I, P, T>(lp, nll_in, nullptr, log_alpha, Tn * X, X, targets, tiling, tables, occ, W, Tn, N, C, X,
-                         blank, max_l, tgt_numel, tgt_stride, zero_inf, per, ctc_smem);
-}
-
-// The backward's beta for 16-bit storage: alpha in fp32 in `occ` (T, N, W), left there by
-// ctc_alpha_math, overwritten by the occupancies; nll_ws the fp32 losses of that recursion.
-template <class T, class I, int P>
-__global__ void __launch_bounds__(512, 1) ctc_beta_math(const T* __restrict__ lp, const T* __restrict__ nll_in,
-                         const math_t<T>* __restrict__ nll_ws, const I* __restrict__ targets,
-                         const long long* __restrict__ tiling, int* tables, math_t<T>* occ, long long W,
-                         long long Tn, long long N, long long C, long long blank, long long max_l,
-                         long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
-  extern __shared__ __align__(16) unsigned char ctc_smem[];
-  beta_steps<T, I, P, math_t<T>>(lp, nll_in, nll_ws, occ, W, N * W, targets, tiling, tables, occ, W, Tn, N, C, W,
-                                 blank, max_l, tgt_numel, tgt_stride, zero_inf, per, ctc_smem);
+  beta_steps<T, I, P, T, false>(lp, nll_in, nullptr, log_alpha, Tn * X, X, targets, tiling, tables, occ, W, Tn, N, C,
+                                X, blank, max_l, tgt_numel, tgt_stride, zero_inf, per, ctc_smem, blockIdx.x, gridDim.x);
 }
 
 // ------------------------------------------------------------------------------ backward: gradient rows
@@ -412,20 +405,27 @@ __global__ void __launch_bounds__(512, 1) ctc_beta_math(const T* __restrict__ lp
 // from the occupancy row. vec != 0: the host checked that C is a multiple of 16/sizeof(T) and that
 // lp and out are 16-byte aligned. blockDim.x is a multiple of 32, at most 256. nll_ws (or null): the
 // fp32 losses of the backward's own alpha recursion (16-bit storage), used in place of nll_in.
+// alpha_ws (or null; 16-bit storage, register path): alpha (T, N, W) in fp32 and `occ` beta itself
+// (ctc_recursions_math): the occupancy of state s is formed here, exp(alpha + beta - lp + nll) as the
+// beta recursion forms it otherwise (same operands, same order), and a sample that cannot align
+// (nll_ws +inf) is zeroed under zero_inf.
 template <class T>
 __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const T* __restrict__ grad_out,
-                         const T* __restrict__ nll_in, const math_t<T>* __restrict__ nll_ws, T* __restrict__ out,
+                         const T* __restrict__ nll_in, const math_t<T>* __restrict__ nll_ws,
+                         const math_t<T>* __restrict__ alpha_ws, T* __restrict__ out,
                          const long long* __restrict__ tiling,
                          const int* __restrict__ tables, const math_t<T>* __restrict__ occ, long long W,
-                         long long Tn, long long N, long long C, long long blank, long long max_l, int vec) {
+                         long long Tn, long long N, long long C, long long blank, long long max_l, int zero_inf,
+                         int vec) {
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ M scratch[256 / kWarp];
   const Tables tb = tables_at(const_cast<int*>(tables), N, max_l);
   for (long long row = blockIdx.x; row < Tn * N; row += gridDim.x) {
     const long long t = row / N, b = row - t * N;
-    const int status = tb.status[b];
     const M nl = nll_ws ? nll_ws[b] : load(nll_in, b);
+    int status = tb.status[b];
+    if (alpha_ws && zero_inf && status == kOk && nl == pos_inf<M>()) status = kZero;
     const bool live = status == kOk && t < tiling[3 * b];   // status kOk: tiling[3b] in [0, T]
     const M fill = status == kBad ? quiet_nan<M>() : M(0);
     const M g = load(grad_out, b) * nan_if(nl);
@@ -445,10 +445,18 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
     if (!live) continue;   // uniform over the block
     const long long L = tiling[3 * b + 1];
     const M* o = occ + row * W;
-    M even = M(0);
-    for (long long s = 2 * (long long)threadIdx.x; s <= 2 * L; s += 2 * (long long)blockDim.x) even += o[s];
-    even = block_sum(even, scratch);   // barrier: the row's dense stores are done
     const int* lab = tb.lab + b * max_l;
+    const M* a = alpha_ws ? alpha_ws + row * W : nullptr;
+    const bool drop_2l = t == tiling[3 * b] - 1 && L > 0 && lab[L - 1] == blank;
+    const M shift = is_finite(nl) ? nl : M(0);
+    auto occupancy = [&](long long s) -> M {   // of state s in row (t, b)
+      if (!a) return o[s];
+      if (drop_2l && s == 2 * L) return M(0);
+      return exp(a[s] + o[s] - load(lrow, (s & 1) ? (long long)lab[s >> 1] : blank) + shift);
+    };
+    M even = M(0);
+    for (long long s = 2 * (long long)threadIdx.x; s <= 2 * L; s += 2 * (long long)blockDim.x) even += occupancy(s);
+    even = block_sum(even, scratch);   // barrier: the row's dense stores are done
     const int* fst = tb.fst + b * max_l;
     const int* nxt = tb.nxt + b * max_l;
     const bool nll_fin = is_finite(nl);
@@ -465,7 +473,7 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
         if (!fst[k] || c == blank) continue;
         j = (int)k;
       }
-      for (; j >= 0; j = nxt[j]) sum += o[2 * j + 1];
+      for (; j >= 0; j = nxt[j]) sum += occupancy(2 * j + 1);
       const M term = nll_fin ? sum : exp(log(sum) + nl);
       store(orow, c, (exp(load(lrow, c)) - term) * g);
     }
@@ -473,7 +481,8 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
 }
 
 // ------------------------------------------------------------------------------ forward: alpha
-// The alpha recursion of the register path, writing the AlphaStore<kWs> layout: kWs false, the forward's
+// The alpha recursion of the register path for samples blk, blk + nblk, ..., writing the
+// AlphaStore<kWs> layout: kWs false, the forward's
 // log_alpha (N, T, X) and loss in the storage type, -inf outside the sample's states; kWs true, alpha
 // (T, N, X = W) and the loss in fp32 (the backward of 16-bit storage: rows t >= Lin and states > 2L
 // are left unwritten, never read; the host passes zero_inf = 0, so the loss keeps its +inf).
@@ -482,7 +491,8 @@ __device__ __forceinline__ void alpha_steps(const T* lp, const I* targets, typen
                                             typename ctc::AlphaStore<kWs, T>::type* log_alpha,
                                             const long long* tiling, long long Tn, long long N, long long C, long long X,
                                             long long blank, long long max_l, long long tgt_numel, long long tgt_stride,
-                                            int zero_inf, int per, unsigned char* ctc_smem) {
+                                            int zero_inf, int per, unsigned char* ctc_smem, long long blk,
+                                            long long nblk) {
   typedef math_t<T> M;
   typedef typename ctc::AlphaStore<kWs, T>::type A;
   using namespace ctc;
@@ -494,7 +504,7 @@ __device__ __forceinline__ void alpha_steps(const T* lp, const I* targets, typen
   const int cap = per * (int)blockDim.x;
   const M NINF = neg_inf<M>();
 
-  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+  for (long long b = blk; b < N; b += nblk) {
     __syncthreads();
     const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
                                      X, blank, cap, sm.lab, sm.misc);
@@ -609,19 +619,30 @@ __global__ void __launch_bounds__(512, 1) ctc_alpha(const T* __restrict__ lp, co
                           long long tgt_stride, int zero_inf, int per) {
   extern __shared__ __align__(16) unsigned char ctc_smem[];
   alpha_steps<T, I, P, false>(lp, targets, nll_out, log_alpha, tiling, Tn, N, C, X, blank, max_l, tgt_numel,
-                              tgt_stride, zero_inf, per, ctc_smem);
+                              tgt_stride, zero_inf, per, ctc_smem, blockIdx.x, gridDim.x);
 }
 
-// The backward's own alpha recursion for 16-bit storage (AlphaStore<true>): alpha (T, N, W) in fp32
-// into the occupancy buffer, the losses in fp32 into nll_ws, both read by ctc_beta_math / ctc_grad.
+// The backward's two recursions for 16-bit storage in one launch, side by side: blocks [0, G) run
+// alpha (AlphaStore<true>: alpha (T, N, W) in fp32 into alpha_ws, the fp32 losses into nll_ws), blocks
+// [G, 2G) run beta alone into beta_ws (T, N, W) with the tables; ctc_grad forms the occupancies from
+// both. Neither reads what the other writes, so the T steps of the two recursions overlap instead of
+// adding up, and neither reads the 16-bit log_alpha or loss given.
 template <class T, class I, int P>
-__global__ void __launch_bounds__(512, 1) ctc_alpha_math(const T* __restrict__ lp, const I* __restrict__ targets,
-                          math_t<T>* __restrict__ nll_ws, math_t<T>* __restrict__ occ,
-                          const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long W,
-                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int per) {
+__global__ void __launch_bounds__(512, 1) ctc_recursions_math(const T* __restrict__ lp, const T* __restrict__ nll_in,
+                          const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                          math_t<T>* __restrict__ nll_ws, math_t<T>* __restrict__ alpha_ws,
+                          math_t<T>* __restrict__ beta_ws, long long W, long long Tn, long long N, long long C,
+                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                          int per) {
   extern __shared__ __align__(16) unsigned char ctc_smem[];
-  alpha_steps<T, I, P, true>(lp, targets, nll_ws, occ, tiling, Tn, N, C, W, blank, max_l, tgt_numel, tgt_stride, 0,
-                             per, ctc_smem);
+  const long long G = gridDim.x / 2;
+  if (blockIdx.x < G)
+    alpha_steps<T, I, P, true>(lp, targets, nll_ws, alpha_ws, tiling, Tn, N, C, W, blank, max_l, tgt_numel,
+                               tgt_stride, 0, per, ctc_smem, blockIdx.x, G);
+  else
+    beta_steps<T, I, P, math_t<T>, true>(lp, nll_in, nullptr, (const math_t<T>*)nullptr, 0, 0, targets, tiling,
+                                         tables, beta_ws, W, Tn, N, C, W, blank, max_l, tgt_numel, tgt_stride,
+                                         zero_inf, per, ctc_smem, blockIdx.x - G, G);
 }
 
 
@@ -726,7 +747,8 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
                                 tgt_stride, zero_inf, scratch, slot_bytes);
 }
 
-// ctc_alpha_math's long-path twin (alpha and the losses in fp32, AlphaStore<true>).
+// The long path's alpha of the 16-bit backward: alpha (T, N, W) and the losses in fp32
+// (AlphaStore<true>) into the occupancy buffer and the workspace, for ctc_beta_math_long.
 template <class T, class I>
 __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_math_long(const T* __restrict__ lp,
                           const I* __restrict__ targets, math_t<T>* __restrict__ nll_ws, math_t<T>* __restrict__ occ,
@@ -737,7 +759,9 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_math_long(cons
                                scratch, slot_bytes);
 }
 
-// The long path's beta recursion over alpha of either AlphaStore layout (as beta_steps).
+// The long path's beta recursion over alpha of either AlphaStore layout (as beta_steps). In the
+// AlphaStore<true> layout log_alpha and occ are one buffer: each thread reads its chunk's alpha
+// before it writes their occupancies there, and no thread reads those states again.
 template <class T, class I, class A>
 __device__ __forceinline__ void beta_long_steps(const T* lp, const T* nll_in, const math_t<T>* nll_ws,
                          const A* log_alpha, long long a_sample, long long a_step, const I* targets,
@@ -808,7 +832,8 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
                            blank, max_l, tgt_numel, tgt_stride, zero_inf, scratch, slot_bytes);
 }
 
-// ctc_beta_math's long-path twin: alpha in fp32 in `occ`, overwritten by the occupancies.
+// The long path's beta of the 16-bit backward: alpha in fp32 in `occ` (ctc_alpha_math_long's),
+// overwritten by the occupancies; nll_ws the fp32 losses.
 template <class T, class I>
 __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_math_long(const T* __restrict__ lp,
                          const T* __restrict__ nll_in, const math_t<T>* __restrict__ nll_ws,

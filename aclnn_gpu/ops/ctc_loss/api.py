@@ -32,7 +32,8 @@ only, leaves such a sample the gradient exp(lp) * gradOut).
 FLOAT16 / BFLOAT16 (beyond CANN's current tables, docs/API.md §7): fp32 math throughout; the
 forward stores logAlphaOut and negLogLikelihoodOut in the 16-bit type, as CANN's dtype rule has them,
 and the backward recomputes alpha and the loss in fp32 from logProbs instead of reading those rounded
-values (the given negLogLikelihood only decides zeroInfinity; workspace: + round256(4 * N)).
+values (the given negLogLikelihood only decides zeroInfinity; workspace: + round256(4 * N), and on the
+register path + the occupancy range's size again for its fp32 alpha).
 
 Targets of dtype BOOL / FLOAT / FLOAT16 are cast to int64 as CANN does (truncation toward zero;
 NaN, inf or huge values become -1, an out-of-range label that makes that sample NaN). A label

@@ -24,11 +24,13 @@ to 32 bytes):
     occ       T * N * W * math    backward: occupancy exp(alpha + beta - lp + nll) of every state
     slots     min(N, LONG_SLOTS) * long_slot_bytes   long-target path only (alpha/beta of two steps)
     nll       4 * N               backward of float16 / bfloat16 only: the fp32 losses of its own alpha
+    alpha     T * N * W * 4       the same, register path only: its fp32 alpha (occ then holds beta)
 
-Launches. Backward of float16 / bfloat16 storage (`HALF`): first its own alpha recursion in fp32
-(`ctc_alpha_math`, alpha into the occ range as (T, N, W), the losses into the nll range), then the
-beta recursion over that alpha (`ctc_beta_math`, which overwrites it with the occupancies) and
-`ctc_grad` with the fp32 losses: the given log_alpha is not read, and the given nll only decides
+Launches. Backward of float16 / bfloat16 storage (`HALF`): its own alpha recursion in fp32 beside
+the beta recursion (register path: one launch of `ctc_recursions_math`, alpha and the losses into
+the alpha and nll ranges in one half of the grid, beta into the occ range in the other; `ctc_grad`
+forms the occupancies from both; long path: `ctc_alpha_math_long` into the occ range, then
+`ctc_beta_math_long` over it): the given log_alpha is not read, and the given nll only decides
 zero_infinity, so nothing rounded to 16 bits enters the gradient. Other types: the beta recursion
 (one block per sample, grid-stride over samples: it writes the occupancies and the tables) then
 `ctc_grad<T>` (one block per row (t, b), grid-stride: the row's exp(lp) * g with 16-byte vectors
@@ -81,8 +83,8 @@ def all_name_expressions() -> list[str]:
                for i in _ITYPE.values() for p in (1, K_PER[math_size_of(n)])]
             + [f"aclg::ctc_{k}<{t}, {i}>" for k in ("alpha_long", "beta_long")
                for t in _CTYPE.values() for i in _ITYPE.values()]
-            + [f"aclg::ctc_{k}_math<{t}, {i}, {p}>" for k in ("alpha", "beta") for t in half
-               for i in _ITYPE.values() for p in (1, K_PER[4])]
+            + [f"aclg::ctc_recursions_math<{t}, {i}, {p}>" for t in half for i in _ITYPE.values()
+               for p in (1, K_PER[4])]
             + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in half for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 
@@ -152,21 +154,26 @@ class Layout(NamedTuple):
     occ: int
     slots: int
     nll: int      # the fp32 losses of the backward's own alpha recursion (16-bit storage; else size)
+    alpha: int    # its fp32 alpha beside beta (16-bit storage, register path; else size)
     size: int
 
 
 def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path: bool | None = None,
            recompute: bool = False) -> Layout:
     if N == 0:
-        return Layout(0, 0, 0, 0, 0)
+        return Layout(0, 0, 0, 0, 0, 0)
     tables = _round(8 * 3 * N)
+    occ_bytes = _round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0
     occ = tables + (_round(4 * (2 * N + 3 * N * max_l)) if backward else 0)
-    slots = occ + (_round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0)
+    slots = occ + occ_bytes
     nll = slots
-    if recursion_geometry(max_l, math_size, long_path).long:
+    long = recursion_geometry(max_l, math_size, long_path).long
+    if long:
         nll += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
-    size = nll + (_round(N * math_size) if backward and recompute else 0)
-    return Layout(tables, occ, slots, nll, size)
+    recompute = backward and recompute
+    alpha = nll + (_round(N * math_size) if recompute else 0)
+    size = alpha + (occ_bytes if recompute and not long else 0)
+    return Layout(tables, occ, slots, nll, alpha, size)
 
 
 def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None) -> int:
@@ -211,19 +218,29 @@ def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple
 def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, log_probs_ptr, targets_ptr,
                         neg_log_likelihood_ptr, workspace_ptr, T, N, C, W, blank, max_l, targets_numel,
                         targets_2d_stride, zero_infinity) -> None:
-    """The backward's two recursions for 16-bit storage: ctc_alpha_math (alpha in fp32 into the
-    occupancy buffer, the fp32 losses into the workspace), then ctc_beta_math over them, which
-    overwrites that buffer with the occupancies. The given log_alpha is not read."""
+    """The backward's two recursions for 16-bit storage; the given log_alpha is not read. Register
+    path: one launch of ctc_recursions_math, alpha (fp32, into the alpha range, the fp32 losses into
+    the nll range) in the first half of the grid beside beta (into the occ range) in the second.
+    Long path: ctc_alpha_math_long (alpha into the occ range) then ctc_beta_math_long, which
+    overwrites it with the occupancies."""
     i64 = np.int64
     tiling, occ, nll = ptr(workspace_ptr), ptr(workspace_ptr + lay.occ), ptr(workspace_ptr + lay.nll)
+    tables, zero_inf = ptr(workspace_ptr + lay.tables), np.int32(bool(zero_infinity))
+    if not geo.long:
+        blocks = max(1, min(N, 32 * ctx.sm_count))
+        ctx.launch(FILE, f"aclg::ctc_recursions_math<{ct}, {it}, {geo.P}>", (2 * blocks,), (geo.threads,),
+                   (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(targets_ptr), tiling, tables, nll,
+                    ptr(workspace_ptr + lay.alpha), occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
+                    i64(targets_numel), i64(targets_2d_stride), zero_inf, np.int32(geo.per)), shared_mem=geo.smem)
+        return
     slots = workspace_ptr + lay.slots
     _recursion(ctx, f"aclg::ctc_alpha_math<{ct}, {it}>", geo, N,
                (ptr(log_probs_ptr), ptr(targets_ptr), nll, occ, tiling, i64(T), i64(N), i64(C), W, i64(blank),
                 i64(max_l), i64(targets_numel), i64(targets_2d_stride)), (), slots, max_l, 4)
     _recursion(ctx, f"aclg::ctc_beta_math<{ct}, {it}>", geo, N,
-               (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), nll, ptr(targets_ptr), tiling,
-                ptr(workspace_ptr + lay.tables), occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
-                i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), slots, max_l, 4)
+               (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), nll, ptr(targets_ptr), tiling, tables, occ, W,
+                i64(T), i64(N), i64(C), i64(blank), i64(max_l), i64(targets_numel), i64(targets_2d_stride)),
+               (zero_inf,), slots, max_l, 4)
 
 
 def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
@@ -257,8 +274,10 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     grad = f"aclg::ctc_grad<{ct}>"
     ctx.launch(FILE, grad, (wave_grid(ctx, FILE, grad, T * N, threads),), (threads,),
                (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr),
-                ptr(workspace_ptr + lay.nll if recompute else 0), ptr(out_ptr), ptr(workspace_ptr), tables, occ,
-                W, i64(T), i64(N), i64(C), i64(blank), i64(max_l), np.int32(vec)))
+                ptr(workspace_ptr + lay.nll if recompute else 0),
+                ptr(workspace_ptr + lay.alpha if recompute and not geo.long else 0), ptr(out_ptr),
+                ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
+                np.int32(bool(zero_infinity)), np.int32(vec)))
 
 
 def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
