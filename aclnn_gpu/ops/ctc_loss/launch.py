@@ -73,19 +73,19 @@ _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 # Storage types whose backward recomputes alpha and the loss in fp32 (ctc_*_math) instead of reading
 # the log_alpha and negLogLikelihood it is given, rounded to 16 bits (docs/API.md §7).
 HALF = ("float16", "bfloat16")
+_HALF_CTYPES = [t for n, t in _CTYPE.items() if n in HALF]
 
 
 def all_name_expressions() -> list[str]:
     """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
-    half = [t for n, t in _CTYPE.items() if n in HALF]
     return ([f"aclg::ctc_grad<{t}>" for t in _CTYPE.values()]
             + [f"aclg::ctc_{k}<{t}, {i}, {p}>" for k in ("beta", "alpha") for n, t in _CTYPE.items()
                for i in _ITYPE.values() for p in (1, K_PER[math_size_of(n)])]
             + [f"aclg::ctc_{k}<{t}, {i}>" for k in ("alpha_long", "beta_long")
                for t in _CTYPE.values() for i in _ITYPE.values()]
-            + [f"aclg::ctc_recursions_math<{t}, {i}, {p}>" for t in half for i in _ITYPE.values()
+            + [f"aclg::ctc_recursions_math<{t}, {i}, {p}>" for t in _HALF_CTYPES for i in _ITYPE.values()
                for p in (1, K_PER[4])]
-            + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in half for i in _ITYPE.values()]
+            + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in _HALF_CTYPES for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 
 
