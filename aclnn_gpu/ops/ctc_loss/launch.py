@@ -85,7 +85,8 @@ def all_name_expressions() -> list[str]:
                for t in _CTYPE.values() for i in _ITYPE.values()]
             + [f"aclg::ctc_recursions_math<{t}, {i}, {p}>" for t in _HALF_CTYPES for i in _ITYPE.values()
                for p in (1, K_PER[4])]
-            + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in _HALF_CTYPES for i in _ITYPE.values()]
+            + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in _HALF_CTYPES
+               for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 
 
