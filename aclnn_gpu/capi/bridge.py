@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import re
 import itertools
 import operator
 import os
@@ -22,11 +23,12 @@ import threading
 from typing import Any, Callable
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu import dtypes, runtime
 from aclnn_gpu.errors import set_recent_error
 from aclnn_gpu.executor import aclOpExecutor
 from aclnn_gpu.tensor import MAX_DIMS
 
+from .custom import CONVERSIONS, CError
 from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
@@ -57,14 +59,6 @@ class UnknownHandle:
 
     def __repr__(self) -> str:
         return f"UnknownHandle({hex(self.value)})"
-
-
-class CError(Exception):
-    """A failure the C layer detects before Python sees the call (a NULL out-pointer, a NULL array)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 _stand_ins: dict[type, Any] = {}
@@ -189,6 +183,15 @@ def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callab
             obj = by_pointer.get(a[index])
             return obj if obj is not None else get(_address(ffi, a[index]))
         return handle
+    if p.kind == "handle_array":
+        length = counts[p.name]
+        get_handle = handles.get
+
+        def handle_array(a: tuple) -> Any:
+            if a[index] == NULL:
+                return None
+            return [None if a[index][i] == NULL else get_handle(_address(ffi, a[index][i])) for i in range(a[length])]
+        return handle_array
     if p.kind == "addr":
         return lambda a: None if a[index] == NULL else _address(ffi, a[index])
     if p.kind == "str":
@@ -237,7 +240,8 @@ def _memcpy_host_sides(ffi: Any, args: list) -> list:
     allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
     Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
     dst, _, src, count, kind = args[:5]
-    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True)}.get(kind, (False, False))
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
     try:
         registry = acl.runtime.get_device().registry
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
@@ -264,12 +268,49 @@ ADAPTERS: dict[str, Callable[[Any, list], list]] = {
 }
 
 
+_UNKNOWN = re.compile(r"\bUnknownHandle(\(0x[0-9a-fA-F]+\))?")
+_NONE = re.compile(r"\b(NoneType|None|null)\b")
+
+
+def c_words(message: str) -> str:
+    """A Python API message as a C caller reads it: a handle the table does not know is "a handle that
+    was never created (or destroyed long ago)", Python's None is "nullptr"."""
+    if "UnknownHandle" in message:
+        message = _UNKNOWN.sub("a handle that was never created (or destroyed long ago)", message)
+    return _NONE.sub("nullptr", message) if "None" in message or "null" in message else message
+
+
+# What a C program gets for a call that needs the runtime before aclInit (aclnnInit also opens it for
+# aclnn programs) or after aclFinalize: CANN's "not initialised" code of the function's library.
+UNINITIALIZED = {"aclError": int(acl.ACL_ERROR_UNINITIALIZE), "aclnnStatus": int(acl.ACLNN_ERR_RUNTIME_ERROR),
+                 "HcclResult": 15}   # HCCL_E_RUNTIME
+# Functions that need no runtime: descriptors (acl* of acl_meta.h), queries of the platform, the
+# initialisation functions themselves and the pure helpers.
+NO_INIT = {"aclrtGetDeviceCount", "aclrtGetVersion", "aclrtGetSocName", "aclrtGetRunMode", "aclnnInit", "aclnnFinalize",
+           "HcclGetErrorString", "HcclGetCommConfigCapability", "HcclGetRootInfo"}
+
+
+def needs_init(name: str) -> bool:
+    return name.startswith(("aclrt", "aclnn", "aclmdl", "Hccl")) and name not in NO_INIT
+
+
+def _init_refusal(name: str) -> str | None:
+    """Why `name` may not run now (the runtime is not initialised), or None."""
+    state = runtime._state
+    if state.initialized or state.aclnn_initialized:
+        return None
+    if state.finalized:
+        return f"{name}: called after aclFinalize (call aclInit again before using the runtime)"
+    return f"{name}: called before aclInit (aclInit, or aclnnInit for a program of aclnn operators, must come first)"
+
+
 def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     """The function cffi runs for C function `entry` (a closure over precomputed converters)."""
     name, restype, returns = entry.name, entry.restype, entry.returns
     status_type = restype if restype in NULL_OUT else "aclError"
     positions = {p.name: i for i, p in enumerate(entry.params)}
-    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params if p.kind == "array"}
+    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params
+              if p.kind in ("array", "handle_array")}
     inputs = [_input(ffi, entry, i, counts) for i, p in enumerate(entry.params)
               if not p.kind.startswith("out_") and p.kind != "count"]
     # the Python arguments: the C values as they are, then the few that need a conversion converted
@@ -283,11 +324,22 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     # executors (an execute spends a single-use one); no other call destroys what it is given
     retirable = handle_args if destroys else [i for i in handle_args if entry.params[i].base == "aclOpExecutor"]
     adapter = ADAPTERS.get(name)
+    conversion = CONVERSIONS.get(name)
+    guarded = needs_init(name)
     NULL = ffi.NULL
 
     def failed(status: int, message: str) -> Any:
-        set_recent_error(message)
-        return NULL if returns == "handle" else status
+        set_recent_error(c_words(message))
+        return NULL if returns == "handle" else 0 if returns == "value" else status
+
+    if returns == "value" and target is not None:
+        def value(*cargs: Any) -> Any:
+            try:
+                return target(*[convert(cargs) for convert in inputs])
+            except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
+                return failed(0, f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
+        value.__name__ = name
+        return value
 
     if target is None:
         def unsupported(*cargs: Any) -> Any:
@@ -297,6 +349,21 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
 
     def call(*cargs: Any) -> Any:
         try:
+            if guarded and not (runtime._state.initialized or runtime._state.aclnn_initialized):
+                refusal = _init_refusal(name)
+                if refusal is not None:
+                    return failed(UNINITIALIZED[status_type], refusal)
+            if conversion is not None:
+                args, write_back = conversion(ffi, cargs, access)
+                result = target(*args)
+                if returns == "handle":
+                    return NULL if result is None else ffi.cast(restype, handles.new(result))
+                status = int(result[0] if isinstance(result, tuple) else result)
+                if status == 0 and isinstance(result, tuple):
+                    write_back(result[1:])
+                elif status != 0:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                return status
             for i, p, _ in outs:
                 if cargs[i] == NULL:
                     return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
@@ -310,9 +377,14 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
                 args = adapter(ffi, args)
             result = target(*args)
             if returns == "handle":
-                return NULL if result is None else ffi.cast(restype, handles.new(result))
+                if result is None:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                    return NULL
+                return ffi.cast(restype, handles.new(result))
             status = int(result[0] if outs else result)
-            if status == 0:
+            if status != 0:
+                set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+            else:
                 if outs:
                     for (i, _, write), value in zip(outs, result[1:]):
                         write(cargs[i], value)
@@ -337,6 +409,42 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
 def _length_name(entry: Entry, array: str) -> str:
     from .table import ARRAY_LENGTH
     return ARRAY_LENGTH.get(array, array + "Num")
+
+
+class _Access:
+    """What custom.py's conversions use: handle -> object (a C pointer), and object -> new handle."""
+
+    def __init__(self, ffi: Any):
+        self.ffi = ffi
+
+    def __call__(self, pointer: Any) -> Any:
+        obj = handles.by_pointer.get(pointer)
+        return obj if obj is not None else handles.get(_address(self.ffi, pointer))
+
+    def new(self, obj: Any) -> int:
+        return handles.new(obj)
+
+
+access: Any = None   # set by install
+
+
+def _static_string(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
+    """A const char * answer (aclrtGetSocName, HcclGetErrorString): each distinct string is kept for
+    the life of the process, as a C caller expects of such a pointer (there are few of them)."""
+    kept: dict[str, Any] = {}
+    convert = [_input(ffi, entry, i, {}) for i in range(len(entry.params))]
+
+    def string(*cargs: Any) -> Any:
+        try:
+            text = "" if target is None else str(target(*[c(cargs) for c in convert]))
+        except Exception:   # noqa: BLE001 - a bug of this layer: an empty string, never an exception into C
+            text = ""
+        data = kept.get(text)
+        if data is None:
+            data = kept[text] = ffi.new("char[]", text.encode("utf-8", "replace"))
+        return data
+    string.__name__ = entry.name
+    return string
 
 
 _recent = threading.local()
@@ -370,9 +478,13 @@ def install(ffi: Any) -> None:
     with handles._lock:
         handles.pointer = lambda handle: ffi.cast(void_p, handle)
         handles.by_pointer.update((handles.pointer(h), obj) for h, obj in handles._live.items())
+    global access
+    access = _Access(ffi)
     for entry in entries():
-        if entry.returns == "string":
+        if entry.name == "aclGetRecentErrMsg":
             wrapper = _recent_message(ffi)
+        elif entry.returns == "string":
+            wrapper = _static_string(ffi, entry, python_function(entry))
         else:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)

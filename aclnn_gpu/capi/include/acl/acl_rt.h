@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-typedef enum {
+typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_HUGE_FIRST = 0,
     ACL_MEM_MALLOC_HUGE_ONLY = 1,
     ACL_MEM_MALLOC_NORMAL_ONLY = 2,
@@ -22,7 +22,7 @@ typedef enum {
     ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000
 } aclrtMemMallocPolicy;
 
-typedef enum {
+typedef enum aclrtMemcpyKind {
     ACL_MEMCPY_HOST_TO_HOST = 0,
     ACL_MEMCPY_HOST_TO_DEVICE = 1,
     ACL_MEMCPY_DEVICE_TO_HOST = 2,
@@ -33,16 +33,48 @@ typedef enum {
     ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7
 } aclrtMemcpyKind;
 
-typedef enum {
+typedef enum aclrtEventRecordedStatus {
     ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1
 } aclrtEventRecordedStatus;
 
-typedef enum {
+typedef enum aclrtEventStatus {
     ACL_EVENT_STATUS_COMPLETE = 0,
     ACL_EVENT_STATUS_NOT_READY = 1,
     ACL_EVENT_STATUS_RESERVED = 2
 } aclrtEventStatus;
+
+typedef enum aclrtRunMode {
+    ACL_DEVICE = 0,
+    ACL_HOST = 1
+} aclrtRunMode;
+
+typedef enum aclrtEventWaitStatus {
+    ACL_EVENT_WAIT_STATUS_COMPLETE = 0,
+    ACL_EVENT_WAIT_STATUS_NOT_READY = 1,
+    ACL_EVENT_WAIT_STATUS_RESERVED = 0xFFFF
+} aclrtEventWaitStatus;
+
+typedef enum aclrtStreamStatus {
+    ACL_STREAM_STATUS_COMPLETE = 0,
+    ACL_STREAM_STATUS_NOT_READY = 1,
+    ACL_STREAM_STATUS_RESERVED = 0xFFFF
+} aclrtStreamStatus;
+
+typedef enum aclrtMemAttr {
+    ACL_DDR_MEM = 0,
+    ACL_HBM_MEM = 1,
+    ACL_DDR_MEM_HUGE = 2,
+    ACL_DDR_MEM_NORMAL = 3,
+    ACL_HBM_MEM_HUGE = 4,
+    ACL_HBM_MEM_NORMAL = 5,
+    ACL_DDR_MEM_P2P_HUGE = 6,
+    ACL_DDR_MEM_P2P_NORMAL = 7,
+    ACL_HBM_MEM_P2P_HUGE = 8,
+    ACL_HBM_MEM_P2P_NORMAL = 9,
+    ACL_HBM_MEM_HUGE1G = 10,
+    ACL_HBM_MEM_P2P_HUGE1G = 11
+} aclrtMemAttr;
 
 #define ACL_EVENT_SYNC 0x00000001u
 #define ACL_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002u
@@ -58,7 +90,19 @@ typedef enum {
 #define ACL_STREAM_CPU_SCHEDULE 0x00000010u
 #define ACL_STREAM_DEVICE_USE_ONLY 0x00000020u
 
+/* contexts: one per device and thread-current, as in CANN (a device's default context is the one
+   aclrtSetDevice makes current) */
+ACL_FUNC_VISIBILITY aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyContext(aclrtContext context);
+ACL_FUNC_VISIBILITY aclError aclrtSetCurrentContext(aclrtContext context);
+ACL_FUNC_VISIBILITY aclError aclrtGetCurrentContext(aclrtContext *context);
+
 /* devices */
+ACL_FUNC_VISIBILITY aclError aclrtGetRunMode(aclrtRunMode *runMode);
+ACL_FUNC_VISIBILITY aclError aclrtResetDeviceForce(int32_t deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtCtxGetSysParamOpt(aclSysParamOpt opt, int64_t *value);
+ACL_FUNC_VISIBILITY aclError aclrtSetSysParamOpt(aclSysParamOpt opt, int64_t value);
 ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId);
 ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
 ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
@@ -75,6 +119,9 @@ ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream);
 ACL_FUNC_VISIBILITY aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag);
 ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream);
 
 /* events */
 ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event);
@@ -83,13 +130,21 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event);
 ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event);
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status);
+ACL_FUNC_VISIBILITY aclError aclrtQueryEventWaitStatus(aclrtEvent event, aclrtEventWaitStatus *status);
 ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status);
 ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
 
 /* memory: device pointers are addresses; count and sizes in bytes */
 ACL_FUNC_VISIBILITY aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 ACL_FUNC_VISIBILITY aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+ACL_FUNC_VISIBILITY aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr);
+ACL_FUNC_VISIBILITY aclError aclrtMemFlush(void *devPtr, size_t size);
+ACL_FUNC_VISIBILITY aclError aclrtMemInvalidate(void *devPtr, size_t size);
+ACL_FUNC_VISIBILITY aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
 ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
 ACL_FUNC_VISIBILITY aclError aclrtFreeHost(void *hostPtr);
 ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
