@@ -78,8 +78,9 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
-# The output parameters of each operator (its C header's non-const aclTensor parameters; a test reads
-# them from the headers): aclSetInputTensorAddr counts the other tensor parameters, aclSetOutputTensorAddr these.
+# The output parameters of each operator: its C declaration's trailing aclTensor parameters (non-const
+# where CANN's header writes them so; a test reads them from the headers). aclSetOutputTensorAddr counts
+# these, aclSetInputTensorAddr the other tensor parameters.
 OUTPUTS: dict[str, tuple[str, ...]] = {
     "aclnnCtcLoss": ("negLogLikelihoodOut", "logAlphaOut"), "aclnnCtcLossBackward": ("out",),
     "aclnnCrossEntropyLoss": ("lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),

@@ -71,7 +71,7 @@ def _float32(value: float) -> float:
     return float(np.float32(value))
 
 
-@c_api(null_result=True)
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER, null_result=True)
 def aclCreateFloatArray(value: Sequence[float]) -> aclFloatArray | None:
     items = _items("aclCreateFloatArray", value, "floats")
     for v in items:
@@ -80,7 +80,7 @@ def aclCreateFloatArray(value: Sequence[float]) -> aclFloatArray | None:
     return aclFloatArray(tuple(_float32(v) if math.isfinite(v) else float(v) for v in items))
 
 
-@c_api(null_result=True)
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER, null_result=True)
 def aclCreateBoolArray(value: Sequence[bool]) -> aclBoolArray | None:
     items = _items("aclCreateBoolArray", value, "bools")
     for v in items:
@@ -101,12 +101,12 @@ def _members(fn: str, value: Any, cls: type, what: str) -> tuple:
     return items
 
 
-@c_api(null_result=True)
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER, null_result=True)
 def aclCreateTensorList(value: Sequence[aclTensor]) -> aclTensorList | None:
     return aclTensorList(_members("aclCreateTensorList", value, aclTensor, "aclTensor"))
 
 
-@c_api(null_result=True)
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER, null_result=True)
 def aclCreateScalarList(value: Sequence[aclScalar]) -> aclScalarList | None:
     return aclScalarList(_members("aclCreateScalarList", value, aclScalar, "aclScalar"))
 
@@ -122,22 +122,22 @@ def _destroy(fn: str, obj: Any, cls: type[_HostList]) -> int:
     return SUCCESS
 
 
-@c_api()
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyFloatArray(array: aclFloatArray | None) -> int:
     return _destroy("aclDestroyFloatArray", array, aclFloatArray)
 
 
-@c_api()
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyBoolArray(array: aclBoolArray | None) -> int:
     return _destroy("aclDestroyBoolArray", array, aclBoolArray)
 
 
-@c_api()
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyTensorList(array: aclTensorList | None) -> int:
     return _destroy("aclDestroyTensorList", array, aclTensorList)
 
 
-@c_api()
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyScalarList(array: aclScalarList | None) -> int:
     return _destroy("aclDestroyScalarList", array, aclScalarList)
 

@@ -110,6 +110,23 @@ class aclrtEventStatus(enum.IntEnum):
     ACL_EVENT_STATUS_RESERVED = 2
 
 
+class aclrtEventWaitStatus(enum.IntEnum):
+    ACL_EVENT_WAIT_STATUS_COMPLETE = 0
+    ACL_EVENT_WAIT_STATUS_NOT_READY = 1
+    ACL_EVENT_WAIT_STATUS_RESERVED = 0xFFFF
+
+
+class aclrtStreamStatus(enum.IntEnum):
+    ACL_STREAM_STATUS_COMPLETE = 0
+    ACL_STREAM_STATUS_NOT_READY = 1
+    ACL_STREAM_STATUS_RESERVED = 0xFFFF
+
+
+class aclrtRunMode(enum.IntEnum):
+    ACL_DEVICE = 0
+    ACL_HOST = 1
+
+
 class aclrtStreamFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
     ACL_STREAM_FAST_LAUNCH = 0x1
     ACL_STREAM_FAST_SYNC = 0x2
@@ -241,7 +258,7 @@ ACL_ERROR_NONE = aclError.ACL_SUCCESS
 
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
          aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
-         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus)
+         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})

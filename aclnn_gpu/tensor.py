@@ -326,7 +326,7 @@ def _live_tensor(tensor: Any, fn: str) -> aclTensor:
     return tensor
 
 
-@c_api()
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclSetRawTensorAddr(tensor: aclTensor, addr: int | None) -> int:
     """The tensor's data address becomes `addr` (`rebind`: a new version, which executor_cache sees)."""
     t = _live_tensor(tensor, "aclSetRawTensorAddr")
@@ -336,6 +336,6 @@ def aclSetRawTensorAddr(tensor: aclTensor, addr: int | None) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
-@c_api(n_out=1)
+@c_api(n_out=1, internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclGetRawTensorAddr(tensor: aclTensor) -> tuple[int, int | None]:
     return aclnnStatus.ACLNN_SUCCESS, _live_tensor(tensor, "aclGetRawTensorAddr").data
