@@ -287,7 +287,7 @@ UNINITIALIZED = {"aclError": int(acl.ACL_ERROR_UNINITIALIZE), "aclnnStatus": int
 # Functions that need no runtime: descriptors (acl* of acl_meta.h), queries of the platform, the
 # initialisation functions themselves and the pure helpers.
 NO_INIT = {"aclrtGetDeviceCount", "aclrtGetVersion", "aclrtGetSocName", "aclrtGetRunMode", "aclnnInit", "aclnnFinalize",
-           "HcclGetErrorString", "HcclGetCommConfigCapability", "HcclGetRootInfo"}
+           "HcclGetErrorString", "HcclGetCommConfigCapability"}
 
 
 def needs_init(name: str) -> bool:

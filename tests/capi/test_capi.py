@@ -489,3 +489,15 @@ def test_every_declared_function_has_its_python_function():
     from aclnn_gpu.capi.table import entries
     missing = [e.name for e in entries() if e.name != "aclGetRecentErrMsg" and python_function(e) is None]
     assert missing == []
+
+
+def test_hccl_configs_v_collectives_and_batches_through_the_c_abi(compile_program):
+    """tests/capi/hccl_more.c: HcclCommInitRootInfoConfig's name read back by HcclGetCommName, a bad
+    config refused with HCCL_E_PARA naming its field, the V collectives over their uint64_t count arrays
+    (results checked), HcclBatchSendRecv's items, HcclCreateSubCommConfig (comm by pointer),
+    HcclCommInitAll's array of comms, null arrays refused with HCCL_E_PTR."""
+    if not hasattr(acl, "HcclAllGatherV"):
+        pytest.skip("this aclnn_gpu has no V collectives")
+    proc = run(compile_program(HERE / "hccl_more.c"), "cpu", timeout=300)
+    assert proc.returncode == 0 and "hccl more ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sub name: c_named_sub5" in proc.stdout and "batch: HcclBatchSendRecv:" in proc.stdout
