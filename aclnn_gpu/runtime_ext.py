@@ -13,9 +13,11 @@ a caller's mistake.
 """
 from __future__ import annotations
 
+import itertools
 import numbers
 import os
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -354,3 +356,109 @@ def aclnnInit(configPath: str | None = None) -> int:
 def aclnnFinalize() -> int:
     runtime_state().aclnn_initialized = False
     return OK
+
+
+# ---------------------------------------------------------------------------- more queries and 2D copies
+@c_api(n_out=1)
+def aclrtQueryDeviceStatus(deviceId: int) -> tuple[int, int]:
+    """ACL_RT_DEVICE_STATUS_NORMAL (0), or ABNORMAL (1) for a device whose runtime can no longer be
+    used (its `stale` reason: a fork() child of a CUDA parent, a device reset under live handles)."""
+    from .runtime import _device_id
+    device = device_of(_device_id(deviceId, "aclrtQueryDeviceStatus"))
+    return OK, 1 if device.stale is not None else 0
+
+
+@c_api(n_out=1)
+def aclrtDeviceGetBareTgid() -> tuple[int, int]:
+    """The process id (CANN's thread group id of the host process)."""
+    return OK, os.getpid()
+
+
+_stream_ids: "weakref.WeakKeyDictionary[aclrtStream, int]" = weakref.WeakKeyDictionary()
+_stream_ids_lock = threading.Lock()
+
+
+@c_api(n_out=1)
+def aclrtStreamGetId(stream: aclrtStream | None) -> tuple[int, int]:
+    """A stream's id, stable for its life and unique in the process; 0 for the default stream."""
+    if stream is None:
+        return OK, 0
+    _stream_owner(stream, "aclrtStreamGetId")
+    with _stream_ids_lock:
+        found = _stream_ids.get(stream)
+        if found is None:
+            found = _stream_ids[stream] = next(_next_stream_id)
+    return OK, found
+
+
+_next_stream_id = itertools.count(1)
+
+
+def _span(pitch: int, width: int, height: int) -> int:
+    return pitch * (height - 1) + width if height else 0
+
+
+def _memcpy2d(fn: str, dst: Any, dpitch: Any, src: Any, spitch: Any, width: Any, height: Any, kind: Any,
+              stream: Any) -> int:
+    """`height` rows of `width` bytes, row i from src + i * spitch to dst + i * dpitch, each row an
+    aclrtMemcpy(Async) of `kind` (its checks and its ordering); both whole ranges are checked first,
+    so a refused copy copies nothing."""
+    from .runtime import _memcpy, _size
+    dpitch, spitch = _size(dpitch, fn, "dpitch"), _size(spitch, fn, "spitch")
+    width, height = _size(width, fn, "width", allow_zero=True), _size(height, fn, "height", allow_zero=True)
+    if width > dpitch or width > spitch:
+        fail(PARAM, f"{fn}: width {width} exceeds {'dpitch' if width > dpitch else 'spitch'} "
+                    f"{dpitch if width > dpitch else spitch}")
+    if dst is None or src is None:
+        fail(PARAM, f"{fn}: {'dst' if dst is None else 'src'} is nullptr")
+    rows = []
+    for what, side, pitch in (("dst", dst, dpitch), ("src", src, spitch)):
+        span = _span(pitch, width, height)
+        if isinstance(side, numbers.Integral) and not isinstance(side, bool):
+            from .runtime import find_allocation
+            if span and find_allocation(int(side), span) is None:
+                get_device().registry.check(int(side), span, f"{fn}: {what}")   # fails, saying why
+            rows.append([int(side) + i * pitch for i in range(height)])
+        else:
+            try:
+                view = memoryview(side).cast("B")
+            except (TypeError, ValueError):
+                fail(PARAM, f"{fn}: {what} must be an address or a buffer object, got {type(side).__name__}")
+            if view.nbytes < span:
+                fail(PARAM, f"{fn}: {what} buffer holds {view.nbytes} bytes, fewer than the {span} its pitch, "
+                            "width and height reach")
+            rows.append([view[i * pitch:i * pitch + width] for i in range(height)])
+    for d, s in zip(*rows):
+        status = _memcpy(fn, d, width, s, width, kind, stream)
+        if status != OK:
+            return status
+    return OK
+
+
+@c_api()
+def aclrtMemcpy2d(dst: Any, dpitch: int, src: Any, spitch: int, width: int, height: int, kind: int) -> int:
+    return _memcpy2d("aclrtMemcpy2d", dst, dpitch, src, spitch, width, height, kind, False)
+
+
+@c_api()
+def aclrtMemcpy2dAsync(dst: Any, dpitch: int, src: Any, spitch: int, width: int, height: int, kind: int,
+                       stream: aclrtStream | None) -> int:
+    return _memcpy2d("aclrtMemcpy2dAsync", dst, dpitch, src, spitch, width, height, kind, stream)
+
+
+@c_api(n_out=3)
+def aclrtPointerGetAttributes(ptr: Any) -> tuple[int, int, int, int]:
+    """(ret, location type, location id, page size) of an address: ACL_MEM_LOCATION_TYPE_DEVICE (1)
+    and the owning device for aclrtMalloc memory, HOST (0) for aclrtMallocHost memory and any other
+    host address (id 0); the page size the allocation is mapped with (the host's page, 2 MiB for a
+    GPU's memory)."""
+    from .runtime import _locate
+    if ptr is None:
+        fail(PARAM, "aclrtPointerGetAttributes: ptr is nullptr")
+    if not isinstance(ptr, numbers.Integral) or isinstance(ptr, bool) or ptr < 0:
+        fail(PARAM, f"aclrtPointerGetAttributes: ptr {ptr!r} must be an address")
+    device, alloc = _locate(int(ptr), 1)
+    page = os.sysconf("SC_PAGE_SIZE")
+    if device is None or alloc is None or not alloc.on_device:
+        return OK, 0, 0, page
+    return OK, 1, device.id, 2 << 20 if device.kind == "cuda" else page

@@ -127,6 +127,17 @@ class aclrtRunMode(enum.IntEnum):
     ACL_HOST = 1
 
 
+class aclrtDeviceStatus(enum.IntEnum):
+    ACL_RT_DEVICE_STATUS_NORMAL = 0
+    ACL_RT_DEVICE_STATUS_ABNORMAL = 1
+    ACL_RT_DEVICE_STATUS_END = 0xFFFF
+
+
+class aclrtMemLocationType(enum.IntEnum):
+    ACL_MEM_LOCATION_TYPE_HOST = 0
+    ACL_MEM_LOCATION_TYPE_DEVICE = 1
+
+
 class aclrtStreamFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
     ACL_STREAM_FAST_LAUNCH = 0x1
     ACL_STREAM_FAST_SYNC = 0x2
@@ -258,7 +269,8 @@ ACL_ERROR_NONE = aclError.ACL_SUCCESS
 
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
          aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
-         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode)
+         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode,
+         aclrtDeviceStatus, aclrtMemLocationType)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})

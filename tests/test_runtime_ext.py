@@ -163,6 +163,66 @@ def test_memcpy_kinds_5_to_7(device):
         assert acl.aclrtFree(ptr) == 0
 
 
+@pytest.mark.parametrize("kind", ["to_device_and_back", "device_to_device"])
+def test_memcpy2d_matches_numpy_slicing(device, kind):
+    """Rows of `width` bytes between pitched layouts: the result is NumPy's slicing of the same bytes;
+    a refused copy (width over a pitch, a range past the allocation) copies nothing."""
+    rng = np.random.default_rng(5)
+    rows, spitch, dpitch, width = 5, 48, 64, 40
+    src = rng.integers(0, 255, rows * spitch, dtype=np.uint8)
+    expected = np.zeros(rows * dpitch, np.uint8)
+    expected.reshape(rows, dpitch)[:, :width] = src.reshape(rows, spitch)[:, :width]
+    _, dev = acl.aclrtMalloc(rows * dpitch, 0)
+    assert acl.aclrtMemset(dev, rows * dpitch, 0, rows * dpitch) == 0
+    if kind == "to_device_and_back":
+        assert acl.aclrtMemcpy2d(dev, dpitch, src, spitch, width, rows, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    else:
+        _, staged = acl.aclrtMalloc(src.nbytes, 0)
+        assert acl.aclrtMemcpy(staged, src.nbytes, src, src.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        _, stream = acl.aclrtCreateStream()
+        assert acl.aclrtMemcpy2dAsync(dev, dpitch, staged, spitch, width, rows, acl.ACL_MEMCPY_DEVICE_TO_DEVICE,
+                                      stream) == 0
+        assert acl.aclrtSynchronizeStream(stream) == 0 and acl.aclrtDestroyStream(stream) == 0
+        assert acl.aclrtFree(staged) == 0
+    back = np.zeros(rows * dpitch, np.uint8)
+    assert acl.aclrtMemcpy(back, back.nbytes, dev, back.nbytes, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    np.testing.assert_array_equal(back, expected)
+    out = np.zeros(rows * spitch, np.uint8)         # and back into the source's pitch
+    assert acl.aclrtMemcpy2d(out, spitch, dev, dpitch, width, rows, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    np.testing.assert_array_equal(out.reshape(rows, spitch)[:, :width], src.reshape(rows, spitch)[:, :width])
+    before = back.copy()
+    assert acl.aclrtMemcpy2d(dev, dpitch, src, spitch, dpitch + 1, rows, 1) == P
+    assert "width 65 exceeds dpitch 64" in acl.aclGetRecentErrMsg()
+    assert acl.aclrtMemcpy2d(dev, dpitch, src, spitch, width, rows + 2, 1) == P   # src buffer too short
+    assert acl.aclrtMemcpy2d(dev, dpitch * 2, src, spitch, width, rows, 1) == P   # past the allocation
+    assert "aclrtMemcpy2d: dst" in acl.aclGetRecentErrMsg()
+    assert acl.aclrtMemcpy(back, back.nbytes, dev, back.nbytes, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    np.testing.assert_array_equal(back, before)      # nothing was copied by the refused calls
+    assert acl.aclrtMemcpy2d(dev, dpitch, src, spitch, width, 0, 1) == 0           # no rows: nothing to do
+    assert acl.aclrtFree(dev) == 0
+
+
+def test_pointer_attributes_device_status_and_ids(device):
+    _, dev = acl.aclrtMalloc(100, 0)
+    _, host = acl.aclrtMallocHost(100)
+    status, kind, where, page = acl.aclrtPointerGetAttributes(dev + 50)
+    assert (status, kind, where) == (0, acl.ACL_MEM_LOCATION_TYPE_DEVICE, 0) and page > 0
+    assert acl.aclrtPointerGetAttributes(host)[:3] == (0, acl.ACL_MEM_LOCATION_TYPE_HOST, 0)
+    assert acl.aclrtPointerGetAttributes(np.zeros(4).ctypes.data)[:2] == (0, 0)
+    assert acl.aclrtPointerGetAttributes(None)[0] == P
+    assert acl.aclrtQueryDeviceStatus(0) == (0, acl.ACL_RT_DEVICE_STATUS_NORMAL)
+    assert acl.aclrtQueryDeviceStatus(9)[0] == acl.ACL_ERROR_RT_INVALID_DEVICEID
+    assert acl.aclrtDeviceGetBareTgid() == (0, os.getpid())
+    streams = [acl.aclrtCreateStream()[1] for _ in range(2)]
+    ids = [acl.aclrtStreamGetId(s)[1] for s in streams]
+    assert ids[0] != ids[1] and 0 not in ids and acl.aclrtStreamGetId(streams[0]) == (0, ids[0])
+    assert acl.aclrtStreamGetId(None) == (0, 0)
+    for s in streams:
+        assert acl.aclrtDestroyStream(s) == 0
+    assert acl.aclrtStreamGetId(streams[0])[0] == P
+    assert acl.aclrtFree(dev) == 0 and acl.aclrtFreeHost(host) == 0
+
+
 # ---------------------------------------------------------------------------- meta: arrays and lists
 def test_float_and_bool_arrays():
     floats = acl.aclCreateFloatArray([0.1, 2.5, -np.inf])

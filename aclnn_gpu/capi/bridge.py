@@ -263,8 +263,27 @@ def _scalar_value(ffi: Any, args: list) -> list:
     return args
 
 
+def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
+    """aclrtMemcpy2d(Async)(dst, dpitch, src, spitch, width, height, kind[, stream]): a host side that is
+    not an allocation of this library is the caller's memory, a buffer of the bytes its rows reach."""
+    dst, dpitch, src, spitch, width, height, kind = args[:7]
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
+    try:
+        registry = acl.runtime.get_device().registry
+    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
+        return args
+    for position, is_host, pitch in ((0, host[0], dpitch), (2, host[1], spitch)):
+        addr = args[position]
+        reach = pitch * (height - 1) + width if height else 0
+        if is_host and addr is not None and reach > 0 and registry.find(addr, 0) is None:
+            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
+    return args
+
+
 ADAPTERS: dict[str, Callable[[Any, list], list]] = {
     "aclrtMemcpy": _memcpy_host_sides, "aclrtMemcpyAsync": _memcpy_host_sides, "aclCreateScalar": _scalar_value,
+    "aclrtMemcpy2d": _memcpy2d_host_sides, "aclrtMemcpy2dAsync": _memcpy2d_host_sides,
 }
 
 

@@ -27,6 +27,7 @@ Conversion = Callable[[Any, tuple, Any], tuple[list, Writer]]
 
 NULLPTR = 161001        # ACLNN_ERR_PARAM_NULLPTR
 HCCL_E_PTR = 2
+# (aclrtPointerGetAttributes' null out-pointer answers ACL_ERROR_RT_PARAM_INVALID, 107000, as bridge.NULL_OUT)
 _libc = ctypes.CDLL(None)
 _libc.malloc.restype = ctypes.c_void_p
 _libc.malloc.argtypes = [ctypes.c_size_t]
@@ -171,6 +172,19 @@ def _batch_send_recv(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, Writ
     return [info, n, handle_of(comm), handle_of(stream)], _nothing
 
 
+def _pointer_attributes(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, Writer]:
+    ptr, attributes = cargs
+    if attributes == ffi.NULL:
+        raise CError(107000, "aclrtPointerGetAttributes: attributes is nullptr (out-parameter)")
+
+    def write(results: tuple) -> None:
+        kind, device_id, page = results
+        attributes.location.type = kind
+        attributes.location.id = device_id
+        attributes.pageSize = page
+    return [_address(ffi, ptr)], write
+
+
 def _nothing(results: tuple) -> None:
     return None
 
@@ -181,5 +195,5 @@ CONVERSIONS: dict[str, Conversion] = {
     "HcclCommInitRootInfoConfig": _init_root_info_config, "HcclCommInitClusterInfoConfig": _init_cluster_info_config,
     "HcclCreateSubCommConfig": _sub_comm, "HcclCommInitAll": _init_all, "HcclGetCommName": _comm_name,
     "HcclReduceScatterV": _reduce_scatter_v, "HcclAllGatherV": _all_gather_v, "HcclAlltoAllV": _all_to_all_v,
-    "HcclBatchSendRecv": _batch_send_recv,
+    "HcclBatchSendRecv": _batch_send_recv, "aclrtPointerGetAttributes": _pointer_attributes,
 }

@@ -42,7 +42,10 @@ VALUE_RETURNS = ("float", "aclFloat16", "size_t", "uint32_t")
 CDEF_TYPES = [
     "typedef int... aclFloat16;", "typedef void *aclrtContext;", "typedef int... aclrtRunMode;",
     "typedef int... aclrtEventStatus;", "typedef int... aclrtEventWaitStatus;", "typedef int... aclrtStreamStatus;",
-    "typedef int... aclrtMemAttr;", "typedef int... HcclSendRecvType;",
+    "typedef int... aclrtMemAttr;", "typedef int... HcclSendRecvType;", "typedef int... aclrtDeviceStatus;",
+    "typedef int... aclrtMemLocationType;",
+    "typedef struct { uint32_t id; aclrtMemLocationType type; ...; } aclrtMemLocation;",
+    "typedef struct { aclrtMemLocation location; uint32_t pageSize; ...; } aclrtPtrAttributes;",
     "typedef struct aclFloatArray aclFloatArray;", "typedef struct aclBoolArray aclBoolArray;",
     "typedef struct aclTensorList aclTensorList;", "typedef struct aclScalarList aclScalarList;",
     "typedef struct { uint32_t hcclBufferSize; uint32_t hcclDeterministic; char hcclCommName[128]; "

@@ -118,11 +118,35 @@ int main(void)
     CHECK(memcmp(back, host, sizeof(host)) == 0);
     CHECK(aclrtMemcpy(c, sizeof(host), b, sizeof(host), (aclrtMemcpyKind)8) == ACL_ERROR_RT_PARAM_INVALID);
     CHECK(aclrtMemFlush(a, sizeof(host)) == ACL_SUCCESS && aclrtMemInvalidate(a, sizeof(host)) == ACL_SUCCESS);
+    {
+        /* a 2x3 block of floats out of a 4-float pitch, back into a dense 3-float pitch */
+        float rows[8] = {1, 2, 3, -1, 4, 5, 6, -1}, dense[6] = {0};
+        aclrtPtrAttributes attributes;
+        enum aclrtDeviceStatus deviceStatus = ACL_RT_DEVICE_STATUS_END;
+        int32_t pid = 0;
+        CHECK(aclrtMemcpy2d(b, 3 * sizeof(float), rows, 4 * sizeof(float), 3 * sizeof(float), 2,
+                            ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+        CHECK(aclrtMemcpy(dense, sizeof(dense), b, sizeof(dense), ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
+        CHECK(dense[2] == 3 && dense[3] == 4 && dense[5] == 6);
+        CHECK(aclrtMemcpy2d(b, 8, rows, 16, 12, 2, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_ERROR_RT_PARAM_INVALID &&
+              HAS("width 12 exceeds dpitch 8"));
+        CHECK(aclrtPointerGetAttributes((const char *)b + 4, &attributes) == ACL_SUCCESS);
+        CHECK(attributes.location.type == ACL_MEM_LOCATION_TYPE_DEVICE && attributes.location.id == 0);
+        CHECK(aclrtPointerGetAttributes(rows, &attributes) == ACL_SUCCESS &&
+              attributes.location.type == ACL_MEM_LOCATION_TYPE_HOST);
+        CHECK(aclrtQueryDeviceStatus(0, &deviceStatus) == ACL_SUCCESS && deviceStatus == ACL_RT_DEVICE_STATUS_NORMAL);
+        CHECK(aclrtDeviceGetBareTgid(&pid) == ACL_SUCCESS && pid > 0);
+    }
 
     /* streams */
     CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
     CHECK(aclrtStreamQuery(stream, &streamStatus) == ACL_SUCCESS && streamStatus == ACL_STREAM_STATUS_COMPLETE);
     CHECK(aclrtSynchronizeStreamWithTimeout(stream, -1) == ACL_SUCCESS);
+    {
+        int32_t streamId = -1, defaultId = -1;
+        CHECK(aclrtStreamGetId(stream, &streamId) == ACL_SUCCESS && streamId > 0);
+        CHECK(aclrtStreamGetId(NULL, &defaultId) == ACL_SUCCESS && defaultId == 0);
+    }
     CHECK(aclrtSynchronizeStreamWithTimeout(stream, 0) == ACL_ERROR_RT_PARAM_INVALID && HAS("timeout"));
 
     /* descriptors: getters, arrays and lists */
