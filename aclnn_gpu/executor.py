@@ -1,7 +1,9 @@
 """`aclOpExecutor`: the plan that phase 1 froze, and the phase-2 checks every operator shares.
 
 Single-use by default, as in CANN: a second run of a non-repeatable executor is refused with
-ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU.
+ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU. A repeatable executor
+keeps its phase-1 arguments (`source`), so aclSetInputTensorAddr / aclSetOutputTensorAddr can rebind
+one of its tensors and plan it again over the new address.
 """
 from __future__ import annotations
 

@@ -2,14 +2,17 @@
 each exported C function into a call of the Python API with the same name.
 
 Owns: the handle table (C's opaque pointers <-> Python objects), the conversions of C arguments
-(`table.Param.kind`), the writing of out-parameters, the guard for names the Python package does not
-have, and `aclGetRecentErrMsg`'s per-thread C string.
+(`table.Param.kind`; the irregular signatures in `custom.py`), the writing of out-parameters, the
+C callers' runtime rule (a function that needs the runtime, called before aclInit / aclnnInit or
+after aclFinalize, returns its library's not-initialised code: `needs_init`), the wording of
+messages for C (`c_words`), and `aclGetRecentErrMsg`'s per-thread C string.
 
 Handles are integers from a counter, never Python object addresses: a handle the table does not know
 (never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
-own type checks refuse with their usual code; a recently destroyed or spent handle turns into a dead
-stand-in of its class (`destroyed` / `spent` set), so the message says what happened. Nothing a C
-program passes can make this layer dereference an object that is gone.
+own type checks refuse with their usual code (the message then says "a handle that was never
+created"); a recently destroyed or spent handle turns into a dead stand-in of its class
+(`destroyed` / `spent` set), so the message says what happened. Nothing a C program passes can make
+this layer dereference an object that is gone.
 """
 from __future__ import annotations
 
