@@ -462,3 +462,23 @@ def aclrtPointerGetAttributes(ptr: Any) -> tuple[int, int, int, int]:
     if device is None or alloc is None or not alloc.on_device:
         return OK, 0, 0, page
     return OK, 1, device.id, 2 << 20 if device.kind == "cuda" else page
+
+
+# ---------------------------------------------------------------------------- the thread's last error
+def _last_error(fn: str, level: Any, clear: bool) -> int:
+    from .errors import recent_status
+    if not isinstance(level, numbers.Integral) or isinstance(level, bool) or int(level) != 0:
+        fail(aclError.ACL_ERROR_INVALID_PARAM, f"{fn}: level {level!r} must be ACL_RT_THREAD_LEVEL (0)")
+    return recent_status(clear)
+
+
+@c_api()
+def aclrtPeekAtLastError(level: int) -> int:
+    """The code of the calling thread's last failed call (ACL_SUCCESS when none), left in place."""
+    return _last_error("aclrtPeekAtLastError", level, False)
+
+
+@c_api()
+def aclrtGetLastError(level: int) -> int:
+    """The code of the calling thread's last failed call (ACL_SUCCESS when none), then cleared."""
+    return _last_error("aclrtGetLastError", level, True)

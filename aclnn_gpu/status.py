@@ -133,6 +133,10 @@ class aclrtDeviceStatus(enum.IntEnum):
     ACL_RT_DEVICE_STATUS_END = 0xFFFF
 
 
+class aclrtLastErrLevel(enum.IntEnum):
+    ACL_RT_THREAD_LEVEL = 0
+
+
 class aclrtMemLocationType(enum.IntEnum):
     ACL_MEM_LOCATION_TYPE_HOST = 0
     ACL_MEM_LOCATION_TYPE_DEVICE = 1
@@ -270,7 +274,7 @@ ACL_ERROR_NONE = aclError.ACL_SUCCESS
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
          aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
          aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode,
-         aclrtDeviceStatus, aclrtMemLocationType)
+         aclrtDeviceStatus, aclrtMemLocationType, aclrtLastErrLevel)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})

@@ -223,6 +223,22 @@ def test_pointer_attributes_device_status_and_ids(device):
     assert acl.aclrtFree(dev) == 0 and acl.aclrtFreeHost(host) == 0
 
 
+def test_last_error_per_thread(device):
+    acl.aclrtGetLastError(acl.ACL_RT_THREAD_LEVEL)                         # what earlier tests left: cleared
+    assert acl.aclrtGetLastError(0) == 0
+    assert acl.aclrtFree(12345) == P
+    assert acl.aclrtMalloc(64, 0)[0] == 0                                  # a success keeps it
+    seen = {}
+    t = threading.Thread(target=lambda: seen.setdefault("other", acl.aclrtPeekAtLastError(0)))
+    t.start()
+    t.join()
+    assert seen == {"other": 0}                                            # per thread
+    assert acl.aclrtPeekAtLastError(0) == P and acl.aclrtPeekAtLastError(0) == P
+    assert acl.aclrtGetLastError(0) == P and acl.aclrtGetLastError(0) == 0
+    assert acl.aclrtGetLastError(1) == acl.ACL_ERROR_INVALID_PARAM and "ACL_RT_THREAD_LEVEL" in acl.aclGetRecentErrMsg()
+    acl.aclrtGetLastError(0)
+
+
 # ---------------------------------------------------------------------------- meta: arrays and lists
 def test_float_and_bool_arrays():
     floats = acl.aclCreateFloatArray([0.1, 2.5, -np.inf])

@@ -351,7 +351,7 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     NULL = ffi.NULL
 
     def failed(status: int, message: str) -> Any:
-        set_recent_error(c_words(message))
+        set_recent_error(c_words(message), status or None)
         return NULL if returns == "handle" else 0 if returns == "value" else status
 
     if returns == "value" and target is not None:

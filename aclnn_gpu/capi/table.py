@@ -43,7 +43,7 @@ CDEF_TYPES = [
     "typedef int... aclFloat16;", "typedef void *aclrtContext;", "typedef int... aclrtRunMode;",
     "typedef int... aclrtEventStatus;", "typedef int... aclrtEventWaitStatus;", "typedef int... aclrtStreamStatus;",
     "typedef int... aclrtMemAttr;", "typedef int... HcclSendRecvType;", "typedef int... aclrtDeviceStatus;",
-    "typedef int... aclrtMemLocationType;",
+    "typedef int... aclrtMemLocationType;", "typedef int... aclrtLastErrLevel;",
     "typedef struct { uint32_t id; aclrtMemLocationType type; ...; } aclrtMemLocation;",
     "typedef struct { aclrtMemLocation location; uint32_t pageSize; ...; } aclrtPtrAttributes;",
     "typedef struct aclFloatArray aclFloatArray;", "typedef struct aclBoolArray aclBoolArray;",

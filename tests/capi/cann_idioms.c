@@ -148,6 +148,9 @@ int main(void)
         CHECK(aclrtStreamGetId(NULL, &defaultId) == ACL_SUCCESS && defaultId == 0);
     }
     CHECK(aclrtSynchronizeStreamWithTimeout(stream, 0) == ACL_ERROR_RT_PARAM_INVALID && HAS("timeout"));
+    CHECK(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) == ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtGetLastError(ACL_RT_THREAD_LEVEL) == ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtGetLastError(ACL_RT_THREAD_LEVEL) == ACL_SUCCESS);
 
     /* descriptors: getters, arrays and lists */
     {

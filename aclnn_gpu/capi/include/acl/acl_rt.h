@@ -98,6 +98,10 @@ typedef struct aclrtPtrAttributes {
     uint32_t rsv[4];
 } aclrtPtrAttributes;
 
+typedef enum aclrtLastErrLevel {
+    ACL_RT_THREAD_LEVEL = 0
+} aclrtLastErrLevel;
+
 #define ACL_EVENT_SYNC 0x00000001u
 #define ACL_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002u
 #define ACL_EVENT_TIME_LINE 0x00000008u
@@ -111,6 +115,10 @@ typedef struct aclrtPtrAttributes {
 #define ACL_STREAM_HUGE 0x00000008u
 #define ACL_STREAM_CPU_SCHEDULE 0x00000010u
 #define ACL_STREAM_DEVICE_USE_ONLY 0x00000020u
+
+/* the code of the calling thread's last failed call (ACL_SUCCESS when none); Get also clears it */
+ACL_FUNC_VISIBILITY aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
+ACL_FUNC_VISIBILITY aclError aclrtGetLastError(aclrtLastErrLevel level);
 
 /* contexts: one per device and thread-current, as in CANN (a device's default context is the one
    aclrtSetDevice makes current) */
