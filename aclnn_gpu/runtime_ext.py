@@ -188,7 +188,7 @@ def aclrtGetCurrentContext() -> tuple[int, aclrtContext]:
 # ---------------------------------------------------------------------------- devices, streams and events
 @c_api()
 def aclrtResetDeviceForce(deviceId: int) -> int:
-    return aclrtResetDevice(deviceId) or OK
+    return _forward("aclrtResetDeviceForce", aclrtResetDevice(deviceId))
 
 
 def _timeout(value: Any, fn: str) -> int:
