@@ -330,6 +330,7 @@ _ERROR_STRINGS = {
     HcclResult.HCCL_E_DRV: "call driver api fail", HcclResult.HCCL_E_PROFILING: "call profiling api fail",
     HcclResult.HCCL_E_CCE: "call cce api fail", HcclResult.HCCL_E_NETWORK: "call network api fail",
     HcclResult.HCCL_E_AGAIN: "try again", HcclResult.HCCL_E_REMOTE: "error cqe",
+    HcclResult.HCCL_E_SUSPENDING: "error communicator suspending",
 }
 
 
