@@ -39,7 +39,8 @@ from .runtime import (
 from .runtime_ext import (
     aclDataTypeSize, aclFloat16ToFloat, aclFloatToFloat16, aclnnFinalize, aclnnInit, aclrtContext, aclrtCreateContext,
     aclrtDeviceGetBareTgid, aclrtMemcpy2d, aclrtMemcpy2dAsync, aclrtPointerGetAttributes, aclrtQueryDeviceStatus,
-    aclrtGetLastError, aclrtPeekAtLastError, aclrtStreamGetId,
+    aclrtGetLastError, aclrtPeekAtLastError, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutWithMs,
+    aclrtSetOpWaitTimeout, aclrtSetStreamFailureMode, aclrtStreamGetId,
     aclrtCtxGetSysParamOpt, aclrtDestroyContext, aclrtDestroyStreamForce, aclrtGetCurrentContext, aclrtGetMemInfo,
     aclrtGetRunMode, aclrtGetSocName, aclrtGetVersion, aclrtMallocCached, aclrtMemFlush, aclrtMemInvalidate,
     aclrtQueryEvent, aclrtQueryEventWaitStatus, aclrtResetDeviceForce, aclrtResetEvent, aclrtSetCurrentContext,

@@ -482,3 +482,48 @@ def aclrtPeekAtLastError(level: int) -> int:
 def aclrtGetLastError(level: int) -> int:
     """The code of the calling thread's last failed call (ACL_SUCCESS when none), then cleared."""
     return _last_error("aclrtGetLastError", level, True)
+
+
+# ---------------------------------------------------------------------------- timeouts and failure modes
+def _no_timeout(fn: str, timeout: Any, unit: str) -> int:
+    """Op timeouts: 0 (no limit) is what the devices here do, so it is accepted; a limit would need a
+    running kernel to be interrupted, which neither a GPU kernel launched here nor a host task can be."""
+    if not isinstance(timeout, numbers.Integral) or isinstance(timeout, bool) or not 0 <= int(timeout) < 2 ** 32:
+        fail(PARAM, f"{fn}: timeout {timeout!r} must be a uint32_t ({unit})")
+    if int(timeout) != 0:
+        fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+             f"{fn}: timeout {timeout} {unit}: an operator here cannot be interrupted once it runs; only 0 (no "
+             "limit) is supported")
+    return OK
+
+
+@c_api()
+def aclrtSetOpWaitTimeout(timeout: int) -> int:
+    return _no_timeout("aclrtSetOpWaitTimeout", timeout, "s")
+
+
+@c_api()
+def aclrtSetOpExecuteTimeOut(timeout: int) -> int:
+    return _no_timeout("aclrtSetOpExecuteTimeOut", timeout, "s")
+
+
+@c_api()
+def aclrtSetOpExecuteTimeOutWithMs(timeout: int) -> int:
+    return _no_timeout("aclrtSetOpExecuteTimeOutWithMs", timeout, "ms")
+
+
+@c_api()
+def aclrtSetStreamFailureMode(stream: aclrtStream | None, mode: int) -> int:
+    """ACL_STOP_ON_FAILURE (1) is how every stream here behaves: after a failed task the stream runs
+    nothing more until the failure is reported (its synchronize, or the next call on it), as a CUDA
+    error is sticky. ACL_CONTINUE_ON_FAILURE (0) is refused as unsupported."""
+    fn = "aclrtSetStreamFailureMode"
+    if stream is not None:
+        _stream_owner(stream, fn)
+    if not isinstance(mode, numbers.Integral) or isinstance(mode, bool) or int(mode) not in (0, 1):
+        fail(PARAM, f"{fn}: mode {mode!r} must be ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1)")
+    if int(mode) == 0:
+        fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+             f"{fn}: ACL_CONTINUE_ON_FAILURE: a stream here stops at its first failed task until the failure is "
+             "reported (ACL_STOP_ON_FAILURE is the mode every stream has)")
+    return OK

@@ -239,6 +239,30 @@ def test_last_error_per_thread(device):
     acl.aclrtGetLastError(0)
 
 
+def test_failure_mode_and_timeouts_say_what_the_streams_do(device):
+    """STOP_ON_FAILURE is what a stream does: after a failed task the next one does not run until the
+    failure is reported; CONTINUE_ON_FAILURE and non-zero operator timeouts are refused as unsupported."""
+    _, stream = acl.aclrtCreateStream()
+    assert acl.aclrtSetStreamFailureMode(stream, 1) == 0            # ACL_STOP_ON_FAILURE (acl_rt.h's macro)
+    assert acl.aclrtSetStreamFailureMode(stream, 0) == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert "ACL_CONTINUE_ON_FAILURE" in acl.aclGetRecentErrMsg()
+    assert acl.aclrtSetStreamFailureMode(stream, 2) == P
+    ran = []
+
+    def boom():
+        raise RuntimeError("a failed task")
+    worker = _host_worker(stream)
+    worker.submit(boom)
+    worker.submit(lambda: ran.append(1))          # after the failure: not run
+    assert acl.aclrtSynchronizeStream(stream) != 0 and "a failed task" in acl.aclGetRecentErrMsg()
+    assert ran == []
+    for fn in (acl.aclrtSetOpWaitTimeout, acl.aclrtSetOpExecuteTimeOut, acl.aclrtSetOpExecuteTimeOutWithMs):
+        assert fn(0) == 0
+        assert fn(30) == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT and "cannot be interrupted" in acl.aclGetRecentErrMsg()
+        assert fn(-1) == P and fn(2 ** 32) == P
+    assert acl.aclrtDestroyStream(stream) == 0
+
+
 # ---------------------------------------------------------------------------- meta: arrays and lists
 def test_float_and_bool_arrays():
     floats = acl.aclCreateFloatArray([0.1, 2.5, -np.inf])

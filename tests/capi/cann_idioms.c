@@ -151,6 +151,9 @@ int main(void)
     CHECK(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) == ACL_ERROR_RT_PARAM_INVALID);
     CHECK(aclrtGetLastError(ACL_RT_THREAD_LEVEL) == ACL_ERROR_RT_PARAM_INVALID);
     CHECK(aclrtGetLastError(ACL_RT_THREAD_LEVEL) == ACL_SUCCESS);
+    CHECK(aclrtSetStreamFailureMode(stream, ACL_STOP_ON_FAILURE) == ACL_SUCCESS);
+    CHECK(aclrtSetStreamFailureMode(stream, ACL_CONTINUE_ON_FAILURE) == ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    CHECK(aclrtSetOpExecuteTimeOut(0) == ACL_SUCCESS && aclrtSetOpWaitTimeout(5) == ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
 
     /* descriptors: getters, arrays and lists */
     {

@@ -109,6 +109,9 @@ typedef enum aclrtLastErrLevel {
 #define ACL_EVENT_EXTERNAL 0x00000020u
 #define ACL_EVENT_IPC 0x00000040u
 
+#define ACL_CONTINUE_ON_FAILURE 0x00000000u
+#define ACL_STOP_ON_FAILURE 0x00000001u
+
 #define ACL_STREAM_FAST_LAUNCH 0x00000001u
 #define ACL_STREAM_FAST_SYNC 0x00000002u
 #define ACL_STREAM_PERSISTENT 0x00000004u
@@ -155,6 +158,13 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream strea
 ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
 ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtStreamGetId(aclrtStream stream, int32_t *streamId);
+/* ACL_STOP_ON_FAILURE is every stream's mode here; ACL_CONTINUE_ON_FAILURE is refused */
+ACL_FUNC_VISIBILITY aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
+
+/* operator timeouts: 0 (no limit) only; an operator here cannot be interrupted once it runs */
+ACL_FUNC_VISIBILITY aclError aclrtSetOpWaitTimeout(uint32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtSetOpExecuteTimeOutWithMs(uint32_t timeout);
 
 /* events */
 ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event);
