@@ -14,6 +14,7 @@ from .hccl import *  # noqa: F401,F403 - HCCL's collectives, HcclComm and the HC
 from .graph import (
     aclmdlRI, aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRIDestroy, aclmdlRIExecuteAsync,
 )
+from .callbacks import aclrtLaunchCallback, aclrtProcessReport, aclrtSubscribeReport, aclrtUnSubscribeReport
 from .executor import (
     aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable, aclSetInputTensorAddr,
     aclSetOutputTensorAddr,

@@ -133,6 +133,11 @@ class aclrtDeviceStatus(enum.IntEnum):
     ACL_RT_DEVICE_STATUS_END = 0xFFFF
 
 
+class aclrtCallbackBlockType(enum.IntEnum):
+    ACL_CALLBACK_NO_BLOCK = 0
+    ACL_CALLBACK_BLOCK = 1
+
+
 class aclrtLastErrLevel(enum.IntEnum):
     ACL_RT_THREAD_LEVEL = 0
 
@@ -216,6 +221,10 @@ class aclError(enum.IntEnum):
     ACL_ERROR_UNSUPPORTED_DATA_TYPE = 100026
     ACL_ERROR_FORMAT_NOT_MATCH = 100027
     ACL_ERROR_KERNEL_NOT_FOUND = 100029
+    ACL_ERROR_REPEAT_SUBSCRIBE = 100033
+    ACL_ERROR_STREAM_NOT_SUBSCRIBE = 100034
+    ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
+    ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
     ACL_ERROR_REPEAT_FINALIZE = 100037
     ACL_ERROR_BAD_ALLOC = 200000
     ACL_ERROR_API_NOT_SUPPORT = 200001
@@ -274,7 +283,8 @@ ACL_ERROR_NONE = aclError.ACL_SUCCESS
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
          aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
          aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode,
-         aclrtDeviceStatus, aclrtMemLocationType, aclrtLastErrLevel)
+         aclrtDeviceStatus, aclrtMemLocationType, aclrtLastErrLevel,
+         aclrtCallbackBlockType)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})

@@ -185,6 +185,19 @@ def _pointer_attributes(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, W
     return [_address(ffi, ptr)], write
 
 
+def _launch_callback(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, Writer]:
+    """aclrtLaunchCallback(fn, userData, blockType, stream): the C function pointer becomes a Python
+    callable that calls it with the caller's userData pointer (NULL stays NULL)."""
+    fn, data, block, stream = cargs
+    if fn == ffi.NULL:
+        return [None, None, block, handle_of(stream)], _nothing
+    pointer = ffi.cast("void *", data)
+
+    def call(_user_data: Any) -> None:
+        fn(pointer)
+    return [call, _address(ffi, data), block, handle_of(stream)], _nothing
+
+
 def _nothing(results: tuple) -> None:
     return None
 
@@ -196,4 +209,5 @@ CONVERSIONS: dict[str, Conversion] = {
     "HcclCreateSubCommConfig": _sub_comm, "HcclCommInitAll": _init_all, "HcclGetCommName": _comm_name,
     "HcclReduceScatterV": _reduce_scatter_v, "HcclAllGatherV": _all_gather_v, "HcclAlltoAllV": _all_to_all_v,
     "HcclBatchSendRecv": _batch_send_recv, "aclrtPointerGetAttributes": _pointer_attributes,
+    "aclrtLaunchCallback": _launch_callback,
 }

@@ -44,6 +44,7 @@ CDEF_TYPES = [
     "typedef int... aclrtEventStatus;", "typedef int... aclrtEventWaitStatus;", "typedef int... aclrtStreamStatus;",
     "typedef int... aclrtMemAttr;", "typedef int... HcclSendRecvType;", "typedef int... aclrtDeviceStatus;",
     "typedef int... aclrtMemLocationType;", "typedef int... aclrtLastErrLevel;",
+    "typedef int... aclrtCallbackBlockType;", "typedef void (*aclrtCallback)(void *userData);",
     "typedef struct { uint32_t id; aclrtMemLocationType type; ...; } aclrtMemLocation;",
     "typedef struct { aclrtMemLocation location; uint32_t pageSize; ...; } aclrtPtrAttributes;",
     "typedef struct aclFloatArray aclFloatArray;", "typedef struct aclBoolArray aclBoolArray;",

@@ -4,6 +4,7 @@
  * a repeatable executor rebound with aclSetInputTensorAddr / aclSetOutputTensorAddr. Prints
  * "idioms ok" when every check passed, else the failed check and the recent error message. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,11 @@ static void release(int64_t *values)
 #else
     free(values);
 #endif
+}
+
+static void count_call(void *userData)
+{
+    *(int *)userData += 1;
 }
 
 static int run_kl(aclOpExecutor *executor, uint64_t workspaceSize, void *workspace, aclrtStream stream)
@@ -154,6 +160,21 @@ int main(void)
     CHECK(aclrtSetStreamFailureMode(stream, ACL_STOP_ON_FAILURE) == ACL_SUCCESS);
     CHECK(aclrtSetStreamFailureMode(stream, ACL_CONTINUE_ON_FAILURE) == ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     CHECK(aclrtSetOpExecuteTimeOut(0) == ACL_SUCCESS && aclrtSetOpWaitTimeout(5) == ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    {
+        /* a host callback, CANN's way: this thread subscribes, the stream hands it over, this thread runs it */
+        int calls = 0;
+        uint64_t me = (uint64_t)pthread_self();
+        CHECK(aclrtLaunchCallback(count_call, &calls, ACL_CALLBACK_BLOCK, stream) == ACL_ERROR_STREAM_NOT_SUBSCRIBE);
+        CHECK(aclrtSubscribeReport(me, stream) == ACL_SUCCESS);
+        CHECK(aclrtSubscribeReport(me, stream) == ACL_ERROR_REPEAT_SUBSCRIBE);
+        CHECK(aclrtLaunchCallback(count_call, &calls, ACL_CALLBACK_BLOCK, stream) == ACL_SUCCESS);
+        CHECK(aclrtLaunchCallback(count_call, &calls, ACL_CALLBACK_NO_BLOCK, stream) == ACL_SUCCESS);
+        CHECK(aclrtProcessReport(5000) == ACL_SUCCESS && aclrtProcessReport(5000) == ACL_SUCCESS && calls == 2);
+        CHECK(aclrtSynchronizeStream(stream) == ACL_SUCCESS);
+        CHECK(aclrtProcessReport(20) == ACL_ERROR_WAIT_CALLBACK_TIMEOUT);
+        CHECK(aclrtUnSubscribeReport(me, stream) == ACL_SUCCESS);
+        CHECK(aclrtProcessReport(20) == ACL_ERROR_THREAD_NOT_SUBSCRIBE);
+    }
 
     /* descriptors: getters, arrays and lists */
     {

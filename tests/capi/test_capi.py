@@ -427,7 +427,8 @@ def idioms(flags, tmp_path_factory) -> dict[str, Path]:
     built = {}
     for lang, cmd in (("c99", [CC, "-std=c99", "-pedantic"]), ("c++17", [CXX, "-std=c++17", "-x", "c++"])):
         program = out / f"idioms_{lang}"
-        full = [*cmd, "-Wall", "-Wextra", "-Werror", str(source), "-x", "none", "-o", str(program), *flags, "-lm"]
+        full = [*cmd, "-Wall", "-Wextra", "-Werror", str(source), "-x", "none", "-o", str(program), "-pthread",
+                *flags, "-lm"]
         proc = subprocess.run(full, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, " ".join(full) + "\n" + proc.stderr
         built[lang] = program

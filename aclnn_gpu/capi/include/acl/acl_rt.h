@@ -98,6 +98,13 @@ typedef struct aclrtPtrAttributes {
     uint32_t rsv[4];
 } aclrtPtrAttributes;
 
+typedef enum aclrtCallbackBlockType {
+    ACL_CALLBACK_NO_BLOCK = 0,
+    ACL_CALLBACK_BLOCK = 1
+} aclrtCallbackBlockType;
+
+typedef void (*aclrtCallback)(void *userData);
+
 typedef enum aclrtLastErrLevel {
     ACL_RT_THREAD_LEVEL = 0
 } aclrtLastErrLevel;
@@ -160,6 +167,14 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtStreamGetId(aclrtStream stream, int32_t *streamId);
 /* ACL_STOP_ON_FAILURE is every stream's mode here; ACL_CONTINUE_ON_FAILURE is refused */
 ACL_FUNC_VISIBILITY aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
+
+/* host callbacks: fn(userData) runs, in the stream's order, in the subscribed thread's aclrtProcessReport
+   (threadId: that thread's pthread_self()) */
+ACL_FUNC_VISIBILITY aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                                                 aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtProcessReport(int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
 
 /* operator timeouts: 0 (no limit) only; an operator here cannot be interrupted once it runs */
 ACL_FUNC_VISIBILITY aclError aclrtSetOpWaitTimeout(uint32_t timeout);
