@@ -388,7 +388,7 @@ def test_aclnn_init_and_finalize(tmp_path):
 # ---------------------------------------------------------------------------- the C layer's words
 def test_messages_in_c_words():
     pytest.importorskip("cffi")
-    from aclnn_gpu.capi.bridge import c_words
+    from aclnn_gpu.capi.rules import c_words
     assert c_words("aclDestroyTensor: UnknownHandle(0x1230) is not an aclTensor") == \
         "aclDestroyTensor: a handle that was never created (or destroyed long ago) is not an aclTensor"
     assert c_words("aclCreateTensor: tensorData None must be an address") == \

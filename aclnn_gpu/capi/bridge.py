@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import gc
-import re
 import itertools
 import operator
 import os
@@ -32,6 +31,7 @@ from aclnn_gpu.executor import aclOpExecutor
 from aclnn_gpu.tensor import MAX_DIMS
 
 from .custom import CONVERSIONS, CError
+from .rules import UNINITIALIZED, c_words, init_refusal, needs_init
 from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
@@ -290,42 +290,6 @@ ADAPTERS: dict[str, Callable[[Any, list], list]] = {
 }
 
 
-_UNKNOWN = re.compile(r"\bUnknownHandle(\(0x[0-9a-fA-F]+\))?")
-_NONE = re.compile(r"\b(NoneType|None|null)\b")
-
-
-def c_words(message: str) -> str:
-    """A Python API message as a C caller reads it: a handle the table does not know is "a handle that
-    was never created (or destroyed long ago)", Python's None is "nullptr"."""
-    if "UnknownHandle" in message:
-        message = _UNKNOWN.sub("a handle that was never created (or destroyed long ago)", message)
-    return _NONE.sub("nullptr", message) if "None" in message or "null" in message else message
-
-
-# What a C program gets for a call that needs the runtime before aclInit (aclnnInit also opens it for
-# aclnn programs) or after aclFinalize: CANN's "not initialised" code of the function's library.
-UNINITIALIZED = {"aclError": int(acl.ACL_ERROR_UNINITIALIZE), "aclnnStatus": int(acl.ACLNN_ERR_RUNTIME_ERROR),
-                 "HcclResult": 15}   # HCCL_E_RUNTIME
-# Functions that need no runtime: descriptors (acl* of acl_meta.h), queries of the platform, the
-# initialisation functions themselves and the pure helpers.
-NO_INIT = {"aclrtGetDeviceCount", "aclrtGetVersion", "aclrtGetSocName", "aclrtGetRunMode", "aclnnInit", "aclnnFinalize",
-           "HcclGetErrorString", "HcclGetCommConfigCapability"}
-
-
-def needs_init(name: str) -> bool:
-    return name.startswith(("aclrt", "aclnn", "aclmdl", "Hccl")) and name not in NO_INIT
-
-
-def _init_refusal(name: str) -> str | None:
-    """Why `name` may not run now (the runtime is not initialised), or None."""
-    state = runtime._state
-    if state.initialized or state.aclnn_initialized:
-        return None
-    if state.finalized:
-        return f"{name}: called after aclFinalize (call aclInit again before using the runtime)"
-    return f"{name}: called before aclInit (aclInit, or aclnnInit for a program of aclnn operators, must come first)"
-
-
 def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     """The function cffi runs for C function `entry` (a closure over precomputed converters)."""
     name, restype, returns = entry.name, entry.restype, entry.returns
@@ -372,7 +336,7 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     def call(*cargs: Any) -> Any:
         try:
             if guarded and not (runtime._state.initialized or runtime._state.aclnn_initialized):
-                refusal = _init_refusal(name)
+                refusal = init_refusal(name)
                 if refusal is not None:
                     return failed(UNINITIALIZED[status_type], refusal)
             if conversion is not None:

@@ -251,7 +251,7 @@ C_ONLY = {
 def test_bad_input_through_the_c_abi(compile_program, cpu_session):
     """Each case answers C as Python answers it: the same code, and the message in C's words
     (`bridge.c_words`: nullptr for Python's None / null, no UnknownHandle)."""
-    from aclnn_gpu.capi.bridge import c_words
+    from aclnn_gpu.capi.rules import c_words
     proc = run(compile_program(HERE / "bad_input.c"), "cpu")
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("survived"), proc.stdout[-3000:] + proc.stderr
     cases = {}
