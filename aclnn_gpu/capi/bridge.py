@@ -2,14 +2,17 @@
 each exported C function into a call of the Python API with the same name.
 
 Owns: the handle table (C's opaque pointers <-> Python objects), the conversions of C arguments
-(`table.Param.kind`), the writing of out-parameters, the guard for names the Python package does not
-have, and `aclGetRecentErrMsg`'s per-thread C string.
+(`table.Param.kind`; the irregular signatures in `custom.py`), the writing of out-parameters, the
+C callers' runtime rule (a function that needs the runtime, called before aclInit / aclnnInit or
+after aclFinalize, returns its library's not-initialised code: `needs_init`), the wording of
+messages for C (`c_words`), and `aclGetRecentErrMsg`'s per-thread C string.
 
 Handles are integers from a counter, never Python object addresses: a handle the table does not know
 (never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
-own type checks refuse with their usual code; a recently destroyed or spent handle turns into a dead
-stand-in of its class (`destroyed` / `spent` set), so the message says what happened. Nothing a C
-program passes can make this layer dereference an object that is gone.
+own type checks refuse with their usual code (the message then says "a handle that was never
+created"); a recently destroyed or spent handle turns into a dead stand-in of its class
+(`destroyed` / `spent` set), so the message says what happened. Nothing a C program passes can make
+this layer dereference an object that is gone.
 """
 from __future__ import annotations
 
@@ -22,11 +25,13 @@ import threading
 from typing import Any, Callable
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu import dtypes, runtime
 from aclnn_gpu.errors import set_recent_error
 from aclnn_gpu.executor import aclOpExecutor
 from aclnn_gpu.tensor import MAX_DIMS
 
+from .custom import CONVERSIONS, CError
+from .rules import UNINITIALIZED, c_words, init_refusal, needs_init
 from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
@@ -57,14 +62,6 @@ class UnknownHandle:
 
     def __repr__(self) -> str:
         return f"UnknownHandle({hex(self.value)})"
-
-
-class CError(Exception):
-    """A failure the C layer detects before Python sees the call (a NULL out-pointer, a NULL array)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 _stand_ins: dict[type, Any] = {}
@@ -189,6 +186,15 @@ def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callab
             obj = by_pointer.get(a[index])
             return obj if obj is not None else get(_address(ffi, a[index]))
         return handle
+    if p.kind == "handle_array":
+        length = counts[p.name]
+        get_handle = handles.get
+
+        def handle_array(a: tuple) -> Any:
+            if a[index] == NULL:
+                return None
+            return [None if a[index][i] == NULL else get_handle(_address(ffi, a[index][i])) for i in range(a[length])]
+        return handle_array
     if p.kind == "addr":
         return lambda a: None if a[index] == NULL else _address(ffi, a[index])
     if p.kind == "str":
@@ -237,7 +243,8 @@ def _memcpy_host_sides(ffi: Any, args: list) -> list:
     allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
     Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
     dst, _, src, count, kind = args[:5]
-    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True)}.get(kind, (False, False))
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
     try:
         registry = acl.runtime.get_device().registry
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
@@ -259,8 +266,27 @@ def _scalar_value(ffi: Any, args: list) -> list:
     return args
 
 
+def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
+    """aclrtMemcpy2d(Async)(dst, dpitch, src, spitch, width, height, kind[, stream]): a host side that is
+    not an allocation of this library is the caller's memory, a buffer of the bytes its rows reach."""
+    dst, dpitch, src, spitch, width, height, kind = args[:7]
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
+    try:
+        registry = acl.runtime.get_device().registry
+    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
+        return args
+    for position, is_host, pitch in ((0, host[0], dpitch), (2, host[1], spitch)):
+        addr = args[position]
+        reach = pitch * (height - 1) + width if height else 0
+        if is_host and addr is not None and reach > 0 and registry.find(addr, 0) is None:
+            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
+    return args
+
+
 ADAPTERS: dict[str, Callable[[Any, list], list]] = {
     "aclrtMemcpy": _memcpy_host_sides, "aclrtMemcpyAsync": _memcpy_host_sides, "aclCreateScalar": _scalar_value,
+    "aclrtMemcpy2d": _memcpy2d_host_sides, "aclrtMemcpy2dAsync": _memcpy2d_host_sides,
 }
 
 
@@ -269,7 +295,8 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     name, restype, returns = entry.name, entry.restype, entry.returns
     status_type = restype if restype in NULL_OUT else "aclError"
     positions = {p.name: i for i, p in enumerate(entry.params)}
-    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params if p.kind == "array"}
+    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params
+              if p.kind in ("array", "handle_array")}
     inputs = [_input(ffi, entry, i, counts) for i, p in enumerate(entry.params)
               if not p.kind.startswith("out_") and p.kind != "count"]
     # the Python arguments: the C values as they are, then the few that need a conversion converted
@@ -283,11 +310,22 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     # executors (an execute spends a single-use one); no other call destroys what it is given
     retirable = handle_args if destroys else [i for i in handle_args if entry.params[i].base == "aclOpExecutor"]
     adapter = ADAPTERS.get(name)
+    conversion = CONVERSIONS.get(name)
+    guarded = needs_init(name)
     NULL = ffi.NULL
 
     def failed(status: int, message: str) -> Any:
-        set_recent_error(message)
-        return NULL if returns == "handle" else status
+        set_recent_error(c_words(message), status or None)
+        return NULL if returns == "handle" else 0 if returns == "value" else status
+
+    if returns == "value" and target is not None:
+        def value(*cargs: Any) -> Any:
+            try:
+                return target(*[convert(cargs) for convert in inputs])
+            except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
+                return failed(0, f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
+        value.__name__ = name
+        return value
 
     if target is None:
         def unsupported(*cargs: Any) -> Any:
@@ -297,6 +335,21 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
 
     def call(*cargs: Any) -> Any:
         try:
+            if guarded and not (runtime._state.initialized or runtime._state.aclnn_initialized):
+                refusal = init_refusal(name)
+                if refusal is not None:
+                    return failed(UNINITIALIZED[status_type], refusal)
+            if conversion is not None:
+                args, write_back = conversion(ffi, cargs, access)
+                result = target(*args)
+                if returns == "handle":
+                    return NULL if result is None else ffi.cast(restype, handles.new(result))
+                status = int(result[0] if isinstance(result, tuple) else result)
+                if status == 0 and isinstance(result, tuple):
+                    write_back(result[1:])
+                elif status != 0:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                return status
             for i, p, _ in outs:
                 if cargs[i] == NULL:
                     return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
@@ -310,9 +363,14 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
                 args = adapter(ffi, args)
             result = target(*args)
             if returns == "handle":
-                return NULL if result is None else ffi.cast(restype, handles.new(result))
+                if result is None:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                    return NULL
+                return ffi.cast(restype, handles.new(result))
             status = int(result[0] if outs else result)
-            if status == 0:
+            if status != 0:
+                set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+            else:
                 if outs:
                     for (i, _, write), value in zip(outs, result[1:]):
                         write(cargs[i], value)
@@ -337,6 +395,42 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
 def _length_name(entry: Entry, array: str) -> str:
     from .table import ARRAY_LENGTH
     return ARRAY_LENGTH.get(array, array + "Num")
+
+
+class _Access:
+    """What custom.py's conversions use: handle -> object (a C pointer), and object -> new handle."""
+
+    def __init__(self, ffi: Any):
+        self.ffi = ffi
+
+    def __call__(self, pointer: Any) -> Any:
+        obj = handles.by_pointer.get(pointer)
+        return obj if obj is not None else handles.get(_address(self.ffi, pointer))
+
+    def new(self, obj: Any) -> int:
+        return handles.new(obj)
+
+
+access: Any = None   # set by install
+
+
+def _static_string(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
+    """A const char * answer (aclrtGetSocName, HcclGetErrorString): each distinct string is kept for
+    the life of the process, as a C caller expects of such a pointer (there are few of them)."""
+    kept: dict[str, Any] = {}
+    convert = [_input(ffi, entry, i, {}) for i in range(len(entry.params))]
+
+    def string(*cargs: Any) -> Any:
+        try:
+            text = "" if target is None else str(target(*[c(cargs) for c in convert]))
+        except Exception:   # noqa: BLE001 - a bug of this layer: an empty string, never an exception into C
+            text = ""
+        data = kept.get(text)
+        if data is None:
+            data = kept[text] = ffi.new("char[]", text.encode("utf-8", "replace"))
+        return data
+    string.__name__ = entry.name
+    return string
 
 
 _recent = threading.local()
@@ -370,9 +464,13 @@ def install(ffi: Any) -> None:
     with handles._lock:
         handles.pointer = lambda handle: ffi.cast(void_p, handle)
         handles.by_pointer.update((handles.pointer(h), obj) for h, obj in handles._live.items())
+    global access
+    access = _Access(ffi)
     for entry in entries():
-        if entry.returns == "string":
+        if entry.name == "aclGetRecentErrMsg":
             wrapper = _recent_message(ffi)
+        elif entry.returns == "string":
+            wrapper = _static_string(ffi, entry, python_function(entry))
         else:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)

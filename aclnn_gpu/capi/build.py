@@ -31,7 +31,7 @@ import sysconfig
 from pathlib import Path
 
 from ..kernels.emulator.build import _locked, _tmp_name
-from .table import INCLUDE_DIR, entries, headers
+from .table import CDEF_TYPES, INCLUDE_DIR, entries, headers
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_PARENT = HERE.parents[1]            # the directory holding `aclnn_gpu/`
@@ -57,6 +57,7 @@ def _cdef() -> str:
              "typedef void *aclrtStream;", "typedef void *aclrtEvent;", "typedef void *aclmdlRI;",
              "typedef void *HcclComm;", "typedef struct { char internal[4108]; } HcclRootInfo;"]
     lines += [f"typedef struct {t} {t};" for t in ("aclTensor", "aclIntArray", "aclScalar", "aclOpExecutor")]
+    lines += CDEF_TYPES
     lines += [f'extern "Python" {e.restype} _py_{e.name}({e.c_params});' for e in entries()]
     lines.append('extern "Python" void _py_aclnn_gpu_at_exit(void);')   # bridge.at_exit
     return "\n".join(lines)
@@ -125,6 +126,8 @@ static const char aclnn_gpu_no_python[] = "aclnn_gpu: the embedded Python interp
             bad = fail[e.restype]
         elif e.returns == "string":
             bad = "aclnn_gpu_no_python"
+        elif e.returns == "value":
+            bad = "0"
         else:
             bad = "NULL"
         out.append(f"{e.restype} {e.name}({e.c_params})\n{{\n    if (aclnn_gpu_start() != 0)\n"
