@@ -1,9 +1,10 @@
 """Building the C ABI: cffi's embedding mode turns the table into `libascendcl.so`, cached.
 
 Owns: the cffi declarations and C source generated from `table.entries()`, the compiler command,
-the install prefix laid out as CANN's (`include/`, `lib64/` with `libascendcl.so` and the other link
+the cached prefix laid out as CANN's (`include/`, `lib64/` with `libascendcl.so` and the other link
 names as symbolic links to it, `lib64/pkgconfig/aclnn_gpu.pc`, `lib64/cmake/aclnn_gpu/`), and the
-cache under `$ACLNN_GPU_CACHE/capi/<key>` (default `~/.cache/aclnn_gpu/capi/<key>`).
+cache under `$ACLNN_GPU_CACHE/capi/<key>` (default `~/.cache/aclnn_gpu/capi/<key>`). `install.py`
+copies a built prefix into a CANN toolkit's layout that outlives the cache.
 
 Why a build at first use: a wheel of this pure-Python package cannot ship a compiled library, and
 the library bakes in the interpreter and package it starts (below), so it is built on the machine
@@ -15,8 +16,10 @@ The embedded interpreter: each exported function first runs `aclnn_gpu_start()`,
 process, `pthread_once`) initialises CPython with `program_name` set to the interpreter this library
 was built with, so CPython finds that virtual environment's site-packages the way it does when that
 interpreter runs, then puts this package's parent directory first on `sys.path` and lets cffi run
-`bridge.install`. A host program that already runs Python (a C extension loading the library) keeps
-its own interpreter (its `sys.path` must reach this package and cffi).
+`bridge.install`. The host program's PYTHONPATH / PYTHONHOME (and every other PYTHON* variable)
+are ignored unless `ACLNN_GPU_PYTHON_ENV=1`: they belong to the program's own Python, not to the
+interpreter this library was built with. A host program that already runs Python (a C extension
+loading the library) keeps its own interpreter (its `sys.path` must reach this package and cffi).
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ def _source(python: str) -> str:
     """The C preamble: the headers, then one exported definition per entry that starts Python and
     calls its extern "Python" twin (the compiler checks each definition against its declaration)."""
     fail = {"aclError": "ACL_ERROR_INTERNAL_ERROR", "aclnnStatus": "ACLNN_ERR_INNER", "HcclResult": "HCCL_E_INTERNAL"}
-    out = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>"]
+    out = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>"]
     out += [f'#include "{h}"' for h in headers()]
     out += [f"static {e.restype} _py_{e.name}({e.c_params});" for e in entries()]
     out.append("static void _py_aclnn_gpu_at_exit(void);")
@@ -87,8 +90,12 @@ static void aclnn_gpu_boot(void)
     if (!Py_IsInitialized()) {{
         PyConfig config;
         PyStatus status;
+        const char *honour = getenv("ACLNN_GPU_PYTHON_ENV");
         PyConfig_InitPythonConfig(&config);
         config.install_signal_handlers = 0;   /* the host program owns its signals */
+        /* The caller's PYTHONPATH / PYTHONHOME / PYTHON* describe its own Python (CANN's set_env.sh
+           puts its tools on PYTHONPATH): read only when ACLNN_GPU_PYTHON_ENV=1 asks for them. */
+        config.use_environment = honour != NULL && strcmp(honour, "1") == 0;
         config.parse_argv = 0;
         status = PyConfig_SetBytesString(&config, &config.program_name, {_c_string(python)});
         if (!PyStatus_Exception(status))
@@ -207,7 +214,7 @@ def _build_into(root: Path, verbose: bool) -> None:
     except ImportError:
         raise CapiBuildError("the C ABI needs cffi: pip install 'aclnn_gpu[capi]'") from None
     lib64, work = root / "lib64", root / "build"
-    for d in (lib64 / "pkgconfig", lib64 / "cmake" / "aclnn_gpu", work):
+    for d in (lib64, work):
         d.mkdir(parents=True, exist_ok=True)
     include = root / "include"
     if not include.exists():
@@ -231,13 +238,22 @@ def _build_into(root: Path, verbose: bool) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise CapiBuildError(f"building {LIBRARY} failed:\n{' '.join(cmd)}\n{r.stderr}")
+    write_around_library(root)
+    os.replace(tmp_lib, lib64 / LIBRARY)   # last: its presence means the prefix is complete
+
+
+def write_around_library(root: Path) -> None:
+    """What a prefix holds beside `lib64/libascendcl.so`: CANN's other link names as symbolic links
+    to it, the pkg-config file and the CMake package (both find the prefix from their own place)."""
+    lib64 = root / "lib64"
+    for d in (lib64 / "pkgconfig", lib64 / "cmake" / "aclnn_gpu"):
+        d.mkdir(parents=True, exist_ok=True)
     for name in LINK_NAMES:
         link = lib64 / name
         if not link.is_symlink():
             link.symlink_to(LIBRARY)
-    _write(lib64 / "pkgconfig" / "aclnn_gpu.pc", _pkg_config(root))
+    _write(lib64 / "pkgconfig" / "aclnn_gpu.pc", _pkg_config())
     _write(lib64 / "cmake" / "aclnn_gpu" / "aclnn_gpuConfig.cmake", _cmake_config())
-    os.replace(tmp_lib, lib64 / LIBRARY)   # last: its presence means the prefix is complete
 
 
 def _write(path: Path, text: str) -> None:
@@ -255,9 +271,10 @@ def libs(root: Path) -> list[str]:
     return [f"-L{lib64}", f"-Wl,-rpath,{lib64}", "-lascendcl", "-lnnopbase", "-lopapi"]
 
 
-def _pkg_config(root: Path) -> str:
+def _pkg_config() -> str:
     from .. import __version__
-    return (f"prefix={root}\nincludedir=${{prefix}}/include\nlibdir=${{prefix}}/lib64\n\n"
+    # ${pcfiledir} (lib64/pkgconfig): the file finds its prefix wherever the prefix is copied
+    return (f"prefix=${{pcfiledir}}/../..\nincludedir=${{prefix}}/include\nlibdir=${{prefix}}/lib64\n\n"
             f"Name: aclnn_gpu\nDescription: CANN's acl / aclnn C ABI on aclnn_gpu (NVIDIA GPUs and CPUs)\n"
             f"Version: {__version__}\nCflags: -I${{includedir}}\n"
             f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lascendcl -lnnopbase -lopapi\n")
