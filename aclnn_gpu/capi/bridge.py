@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import gc
 import itertools
-import operator
 import os
 import threading
 from typing import Any, Callable
@@ -108,17 +107,14 @@ def _revive(remembered: Any) -> Any:
 
 
 class Handles:
-    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles."""
+    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles.
+    A C argument arrives as the handle's integer (build.py marshals it), so `_live` is the look-up."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
         self._live: dict[int, Any] = {}
         self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
-        # the live handles again, keyed by a `void *` cdata of the handle (install sets `pointer`): a C
-        # argument (a cdata pointer, which hashes and compares by address) finds its object without a cast
-        self.by_pointer: dict[Any, Any] = {}
-        self.pointer: Callable[[int], Any] | None = None
         self._dead: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     def new(self, obj: Any) -> int:
@@ -130,8 +126,6 @@ class Handles:
                 handle = HANDLE_BASE + HANDLE_STEP * next(self._counter)
                 self._live[handle] = obj
                 self._of[id(obj)] = handle
-                if self.pointer is not None:
-                    self.by_pointer[self.pointer(handle)] = obj
             return handle
 
     def get(self, handle: int) -> Any:
@@ -148,8 +142,6 @@ class Handles:
         with self._lock:
             if self._live.pop(handle, None) is not None:
                 del self._of[id(obj)]
-                if self.pointer is not None:
-                    self.by_pointer.pop(self.pointer(handle), None)
             elif handle not in self._dead:
                 return
             self._dead[handle] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
@@ -173,63 +165,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_lock_in_child)
 
 
-def _address(ffi: Any, pointer: Any) -> int:
-    return int(ffi.cast("uintptr_t", pointer))
+def _array(ffi: Any, entry: Entry, p: Any, length: str) -> Callable[[Any, int], Any]:
+    """The converter of int64 array `p` (C pointer and its length) to a list."""
+    dims, NULL, unpack = entry.name == "aclCreateTensor", ffi.NULL, ffi.unpack
 
-
-def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callable[[tuple], Any]:
-    """The converter of C argument `index` of `entry` to its Python value."""
-    p, NULL = entry.params[index], ffi.NULL
-    if p.kind == "handle":
-        # a live handle in one dict look-up of the C argument itself (the common case); NULL, retired and
-        # unknown ones through Handles.get
-        by_pointer, get = handles.by_pointer, handles.get
-
-        def handle(a: tuple) -> Any:
-            obj = by_pointer.get(a[index])
-            return obj if obj is not None else get(_address(ffi, a[index]))
-        return handle
-    if p.kind == "addr":
-        return lambda a: None if a[index] == NULL else _address(ffi, a[index])
-    if p.kind == "str":
-        return lambda a: None if a[index] == NULL else ffi.string(a[index]).decode("utf-8", "surrogateescape")
-    if p.kind == "root_in":
-        size = ffi.sizeof("HcclRootInfo")
-        return lambda a: None if a[index] == NULL else bytes(ffi.buffer(a[index], size))
-    if p.kind == "array":
-        length = counts[p.name]
-        dims = entry.name == "aclCreateTensor"
-
-        def array(a: tuple) -> Any:
-            n = a[length]
-            if dims and n > MAX_DIMS:
-                raise CError(INVALID, f"{entry.name}: {entry.params[length].name} {n} exceeds {MAX_DIMS} dims")
-            if a[index] == NULL:
-                if n and p.name in ("viewDims", "storageDims"):
-                    raise CError(INVALID, f"{entry.name}: {p.name} is null but {entry.params[length].name} is {n}")
-                return None
-            return ffi.unpack(a[index], n)
-
-        return array
-    return lambda a: a[index]
-
-
-def _writer(ffi: Any, p: Any) -> Callable[[Any, Any], None]:
-    """How the value Python returned for out-parameter `p` is stored through its pointer."""
-    if p.kind == "out_handle":
-        target, cast, new = ffi.typeof(p.ctype).item, ffi.cast, handles.new
-
-        def out_handle(ptr: Any, obj: Any) -> None:
-            ptr[0] = cast(target, new(obj))
-        return out_handle
-    if p.kind == "out_addr":
-        return lambda ptr, addr: ptr.__setitem__(0, ffi.cast("void *", addr or 0))
-    if p.kind == "out_root":
-        return lambda ptr, data: ffi.memmove(ptr, data, min(len(data), ffi.sizeof("HcclRootInfo")))
-
-    def out_value(ptr: Any, value: Any) -> None:
-        ptr[0] = value
-    return out_value
+    def array(pointer: Any, n: int) -> Any:
+        if dims and n > MAX_DIMS:
+            raise CError(INVALID, f"{entry.name}: {length} {n} exceeds {MAX_DIMS} dims")
+        if pointer == NULL:
+            if n and p.name in ("viewDims", "storageDims"):
+                raise CError(INVALID, f"{entry.name}: {p.name} is null but {length} is {n}")
+            return None
+        return unpack(pointer, n)
+    return array
 
 
 def _memcpy_host_sides(ffi: Any, args: list) -> list:
@@ -264,74 +212,103 @@ ADAPTERS: dict[str, Callable[[Any, list], list]] = {
 }
 
 
+def fail(status: int, message: str) -> int:
+    """The C layer's own refusals (a NULL out-parameter, checked in C): the message, then the code."""
+    set_recent_error(message)
+    return status
+
+
+def wrapper_source(entry: Entry) -> str:
+    """The Python source of the function cffi runs for C function `entry`, written out for this entry
+    alone: straight-line code, no loops over parameter descriptions, the Python function called with
+    positional arguments. C arguments arrive marshalled by the generated C (build.py): handles and
+    addresses as integers, out-handles and out-addresses as `uintptr_t *`, NULL out-parameters already
+    refused; the C names are renamed c0, c1, ... (a C parameter may be called `self` or `target`)."""
+    name, params = entry.name, entry.params
+    position = {p.name: i for i, p in enumerate(params)}
+    lines: list[str] = []
+    args: list[str] = []
+    writes: list[str] = []
+    retires: list[str] = []
+    destroys = "Destroy" in name and any(p.kind == "handle" for p in params)
+    for i, p in enumerate(params):
+        c, a = f"c{i}", f"a{i}"
+        if p.kind == "handle":
+            # a live handle in one dict look-up; NULL (0), retired and unknown ones through Handles.get
+            lines += [f"{a} = _live_get({c})", f"if {a} is None:", f"    {a} = _get({c})"]
+            if destroys:
+                retires.append(f"_retire({c}, {a})")
+            elif p.base == "aclOpExecutor":   # an execute spends a single-use executor
+                retires.append(f"if type({a}) is _Executor and ({a}.spent or {a}.destroyed): _retire({c}, {a})")
+        elif p.kind == "addr":
+            lines.append(f"{a} = {c} or None")
+        elif p.kind == "str":
+            lines.append(f"{a} = None if {c} == _NULL else _string({c}).decode('utf-8', 'surrogateescape')")
+        elif p.kind == "root_in":
+            lines.append(f"{a} = None if {c} == _NULL else bytes(_buffer({c}, _ROOT_SIZE))")
+        elif p.kind == "array":
+            lines.append(f"{a} = _array{i}({c}, c{position[_length_name(entry, p.name)]})")
+        elif p.kind == "out_handle":
+            writes.append(f"{c}[0] = _new(r[{len(writes) + 1}])")
+            continue
+        elif p.kind == "out_addr":
+            writes.append(f"{c}[0] = r[{len(writes) + 1}] or 0")
+            continue
+        elif p.kind == "out_root":
+            writes.append(f"_memmove({c}, r[{len(writes) + 1}], min(len(r[{len(writes) + 1}]), _ROOT_SIZE))")
+            continue
+        elif p.kind.startswith("out_"):
+            writes.append(f"{c}[0] = r[{len(writes) + 1}]")
+            continue
+        elif p.kind == "count":   # an array's length: passed with its array
+            continue
+        else:
+            a = c
+        args.append(a)
+    call = (f"r = _target(*_adapter(_ffi, [{', '.join(args)}]))" if name in ADAPTERS
+            else f"r = _target({', '.join(args)})")
+    body = [*lines, call]
+    if entry.returns == "handle":
+        body.append("return 0 if r is None else _new(r)")
+    else:
+        body.append("s = r[0]" if writes else "s = r")
+        after = writes + retires
+        if after:
+            body.append("if s == 0:")
+            body += [f"    {w}" for w in after]
+        body.append("return s")
+    c_params = ", ".join(f"c{i}" for i in range(len(params)))
+    text = [f"def {name}({c_params}):", "    try:"]
+    text += [f"        {line}" for line in "\n".join(body).splitlines()]
+    text += ["    except _CError as e:", "        _set_recent_error(e.message)",
+             f"        return {'0' if entry.returns == 'handle' else 'e.status'}",
+             "    except Exception as e:  # a bug of this layer: reported, never raised into C",
+             f"        _set_recent_error(f'{name}: internal error in the C ABI: {{type(e).__name__}}: {{e}}')",
+             f"        return {'0' if entry.returns == 'handle' else '_INTERNAL'}"]
+    return "\n".join(text) + "\n"
+
+
 def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
-    """The function cffi runs for C function `entry` (a closure over precomputed converters)."""
-    name, restype, returns = entry.name, entry.restype, entry.returns
+    """The function cffi runs for C function `entry`: `wrapper_source(entry)` compiled over its names."""
+    name, restype = entry.name, entry.restype
     status_type = restype if restype in NULL_OUT else "aclError"
-    positions = {p.name: i for i, p in enumerate(entry.params)}
-    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params if p.kind == "array"}
-    inputs = [_input(ffi, entry, i, counts) for i, p in enumerate(entry.params)
-              if not p.kind.startswith("out_") and p.kind != "count"]
-    # the Python arguments: the C values as they are, then the few that need a conversion converted
-    passed = [i for i, p in enumerate(entry.params) if not p.kind.startswith("out_") and p.kind != "count"]
-    pick = operator.itemgetter(*passed) if len(passed) > 1 else None
-    converted = [(k, inputs[k]) for k, i in enumerate(passed) if entry.params[i].kind != "value"]
-    outs = [(i, p, _writer(ffi, p)) for i, p in enumerate(entry.params) if p.kind.startswith("out_")]
-    handle_args = [i for i, p in enumerate(entry.params) if p.kind == "handle"]
-    destroys = "Destroy" in name and bool(handle_args)
-    # the handles a successful call may have retired: every one of a Destroy function, else the
-    # executors (an execute spends a single-use one); no other call destroys what it is given
-    retirable = handle_args if destroys else [i for i in handle_args if entry.params[i].base == "aclOpExecutor"]
-    adapter = ADAPTERS.get(name)
-    NULL = ffi.NULL
-
-    def failed(status: int, message: str) -> Any:
-        set_recent_error(message)
-        return NULL if returns == "handle" else status
-
     if target is None:
         def unsupported(*cargs: Any) -> Any:
-            return failed(UNSUPPORTED[status_type], f"{name}: not available: this aclnn_gpu has no Python "
-                                                    f"function {PYTHON_NAME.get(name, name)} (feature unsupported)")
+            set_recent_error(f"{name}: not available: this aclnn_gpu has no Python function "
+                             f"{PYTHON_NAME.get(name, name)} (feature unsupported)")
+            return 0 if entry.returns == "handle" else UNSUPPORTED[status_type]
         return unsupported
-
-    def call(*cargs: Any) -> Any:
-        try:
-            for i, p, _ in outs:
-                if cargs[i] == NULL:
-                    return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
-            if pick is not None:
-                args = list(pick(cargs))
-                for k, convert in converted:
-                    args[k] = convert(cargs)
-            else:
-                args = [convert(cargs) for convert in inputs]
-            if adapter is not None:
-                args = adapter(ffi, args)
-            result = target(*args)
-            if returns == "handle":
-                return NULL if result is None else ffi.cast(restype, handles.new(result))
-            status = int(result[0] if outs else result)
-            if status == 0:
-                if outs:
-                    for (i, _, write), value in zip(outs, result[1:]):
-                        write(cargs[i], value)
-                for i in retirable:
-                    obj = args[inputs_index[i]]
-                    # (only an executor is ever spent: a getattr that misses would raise and catch inside)
-                    if destroys or getattr(obj, "destroyed", False) or (type(obj) is aclOpExecutor and obj.spent):
-                        handles.retire(_address(ffi, cargs[i]), obj)
-            return status
-        except CError as e:
-            return failed(e.status, e.message)
-        except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
-            return failed(INTERNAL[status_type], f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
-
-    # position of each C argument among the Python arguments (outs and counts are left out)
-    python_args = [i for i, p in enumerate(entry.params) if not p.kind.startswith("out_") and p.kind != "count"]
-    inputs_index = {c: k for k, c in enumerate(python_args)}
-    call.__name__ = name
-    return call
+    scope: dict[str, Any] = {
+        "_target": target, "_live_get": handles._live.get, "_get": handles.get, "_new": handles.new,
+        "_retire": handles.retire, "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
+        "_buffer": ffi.buffer, "_memmove": ffi.memmove, "_ROOT_SIZE": ffi.sizeof("HcclRootInfo"), "_ffi": ffi,
+        "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error,
+        "_INTERNAL": INTERNAL[status_type]}
+    for i, p in enumerate(entry.params):
+        if p.kind == "array":
+            scope[f"_array{i}"] = _array(ffi, entry, p, _length_name(entry, p.name))
+    exec(compile(wrapper_source(entry), f"<C ABI {name}>", "exec"), scope)   # noqa: S102 - our own generated code
+    return scope[name]
 
 
 def _length_name(entry: Entry, array: str) -> str:
@@ -366,10 +343,6 @@ def at_exit() -> None:
 
 def install(ffi: Any) -> None:
     """Attach a Python implementation to every `extern "Python"` function of the built library."""
-    void_p = ffi.typeof("void *")
-    with handles._lock:
-        handles.pointer = lambda handle: ffi.cast(void_p, handle)
-        handles.by_pointer.update((handles.pointer(h), obj) for h, obj in handles._live.items())
     for entry in entries():
         if entry.returns == "string":
             wrapper = _recent_message(ffi)
@@ -377,6 +350,8 @@ def install(ffi: Any) -> None:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)
     ffi.def_extern(name="_py_aclnn_gpu_at_exit")(at_exit)
+    ffi.def_extern(name="_py_aclnn_gpu_fail")(lambda status, message: fail(
+        status, ffi.string(message).decode("utf-8", "replace")))
     # what the first call imported (the library, NumPy) lives as long as the process: out of the cyclic
     # collector's way, so its collections (many small objects per call) no longer walk it
     gc.freeze()

@@ -34,7 +34,7 @@ import sysconfig
 from pathlib import Path
 
 from ..kernels.emulator.build import _locked, _tmp_name
-from .table import INCLUDE_DIR, entries, headers
+from .table import INCLUDE_DIR, Entry, Param, entries, headers
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_PARENT = HERE.parents[1]            # the directory holding `aclnn_gpu/`
@@ -60,9 +60,35 @@ def _cdef() -> str:
              "typedef void *aclrtStream;", "typedef void *aclrtEvent;", "typedef void *aclmdlRI;",
              "typedef void *HcclComm;", "typedef struct { char internal[4108]; } HcclRootInfo;"]
     lines += [f"typedef struct {t} {t};" for t in ("aclTensor", "aclIntArray", "aclScalar", "aclOpExecutor")]
-    lines += [f'extern "Python" {e.restype} _py_{e.name}({e.c_params});' for e in entries()]
+    lines += [f'extern "Python" {_bridge_restype(e)} _py_{e.name}({_bridge_params(e)});' for e in entries()]
     lines.append('extern "Python" void _py_aclnn_gpu_at_exit(void);')   # bridge.at_exit
+    lines.append('extern "Python" int _py_aclnn_gpu_fail(int, const char *);')   # bridge.fail
     return "\n".join(lines)
+
+
+# How a C argument crosses into Python (the C side marshals, so each call makes as few Python
+# objects as it can): handles and addresses as integers (`uintptr_t`: a Python int hashes and
+# compares without a cffi object, and the handle table is keyed by it), out-handles and out-addresses
+# as `uintptr_t *` into the caller's pointer-sized slot; every other parameter as declared.
+_AS_INTEGER = {"handle": "uintptr_t", "addr": "uintptr_t", "out_handle": "uintptr_t *", "out_addr": "uintptr_t *"}
+
+
+def _bridge_restype(e: Entry) -> str:
+    return "uintptr_t" if e.returns == "handle" else e.restype
+
+
+def _bridge_params(e: Entry) -> str:
+    return ", ".join(f"{_AS_INTEGER.get(p.kind, p.ctype)} {p.name}" for p in e.params) or "void"
+
+
+def _bridge_args(e: Entry) -> str:
+    def arg(p: Param) -> str:
+        ctype = _AS_INTEGER.get(p.kind)
+        if ctype is None:
+            return p.name
+        # through `const void *`: a handle's pointer type (const or not) and a typedef'd pointer alike
+        return f"({ctype})(const void *){p.name}" if p.kind in ("handle", "addr") else f"({ctype}){p.name}"
+    return ", ".join(arg(p) for p in e.params)
 
 
 def _source(python: str) -> str:
@@ -71,8 +97,9 @@ def _source(python: str) -> str:
     fail = {"aclError": "ACL_ERROR_INTERNAL_ERROR", "aclnnStatus": "ACLNN_ERR_INNER", "HcclResult": "HCCL_E_INTERNAL"}
     out = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>"]
     out += [f'#include "{h}"' for h in headers()]
-    out += [f"static {e.restype} _py_{e.name}({e.c_params});" for e in entries()]
+    out += [f"static {_bridge_restype(e)} _py_{e.name}({_bridge_params(e)});" for e in entries()]
     out.append("static void _py_aclnn_gpu_at_exit(void);")
+    out.append("static int _py_aclnn_gpu_fail(int, const char *);")
     out.append(f"""
 static pthread_once_t aclnn_gpu_once = PTHREAD_ONCE_INIT;
 static int aclnn_gpu_state = -1;
@@ -134,9 +161,23 @@ static const char aclnn_gpu_no_python[] = "aclnn_gpu: the embedded Python interp
             bad = "aclnn_gpu_no_python"
         else:
             bad = "NULL"
-        out.append(f"{e.restype} {e.name}({e.c_params})\n{{\n    if (aclnn_gpu_start() != 0)\n"
-                   f"        return {bad};\n    return _py_{e.name}({e.c_args});\n}}")
+        body = [f"    if (aclnn_gpu_start() != 0)\n        return {bad};"]
+        # a NULL out-parameter is refused here, before Python sees the call (bridge.fail sets the message)
+        for p in e.params:
+            if p.kind.startswith("out_") and e.returns == "status":
+                message = _c_string(f"{e.name}: {p.name} is null (out-parameter)")
+                body.append(f"    if ({p.name} == NULL)\n"
+                            f"        return ({e.restype})_py_aclnn_gpu_fail({NULL_OUT[e.restype]}, {message});")
+        call = f"_py_{e.name}({_bridge_args(e)})"
+        body.append(f"    return ({e.restype}){call};" if e.returns == "handle" else f"    return {call};")
+        out.append(f"{e.restype} {e.name}({e.c_params})\n{{\n" + "\n".join(body) + "\n}")
     return "\n".join(out) + "\n"
+
+
+# The code of a NULL out-parameter, by return type (CANN's: the runtime's invalid parameter, aclnn's
+# null pointer, HCCL's pointer error).
+NULL_OUT = {"aclError": "ACL_ERROR_RT_PARAM_INVALID", "aclnnStatus": "ACLNN_ERR_PARAM_NULLPTR",
+            "HcclResult": "HCCL_E_PTR"}
 
 
 def _c_string(text: str) -> str:
