@@ -1,6 +1,7 @@
 """Call overhead through the C ABI, beside the same calls from Python, in one run (cpu device).
 
     python -m bench.capi [--calls N]
+    python -m bench.capi --callgrind [--calls N]   instructions per call instead (valgrind's callgrind)
 
 Compiles bench/capi_bench.c against `python -m aclnn_gpu.capi --cflags --libs`, runs it (the best of
 5 batches of N calls per row), times the same calls through the Python API in this process the same
@@ -23,16 +24,78 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def c_side(calls: int) -> dict[str, float]:
+def _compile(tmp: str) -> Path:
     flags = subprocess.run([sys.executable, "-m", "aclnn_gpu.capi", "--cflags", "--libs"], capture_output=True,
                            text=True, check=True).stdout.split()
+    exe = Path(tmp) / "capi_bench"
+    subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", "-pthread", str(HERE / "capi_bench.c"), "-o",
+                    str(exe), *flags], check=True)
+    return exe
+
+
+def c_side(calls: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "capi_bench"
-        subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", "-pthread", str(HERE / "capi_bench.c"), "-o",
-                        str(exe), *flags], check=True)
-        out = subprocess.run([str(exe), str(calls)], capture_output=True, text=True, check=True,
+        out = subprocess.run([str(_compile(tmp)), str(calls)], capture_output=True, text=True, check=True,
                              env=dict(os.environ, ACLNN_GPU_DEVICE="cpu")).stdout
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.strip()}
+
+
+# --------------------------------------------------------------------------- instructions (callgrind)
+COUNTED = {"trivial": "aclrtGetDeviceCount", "pair": "KlDivBackward GetWorkspaceSize + execute, empty"}
+
+
+def _callgrind_total(command: list[str], toggle: str, env: dict) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        run = subprocess.run(["valgrind", "--tool=callgrind", f"--toggle-collect={toggle}",
+                              f"--callgrind-out-file={out}", *command], env=env, capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"callgrind run failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        text = out.read_text()
+    return next(int(line.split()[1]) for line in text.splitlines() if line.startswith(("totals:", "summary:")))
+
+
+def callgrind_counts(calls: int) -> dict[str, dict[str, float]]:
+    """Instructions per call of the trivial call and of the empty pair, through the C ABI (capi_bench.c's
+    measure_* loops, after a warm-up run) and from Python (`_python_loop`, the same calls in
+    sys.call_tracing, which callgrind alone collects; set-up and a warm-up run are not counted)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE_", "COVERAGE_"))}
+    env.update(ACLNN_GPU_DEVICE="cpu", PYTHONHASHSEED="0")
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = _compile(tmp)
+        for what in COUNTED:
+            c = _callgrind_total([str(exe), str(calls), "callgrind"], f"measure_{what}", env) / calls
+            py = _callgrind_total([sys.executable, "-m", "bench.capi", "--python-loop", what, "--calls", str(calls)],
+                                  "_PyEval_CallTracing", dict(env, PYTHONPATH=str(ROOT))) / calls
+            out[what] = {"c": c, "python": py}
+    return out
+
+
+def _python_loop(what: str, calls: int) -> None:
+    """The Python twin of capi_bench.c's measure_<what>: one warm-up run, then one in sys.call_tracing."""
+    import aclnn_gpu as acl
+    acl.aclInit(None)
+    acl.aclrtSetDevice(0)
+    _, stream = acl.aclrtCreateStream()
+    e = []
+    for i in range(4):
+        _, p = acl.aclrtMalloc(128, 0)
+        shape = [0, 8] if i else []
+        e.append(acl.aclCreateTensor(shape, acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, shape, p))
+    get_ws, run, count = acl.aclnnKlDivBackwardGetWorkspaceSize, acl.aclnnKlDivBackward, acl.aclrtGetDeviceCount
+
+    def pair() -> None:
+        for _ in range(calls):
+            _, ws, ex = get_ws(e[0], e[1], e[2], 1, False, e[3])
+            run(None, ws, ex, stream)
+
+    def trivial() -> None:
+        for _ in range(calls):
+            count()
+    loop = pair if what == "pair" else trivial
+    loop()
+    sys.call_tracing(loop, ())
 
 
 def python_side(calls: int) -> dict[str, float]:
@@ -130,7 +193,20 @@ def _threads(acl, n: int, ptrs: list[int]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capi", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls per batch (best of 5 batches)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="instructions per call under valgrind's callgrind instead of microseconds")
+    parser.add_argument("--python-loop", choices=sorted(COUNTED), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.python_loop:
+        _python_loop(args.python_loop, args.calls)
+        return 0
+    if args.callgrind:
+        counts = callgrind_counts(args.calls)
+        print(f"C ABI instructions per call (callgrind), cpu device, {args.calls} calls\n")
+        print("| call | C ABI | Python API | C ABI - Python |\n| --- | ---: | ---: | ---: |")
+        for what, c in counts.items():
+            print(f"| {COUNTED[what]} | {c['c']:,.0f} | {c['python']:,.0f} | {c['c'] - c['python']:+,.0f} |")
+        return 0
     c = c_side(args.calls)
     py = python_side(args.calls)
     load = os.getloadavg()

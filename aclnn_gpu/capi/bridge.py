@@ -29,7 +29,8 @@ from aclnn_gpu.tensor import MAX_DIMS
 from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
-HANDLE_STEP = 16
+HANDLE_SHIFT = 4                   # handles are multiples of 16 (the generated C rotates by as much)
+_MASK64 = (1 << 64) - 1
 TOMBSTONES = 1 << 14               # how many retired handles keep saying why they are dead
 
 # The codes the C layer itself returns, by return type: a NULL out-pointer, a function the Python
@@ -98,6 +99,10 @@ def _dead_stand_in(obj: Any) -> Any:
 
 
 def _revive(remembered: Any) -> Any:
+    if type(remembered) is str:   # Handles.spend's record: the operator of a spent single-use executor
+        dead = aclOpExecutor(remembered, None, None)
+        dead.spent = True
+        return dead
     if type(remembered) is tuple:
         _, op, repeatable, spent, destroyed = remembered
         dead = aclOpExecutor(op, None, None)
@@ -106,45 +111,86 @@ def _revive(remembered: Any) -> Any:
     return remembered
 
 
+def key_of(handle: int) -> int:
+    """The table's key of a C handle value: the value rotated right by HANDLE_SHIFT bits (the
+    generated C passes handle arguments this way). A handle's low bits are zero, so its key is
+    HANDLE_BASE's key plus the handle's serial number: consecutive integers, which a dict spreads over
+    its whole table (the handles themselves, multiples of 16, share one slot in 16 and collide). An
+    unaligned value keeps its low bits in the key's top bits: it never meets a live key."""
+    return ((handle >> HANDLE_SHIFT) | (handle << (64 - HANDLE_SHIFT))) & _MASK64
+
+
+def handle_of(key: int) -> int:
+    return ((key << HANDLE_SHIFT) | (key >> (64 - HANDLE_SHIFT))) & _MASK64
+
+
 class Handles:
-    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles.
-    A C argument arrives as the handle's integer (build.py marshals it), so `_live` is the look-up."""
+    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles, keyed
+    by `key_of(handle)` (what the generated C passes: the look-up is one dict get of that integer)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counter = itertools.count(1)
+        self._counter = itertools.count(key_of(HANDLE_BASE) + 1)
         self._live: dict[int, Any] = {}
         self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
         self._dead: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     def new(self, obj: Any) -> int:
+        """The handle (the C value) of `obj`: the one it has, or a new one."""
         if obj is None:
             return 0
         with self._lock:
             handle = self._of.get(id(obj))
             if handle is None:
-                handle = HANDLE_BASE + HANDLE_STEP * next(self._counter)
-                self._live[handle] = obj
-                self._of[id(obj)] = handle
+                key = next(self._counter)
+                self._live[key] = obj
+                handle = self._of[id(obj)] = key << HANDLE_SHIFT
             return handle
 
-    def get(self, handle: int) -> Any:
-        if handle == 0:
-            return None
-        obj = self._live.get(handle)
+    def fresh(self, obj: Any) -> int:
+        """A handle for an object that no handle names and that nothing will ask `new` about again (the
+        executor a GetWorkspaceSize returns is always a new object): no reverse entry, and no lock, as
+        the counter's step and the dict's insertion are each atomic under the GIL."""
         if obj is None:
-            remembered = self._dead.get(handle)
-            return UnknownHandle(handle) if remembered is None else _revive(remembered)
+            return 0
+        key = next(self._counter)
+        self._live[key] = obj
+        return key << HANDLE_SHIFT
+
+    def spend(self, key: int, executor: aclOpExecutor) -> None:
+        """A single-use executor after its run: remembered as spent (the common retirement, kept off the
+        lock: only the thread whose pop finds the executor records it)."""
+        if self._live.pop(key, None) is None:
+            return
+        self._of.pop(id(executor), None)
+        dead = self._dead
+        # the operator's name alone (spent, single-use, not destroyed: _revive knows the rest); a str is
+        # not tracked by the cyclic collector, as a tuple per call would be
+        dead[key] = executor.op
+        if len(dead) > TOMBSTONES:
+            dead.popitem(last=False)
+
+    def get(self, handle: int) -> Any:
+        """The object of C handle value `handle` (None for NULL, a stand-in or UnknownHandle)."""
+        return self.get_key(key_of(handle))
+
+    def get_key(self, key: int) -> Any:
+        if key == 0:
+            return None
+        obj = self._live.get(key)
+        if obj is None:
+            remembered = self._dead.get(key)
+            return UnknownHandle(handle_of(key)) if remembered is None else _revive(remembered)
         return obj
 
-    def retire(self, handle: int, obj: Any) -> None:
-        """`handle` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
+    def retire(self, key: int, obj: Any) -> None:
+        """The handle of `key` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
         with self._lock:
-            if self._live.pop(handle, None) is not None:
-                del self._of[id(obj)]
-            elif handle not in self._dead:
+            if self._live.pop(key, None) is not None:
+                self._of.pop(id(obj), None)   # (an executor from `fresh` has no reverse entry)
+            elif key not in self._dead:
                 return
-            self._dead[handle] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
+            self._dead[key] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
             while len(self._dead) > TOMBSTONES:
                 self._dead.popitem(last=False)
 
@@ -234,12 +280,12 @@ def wrapper_source(entry: Entry) -> str:
     for i, p in enumerate(params):
         c, a = f"c{i}", f"a{i}"
         if p.kind == "handle":
-            # a live handle in one dict look-up; NULL (0), retired and unknown ones through Handles.get
+            # a live handle in one dict look-up of its key; NULL (0), retired and unknown ones through get_key
             lines += [f"{a} = _live_get({c})", f"if {a} is None:", f"    {a} = _get({c})"]
             if destroys:
                 retires.append(f"_retire({c}, {a})")
             elif p.base == "aclOpExecutor":   # an execute spends a single-use executor
-                retires.append(f"if type({a}) is _Executor and ({a}.spent or {a}.destroyed): _retire({c}, {a})")
+                retires.append(f"if type({a}) is _Executor and {a}.spent: _spend({c}, {a})")
         elif p.kind == "addr":
             lines.append(f"{a} = {c} or None")
         elif p.kind == "str":
@@ -249,7 +295,8 @@ def wrapper_source(entry: Entry) -> str:
         elif p.kind == "array":
             lines.append(f"{a} = _array{i}({c}, c{position[_length_name(entry, p.name)]})")
         elif p.kind == "out_handle":
-            writes.append(f"{c}[0] = _new(r[{len(writes) + 1}])")
+            make = "_fresh" if p.base == "aclOpExecutor" else "_new"   # a GetWorkspaceSize's executor is new
+            writes.append(f"{c}[0] = {make}(r[{len(writes) + 1}])")
             continue
         elif p.kind == "out_addr":
             writes.append(f"{c}[0] = r[{len(writes) + 1}] or 0")
@@ -299,7 +346,8 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
             return 0 if entry.returns == "handle" else UNSUPPORTED[status_type]
         return unsupported
     scope: dict[str, Any] = {
-        "_target": target, "_live_get": handles._live.get, "_get": handles.get, "_new": handles.new,
+        "_target": target, "_live_get": handles._live.get, "_get": handles.get_key, "_new": handles.new,
+        "_fresh": handles.fresh, "_spend": handles.spend,
         "_retire": handles.retire, "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
         "_buffer": ffi.buffer, "_memmove": ffi.memmove, "_ROOT_SIZE": ffi.sizeof("HcclRootInfo"), "_ffi": ffi,
         "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error,

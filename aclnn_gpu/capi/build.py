@@ -68,8 +68,9 @@ def _cdef() -> str:
 
 # How a C argument crosses into Python (the C side marshals, so each call makes as few Python
 # objects as it can): handles and addresses as integers (`uintptr_t`: a Python int hashes and
-# compares without a cffi object, and the handle table is keyed by it), out-handles and out-addresses
-# as `uintptr_t *` into the caller's pointer-sized slot; every other parameter as declared.
+# compares without a cffi object), a handle as its table key (rotated right by 4 bits, `aclnn_gpu_key`,
+# bridge.key_of), out-handles and out-addresses as `uintptr_t *` into the caller's pointer-sized slot;
+# every other parameter as declared.
 _AS_INTEGER = {"handle": "uintptr_t", "addr": "uintptr_t", "out_handle": "uintptr_t *", "out_addr": "uintptr_t *"}
 
 
@@ -87,7 +88,9 @@ def _bridge_args(e: Entry) -> str:
         if ctype is None:
             return p.name
         # through `const void *`: a handle's pointer type (const or not) and a typedef'd pointer alike
-        return f"({ctype})(const void *){p.name}" if p.kind in ("handle", "addr") else f"({ctype}){p.name}"
+        if p.kind == "handle":
+            return f"aclnn_gpu_key((const void *){p.name})"
+        return f"({ctype})(const void *){p.name}" if p.kind == "addr" else f"({ctype}){p.name}"
     return ", ".join(arg(p) for p in e.params)
 
 
@@ -101,6 +104,12 @@ def _source(python: str) -> str:
     out.append("static void _py_aclnn_gpu_at_exit(void);")
     out.append("static int _py_aclnn_gpu_fail(int, const char *);")
     out.append(f"""
+/* a handle's key in the bridge's table (bridge.key_of): the value rotated right by 4 bits */
+static inline uintptr_t aclnn_gpu_key(const void *handle)
+{{
+    uintptr_t v = (uintptr_t)handle;
+    return v >> 4 | v << (sizeof(uintptr_t) * 8 - 4);
+}}
 static pthread_once_t aclnn_gpu_once = PTHREAD_ONCE_INIT;
 static int aclnn_gpu_state = -1;
 /* exit() of a program that never finalises Python: the streams stop (their queued work abandoned,

@@ -456,3 +456,16 @@ def test_capture_through_the_c_abi(compile_program, device):
     assert proc.returncode == 0 and "capture ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     values = [float(v) for v in re.search(r"replayed:(.*)", proc.stdout).group(1).split()]
     np.testing.assert_allclose(values, [-0.5, -0.25, -0.125, -1.0], rtol=1e-6)
+
+
+def test_handle_keys_are_dense_and_unaligned_values_never_meet_them():
+    """The table's key of a handle (the generated C rotates the value right by 4 bits): handles map to
+    consecutive keys (a dict spreads them), every value maps back, and a value that is not a multiple of
+    16 (a stray pointer into a handle) never has a live handle's key."""
+    from aclnn_gpu.capi.bridge import HANDLE_BASE, handle_of, key_of
+    handles_ = [HANDLE_BASE + 16 * n for n in range(1, 6)]
+    keys = [key_of(h) for h in handles_]
+    assert [k - keys[0] for k in keys] == [0, 1, 2, 3, 4]
+    for value in [*handles_, 0x1233, 2**64 - 8, HANDLE_BASE + 16 + 8]:
+        assert handle_of(key_of(value)) == value
+    assert all(key_of(h + off) not in keys for h in handles_ for off in range(1, 16))
