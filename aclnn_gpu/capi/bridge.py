@@ -13,7 +13,6 @@ program passes can make this layer dereference an object that is gone.
 """
 from __future__ import annotations
 
-import collections
 import gc
 import itertools
 import os
@@ -31,7 +30,8 @@ from .table import Entry, entries
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
 HANDLE_SHIFT = 4                   # handles are multiples of 16 (the generated C rotates by as much)
 _MASK64 = (1 << 64) - 1
-TOMBSTONES = 1 << 14               # how many retired handles keep saying why they are dead
+TOMBSTONES = 1 << 14               # the tombstone ring: a retired handle keeps saying why it is dead
+                                   # until a handle created this many handles later retires in its place
 
 # The codes the C layer itself returns, by return type: a NULL out-pointer, a function the Python
 # package does not have (the §8 functions until their modules land), and a bug in this layer.
@@ -99,7 +99,7 @@ def _dead_stand_in(obj: Any) -> Any:
 
 
 def _revive(remembered: Any) -> Any:
-    if type(remembered) is str:   # Handles.spend's record: the operator of a spent single-use executor
+    if type(remembered) is str:   # a spent single-use executor (its operator: see Handles._remember)
         dead = aclOpExecutor(remembered, None, None)
         dead.spent = True
         return dead
@@ -133,7 +133,11 @@ class Handles:
         self._counter = itertools.count(key_of(HANDLE_BASE) + 1)
         self._live: dict[int, Any] = {}
         self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
-        self._dead: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        # retired keys and what they remember, at place key % TOMBSTONES (keys are consecutive, so a
+        # place is taken again only by a handle created TOMBSTONES handles later): two list stores a
+        # retirement, where a bounded dict of tombstones cost ~3k instructions a call in its churn
+        self._dead_key: list[int] = [0] * TOMBSTONES
+        self._dead_record: list[Any] = [None] * TOMBSTONES
 
     def new(self, obj: Any) -> int:
         """The handle (the C value) of `obj`: the one it has, or a new one."""
@@ -147,28 +151,13 @@ class Handles:
                 handle = self._of[id(obj)] = key << HANDLE_SHIFT
             return handle
 
-    def fresh(self, obj: Any) -> int:
-        """A handle for an object that no handle names and that nothing will ask `new` about again (the
-        executor a GetWorkspaceSize returns is always a new object): no reverse entry, and no lock, as
-        the counter's step and the dict's insertion are each atomic under the GIL."""
-        if obj is None:
-            return 0
-        key = next(self._counter)
-        self._live[key] = obj
-        return key << HANDLE_SHIFT
-
-    def spend(self, key: int, executor: aclOpExecutor) -> None:
-        """A single-use executor after its run: remembered as spent (the common retirement, kept off the
-        lock: only the thread whose pop finds the executor records it)."""
-        if self._live.pop(key, None) is None:
-            return
-        self._of.pop(id(executor), None)
-        dead = self._dead
-        # the operator's name alone (spent, single-use, not destroyed: _revive knows the rest); a str is
-        # not tracked by the cyclic collector, as a tuple per call would be
-        dead[key] = executor.op
-        if len(dead) > TOMBSTONES:
-            dead.popitem(last=False)
+    def _remember(self, key: int, record: Any) -> None:
+        """Retired `key` remembers `record` (the generated execute wrappers write this out for a spent
+        executor, whose record is its operator's name: `_revive` knows the rest, and a str is not
+        tracked by the cyclic collector as a tuple per call would be)."""
+        place = key % TOMBSTONES
+        self._dead_key[place] = key
+        self._dead_record[place] = record
 
     def get(self, handle: int) -> Any:
         """The object of C handle value `handle` (None for NULL, a stand-in or UnknownHandle)."""
@@ -179,24 +168,24 @@ class Handles:
             return None
         obj = self._live.get(key)
         if obj is None:
-            remembered = self._dead.get(key)
-            return UnknownHandle(handle_of(key)) if remembered is None else _revive(remembered)
+            place = key % TOMBSTONES
+            if self._dead_key[place] == key:
+                return _revive(self._dead_record[place])
+            return UnknownHandle(handle_of(key))
         return obj
 
     def retire(self, key: int, obj: Any) -> None:
         """The handle of `key` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
         with self._lock:
             if self._live.pop(key, None) is not None:
-                self._of.pop(id(obj), None)   # (an executor from `fresh` has no reverse entry)
-            elif key not in self._dead:
+                self._of.pop(id(obj), None)   # (a GetWorkspaceSize executor has no reverse entry)
+            elif self._dead_key[key % TOMBSTONES] != key:
                 return
-            self._dead[key] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
-            while len(self._dead) > TOMBSTONES:
-                self._dead.popitem(last=False)
+            self._remember(key, _dead_stand_in(obj))   # (a stand-in's new state too: spent, then destroyed)
 
     def counts(self) -> tuple[int, int]:
         """(live handles, remembered retired handles): for the leak tests."""
-        return len(self._live), len(self._dead)
+        return len(self._live), sum(1 for key in self._dead_key if key)
 
 
 handles = Handles()
@@ -280,12 +269,15 @@ def wrapper_source(entry: Entry) -> str:
     for i, p in enumerate(params):
         c, a = f"c{i}", f"a{i}"
         if p.kind == "handle":
-            # a live handle in one dict look-up of its key; NULL (0), retired and unknown ones through get_key
-            lines += [f"{a} = _live_get({c})", f"if {a} is None:", f"    {a} = _get({c})"]
+            # a live handle in one dict subscript of its key; NULL (0), retired and unknown ones through get_key
+            lines += ["try:", f"    {a} = _live[{c}]", "except KeyError:", f"    {a} = _get({c})"]
             if destroys:
                 retires.append(f"_retire({c}, {a})")
-            elif p.base == "aclOpExecutor":   # an execute spends a single-use executor
-                retires.append(f"if type({a}) is _Executor and {a}.spent: _spend({c}, {a})")
+            elif p.base == "aclOpExecutor":
+                # an execute spends a single-use executor: Handles._remember written out (no call in a
+                # call), without the lock: only the thread whose pop finds the executor records it
+                retires.append(f"if type({a}) is _Executor and {a}.spent and _live_pop({c}, None) is not None:\n"
+                               f"    _p = {c} % _TOMBSTONES\n    _dead_key[_p] = {c}\n    _dead_record[_p] = {a}.op")
         elif p.kind == "addr":
             lines.append(f"{a} = {c} or None")
         elif p.kind == "str":
@@ -294,9 +286,14 @@ def wrapper_source(entry: Entry) -> str:
             lines.append(f"{a} = None if {c} == _NULL else bytes(_buffer({c}, _ROOT_SIZE))")
         elif p.kind == "array":
             lines.append(f"{a} = _array{i}({c}, c{position[_length_name(entry, p.name)]})")
+        elif p.kind == "out_handle" and p.base == "aclOpExecutor":
+            # a GetWorkspaceSize's executor is always a new object: a new key, no reverse entry (nothing
+            # asks `new` about it again), no lock (the counter's step and the insertion are atomic)
+            writes.append(f"e = r[{len(writes) + 1}]\nif e is None:\n    {c}[0] = 0\nelse:\n"
+                          f"    k = _next_key()\n    _live[k] = e\n    {c}[0] = k << {HANDLE_SHIFT}")
+            continue
         elif p.kind == "out_handle":
-            make = "_fresh" if p.base == "aclOpExecutor" else "_new"   # a GetWorkspaceSize's executor is new
-            writes.append(f"{c}[0] = {make}(r[{len(writes) + 1}])")
+            writes.append(f"{c}[0] = _new(r[{len(writes) + 1}])")
             continue
         elif p.kind == "out_addr":
             writes.append(f"{c}[0] = r[{len(writes) + 1}] or 0")
@@ -322,7 +319,7 @@ def wrapper_source(entry: Entry) -> str:
         after = writes + retires
         if after:
             body.append("if s == 0:")
-            body += [f"    {w}" for w in after]
+            body += [f"    {line}" for w in after for line in w.splitlines()]
         body.append("return s")
     c_params = ", ".join(f"c{i}" for i in range(len(params)))
     text = [f"def {name}({c_params}):", "    try:"]
@@ -346,8 +343,9 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
             return 0 if entry.returns == "handle" else UNSUPPORTED[status_type]
         return unsupported
     scope: dict[str, Any] = {
-        "_target": target, "_live_get": handles._live.get, "_get": handles.get_key, "_new": handles.new,
-        "_fresh": handles.fresh, "_spend": handles.spend,
+        "_target": target, "_live": handles._live, "_live_pop": handles._live.pop, "_get": handles.get_key,
+        "_new": handles.new, "_next_key": handles._counter.__next__, "_dead_key": handles._dead_key,
+        "_dead_record": handles._dead_record, "_TOMBSTONES": TOMBSTONES,
         "_retire": handles.retire, "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
         "_buffer": ffi.buffer, "_memmove": ffi.memmove, "_ROOT_SIZE": ffi.sizeof("HcclRootInfo"), "_ffi": ffi,
         "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error,
