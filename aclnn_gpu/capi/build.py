@@ -71,18 +71,31 @@ def _cdef() -> str:
 # compares without a cffi object), a handle as its table key (rotated right by 4 bits, `aclnn_gpu_key`,
 # bridge.key_of), out-handles and out-addresses as `uintptr_t *` into the caller's pointer-sized slot;
 # every other parameter as declared.
+# An entry with a parameter kind or a return kind outside these crosses as declared (cffi's own
+# conversions) and `bridge.generic_wrapper` converts it, one converter per parameter.
 _AS_INTEGER = {"handle": "uintptr_t", "addr": "uintptr_t", "out_handle": "uintptr_t *", "out_addr": "uintptr_t *"}
+MARSHALLED_KINDS = frozenset({*_AS_INTEGER, "str", "root_in", "array", "count", "value", "out_root", "out_value"})
+
+
+def marshalled(e: Entry) -> bool:
+    """Whether the generated C marshals `e`'s arguments (and `bridge.wrapper_source` writes its Python)."""
+    return e.returns in ("status", "handle") and all(p.kind in MARSHALLED_KINDS for p in e.params)
 
 
 def _bridge_restype(e: Entry) -> str:
-    return "uintptr_t" if e.returns == "handle" else e.restype
+    return "uintptr_t" if e.returns == "handle" and marshalled(e) else e.restype
 
 
 def _bridge_params(e: Entry) -> str:
+    if not marshalled(e):
+        return e.c_params
     return ", ".join(f"{_AS_INTEGER.get(p.kind, p.ctype)} {p.name}" for p in e.params) or "void"
 
 
 def _bridge_args(e: Entry) -> str:
+    if not marshalled(e):
+        return e.c_args
+
     def arg(p: Param) -> str:
         ctype = _AS_INTEGER.get(p.kind)
         if ctype is None:
@@ -173,12 +186,13 @@ static const char aclnn_gpu_no_python[] = "aclnn_gpu: the embedded Python interp
         body = [f"    if (aclnn_gpu_start() != 0)\n        return {bad};"]
         # a NULL out-parameter is refused here, before Python sees the call (bridge.fail sets the message)
         for p in e.params:
-            if p.kind.startswith("out_") and e.returns == "status":
+            if p.kind.startswith("out_") and e.returns == "status" and marshalled(e):
                 message = _c_string(f"{e.name}: {p.name} is null (out-parameter)")
                 body.append(f"    if ({p.name} == NULL)\n"
                             f"        return ({e.restype})_py_aclnn_gpu_fail({NULL_OUT[e.restype]}, {message});")
         call = f"_py_{e.name}({_bridge_args(e)})"
-        body.append(f"    return ({e.restype}){call};" if e.returns == "handle" else f"    return {call};")
+        body.append(f"    return ({e.restype}){call};" if e.returns == "handle" and marshalled(e)
+                    else f"    return {call};")
         out.append(f"{e.restype} {e.name}({e.c_params})\n{{\n" + "\n".join(body) + "\n}")
     return "\n".join(out) + "\n"
 
