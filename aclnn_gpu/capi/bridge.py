@@ -1,9 +1,11 @@
 """The Python side of the C ABI: runs inside the interpreter that `libascendcl.so` embeds and turns
 each exported C function into a call of the Python API with the same name.
 
-Owns: the handle table (C's opaque pointers <-> Python objects), the conversions of C arguments
-(`table.Param.kind`), the writing of out-parameters, the guard for names the Python package does not
-have, and `aclGetRecentErrMsg`'s per-thread C string.
+Owns: the handle table (C's opaque pointers <-> Python objects, keyed by `key_of`), the Python
+side of each call (`wrapper_source`: one function written out per C function, over the arguments the
+generated C marshalled; `generic_wrapper` for a declaration the C does not marshal), the writing of
+out-parameters, the guard for names the Python package does not have, and `aclGetRecentErrMsg`'s
+per-thread C string.
 
 Handles are integers from a counter, never Python object addresses: a handle the table does not know
 (never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
