@@ -35,10 +35,10 @@ def version() -> str:
 
 def set_env_script(latest: Path) -> str:
     """The shell script of the toolkit's variables, `latest` being the folder with include/ and lib64/."""
-    home = str(latest).replace('"', '\\"')
+    home = "'" + str(latest).replace("'", "'\\''") + "'"   # single-quoted: no shell expansion of the path
     return (f"# aclnn_gpu {version()} as a CANN toolkit (written by `python -m aclnn_gpu.capi install`):\n"
             "# the variables of the Ascend toolkit's set_env.sh, for CANN programs and build files.\n"
-            f'export ASCEND_TOOLKIT_HOME="{home}"\n'
+            f"export ASCEND_TOOLKIT_HOME={home}\n"
             'export ASCEND_HOME_PATH="${ASCEND_TOOLKIT_HOME}"\n'
             "# CANN's sample CMakeLists takes include/ and lib64/ from here\n"
             'export ASCEND_CUSTOM_PATH="${ASCEND_TOOLKIT_HOME}"\n'
