@@ -44,36 +44,51 @@ def c_side(calls: int) -> dict[str, float]:
 COUNTED = {"trivial": "aclrtGetDeviceCount", "pair": "KlDivBackward GetWorkspaceSize + execute, empty"}
 
 
-def _callgrind_total(command: list[str], toggle: str, env: dict) -> int:
+def _callgrind(command: list[str], options: list[str], env: dict) -> list[int]:
+    """The totals of a callgrind run's dumps: the numbered dumps in order, then the final one."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        run = subprocess.run(["valgrind", "--tool=callgrind", f"--toggle-collect={toggle}",
-                              f"--callgrind-out-file={out}", *command], env=env, capture_output=True, text=True)
+        run = subprocess.run(["valgrind", "--tool=callgrind", *options, f"--callgrind-out-file={out}", *command],
+                             env=env, capture_output=True, text=True)
         if run.returncode:
             raise RuntimeError(f"callgrind run failed ({run.returncode}):\n{run.stderr[-3000:]}")
-        text = out.read_text()
-    return next(int(line.split()[1]) for line in text.splitlines() if line.startswith(("totals:", "summary:")))
+        files = sorted(Path(tmp).glob("callgrind.out.*"), key=lambda f: int(f.suffix[1:])) + [out]
+        return [next(int(line.split()[1]) for line in f.read_text().splitlines()
+                     if line.startswith(("totals:", "summary:"))) for f in files]
+
+
+def c_counts(exe: Path, calls: int, env: dict) -> dict[str, float]:
+    """Instructions per call of capi_bench.c's measure_trivial and measure_pair (after their warm-up):
+    one run collecting inside measure_*, dumped before measure_pair starts."""
+    trivial, pair = _callgrind([str(exe), str(calls), "callgrind"],
+                               ["--toggle-collect=measure_*", "--dump-before=measure_pair"], env)
+    return {"trivial": trivial / calls, "pair": pair / calls}
+
+
+def _counting_env() -> dict:
+    # a coverage tracer (pytest-cov starts one in subprocesses through these) would be counted too
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE_", "COVERAGE_"))}
+    env.update(ACLNN_GPU_DEVICE="cpu", PYTHONHASHSEED="0")
+    return env
 
 
 def callgrind_counts(calls: int) -> dict[str, dict[str, float]]:
     """Instructions per call of the trivial call and of the empty pair, through the C ABI (capi_bench.c's
-    measure_* loops, after a warm-up run) and from Python (`_python_loop`, the same calls in
-    sys.call_tracing, which callgrind alone collects; set-up and a warm-up run are not counted)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE_", "COVERAGE_"))}
-    env.update(ACLNN_GPU_DEVICE="cpu", PYTHONHASHSEED="0")
-    out: dict[str, dict[str, float]] = {}
+    measure_* loops, after a warm-up run) and from Python (`_python_loops`, the same calls, each loop
+    in sys.call_tracing, which callgrind alone collects; set-up and a warm-up run are not counted)."""
+    env = _counting_env()
     with tempfile.TemporaryDirectory() as tmp:
-        exe = _compile(tmp)
-        for what in COUNTED:
-            c = _callgrind_total([str(exe), str(calls), "callgrind"], f"measure_{what}", env) / calls
-            py = _callgrind_total([sys.executable, "-m", "bench.capi", "--python-loop", what, "--calls", str(calls)],
-                                  "_PyEval_CallTracing", dict(env, PYTHONPATH=str(ROOT))) / calls
-            out[what] = {"c": c, "python": py}
-    return out
+        c = c_counts(_compile(tmp), calls, env)
+    # each loop in sys.call_tracing: collected inside _PyEval_CallTracing only, dumped when it returns
+    py = _callgrind([sys.executable, "-m", "bench.capi", "--python-loops", "--calls", str(calls)],
+                    ["--toggle-collect=_PyEval_CallTracing", "--dump-after=_PyEval_CallTracing"],
+                    dict(env, PYTHONPATH=str(ROOT)))
+    return {what: {"c": c[what], "python": total / calls} for what, total in zip(COUNTED, py)}
 
 
-def _python_loop(what: str, calls: int) -> None:
-    """The Python twin of capi_bench.c's measure_<what>: one warm-up run, then one in sys.call_tracing."""
+def _python_loops(calls: int) -> None:
+    """The Python twins of capi_bench.c's measure_* loops, in COUNTED's order: each one warm-up run, then
+    one in sys.call_tracing."""
     import aclnn_gpu as acl
     acl.aclInit(None)
     acl.aclrtSetDevice(0)
@@ -85,17 +100,17 @@ def _python_loop(what: str, calls: int) -> None:
         e.append(acl.aclCreateTensor(shape, acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, shape, p))
     get_ws, run, count = acl.aclnnKlDivBackwardGetWorkspaceSize, acl.aclnnKlDivBackward, acl.aclrtGetDeviceCount
 
+    def trivial() -> None:
+        for _ in range(calls):
+            count()
+
     def pair() -> None:
         for _ in range(calls):
             _, ws, ex = get_ws(e[0], e[1], e[2], 1, False, e[3])
             run(None, ws, ex, stream)
-
-    def trivial() -> None:
-        for _ in range(calls):
-            count()
-    loop = pair if what == "pair" else trivial
-    loop()
-    sys.call_tracing(loop, ())
+    for loop in (trivial, pair):   # COUNTED's order
+        loop()
+        sys.call_tracing(loop, ())
 
 
 def python_side(calls: int) -> dict[str, float]:
@@ -195,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="calls per batch (best of 5 batches)")
     parser.add_argument("--callgrind", action="store_true",
                         help="instructions per call under valgrind's callgrind instead of microseconds")
-    parser.add_argument("--python-loop", choices=sorted(COUNTED), help=argparse.SUPPRESS)
+    parser.add_argument("--python-loops", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.python_loop:
-        _python_loop(args.python_loop, args.calls)
+    if args.python_loops:
+        _python_loops(args.calls)
         return 0
     if args.callgrind:
         counts = callgrind_counts(args.calls)

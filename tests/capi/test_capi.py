@@ -523,3 +523,25 @@ def test_generic_wrapper_converts_declared_arguments(cpu_session):
     assert destroy(tensors[0]) == acl.ACLNN_ERR_PARAM_INVALID
     assert acl.aclGetRecentErrMsg() == "aclDestroyTensor: tensor was already destroyed"
     assert acl.aclrtSynchronizeStream(cpu_session.stream) == 0 and all(acl.aclrtFree(p) == 0 for p in ptrs)
+
+
+# Instructions per call through the C ABI (bench/README.md, "C ABI call overhead": 5,450 and 49,161
+# when set), with 1.5x headroom as bench/callgrind_ceilings.json has: only a real regression (the
+# generic per-parameter path costs 13,500 and 89,000) crosses one.
+C_ABI_CEILINGS = {"trivial": 8_200, "pair": 74_000}
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind (callgrind) is not installed")
+def test_c_abi_instruction_counts_stay_under_their_ceilings(flags):
+    """bench/capi_bench.c's measured loops under callgrind (deterministic whatever the machine's load):
+    aclrtGetDeviceCount and KlDivBackward GetWorkspaceSize + execute on empty tensors, from C."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench.capi import _compile, _counting_env, c_counts
+    finally:
+        sys.path.remove(str(ROOT))
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        counts = c_counts(_compile(tmp), 300, _counting_env())
+    for what, ceiling in C_ABI_CEILINGS.items():
+        assert 0 < counts[what] < ceiling, (what, counts[what], ceiling)
