@@ -3,31 +3,36 @@ each exported C function into a call of the Python API with the same name.
 
 Owns: the handle table (C's opaque pointers <-> Python objects, keyed by `key_of`), the Python
 side of each call (`wrapper_source`: one function written out per C function, over the arguments the
-generated C marshalled; `generic_wrapper` for a declaration the C does not marshal), the writing of
-out-parameters, the guard for names the Python package does not have, and `aclGetRecentErrMsg`'s
-per-thread C string.
+generated C marshalled; `generic_wrapper` for a declaration the C does not marshal, running the
+irregular signatures' conversions of `custom.py`), the writing of out-parameters, the C callers'
+runtime rule (a function that needs the runtime, called before aclInit / aclnnInit or after
+aclFinalize, returns its library's not-initialised code: `needs_init`), the wording of messages for
+C (`c_words`), and `aclGetRecentErrMsg`'s per-thread C string.
 
 Handles are integers from a counter, never Python object addresses: a handle the table does not know
 (never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
-own type checks refuse with their usual code; a recently destroyed or spent handle turns into a dead
-stand-in of its class (`destroyed` / `spent` set), so the message says what happened. Nothing a C
-program passes can make this layer dereference an object that is gone.
+own type checks refuse with their usual code (the message then says "a handle that was never
+created"); a recently destroyed or spent handle turns into a dead stand-in of its class
+(`destroyed` / `spent` set), so the message says what happened. Nothing a C program passes can make
+this layer dereference an object that is gone.
 """
 from __future__ import annotations
 
 import gc
 import itertools
+import re
 import os
 import threading
 from typing import Any, Callable
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu import dtypes, runtime
 from aclnn_gpu.errors import set_recent_error
 from aclnn_gpu.executor import aclOpExecutor
 from aclnn_gpu.tensor import MAX_DIMS
 
 from .build import marshalled
+from .custom import CONVERSIONS, CError
 from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
@@ -60,14 +65,6 @@ class UnknownHandle:
 
     def __repr__(self) -> str:
         return f"UnknownHandle({hex(self.value)})"
-
-
-class CError(Exception):
-    """A failure the C layer detects before Python sees the call (a NULL out-pointer, a NULL array)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 _stand_ins: dict[type, Any] = {}
@@ -223,7 +220,8 @@ def _memcpy_host_sides(ffi: Any, args: list) -> list:
     allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
     Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
     dst, _, src, count, kind = args[:5]
-    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True)}.get(kind, (False, False))
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
     try:
         registry = acl.runtime.get_device().registry
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
@@ -245,14 +243,69 @@ def _scalar_value(ffi: Any, args: list) -> list:
     return args
 
 
+def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
+    """aclrtMemcpy2d(Async)(dst, dpitch, src, spitch, width, height, kind[, stream]): a host side that is
+    not an allocation of this library is the caller's memory, a buffer of the bytes its rows reach."""
+    dst, dpitch, src, spitch, width, height, kind = args[:7]
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
+    try:
+        registry = acl.runtime.get_device().registry
+    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
+        return args
+    for position, is_host, pitch in ((0, host[0], dpitch), (2, host[1], spitch)):
+        addr = args[position]
+        reach = pitch * (height - 1) + width if height else 0
+        if is_host and addr is not None and reach > 0 and registry.find(addr, 0) is None:
+            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
+    return args
+
+
 ADAPTERS: dict[str, Callable[[Any, list], list]] = {
     "aclrtMemcpy": _memcpy_host_sides, "aclrtMemcpyAsync": _memcpy_host_sides, "aclCreateScalar": _scalar_value,
+    "aclrtMemcpy2d": _memcpy2d_host_sides, "aclrtMemcpy2dAsync": _memcpy2d_host_sides,
 }
+
+
+_UNKNOWN = re.compile(r"\bUnknownHandle(\(0x[0-9a-fA-F]+\))?")
+_NONE = re.compile(r"\b(NoneType|None|null)\b")
+
+
+def c_words(message: str) -> str:
+    """A Python API message as a C caller reads it: a handle the table does not know is "a handle that
+    was never created (or destroyed long ago)", Python's None is "nullptr"."""
+    if "UnknownHandle" in message:
+        message = _UNKNOWN.sub("a handle that was never created (or destroyed long ago)", message)
+    return _NONE.sub("nullptr", message) if "None" in message or "null" in message else message
+
+
+# What a C program gets for a call that needs the runtime before aclInit (aclnnInit also opens it for
+# aclnn programs) or after aclFinalize: CANN's "not initialised" code of the function's library.
+UNINITIALIZED = {"aclError": int(acl.ACL_ERROR_UNINITIALIZE), "aclnnStatus": int(acl.ACLNN_ERR_RUNTIME_ERROR),
+                 "HcclResult": 15}   # HCCL_E_RUNTIME
+# Functions that need no runtime: descriptors (acl* of acl_meta.h), queries of the platform, the
+# initialisation functions themselves and the pure helpers.
+NO_INIT = {"aclrtGetDeviceCount", "aclrtGetVersion", "aclrtGetSocName", "aclrtGetRunMode", "aclnnInit", "aclnnFinalize",
+           "HcclGetErrorString", "HcclGetCommConfigCapability"}
+
+
+def needs_init(name: str) -> bool:
+    return name.startswith(("aclrt", "aclnn", "aclmdl", "Hccl")) and name not in NO_INIT
+
+
+def _init_refusal(name: str) -> str | None:
+    """Why `name` may not run now (the runtime is not initialised), or None."""
+    state = runtime._state
+    if state.initialized or state.aclnn_initialized:
+        return None
+    if state.finalized:
+        return f"{name}: called after aclFinalize (call aclInit again before using the runtime)"
+    return f"{name}: called before aclInit (aclInit, or aclnnInit for a program of aclnn operators, must come first)"
 
 
 def fail(status: int, message: str) -> int:
     """The C layer's own refusals (a NULL out-parameter, checked in C): the message, then the code."""
-    set_recent_error(message)
+    set_recent_error(c_words(message), status)
     return status
 
 
@@ -314,23 +367,32 @@ def wrapper_source(entry: Entry) -> str:
         args.append(a)
     call = (f"r = _target(*_adapter(_ffi, [{', '.join(args)}]))" if name in ADAPTERS
             else f"r = _target({', '.join(args)})")
-    body = [*lines, call]
+    body = []
+    if needs_init(name):   # the C callers' runtime rule (a C call that needs the runtime, before aclInit)
+        body += ["if not (_runtime._state.initialized or _runtime._state.aclnn_initialized):",
+                 f"    m = _init_refusal({name!r})", "    if m is not None:",
+                 "        _set_recent_error(_c_words(m), _UNINITIALIZED)",
+                 f"        return {'0' if entry.returns == 'handle' else '_UNINITIALIZED'}"]
+    body += [*lines, call]
     if entry.returns == "handle":
-        body.append("return 0 if r is None else _new(r)")
+        body += ["if r is None:", "    _set_recent_error(_c_words(_recent()))", "    return 0", "return _new(r)"]
     else:
         body.append("s = r[0]" if writes else "s = r")
         after = writes + retires
+        body.append("if s != 0:")   # the Python API's message in C's words
+        body.append("    _set_recent_error(_c_words(_recent()))")
         if after:
-            body.append("if s == 0:")
+            body.append("else:")
             body += [f"    {line}" for w in after for line in w.splitlines()]
         body.append("return s")
     c_params = ", ".join(f"c{i}" for i in range(len(params)))
     text = [f"def {name}({c_params}):", "    try:"]
     text += [f"        {line}" for line in "\n".join(body).splitlines()]
-    text += ["    except _CError as e:", "        _set_recent_error(e.message)",
+    text += ["    except _CError as e:", "        _set_recent_error(_c_words(e.message), e.status)",
              f"        return {'0' if entry.returns == 'handle' else 'e.status'}",
              "    except Exception as e:  # a bug of this layer: reported, never raised into C",
-             f"        _set_recent_error(f'{name}: internal error in the C ABI: {{type(e).__name__}}: {{e}}')",
+             f"        _set_recent_error(_c_words(f'{name}: internal error in the C ABI: {{type(e).__name__}}: {{e}}'),"
+             " _INTERNAL)",
              f"        return {'0' if entry.returns == 'handle' else '_INTERNAL'}"]
     return "\n".join(text) + "\n"
 
@@ -344,6 +406,14 @@ def _generic_input(ffi: Any, entry: Entry, index: int, position: dict[str, int])
     p, NULL = entry.params[index], ffi.NULL
     if p.kind == "handle":
         return lambda a: handles.get(_address(ffi, a[index]))
+    if p.kind == "handle_array":
+        at = position[_length_name(entry, p.name)]
+
+        def handle_array(a: tuple) -> Any:
+            if a[index] == NULL:
+                return None
+            return [None if a[index][i] == NULL else handles.get(_address(ffi, a[index][i])) for i in range(a[at])]
+        return handle_array
     if p.kind == "addr":
         return lambda a: None if a[index] == NULL else _address(ffi, a[index])
     if p.kind == "str":
@@ -371,9 +441,10 @@ def _generic_writer(ffi: Any, p: Any) -> Callable[[Any, Any], None]:
 
 
 def generic_wrapper(ffi: Any, entry: Entry, target: Callable) -> Callable:
-    """The function cffi runs for an entry the C does not marshal (`build.marshalled`: a parameter or
-    return kind `wrapper_source` does not know): its arguments arrive as declared, NULL out-parameters
-    are refused here, one converter per parameter; slower than a written-out wrapper, and general."""
+    """The function cffi runs for an entry the C does not marshal (`build.marshalled`: a custom
+    conversion of `custom.py`, or a parameter or return kind `wrapper_source` does not know): its
+    arguments arrive as declared, NULL out-parameters are refused here, one converter per parameter;
+    slower than a written-out wrapper, and general."""
     name, restype, returns = entry.name, entry.restype, entry.returns
     status_type = restype if restype in NULL_OUT else "aclError"
     position = {p.name: i for i, p in enumerate(entry.params)}
@@ -382,34 +453,66 @@ def generic_wrapper(ffi: Any, entry: Entry, target: Callable) -> Callable:
     outs = [(i, p, _generic_writer(ffi, p)) for i, p in enumerate(entry.params) if p.kind.startswith("out_")]
     handle_args = [(i, k) for k, i in enumerate(passed) if entry.params[i].kind == "handle"]
     destroys = "Destroy" in name and bool(handle_args)
-    adapter, NULL = ADAPTERS.get(name), ffi.NULL
+    adapter, conversion, guarded, NULL = ADAPTERS.get(name), CONVERSIONS.get(name), needs_init(name), ffi.NULL
+
+    def failed(status: int, message: str) -> Any:
+        set_recent_error(c_words(message), status or None)
+        return NULL if returns == "handle" else 0 if returns == "value" else status
+
+    if returns == "value":
+        def value(*cargs: Any) -> Any:
+            try:
+                return target(*[convert(cargs) for convert in inputs])
+            except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
+                return failed(0, f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
+        value.__name__ = name
+        return value
 
     def call(*cargs: Any) -> Any:
         try:
+            if guarded and not (runtime._state.initialized or runtime._state.aclnn_initialized):
+                refusal = _init_refusal(name)
+                if refusal is not None:
+                    return failed(UNINITIALIZED[status_type], refusal)
+            if conversion is not None:
+                args, write_back = conversion(ffi, cargs, access)
+                result = target(*args)
+                if returns == "handle":
+                    return NULL if result is None else ffi.cast(restype, handles.new(result))
+                status = int(result[0] if isinstance(result, tuple) else result)
+                if status == 0 and isinstance(result, tuple):
+                    write_back(result[1:])
+                elif status != 0:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                return status
             for i, p, _ in outs:
                 if cargs[i] == NULL:
-                    return fail(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
+                    return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
             args = [convert(cargs) for convert in inputs]
             if adapter is not None:
                 args = adapter(ffi, args)
             result = target(*args)
             if returns == "handle":
-                return NULL if result is None else ffi.cast(restype, handles.new(result))
+                if result is None:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                    return NULL
+                return ffi.cast(restype, handles.new(result))
             status = int(result[0] if outs else result)
-            if status == 0:
-                if outs:
-                    for (i, _, write), value in zip(outs, result[1:]):
-                        write(cargs[i], value)
-                for i, k in handle_args:
-                    obj = args[k]
-                    if destroys or (type(obj) is aclOpExecutor and (obj.spent or obj.destroyed)):
-                        handles.retire(key_of(_address(ffi, cargs[i])), obj)
+            if status != 0:
+                set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                return status
+            if outs:
+                for (i, _, write), value in zip(outs, result[1:]):
+                    write(cargs[i], value)
+            for i, k in handle_args:
+                obj = args[k]
+                if destroys or (type(obj) is aclOpExecutor and (obj.spent or obj.destroyed)):
+                    handles.retire(key_of(_address(ffi, cargs[i])), obj)
             return status
         except CError as e:
-            status = fail(e.status, e.message)
+            return failed(e.status, e.message)
         except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
-            status = fail(INTERNAL[status_type], f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
-        return NULL if returns == "handle" else status
+            return failed(INTERNAL[status_type], f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
 
     call.__name__ = name
     return call
@@ -423,10 +526,10 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
     if target is None:
         def unsupported(*cargs: Any) -> Any:
             set_recent_error(f"{name}: not available: this aclnn_gpu has no Python function "
-                             f"{PYTHON_NAME.get(name, name)} (feature unsupported)")
+                             f"{PYTHON_NAME.get(name, name)} (feature unsupported)", UNSUPPORTED[status_type])
             if entry.returns == "handle":
                 return 0 if marshalled(entry) else ffi.NULL
-            return UNSUPPORTED[status_type]
+            return 0 if entry.returns == "value" else UNSUPPORTED[status_type]
         return unsupported
     if not marshalled(entry):
         return generic_wrapper(ffi, entry, target)
@@ -436,7 +539,9 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
         "_dead_record": handles._dead_record, "_TOMBSTONES": TOMBSTONES,
         "_retire": handles.retire, "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
         "_buffer": ffi.buffer, "_memmove": ffi.memmove, "_ROOT_SIZE": ffi.sizeof("HcclRootInfo"), "_ffi": ffi,
-        "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error,
+        "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error, "_c_words": c_words,
+        "_recent": acl.aclGetRecentErrMsg, "_runtime": runtime, "_init_refusal": _init_refusal,
+        "_UNINITIALIZED": UNINITIALIZED[status_type],
         "_INTERNAL": INTERNAL[status_type]}
     for i, p in enumerate(entry.params):
         if p.kind == "array":
@@ -448,6 +553,41 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
 def _length_name(entry: Entry, array: str) -> str:
     from .table import ARRAY_LENGTH
     return ARRAY_LENGTH.get(array, array + "Num")
+
+
+class _Access:
+    """What custom.py's conversions use: handle -> object (a C pointer), and object -> new handle."""
+
+    def __init__(self, ffi: Any):
+        self.ffi = ffi
+
+    def __call__(self, pointer: Any) -> Any:
+        return handles.get(_address(self.ffi, pointer))
+
+    def new(self, obj: Any) -> int:
+        return handles.new(obj)
+
+
+access: Any = None   # set by install
+
+
+def _static_string(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
+    """A const char * answer (aclrtGetSocName, HcclGetErrorString): each distinct string is kept for
+    the life of the process, as a C caller expects of such a pointer (there are few of them)."""
+    kept: dict[str, Any] = {}
+    convert = [_generic_input(ffi, entry, i, {}) for i in range(len(entry.params))]
+
+    def string(*cargs: Any) -> Any:
+        try:
+            text = "" if target is None else str(target(*[c(cargs) for c in convert]))
+        except Exception:   # noqa: BLE001 - a bug of this layer: an empty string, never an exception into C
+            text = ""
+        data = kept.get(text)
+        if data is None:
+            data = kept[text] = ffi.new("char[]", text.encode("utf-8", "replace"))
+        return data
+    string.__name__ = entry.name
+    return string
 
 
 _recent = threading.local()
@@ -477,9 +617,13 @@ def at_exit() -> None:
 
 def install(ffi: Any) -> None:
     """Attach a Python implementation to every `extern "Python"` function of the built library."""
+    global access
+    access = _Access(ffi)
     for entry in entries():
-        if entry.returns == "string":
+        if entry.name == "aclGetRecentErrMsg":
             wrapper = _recent_message(ffi)
+        elif entry.returns == "string":
+            wrapper = _static_string(ffi, entry, python_function(entry))
         else:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)

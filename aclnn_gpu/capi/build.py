@@ -34,7 +34,8 @@ import sysconfig
 from pathlib import Path
 
 from ..kernels.emulator.build import _locked, _tmp_name
-from .table import INCLUDE_DIR, Entry, Param, entries, headers
+from .custom import CONVERSIONS
+from .table import CDEF_TYPES, INCLUDE_DIR, Entry, Param, entries, headers
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_PARENT = HERE.parents[1]            # the directory holding `aclnn_gpu/`
@@ -60,6 +61,7 @@ def _cdef() -> str:
              "typedef void *aclrtStream;", "typedef void *aclrtEvent;", "typedef void *aclmdlRI;",
              "typedef void *HcclComm;", "typedef struct { char internal[4108]; } HcclRootInfo;"]
     lines += [f"typedef struct {t} {t};" for t in ("aclTensor", "aclIntArray", "aclScalar", "aclOpExecutor")]
+    lines += CDEF_TYPES
     lines += [f'extern "Python" {_bridge_restype(e)} _py_{e.name}({_bridge_params(e)});' for e in entries()]
     lines.append('extern "Python" void _py_aclnn_gpu_at_exit(void);')   # bridge.at_exit
     lines.append('extern "Python" int _py_aclnn_gpu_fail(int, const char *);')   # bridge.fail
@@ -79,7 +81,8 @@ MARSHALLED_KINDS = frozenset({*_AS_INTEGER, "str", "root_in", "array", "count", 
 
 def marshalled(e: Entry) -> bool:
     """Whether the generated C marshals `e`'s arguments (and `bridge.wrapper_source` writes its Python)."""
-    return e.returns in ("status", "handle") and all(p.kind in MARSHALLED_KINDS for p in e.params)
+    return (e.returns in ("status", "handle") and e.name not in CONVERSIONS
+            and all(p.kind in MARSHALLED_KINDS for p in e.params))
 
 
 def _bridge_restype(e: Entry) -> str:
@@ -181,6 +184,8 @@ static const char aclnn_gpu_no_python[] = "aclnn_gpu: the embedded Python interp
             bad = fail[e.restype]
         elif e.returns == "string":
             bad = "aclnn_gpu_no_python"
+        elif e.returns == "value":
+            bad = "0"
         else:
             bad = "NULL"
         body = [f"    if (aclnn_gpu_start() != 0)\n        return {bad};"]

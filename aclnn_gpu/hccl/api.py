@@ -329,6 +329,7 @@ _ERROR_STRINGS = {
     HcclResult.HCCL_E_DRV: "call driver api fail", HcclResult.HCCL_E_PROFILING: "call profiling api fail",
     HcclResult.HCCL_E_CCE: "call cce api fail", HcclResult.HCCL_E_NETWORK: "call network api fail",
     HcclResult.HCCL_E_AGAIN: "try again", HcclResult.HCCL_E_REMOTE: "error cqe",
+    HcclResult.HCCL_E_SUSPENDING: "error communicator suspending",
 }
 
 
@@ -343,3 +344,10 @@ def HcclCommConfigInit(config: HcclCommConfig) -> None:
     """Reset `config` to HCCL's defaults (C's inline HcclCommConfigInit; a None config is ignored)."""
     if isinstance(config, HcclCommConfig):
         config.__init__()  # type: ignore[misc]
+
+
+def HcclGetCommConfigCapability() -> int:
+    """One past the last HcclCommConfigCapability this library reads from an HcclCommConfig (torch_npu
+    tests `capability < HcclGetCommConfigCapability()`): buffer size, deterministic, comm name and op
+    expansion mode (0..3) are read; initialisation from the environment (4) is not offered."""
+    return 4
