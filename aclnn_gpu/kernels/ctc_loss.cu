@@ -47,10 +47,6 @@ template <class M> __device__ __forceinline__ M lse3(M a, M b, M c) {
   return log(exp(a - m) + exp(b - m) + exp(c - m)) + m;
 }
 
-template <class M> __device__ __forceinline__ bool is_finite(M x) {
-  return x == x && x != pos_inf<M>() && x != neg_inf<M>();
-}
-
 // Shared-memory layout shared by ctc_alpha / ctc_beta (host: shared_bytes()).
 template <class M> struct Smem {
   M* bnd;    // [2][kMaxWarps + 1][3] warp boundary values of the previous step
