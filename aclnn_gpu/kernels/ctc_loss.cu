@@ -377,7 +377,10 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
     const M nl = load(nll_in, b);
     const bool live = status == kOk && t < tiling[3 * b];   // status kOk: tiling[3b] in [0, T]
     const M fill = status == kBad ? quiet_nan<M>() : M(0);
-    const M g = load(grad_out, b) * nan_if(nl);
+    // the blank and label columns carry the nll in their own term, exp(lcab + nll - lp) (an nll of
+    // +inf gives -inf there, not NaN); the columns without states take nan_if's factor
+    const M g_label = load(grad_out, b);
+    const M g = g_label * nan_if(nl);
     const T* lrow = lp + row * C;
     T* orow = out + row * C;
     if (vec) {
@@ -416,7 +419,7 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
       }
       for (; j >= 0; j = nxt[j]) sum += o[2 * j + 1];
       const M term = nll_fin ? sum : exp(log(sum) + nl);
-      store(orow, c, (exp(load(lrow, c)) - term) * g);
+      store(orow, c, (exp(load(lrow, c)) - term) * g_label);
     }
   }
 }

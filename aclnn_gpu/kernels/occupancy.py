@@ -87,8 +87,8 @@ REGISTERS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
     ("ctc_loss.cu", "aclg::ctc_cast_targets"): {"80": (32, 0), "90": (32, 0)},
     ("ctc_loss.cu", "aclg::ctc_grad<float>"): {"80": (32, 32), "90": (31, 32)},
     ("ctc_loss.cu", "aclg::ctc_grad<double>"): {"80": (32, 64), "90": (40, 64)},
-    ("ctc_loss.cu", "aclg::ctc_grad<__half>"): {"80": (32, 32), "90": (30, 32)},
-    ("ctc_loss.cu", "aclg::ctc_grad<__nv_bfloat16>"): {"80": (32, 32), "90": (31, 32)},
+    ("ctc_loss.cu", "aclg::ctc_grad<__half>"): {"80": (31, 32), "90": (31, 32)},
+    ("ctc_loss.cu", "aclg::ctc_grad<__nv_bfloat16>"): {"80": (31, 32), "90": (31, 32)},
 }
 
 
