@@ -22,7 +22,9 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   (t < Lin), as the formula gives. log_alpha is read only at t < Lin-1, s <= 2L and at t = Lin-1, s in {2L-1, 2L}
   (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
   occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
-  that could underflow labels with tiny probability.
+  that could underflow labels with tiny probability. Non-finite inputs give PyTorch's values: the
+  samples whose log_alpha is not what its own recursion gives (a NaN, an infinity, a -inf where a
+  predecessor is above -inf) or whose log-probs hold +inf take PyTorch's log-space beta.
 * a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
   never used as an index.
 
@@ -474,6 +476,26 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     lpg = parallel.kept("ctc_label_log_probs", (tmax, n, S), md)
     np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1), axis=1,
             out=lpg.reshape(tmax, n * S))
+    # -inf where log_alpha was cleared above (states PyTorch's beta never reaches), so that a -inf of
+    # log_alpha with a log-prob above -inf (lpg - la = +inf) marks an entry the recursion cannot take
+    for b in range(n):
+        lpg[il[b]:, b, :] = ninf
+        lpg[:, b, 2 * tl[b] + 1:] = ninf
+        if il[b] > 0:
+            lpg[il[b] - 1, b, :max(2 * tl[b] - 1, 0)] = ninf
+    # one reduction tells whether any log-prob is infinite or NaN (the sum of finite ones may overflow:
+    # then the checks below run for nothing); rare, so the masks themselves run only then
+    lps = lp[:tmax, b0:b0 + n]
+    lp_nonfinite = not np.isfinite(np.add.reduce(lps, axis=None))
+    # a log-prob of +inf at a state: PyTorch's beta is +inf (or NaN) there and at every state before it
+    # that reaches it, which the recursion's factors cannot carry: such samples take log space
+    inconsistent = np.zeros(n, bool)
+    if lp_nonfinite:
+        inconsistent |= (lpg == np.inf).any(axis=(0, 2))
+    # where log_alpha may be -inf in its own recursion with finite log-probs: before a state's first
+    # reachable step (inside the valid region; outside it lpg - la is NaN, not +inf)
+    first = _first_steps(skip, tl)
+    reach_all = int(np.where(np.arange(S)[None, :] > 2 * tl[:, None], 0, first).max())   # all reachable from here
     # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
     #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
     # which telescopes to PyTorch's expression for any finite log_alpha (la[t+1] cancels), and whose
@@ -520,6 +542,8 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
         Db = parallel.kept("ctc_differences", (nb, n, S + 2), md)
         Db[:, :, S:] = ninf                              # the s+1, s+2 neighbours past the last state
         mb = parallel.kept("ctc_mask", (nb, n, S), bool)
+        above = parallel.kept("ctc_above", (nb, n, S), bool)        # la[t, s] > -inf
+        reach = parallel.kept("ctc_reach", (nb, n, S), bool)        # some predecessor of (t+1, s) above -inf
         tmp = parallel.kept("ctc_products", (3, n, S), md)
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
@@ -532,6 +556,24 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
             steps = t1 - t0
             Fx, Dx, mx = Fb[:steps], Db[:steps, :, :S], mb[:steps]
             np.subtract(lpg[t0 + 1:t1 + 1], la[t0 + 1:t1 + 1], out=Dx)
+            # la[t+1, s] = -inf although a predecessor la[t, s'] is above -inf and lp is not -inf: the
+            # factors would divide by exp(-inf) (PyTorch's beta never reads la, the recursion does):
+            # a given log_alpha that its own recursion does not produce; such samples take log space
+            # (candidates: a -inf at or after the state's first reachable step, which a consistent
+            # log_alpha holds only where a log-prob of -inf cut every path; rare, then checked in full)
+            ab, rc = above[:steps], reach[:steps]
+            np.equal(Dx, np.inf, out=mx)
+            if t0 + 1 < reach_all:
+                np.greater_equal(np.arange(t0 + 1, t1 + 1)[:, None, None], first[None], out=rc)
+                np.logical_and(rc, mx, out=rc)
+            if (rc if t0 + 1 < reach_all else mx).any():
+                np.greater(la[t0:t1], ninf, out=ab)
+                rc[:, :, :2] = False
+                np.logical_and(ab[:, :, :-2], skip[:, 2:], out=rc[:, :, 2:])
+                np.logical_or(rc[:, :, 1:], ab[:, :, :-1], out=rc[:, :, 1:])
+                np.logical_or(rc, ab, out=rc)
+                np.logical_and(rc, mx, out=rc)
+                inconsistent |= rc.any(axis=(0, 2))
             np.less(Dx, big, out=mx)                     # False for +inf (la = -inf) and NaN
             np.logical_not(mx, out=mx)
             np.copyto(Dx, ninf, where=mx)
@@ -564,7 +606,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     final = mass[last, bidx]
     drift = np.abs(mass - final[None, :]) > md.type(1e-2 if md == np.float32 else 1e-8) * np.abs(final)
     live = np.arange(tmax)[:, None] < il[None, :]
-    redo = np.nonzero(((drift | ~np.isfinite(mass)) & live).any(axis=0) | ~np.isfinite(final))[0]
+    redo = np.nonzero(((drift | ~np.isfinite(mass)) & live).any(axis=0) | ~np.isfinite(final) | inconsistent)[0]
     if redo.size:
         G[:, redo, :S] = _occupancy_from_log_beta(la[:, redo], lpg[:, redo], skipadd[redo], il[redo], tl[redo],
                                                   nll_eff[redo])
@@ -594,8 +636,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     out *= g[None, :, None]
     # PyTorch's formula where lp = -inf: exp(-inf) - exp(lcab + nll + inf) is NaN (-inf - -inf in the
     # exponent) at every column, label or not; the occupancy recursion would give its limit, 0
-    lps = lp[:tmax, b0:b0 + n]
-    if np.fmin.reduce(lps, axis=None) == -np.inf:       # one reduction instead of a mask, as -inf is rare
+    if lp_nonfinite:                                    # -inf is rare: its mask only then
         np.copyto(out, md.type(np.nan), where=lps == -np.inf)
     for b in range(n):
         if il[b] < tmax:
@@ -629,4 +670,9 @@ def _occupancy_from_log_beta(la, lpg, skipadd, il, tl, nll):
                 beta[t, odd, 2 * tl[odd] - 1] = lpg[t, odd, 2 * tl[odd] - 1]
             beta[t, ~rows[t], :] = ninf
             beta[t, :, :S][~states] = ninf
-        return np.exp(la + beta[:, :, :S] - lpg + nll[None, :, None])
+        # alpha + beta = -inf: occupancy 0, also where lpg is -inf (cleared with la outside the valid
+        # region; inside it PyTorch's NaN for lp = -inf is the caller's)
+        ab = la + beta[:, :, :S]
+        occupancy = np.exp(ab - lpg + nll[None, :, None])
+        np.copyto(occupancy, 0, where=ab == ninf)
+        return occupancy
