@@ -339,13 +339,16 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
       // P = 1 after the barrier, so that their exp is off the recursion's path: it overlaps the next
       // step's shuffles and lse3 (beta[] changes only in that step's update). At P = PerOf<M> before
       // it: a[], l[] live across the barrier cost registers there (16-bit types spilled on sm_80).
+      // at the last step PyTorch reads logAlpha at the two final states only: 0 elsewhere, whatever
+      // logAlpha holds there (beta is -inf, so +inf or NaN there would give NaN)
       auto store_occupancies = [&]() {
         M* orow = occ + (t * N + b) * W;
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
           if (i < per && s < S)
-            orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
+            orow[s] = (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
+                                                                                    : exp(a[i] + beta[i] - l[i] + shift);
         }
       };
       if (P != 1) store_occupancies();
@@ -683,7 +686,9 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
           if (s >= S) break;
           const M r = t == lin - 1 ? (s >= 2 * L - 1 ? l[j] : NINF) : lse3(n0[j], n1[j], n2[j]) + l[j];
           cur[s] = r;
-          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[j] + r - l[j] + shift);
+          // the last step: only the two final states (as in ctc_beta)
+          orow[s] = (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
+                                                                                  : exp(a[j] + r - l[j] + shift);
         }
       }
       __syncthreads();
