@@ -29,7 +29,7 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   never used as an index.
 
 Vectorised over batch and extended-label states; the only Python loop runs over time. The forward's
-alpha recursion runs in float32 (float64 for float64 data) log space, ten NumPy calls per step, or
+alpha recursion runs in float32 (float64 for float64 data) log space, eight NumPy calls per step, or
 for small calls (N * (2*maxL+1) <= 512 states, where those calls' overhead dominates) in scaled
 float64 linear space, one call per step, with the samples linear space cannot hold (underflow, -inf,
 NaN, overflow) redone in log space. The backward splits a large batch into slices of samples that run
@@ -113,7 +113,7 @@ _CUT_LOOP_SAMPLES = 128
 # Time steps of the forward's label log-probs gathered per NumPy call (bounded scratch).
 _GATHER_STEPS = 64
 # Calls of at most this many states (N * (2*maxL+1)) run the forward's alpha recursion in scaled float64
-# linear space (_alpha_linear: one NumPy call per time step instead of ten; 1.3-1.9x faster at N = 1-5,
+# linear space (_alpha_linear: one NumPy call per time step instead of eight; 1.3-1.9x faster at N = 1-5,
 # L = 40), larger ones in log space (_alpha: linear space needs float64 and an exp and a log per state
 # besides the steps, slower from about N = 16). Chosen for the whole call: a sample's log_alpha rounds
 # alike in every call of either kind, but differently in a small call than in a large one (float64
@@ -153,7 +153,7 @@ def _by_slices(work, N, state_steps):
 def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
     """The alpha recursion in log space: lt[t, n, 2 + s] = log_alpha for start <= t < tmax, from row
     start - 1 of lt when start > 0 (rows past a sample's own input length are cleared by the caller).
-    It stays on one thread: its ten small NumPy calls per time step contend for the GIL when batch
+    It stays on one thread: its eight small NumPy calls per time step contend for the GIL when batch
     slices run in parallel (measured 1.5-2x slower on 2 cores); the log-probs at the extended labels
     are gathered for _GATHER_STEPS steps in one call."""
     T, n, C = lp_in.shape
@@ -174,8 +174,13 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
     if start == 0:
         lt[0, :, 2:] = ninf
         lt[0, :, 2:4] = lpg[0, :, :2]
-    # the s-2 predecessor where s-2 -> s is not allowed is replaced by -inf (PyTorch never reads it), by
-    # bit masks: adding -inf would turn an alpha of +inf there into NaN, and a masked copy is slower
+    # the s-2 predecessor where s-2 -> s is not allowed is -inf (PyTorch never reads it): added as -inf
+    # when no alpha can be +inf (every log-prob below finfo.max / (T + 1): a step adds at most
+    # log 3 + max lp), else set by bit masks (-inf added to an alpha of +inf is NaN; a masked copy is
+    # slower than the masks, which are slower than the add)
+    addk = np.zeros((3, n, S), dtype=md)
+    addk[2][~skip] = ninf
+    bounded = bool(np.max(lpf[start:tmax]) < np.finfo(md).max / (tmax + 1)) if tmax > start else True
     ut = np.dtype(f"u{md.itemsize}")
     keep = np.where(skip, ~ut.type(0), ut.type(0)).astype(ut)
     setb = np.where(skip, ut.type(0), np.array(-np.inf, md).view(ut)).astype(ut)
@@ -194,9 +199,12 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
         for t in range(max(start, 1), tmax):
             if t % _GATHER_STEPS == 0:
                 lpg = gather(t)
-            np.copyto(buf[:2], V[t - 1, :2])             # (p_s, p_s-1, p_s-2 or -inf)
-            np.bitwise_and(V[t - 1, 2].view(ut), keep, out=bits)
-            np.bitwise_or(bits, setb, out=bits)
+            if bounded:                                  # (p_s, p_s-1, p_s-2 or -inf)
+                add(V[t - 1], addk, out=buf)
+            else:
+                np.copyto(buf[:2], V[t - 1, :2])
+                np.bitwise_and(V[t - 1, 2].view(ut), keep, out=bits)
+                np.bitwise_or(bits, setb, out=bits)
             rmax(buf, 0, None, m, False, low)
             sub(buf, m, out=buf)
             ex(buf, out=buf)
