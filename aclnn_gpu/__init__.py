@@ -11,10 +11,20 @@ from __future__ import annotations
 from . import status as _status
 from .errors import AclnnError, aclGetRecentErrMsg
 from .hccl import *  # noqa: F401,F403 - HCCL's collectives, HcclComm and the HCCL enums
-from .graph import (
+from .graph.api import (
     aclmdlRI, aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRIDestroy, aclmdlRIExecuteAsync,
 )
-from .executor import aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable
+from .callbacks import aclrtLaunchCallback, aclrtProcessReport, aclrtSubscribeReport, aclrtUnSubscribeReport
+from .executor import (
+    aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable, aclSetInputTensorAddr,
+    aclSetOutputTensorAddr,
+)
+from .lists import (
+    aclBoolArray, aclCreateBoolArray, aclCreateFloatArray, aclCreateScalarList, aclCreateTensorList,
+    aclDestroyBoolArray, aclDestroyFloatArray, aclDestroyScalarList, aclDestroyTensorList, aclFloatArray,
+    aclGetBoolArraySize,
+    aclGetFloatArraySize, aclGetIntArraySize, aclGetScalarListSize, aclGetTensorListSize, aclScalarList, aclTensorList,
+)
 from .ops.registry import *  # noqa: F401,F403 - the aclnn* operator functions
 from .ops.registry import __all__ as _ops_all
 from .runtime import (
@@ -27,11 +37,22 @@ from .runtime import (
     aclrtStreamWaitEvent, aclrtSynchronizeDevice, aclrtSynchronizeEvent, aclrtSynchronizeStream,
     current_device_kind,
 )
+from .runtime_ext import (
+    aclDataTypeSize, aclFloat16ToFloat, aclFloatToFloat16, aclnnFinalize, aclnnInit, aclrtContext, aclrtCreateContext,
+    aclrtDeviceGetBareTgid, aclrtMemcpy2d, aclrtMemcpy2dAsync, aclrtPointerGetAttributes, aclrtQueryDeviceStatus,
+    aclrtGetLastError, aclrtPeekAtLastError, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutWithMs,
+    aclrtSetOpWaitTimeout, aclrtSetStreamFailureMode, aclrtStreamGetId,
+    aclrtCtxGetSysParamOpt, aclrtDestroyContext, aclrtDestroyStreamForce, aclrtGetCurrentContext, aclrtGetMemInfo,
+    aclrtGetRunMode, aclrtGetSocName, aclrtGetVersion, aclrtMallocCached, aclrtMemFlush, aclrtMemInvalidate,
+    aclrtQueryEvent, aclrtQueryEventWaitStatus, aclrtResetDeviceForce, aclrtResetEvent, aclrtSetCurrentContext,
+    aclrtSetSysParamOpt, aclrtStreamQuery, aclrtSynchronizeDeviceWithTimeout, aclrtSynchronizeEventWithTimeout,
+    aclrtSynchronizeStreamWithTimeout,
+)
 from .status import *  # noqa: F401,F403 - enums and their members as constants
 from .tensor import (
     aclCreateIntArray, aclCreateScalar, aclCreateTensor, aclDestroyIntArray, aclDestroyScalar, aclDestroyTensor,
-    aclGetDataType, aclGetFormat, aclGetStorageShape, aclGetViewOffset, aclGetViewShape, aclGetViewStrides,
-    aclIntArray, aclScalar, aclTensor,
+    aclGetDataType, aclGetFormat, aclGetRawTensorAddr, aclGetStorageShape, aclGetViewOffset, aclGetViewShape,
+    aclGetViewStrides, aclIntArray, aclScalar, aclSetRawTensorAddr, aclTensor,
 )
 
 __version__ = "0.1.0"

@@ -19,8 +19,19 @@ from .status import aclError, aclnnStatus
 _recent = threading.local()
 
 
-def set_recent_error(message: str) -> None:
+def set_recent_error(message: str, status: int | None = None) -> None:
+    """Record a failure's message (and, when given, its code: aclrtGetLastError's) for this thread."""
     _recent.message = message
+    if status is not None:
+        _recent.status = int(status)
+
+
+def recent_status(clear: bool) -> int:
+    """The code of this thread's last failure (0 when none, or since it was cleared); `clear` resets it."""
+    status = getattr(_recent, "status", 0)
+    if clear:
+        _recent.status = 0
+    return status
 
 
 def aclGetRecentErrMsg() -> str:
@@ -95,7 +106,7 @@ def c_api(n_out: int = 0, internal: int = aclError.ACL_ERROR_INTERNAL_ERROR,
                     else aclError.ACL_ERROR_INVALID_PARAM)
 
         def on_error(status: int, message: str) -> Any:
-            set_recent_error(message)
+            set_recent_error(message, status)
             if null_result:
                 return None
             return status if n_out == 0 else (status, *([None] * n_out))

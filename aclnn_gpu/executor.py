@@ -1,7 +1,9 @@
 """`aclOpExecutor`: the plan that phase 1 froze, and the phase-2 checks every operator shares.
 
 Single-use by default, as in CANN: a second run of a non-repeatable executor is refused with
-ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU.
+ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU. A repeatable executor
+keeps its phase-1 arguments (`source`), so aclSetInputTensorAddr / aclSetOutputTensorAddr can rebind
+one of its tensors and plan it again over the new address.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from .kernels.occupancy import DEFAULT_ARCH
 from .ops.plan import DESTROYED, check_plan_memory
 from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
+from .tensor import aclTensor
 
 SUCCESS = aclnnStatus.ACLNN_SUCCESS
 NULLPTR = aclnnStatus.ACLNN_ERR_PARAM_NULLPTR
@@ -26,7 +29,7 @@ INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 
 class aclOpExecutor:
     __slots__ = ("op", "plan", "device", "repeatable", "spent", "destroyed", "lock", "checked_workspace",
-                 "checked_generation", "__weakref__")
+                 "checked_generation", "source", "__weakref__")
 
     def __init__(self, op: str, plan: Any, device: Any):
         self.op = op
@@ -38,6 +41,7 @@ class aclOpExecutor:
         self.lock = threading.Lock()
         self.checked_workspace: tuple[Any, int] | None = None  # (workspace, registry generation) that passed
         self.checked_generation = -1   # registry generation at which the plan's tensors last passed
+        self.source: tuple | None = None   # (_Phase1, args, kwargs) of its GetWorkspaceSize: a rebind replans
 
     def __repr__(self) -> str:
         state = "destroyed" if self.destroyed else "spent" if self.spent else "ready"
@@ -74,6 +78,82 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
         ex.destroyed = True
         ex.plan = None
     return aclnnStatus.ACLNN_SUCCESS
+
+
+# The output parameters of each operator: its C declaration's trailing aclTensor parameters (non-const
+# where CANN's header writes them so; a test reads them from the headers). aclSetOutputTensorAddr counts
+# these, aclSetInputTensorAddr the other tensor parameters.
+OUTPUTS: dict[str, tuple[str, ...]] = {
+    "aclnnCtcLoss": ("negLogLikelihoodOut", "logAlphaOut"), "aclnnCtcLossBackward": ("out",),
+    "aclnnCrossEntropyLoss": ("lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),
+    "aclnnCrossEntropyLossGrad": ("out",), "aclnnKlDiv": ("out",), "aclnnKlDivBackward": ("out",),
+    "aclnnConvTbc": ("out",), "aclnnConvTbcBackward": ("gradInput", "gradWeight", "gradBias"),
+    "aclnnScaledMaskedSoftmax": ("y",), "aclnnScaledMaskedSoftmaxBackward": ("out",),
+}
+
+
+class _Phase1:
+    """What an executor needs to plan again: its operator's phase 1 and C parameter names."""
+
+    __slots__ = ("plan_of", "names")
+
+    def __init__(self, plan_of: Any, names: tuple[str, ...]):
+        self.plan_of, self.names = plan_of, names
+
+
+def _set_tensor_addr(fn: str, outputs: bool, executor: Any, index: Any, tensor: Any, addr: Any) -> int:
+    """aclSetInputTensorAddr / aclSetOutputTensorAddr: the index-th input (output) tensor parameter of
+    a repeatable executor is rebound to `addr` (`aclTensor.rebind`, so phase 1's cache sees a new
+    version and misses) and the executor is planned again over it, as CANN refreshes the address in
+    its launch arguments. A plan that fails (the new range is not live memory) leaves the tensor and
+    the executor as they were."""
+    ex = _executor(executor, fn)
+    if ex.destroyed or ex.spent:
+        fail(INVALID, f"{fn}: executor of {ex.op} was already {'destroyed' if ex.destroyed else 'run'}")
+    if not ex.repeatable or ex.source is None:
+        fail(INVALID, f"{fn}: executor of {ex.op} is not repeatable (call aclSetAclOpExecutorRepeatable "
+                      "right after GetWorkspaceSize: only a reusable executor's addresses can be refreshed)")
+    phase1, args, kwargs = ex.source
+    bound = dict(zip(phase1.names, args), **kwargs)
+    planned = getattr(ex.plan, "tensors", {})
+    wanted = OUTPUTS.get(ex.op, ())
+    names = [n for n in phase1.names if (n in planned or isinstance(bound.get(n), aclTensor))
+             and (n in wanted) == outputs]
+    kind = "output" if outputs else "input"
+    if not isinstance(index, numbers.Integral) or isinstance(index, bool) or not 0 <= int(index) < len(names):
+        fail(INVALID, f"{fn}: index {index!r} is out of range: {ex.op} has {len(names)} {kind} tensors "
+                      f"({', '.join(names)})")
+    name = names[int(index)]
+    if tensor is None:
+        fail(NULLPTR, f"{fn}: tensor is nullptr")
+    if bound.get(name) is not tensor or not isinstance(tensor, aclTensor):
+        fail(INVALID, f"{fn}: tensor is not {ex.op}'s {kind} {index} ({name}) of this executor")
+    if addr is None:
+        fail(NULLPTR, f"{fn}: addr is nullptr")
+    if not isinstance(addr, numbers.Integral) or isinstance(addr, bool) or addr < 0:
+        fail(INVALID, f"{fn}: addr {addr!r} must be a device address")
+    old = tensor.data
+    with ex.lock:
+        tensor.rebind(int(addr))
+        try:
+            plan = phase1.plan_of(ex.device, args, kwargs)
+        except Exception:
+            tensor.rebind(old)
+            raise
+        ex.plan = plan
+        ex.checked_workspace = None
+        ex.checked_generation = -1
+    return SUCCESS
+
+
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
+def aclSetInputTensorAddr(executor: aclOpExecutor, index: int, tensor: aclTensor, addr: int) -> int:
+    return _set_tensor_addr("aclSetInputTensorAddr", False, executor, index, tensor, addr)
+
+
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
+def aclSetOutputTensorAddr(executor: aclOpExecutor, index: int, tensor: aclTensor, addr: int) -> int:
+    return _set_tensor_addr("aclSetOutputTensorAddr", True, executor, index, tensor, addr)
 
 
 def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
@@ -155,23 +235,29 @@ def make_get_workspace_size(op: str, build):
         key = cache.key(build, device, args) if cache.limit and not kwargs else None
         if key is None:
             plan = plan_of(device, args, kwargs)
-            return SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
-        found = cache.lookup(key, args)
-        if found is not None:   # the same arguments, proven unchanged: the checks' and the plan's result
-            plan = found[0].plan
             executor = aclOpExecutor(op, plan, device)
-            executor.checked_generation = found[1]   # its tensors' memory was proven at that generation
-            return SUCCESS, plan.workspace_size, executor
-        versions = cache.versions(args)
-        plan = plan_of(device, args, kwargs)
-        cache.insert(key, plan, device, args, versions)
-        return SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
+        else:
+            found = cache.lookup(key, args)
+            if found is not None:   # the same arguments, proven unchanged: the checks' and the plan's result
+                plan = found[0].plan
+                executor = aclOpExecutor(op, plan, device)
+                executor.checked_generation = found[1]   # its tensors' memory was proven at that generation
+            else:
+                versions = cache.versions(args)
+                plan = plan_of(device, args, kwargs)
+                cache.insert(key, plan, device, args, versions)
+                executor = aclOpExecutor(op, plan, device)
+        executor.source = (phase1, args, kwargs)
+        return SUCCESS, plan.workspace_size, executor
 
     def uncached(*args: Any, **kwargs: Any) -> tuple[int, int, aclOpExecutor]:
         device = get_device()
         plan = plan_of(device, args, kwargs)
-        return SUCCESS, plan.workspace_size, aclOpExecutor(op, plan, device)
+        executor = aclOpExecutor(op, plan, device)
+        executor.source = (phase1, args, kwargs)
+        return SUCCESS, plan.workspace_size, executor
 
+    phase1 = _Phase1(plan_of, tuple(p.name for p in list(inspect.signature(build).parameters.values())[1:]))
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"
     get_workspace_size.__doc__ = build.__doc__
     # the C parameters (build's, without the device): what a call with the wrong arguments is told

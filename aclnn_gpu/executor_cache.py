@@ -49,6 +49,7 @@ import threading
 from typing import Any, Iterator
 
 from . import tensor as tensor_module
+from .device import current
 from .device.registry import Registry
 from .errors import OpError
 from .tensor import aclIntArray, aclTensor
@@ -219,6 +220,19 @@ class ExecutorCache:
 
 cache = ExecutorCache()
 tensor_module.forget = cache.forget
+
+
+def _on_device_reset(device: Any, last: bool) -> None:
+    """aclrtResetDevice: the device's entries go; once no device is left, ACLNN_CACHE_LIMIT is read
+    again, as the device kind is."""
+    if device is not None:
+        cache.drop_device(device)
+    if last:
+        cache.configure()
+
+
+current.on_reset(_on_device_reset)
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=cache.after_fork_in_child)
 

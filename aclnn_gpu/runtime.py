@@ -50,6 +50,7 @@ class _State:
         self.lock = threading.RLock()
         self.initialized = False
         self.finalized = False
+        self.aclnn_initialized = False   # aclnnInit (aclnn_base.h) without aclInit
         self.sys_params: dict[int, int] = {aclSysParamOpt.ACL_OPT_DETERMINISTIC: 1}
 
 
@@ -501,8 +502,8 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
     count = _size(count, fn, "count", allow_zero=True)
     if count > destMax:
         fail(PARAM, f"{fn}: count={count} exceeds destMax={destMax}")
-    if not isinstance(kind, numbers.Integral) or int(kind) not in (0, 1, 2, 3, 4):
-        fail(PARAM, f"{fn}: kind {kind!r} must be an aclrtMemcpyKind in 0..4")
+    if not isinstance(kind, numbers.Integral) or isinstance(kind, bool) or not 0 <= int(kind) <= 7:
+        fail(PARAM, f"{fn}: kind {kind!r} must be an aclrtMemcpyKind in 0..7")
     kind = aclrtMemcpyKind(int(kind))
     device = get_device()
     impl = None if stream is False else resolve_stream(stream, fn, device=device)
@@ -517,8 +518,10 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
         fail(PARAM, f"{fn}: {'dst' if dst is None else 'src'} is null")
     if count == 0:
         return OK
-    want_dst_device = {1: True, 2: False, 3: True, 0: False}.get(int(kind))
-    want_src_device = {1: False, 2: True, 3: True, 0: False}.get(int(kind))
+    # HOST_TO_BUF_TO_DEVICE (5) is HOST_TO_DEVICE through a staging buffer; INNER (6, one device) and
+    # INTER (7, two devices) DEVICE_TO_DEVICE are DEVICE_TO_DEVICE; DEFAULT (4) takes what it is given
+    want_dst_device = {0: False, 1: True, 2: False, 3: True, 5: True, 6: True, 7: True}.get(int(kind))
+    want_src_device = {0: False, 1: False, 2: True, 3: True, 5: False, 6: True, 7: True}.get(int(kind))
     others: list[Device] = []   # other devices whose memory a synchronous copy touches
 
     def side(obj: Any, what: str, want_device: bool | None, writable: bool) -> Any:
@@ -540,6 +543,9 @@ def _memcpy(fn: str, dst: Any, destMax: Any, src: Any, count: Any, kind: Any, st
 
     d = side(dst, "dst", want_dst_device, True)
     s = side(src, "src", want_src_device, False)
+    if int(kind) == aclrtMemcpyKind.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE and others:
+        fail(PARAM, f"{fn}: kind ACL_MEMCPY_INNER_DEVICE_TO_DEVICE copies within one device, but dst or src is "
+                    "another device's memory (use ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)")
     if impl is None:
         for other in others:   # synchronous: after the work queued on the other device too
             other.synchronize_quietly()

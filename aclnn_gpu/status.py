@@ -110,6 +110,43 @@ class aclrtEventStatus(enum.IntEnum):
     ACL_EVENT_STATUS_RESERVED = 2
 
 
+class aclrtEventWaitStatus(enum.IntEnum):
+    ACL_EVENT_WAIT_STATUS_COMPLETE = 0
+    ACL_EVENT_WAIT_STATUS_NOT_READY = 1
+    ACL_EVENT_WAIT_STATUS_RESERVED = 0xFFFF
+
+
+class aclrtStreamStatus(enum.IntEnum):
+    ACL_STREAM_STATUS_COMPLETE = 0
+    ACL_STREAM_STATUS_NOT_READY = 1
+    ACL_STREAM_STATUS_RESERVED = 0xFFFF
+
+
+class aclrtRunMode(enum.IntEnum):
+    ACL_DEVICE = 0
+    ACL_HOST = 1
+
+
+class aclrtDeviceStatus(enum.IntEnum):
+    ACL_RT_DEVICE_STATUS_NORMAL = 0
+    ACL_RT_DEVICE_STATUS_ABNORMAL = 1
+    ACL_RT_DEVICE_STATUS_END = 0xFFFF
+
+
+class aclrtCallbackBlockType(enum.IntEnum):
+    ACL_CALLBACK_NO_BLOCK = 0
+    ACL_CALLBACK_BLOCK = 1
+
+
+class aclrtLastErrLevel(enum.IntEnum):
+    ACL_RT_THREAD_LEVEL = 0
+
+
+class aclrtMemLocationType(enum.IntEnum):
+    ACL_MEM_LOCATION_TYPE_HOST = 0
+    ACL_MEM_LOCATION_TYPE_DEVICE = 1
+
+
 class aclrtStreamFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
     ACL_STREAM_FAST_LAUNCH = 0x1
     ACL_STREAM_FAST_SYNC = 0x2
@@ -184,6 +221,10 @@ class aclError(enum.IntEnum):
     ACL_ERROR_UNSUPPORTED_DATA_TYPE = 100026
     ACL_ERROR_FORMAT_NOT_MATCH = 100027
     ACL_ERROR_KERNEL_NOT_FOUND = 100029
+    ACL_ERROR_REPEAT_SUBSCRIBE = 100033
+    ACL_ERROR_STREAM_NOT_SUBSCRIBE = 100034
+    ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
+    ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
     ACL_ERROR_REPEAT_FINALIZE = 100037
     ACL_ERROR_BAD_ALLOC = 200000
     ACL_ERROR_API_NOT_SUPPORT = 200001
@@ -241,7 +282,9 @@ ACL_ERROR_NONE = aclError.ACL_SUCCESS
 
 ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
          aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
-         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus)
+         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode,
+         aclrtDeviceStatus, aclrtMemLocationType, aclrtLastErrLevel,
+         aclrtCallbackBlockType)
 
 # Every member as a module constant: `from aclnn_gpu.status import ACL_FLOAT`.
 globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})

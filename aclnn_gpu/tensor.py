@@ -314,3 +314,28 @@ def aclDestroyScalar(scalar: aclScalar | None) -> int:
     if scalar is not None:
         scalar.destroyed = True
     return aclnnStatus.ACLNN_SUCCESS
+
+
+def _live_tensor(tensor: Any, fn: str) -> aclTensor:
+    if tensor is None:
+        fail(aclnnStatus.ACLNN_ERR_PARAM_NULLPTR, f"{fn}: tensor is nullptr")
+    if not isinstance(tensor, aclTensor):
+        fail(INVALID, f"{fn}: tensor is not an aclTensor (a handle that was never created)")
+    if tensor.destroyed:
+        fail(INVALID, f"{fn}: tensor was already destroyed (aclDestroyTensor)")
+    return tensor
+
+
+@c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
+def aclSetRawTensorAddr(tensor: aclTensor, addr: int | None) -> int:
+    """The tensor's data address becomes `addr` (`rebind`: a new version, which executor_cache sees)."""
+    t = _live_tensor(tensor, "aclSetRawTensorAddr")
+    if addr is not None and (not isinstance(addr, numbers.Integral) or isinstance(addr, bool) or addr < 0):
+        fail(INVALID, f"aclSetRawTensorAddr: addr {addr!r} must be a device address or nullptr")
+    t.rebind(int(addr) if addr else None)
+    return aclnnStatus.ACLNN_SUCCESS
+
+
+@c_api(n_out=1, internal=aclnnStatus.ACLNN_ERR_INNER)
+def aclGetRawTensorAddr(tensor: aclTensor) -> tuple[int, int | None]:
+    return aclnnStatus.ACLNN_SUCCESS, _live_tensor(tensor, "aclGetRawTensorAddr").data

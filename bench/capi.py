@@ -1,6 +1,7 @@
 """Call overhead through the C ABI, beside the same calls from Python, in one run (cpu device).
 
     python -m bench.capi [--calls N]
+    python -m bench.capi --callgrind [--calls N]   instructions per call instead (valgrind's callgrind)
 
 Compiles bench/capi_bench.c against `python -m aclnn_gpu.capi --cflags --libs`, runs it (the best of
 5 batches of N calls per row), times the same calls through the Python API in this process the same
@@ -23,16 +24,93 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def c_side(calls: int) -> dict[str, float]:
+def _compile(tmp: str) -> Path:
     flags = subprocess.run([sys.executable, "-m", "aclnn_gpu.capi", "--cflags", "--libs"], capture_output=True,
                            text=True, check=True).stdout.split()
+    exe = Path(tmp) / "capi_bench"
+    subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", "-pthread", str(HERE / "capi_bench.c"), "-o",
+                    str(exe), *flags], check=True)
+    return exe
+
+
+def c_side(calls: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "capi_bench"
-        subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-std=c99", "-pthread", str(HERE / "capi_bench.c"), "-o",
-                        str(exe), *flags], check=True)
-        out = subprocess.run([str(exe), str(calls)], capture_output=True, text=True, check=True,
+        out = subprocess.run([str(_compile(tmp)), str(calls)], capture_output=True, text=True, check=True,
                              env=dict(os.environ, ACLNN_GPU_DEVICE="cpu")).stdout
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.strip()}
+
+
+# --------------------------------------------------------------------------- instructions (callgrind)
+COUNTED = {"trivial": "aclrtGetDeviceCount", "pair": "KlDivBackward GetWorkspaceSize + execute, empty"}
+
+
+def _callgrind(command: list[str], options: list[str], env: dict) -> list[int]:
+    """The totals of a callgrind run's dumps: the numbered dumps in order, then the final one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        run = subprocess.run(["valgrind", "--tool=callgrind", *options, f"--callgrind-out-file={out}", *command],
+                             env=env, capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"callgrind run failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        files = sorted(Path(tmp).glob("callgrind.out.*"), key=lambda f: int(f.suffix[1:])) + [out]
+        return [next(int(line.split()[1]) for line in f.read_text().splitlines()
+                     if line.startswith(("totals:", "summary:"))) for f in files]
+
+
+def c_counts(exe: Path, calls: int, env: dict) -> dict[str, float]:
+    """Instructions per call of capi_bench.c's measure_trivial and measure_pair (after their warm-up):
+    one run collecting inside measure_*, dumped before measure_pair starts."""
+    trivial, pair = _callgrind([str(exe), str(calls), "callgrind"],
+                               ["--toggle-collect=measure_*", "--dump-before=measure_pair"], env)
+    return {"trivial": trivial / calls, "pair": pair / calls}
+
+
+def _counting_env() -> dict:
+    # a coverage tracer (pytest-cov starts one in subprocesses through these) would be counted too
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE_", "COVERAGE_"))}
+    env.update(ACLNN_GPU_DEVICE="cpu", PYTHONHASHSEED="0")
+    return env
+
+
+def callgrind_counts(calls: int) -> dict[str, dict[str, float]]:
+    """Instructions per call of the trivial call and of the empty pair, through the C ABI (capi_bench.c's
+    measure_* loops, after a warm-up run) and from Python (`_python_loops`, the same calls, each loop
+    in sys.call_tracing, which callgrind alone collects; set-up and a warm-up run are not counted)."""
+    env = _counting_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        c = c_counts(_compile(tmp), calls, env)
+    # each loop in sys.call_tracing: collected inside _PyEval_CallTracing only, dumped when it returns
+    py = _callgrind([sys.executable, "-m", "bench.capi", "--python-loops", "--calls", str(calls)],
+                    ["--toggle-collect=_PyEval_CallTracing", "--dump-after=_PyEval_CallTracing"],
+                    dict(env, PYTHONPATH=str(ROOT)))
+    return {what: {"c": c[what], "python": total / calls} for what, total in zip(COUNTED, py)}
+
+
+def _python_loops(calls: int) -> None:
+    """The Python twins of capi_bench.c's measure_* loops, in COUNTED's order: each one warm-up run, then
+    one in sys.call_tracing."""
+    import aclnn_gpu as acl
+    acl.aclInit(None)
+    acl.aclrtSetDevice(0)
+    _, stream = acl.aclrtCreateStream()
+    e = []
+    for i in range(4):
+        _, p = acl.aclrtMalloc(128, 0)
+        shape = [0, 8] if i else []
+        e.append(acl.aclCreateTensor(shape, acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, shape, p))
+    get_ws, run, count = acl.aclnnKlDivBackwardGetWorkspaceSize, acl.aclnnKlDivBackward, acl.aclrtGetDeviceCount
+
+    def trivial() -> None:
+        for _ in range(calls):
+            count()
+
+    def pair() -> None:
+        for _ in range(calls):
+            _, ws, ex = get_ws(e[0], e[1], e[2], 1, False, e[3])
+            run(None, ws, ex, stream)
+    for loop in (trivial, pair):   # COUNTED's order
+        loop()
+        sys.call_tracing(loop, ())
 
 
 def python_side(calls: int) -> dict[str, float]:
@@ -130,7 +208,20 @@ def _threads(acl, n: int, ptrs: list[int]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capi", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls per batch (best of 5 batches)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="instructions per call under valgrind's callgrind instead of microseconds")
+    parser.add_argument("--python-loops", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.python_loops:
+        _python_loops(args.calls)
+        return 0
+    if args.callgrind:
+        counts = callgrind_counts(args.calls)
+        print(f"C ABI instructions per call (callgrind), cpu device, {args.calls} calls\n")
+        print("| call | C ABI | Python API | C ABI - Python |\n| --- | ---: | ---: | ---: |")
+        for what, c in counts.items():
+            print(f"| {COUNTED[what]} | {c['c']:,.0f} | {c['python']:,.0f} | {c['c'] - c['python']:+,.0f} |")
+        return 0
     c = c_side(args.calls)
     py = python_side(args.calls)
     load = os.getloadavg()

@@ -5,7 +5,7 @@ Ten operators (forward and backward of the five families, tiny tensors, repeatab
 captured once, alone (one model per operator) and as one sequence (one model of the ten). Timed:
 - the cuda code path: the cuda device's code over `bench/instant_cupy.py`, whose launches and
   graph launches return at once, so a figure is the library's own Python per call, CuPy's
-  cudaGraphLaunch excluded (the goal of issue 16: at most 1 us per operator for the sequence);
+  cudaGraphLaunch excluded (the goal: at most 1 us per operator for the sequence);
 - the cpu device: the calls and a stream synchronize (the NumPy work runs), per operator.
 Per-call figures are medians over batches. Also run alone: `python -m bench.capture [--calls N]`.
 """
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import common
+from .families import FAMILIES
 from .host_overhead import InstantDevice, per_call_us
 
 GOAL_US = 1.0   # host time per operator of a replayed sequence on the cuda code path
@@ -117,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=200, help="calls per timed batch (default 200)")
     args = ap.parse_args(argv)
     common.setup_device("cpu")
-    from .run import FAMILIES
     print(table(run(FAMILIES, args.calls)))
     return 0
 

@@ -1,6 +1,6 @@
-"""Issue 14's cpu goal, measured on its own: the ten operators (forward and backward, fp32) on the
+"""The cpu goal on the fastest runs, measured on its own: the ten operators (forward and backward, fp32) on the
 cpu device against PyTorch CPU, fastest run and median of each library, at the ladder sizes of
-`python -m bench` plus the cases the issue names.
+`python -m bench` plus the cases of `ISSUE_CASES` (realistic sizes beside bench's own).
 
     python -m bench.cpu_gap [--ops CtcLoss,KlDiv] [--dirs forward,backward] [--reps 9]
                             [--sizes mid|ladder|issue|all] [--json PATH]
@@ -27,7 +27,7 @@ else:
 # Ladder positions of the full bench run (bench/run.py) and its mid size.
 LADDER = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
 MID = 1.0
-# The sizes issue 14 quotes, beside bench's own (family name -> params).
+# Realistic sizes beside bench's own (family name -> params); `--sizes issue` picks them.
 ISSUE_CASES = {
     "KlDiv": [(2048, 2048)],
     "CtcLoss": [(200, 16, 50, 40)],
@@ -68,7 +68,7 @@ def measure(cases_: list[tuple], reps: int, progress: bool = True) -> list[dict]
 
 
 def goal(rows: list[dict]) -> dict:
-    """Issue 14's goal on the fastest runs."""
+    """The cpu goal on the fastest runs: geomean at mid size <= 0.6, max <= 1.3 where PyTorch takes > 0.2 ms."""
     mids = [r["ours_min_ms"] / r["torch_min_ms"] for r in rows if r["mid"]]
     slow = [r for r in rows if r["torch_min_ms"] > 0.2] or rows
     worst = max(slow, key=lambda r: r["ours_min_ms"] / r["torch_min_ms"])

@@ -7,7 +7,7 @@ the profiler's bytes-only roofline and by its latency-aware model (aclnn_gpu/pro
 Ours is profiled at N = --profile-n (the emulator is slow) and scaled to N: every kernel's bytes are
 linear in N, its recursion's step latency is not (one block per sample, N <= the SM count). Prints
 the per-kernel figures, the totals and ratios, their sensitivity to the DRAM latency constant, and
-the cluster-split estimate of issue 14 item 2 (bench/README.md discusses it).
+the cluster-split estimate (bench/README.md discusses it).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14's per-operator table: for each of the ten operators, our kernels' DRAM bytes and modelled
+"""The per-operator table: for each of the ten operators, our kernels' DRAM bytes and modelled
 H100 time (the emulator's profiler, aclnn_gpu/profile) beside PyTorch CUDA's launch sequence read
 from its source (bench/torch_launches.py: an estimate, priced with the same roofline model), and the
 cpu device against PyTorch CPU from one run of bench.cpu_gap at bench's mid sizes.
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-# (profiler operator, dims, dtype): issue 13's realistic shapes, scaled down where the emulator needs
+# (profiler operator, dims, dtype): realistic training shapes, scaled down where the emulator needs
 # it (traffic is linear in the scaled dimension, bench/README.md); bench family and direction of the
 # cpu row
 CASES: list[tuple[str, dict, str, str, str]] = [

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import common, instant_cupy
+from .families import FAMILIES
 
 
 def batch_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[], Any] = lambda: None) -> list[float]:
@@ -434,7 +435,6 @@ def over_ceiling(counts: dict[str, dict[str, float]]) -> list[str]:
 
 
 def _callgrind_child(calls: int, measures: list[str], operators: list[str] | None) -> None:
-    from .run import FAMILIES
     order = []
     instrumenting = shutil.which("callgrind_control") is None
     with InstantDevice():
@@ -500,7 +500,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.callgrind_child:
         _callgrind_child(args.calls, args.measures.split(","), [o for o in args.operators.split(",") if o])
         return 0
-    from .run import FAMILIES
     if args.callgrind:
         why = callgrind_unavailable()
         if why is not None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import common
+from .families import FAMILIES
 from .host_overhead import batch_us
 
 SCALE = 0.125
@@ -205,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=9, help="timed batches (default 9)")
     args = ap.parse_args(argv)
     common.setup_device("cpu")
-    from .run import FAMILIES
     print(table(measure(FAMILIES, args.calls, args.batches)))
     return 0
 

@@ -208,7 +208,7 @@ def test_operator_refuses_another_devices_memory_and_stream_unless_peer(two, rng
 
 
 def test_plan_uses_the_sm_count_of_its_device(monkeypatch, rng):
-    """Issue 14, defect 4: grids are sized from the SM count of the device that runs the plan."""
+    """Grids are sized from the SM count of the device that runs the plan, not device 0's."""
     from aclnn_gpu.device import cuda, fakecupy
     from aclnn_gpu.ops.frozen import Launch
     monkeypatch.setenv("ACLNN_GPU_DEVICE", "emulated")

@@ -40,6 +40,20 @@ def test_readme_python_snippets_run(index):
     assert r.returncode == 0, r.stderr
 
 
+GUIDE_SNIPPETS = [(page.name, i) for page in sorted((ROOT / "docs").glob("*.md"))
+                  for i in range(len(python_blocks(page.read_text())))]
+
+
+@pytest.mark.parametrize("page,index", GUIDE_SNIPPETS, ids=[f"{p}-{i}" for p, i in GUIDE_SNIPPETS])
+def test_guide_python_snippets_run(page, index):
+    """The guide pages' Python examples run as written, on two virtual cpu devices (DEVICES.md's
+    threads use each)."""
+    code = python_blocks((ROOT / "docs" / page).read_text())[index]
+    env = dict(os.environ, ACLNN_GPU_DEVICE="cpu", ACLNN_GPU_DEVICE_COUNT="2", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 def test_readme_two_phase_snippet_computes_the_documented_result():
     """The snippet's printed result is the KL gradient it says: -target / 32 ("mean")."""
     check = "\nassert np.allclose(result, -target_host / 32, rtol=1e-6), result\nprint('CHECKED')\n"
@@ -207,10 +221,10 @@ def test_sphinx_reference_builds_without_warnings_and_covers_every_public_name(t
     public name of `aclnn_gpu` (acl*, aclnn*, enums, AclnnError, current_device_kind)."""
     import importlib.util
     import zlib
-    if importlib.util.find_spec("sphinx") is None:
+    if importlib.util.find_spec("sphinx") is None or importlib.util.find_spec("myst_parser") is None:
         if os.environ.get("CI"):
-            pytest.fail("CI installs the docs extra: Sphinx must be present")
-        pytest.skip("Sphinx not installed (the `docs` extra)")
+            pytest.fail("CI installs the docs extra: Sphinx and myst-parser must be present")
+        pytest.skip("Sphinx or myst-parser not installed (the `docs` extra)")
     r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
                         str(ROOT / "docs/sphinx"), str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                        timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -229,3 +243,80 @@ def test_readme_says_where_bench_runs():
     """`python -m bench` runs from the repository root (bench/ is not installed): the README says so."""
     text = " ".join(README.split())
     assert "`python -m bench` (run it from the repository root" in text
+
+
+# ---------------------------------------------------------------------------- the guide
+DOCS = ROOT / "docs"
+GUIDE_PAGES = sorted(p.name for p in DOCS.glob("*.md"))
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def markdown_files() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "bench" / "README.md", *(DOCS / name for name in GUIDE_PAGES)] + \
+        ([ROOT / "CHANGELOG.md"] if (ROOT / "CHANGELOG.md").exists() else [])
+
+
+def test_every_docs_page_is_reachable_from_the_readme_and_in_the_sphinx_build():
+    """Each docs/*.md is listed by docs/README.md (which the README links), has a stub of its name in
+    docs/sphinx/guide/ including it, and that stub is in a toctree of docs/sphinx/index.rst."""
+    index = (DOCS / "README.md").read_text()
+    toctree = (DOCS / "sphinx" / "index.rst").read_text()
+    assert "(docs/README.md)" in README
+    for name in GUIDE_PAGES:
+        if name != "README.md":
+            assert f"]({name})" in index, f"docs/README.md does not list {name}"
+        stub = DOCS / "sphinx" / "guide" / name
+        assert stub.exists() and f"../../{name}" in stub.read_text(), stub
+        assert f"guide/{name[:-3]}\n" in toctree, f"docs/sphinx/index.rst does not list guide/{name[:-3]}"
+
+
+def test_relative_links_in_the_docs_name_files_that_exist():
+    bad = []
+    for path in markdown_files():
+        for target in LINK.findall(path.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            if not (path.parent / target.split("#")[0]).exists():
+                bad.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not bad, bad
+
+
+def test_readme_is_a_front_door():
+    """About 250 lines, with the two commands of a fresh machine and a link to each guide page."""
+    assert len(README.splitlines()) <= 320, len(README.splitlines())
+    assert "python -m aclnn_gpu" in README and "scripts/test.sh" in README
+    for name in GUIDE_PAGES:
+        if name not in ("README.md", "API.md", "OPERATORS.md"):
+            assert f"(docs/{name})" in README, name
+
+
+def test_the_files_and_modules_the_readme_names_exist():
+    """Every repository path (`scripts/...`, `examples/...`, `bench/...`, `docs/...`, `tests/...`) and
+    every `python -m` module the README names exists, so its commands can be pasted as written."""
+    import importlib.util
+    sys.path.insert(0, str(ROOT))
+    try:
+        paths = set(re.findall(r"\b((?:scripts|examples|bench|docs|tests)/[\w./-]*\w)", README))
+        missing = [p for p in sorted(paths) if not (ROOT / p).exists()]
+        modules = set(re.findall(r"python -m ([\w.]+)", README)) - {"venv", "pytest", "sphinx"}
+        missing += [m for m in sorted(modules) if importlib.util.find_spec(m) is None]
+    finally:
+        sys.path.remove(str(ROOT))
+    assert not missing, missing
+
+
+def test_no_tracker_numbers_in_the_repository():
+    """Code, tests and docs say what a thing is, not which ticket asked for it: no issue number and no
+    "#" followed by a number anywhere in the tracked text files (history, dated, goes to CHANGELOG.md
+    in words)."""
+    tracker = re.compile(r"issue ?#?[0-9]|#[0-9]{2}\b", re.I)
+    hits = []
+    for path in tracked_files():
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if tracker.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not hits, hits

@@ -5,8 +5,10 @@ Ascend program compiles unchanged and runs on the device `ACLNN_GPU_DEVICE` sele
     g++ sample.cpp $(python -m aclnn_gpu.capi --cflags --libs)
 
 Modules: `table` (the exported functions, read from the headers), `build` (cffi embedding mode ->
-the cached library and its CANN-style prefix), `bridge` (runs in the embedded interpreter: handles,
-argument conversions, out-parameters). `prefix()` builds on first use and returns the prefix.
+the cached library and its CANN-style prefix), `install` (that prefix copied into a CANN toolkit's
+layout with its `set_env.sh`: `python -m aclnn_gpu.capi install --prefix DIR`), `bridge` (runs in the
+embedded interpreter: handles, argument conversions, out-parameters). `prefix()` builds on first use
+and returns the cached prefix.
 """
 from __future__ import annotations
 

@@ -5,6 +5,9 @@
     --cmake-dir       the directory for find_package(aclnn_gpu) (-Daclnn_gpu_DIR=...)
     --pkg-config-path the directory of aclnn_gpu.pc (PKG_CONFIG_PATH)
     --build           build only (prints the prefix); --table lists the exported functions
+
+    install --prefix DIR   install as a CANN toolkit: DIR/set_env.sh, DIR/latest/{include,lib64}
+                           (aclnn_gpu/capi/install.py has the layout)
 """
 from __future__ import annotations
 
@@ -14,7 +17,27 @@ import sys
 from . import CapiBuildError, cflags, libs, prefix
 
 
+def install_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aclnn_gpu.capi install",
+                                     description="Install the C ABI in the Ascend toolkit's layout: "
+                                                 "PREFIX/set_env.sh, PREFIX/latest/include, PREFIX/latest/lib64.")
+    parser.add_argument("--prefix", required=True, help="the toolkit folder (as /usr/local/Ascend/ascend-toolkit)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the compiler command")
+    args = parser.parse_args(argv)
+    from .install import install
+    try:
+        home = install(args.prefix, args.verbose)
+    except (CapiBuildError, OSError) as e:
+        print(f"python -m aclnn_gpu.capi install: {e}", file=sys.stderr)
+        return 1
+    print(f"installed in {home}; to build and run CANN programs: source {home.parent / 'set_env.sh'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["install"]:
+        return install_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m aclnn_gpu.capi",
                                      description="Build aclnn_gpu's C ABI (CANN's acl/aclnn headers and "
                                                  "libraries) and print the flags to compile against it.")

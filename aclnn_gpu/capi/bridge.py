@@ -1,37 +1,45 @@
 """The Python side of the C ABI: runs inside the interpreter that `libascendcl.so` embeds and turns
 each exported C function into a call of the Python API with the same name.
 
-Owns: the handle table (C's opaque pointers <-> Python objects), the conversions of C arguments
-(`table.Param.kind`), the writing of out-parameters, the guard for names the Python package does not
-have, and `aclGetRecentErrMsg`'s per-thread C string.
+Owns: the handle table (C's opaque pointers <-> Python objects, keyed by `key_of`), the Python
+side of each call (`wrapper_source`: one function written out per C function, over the arguments the
+generated C marshalled; `generic_wrapper` for a declaration the C does not marshal, running the
+irregular signatures' conversions of `custom.py`), the writing of out-parameters, the C callers'
+runtime rule (a function that needs the runtime, called before aclInit / aclnnInit or after
+aclFinalize, returns its library's not-initialised code: `needs_init`), the wording of messages for
+C (`c_words`), and `aclGetRecentErrMsg`'s per-thread C string.
 
 Handles are integers from a counter, never Python object addresses: a handle the table does not know
 (never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
-own type checks refuse with their usual code; a recently destroyed or spent handle turns into a dead
-stand-in of its class (`destroyed` / `spent` set), so the message says what happened. Nothing a C
-program passes can make this layer dereference an object that is gone.
+own type checks refuse with their usual code (the message then says "a handle that was never
+created"); a recently destroyed or spent handle turns into a dead stand-in of its class
+(`destroyed` / `spent` set), so the message says what happened. Nothing a C program passes can make
+this layer dereference an object that is gone.
 """
 from __future__ import annotations
 
-import collections
 import gc
 import itertools
-import operator
 import os
 import threading
 from typing import Any, Callable
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu import dtypes, runtime
 from aclnn_gpu.errors import set_recent_error
 from aclnn_gpu.executor import aclOpExecutor
 from aclnn_gpu.tensor import MAX_DIMS
 
+from .build import marshalled
+from .custom import CONVERSIONS, CError
+from .rules import UNINITIALIZED, c_words, init_refusal, needs_init
 from .table import Entry, entries
 
 HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
-HANDLE_STEP = 16
-TOMBSTONES = 1 << 14               # how many retired handles keep saying why they are dead
+HANDLE_SHIFT = 4                   # handles are multiples of 16 (the generated C rotates by as much)
+_MASK64 = (1 << 64) - 1
+TOMBSTONES = 1 << 14               # the tombstone ring: a retired handle keeps saying why it is dead
+                                   # until a handle created this many handles later retires in its place
 
 # The codes the C layer itself returns, by return type: a NULL out-pointer, a function the Python
 # package does not have (the §8 functions until their modules land), and a bug in this layer.
@@ -57,14 +65,6 @@ class UnknownHandle:
 
     def __repr__(self) -> str:
         return f"UnknownHandle({hex(self.value)})"
-
-
-class CError(Exception):
-    """A failure the C layer detects before Python sees the call (a NULL out-pointer, a NULL array)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 _stand_ins: dict[type, Any] = {}
@@ -99,6 +99,10 @@ def _dead_stand_in(obj: Any) -> Any:
 
 
 def _revive(remembered: Any) -> Any:
+    if type(remembered) is str:   # a spent single-use executor (its operator: see Handles._remember)
+        dead = aclOpExecutor(remembered, None, None)
+        dead.spent = True
+        return dead
     if type(remembered) is tuple:
         _, op, repeatable, spent, destroyed = remembered
         dead = aclOpExecutor(op, None, None)
@@ -107,58 +111,81 @@ def _revive(remembered: Any) -> Any:
     return remembered
 
 
+def key_of(handle: int) -> int:
+    """The table's key of a C handle value: the value rotated right by HANDLE_SHIFT bits (the
+    generated C passes handle arguments this way). A handle's low bits are zero, so its key is
+    HANDLE_BASE's key plus the handle's serial number: consecutive integers, which a dict spreads over
+    its whole table (the handles themselves, multiples of 16, share one slot in 16 and collide). An
+    unaligned value keeps its low bits in the key's top bits: it never meets a live key."""
+    return ((handle >> HANDLE_SHIFT) | (handle << (64 - HANDLE_SHIFT))) & _MASK64
+
+
+def handle_of(key: int) -> int:
+    return ((key << HANDLE_SHIFT) | (key >> (64 - HANDLE_SHIFT))) & _MASK64
+
+
 class Handles:
-    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles."""
+    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles, keyed
+    by `key_of(handle)` (what the generated C passes: the look-up is one dict get of that integer)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counter = itertools.count(1)
+        self._counter = itertools.count(key_of(HANDLE_BASE) + 1)
         self._live: dict[int, Any] = {}
         self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
-        # the live handles again, keyed by a `void *` cdata of the handle (install sets `pointer`): a C
-        # argument (a cdata pointer, which hashes and compares by address) finds its object without a cast
-        self.by_pointer: dict[Any, Any] = {}
-        self.pointer: Callable[[int], Any] | None = None
-        self._dead: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        # retired keys and what they remember, at place key % TOMBSTONES (keys are consecutive, so a
+        # place is taken again only by a handle created TOMBSTONES handles later): two list stores a
+        # retirement, where a bounded dict of tombstones cost ~3k instructions a call in its churn
+        self._dead_key: list[int] = [0] * TOMBSTONES
+        self._dead_record: list[Any] = [None] * TOMBSTONES
 
     def new(self, obj: Any) -> int:
+        """The handle (the C value) of `obj`: the one it has, or a new one."""
         if obj is None:
             return 0
         with self._lock:
             handle = self._of.get(id(obj))
             if handle is None:
-                handle = HANDLE_BASE + HANDLE_STEP * next(self._counter)
-                self._live[handle] = obj
-                self._of[id(obj)] = handle
-                if self.pointer is not None:
-                    self.by_pointer[self.pointer(handle)] = obj
+                key = next(self._counter)
+                self._live[key] = obj
+                handle = self._of[id(obj)] = key << HANDLE_SHIFT
             return handle
 
+    def _remember(self, key: int, record: Any) -> None:
+        """Retired `key` remembers `record` (the generated execute wrappers write this out for a spent
+        executor, whose record is its operator's name: `_revive` knows the rest, and a str is not
+        tracked by the cyclic collector as a tuple per call would be)."""
+        place = key % TOMBSTONES
+        self._dead_key[place] = key
+        self._dead_record[place] = record
+
     def get(self, handle: int) -> Any:
-        if handle == 0:
+        """The object of C handle value `handle` (None for NULL, a stand-in or UnknownHandle)."""
+        return self.get_key(key_of(handle))
+
+    def get_key(self, key: int) -> Any:
+        if key == 0:
             return None
-        obj = self._live.get(handle)
+        obj = self._live.get(key)
         if obj is None:
-            remembered = self._dead.get(handle)
-            return UnknownHandle(handle) if remembered is None else _revive(remembered)
+            place = key % TOMBSTONES
+            if self._dead_key[place] == key:
+                return _revive(self._dead_record[place])
+            return UnknownHandle(handle_of(key))
         return obj
 
-    def retire(self, handle: int, obj: Any) -> None:
-        """`handle` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
+    def retire(self, key: int, obj: Any) -> None:
+        """The handle of `key` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
         with self._lock:
-            if self._live.pop(handle, None) is not None:
-                del self._of[id(obj)]
-                if self.pointer is not None:
-                    self.by_pointer.pop(self.pointer(handle), None)
-            elif handle not in self._dead:
+            if self._live.pop(key, None) is not None:
+                self._of.pop(id(obj), None)   # (a GetWorkspaceSize executor has no reverse entry)
+            elif self._dead_key[key % TOMBSTONES] != key:
                 return
-            self._dead[handle] = _dead_stand_in(obj)   # (a stand-in's new state too: spent, then destroyed)
-            while len(self._dead) > TOMBSTONES:
-                self._dead.popitem(last=False)
+            self._remember(key, _dead_stand_in(obj))   # (a stand-in's new state too: spent, then destroyed)
 
     def counts(self) -> tuple[int, int]:
         """(live handles, remembered retired handles): for the leak tests."""
-        return len(self._live), len(self._dead)
+        return len(self._live), sum(1 for key in self._dead_key if key)
 
 
 handles = Handles()
@@ -173,63 +200,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_lock_in_child)
 
 
-def _address(ffi: Any, pointer: Any) -> int:
-    return int(ffi.cast("uintptr_t", pointer))
+def _array(ffi: Any, entry: Entry, p: Any, length: str) -> Callable[[Any, int], Any]:
+    """The converter of int64 array `p` (C pointer and its length) to a list."""
+    dims, NULL, unpack = entry.name == "aclCreateTensor", ffi.NULL, ffi.unpack
 
-
-def _input(ffi: Any, entry: Entry, index: int, counts: dict[str, int]) -> Callable[[tuple], Any]:
-    """The converter of C argument `index` of `entry` to its Python value."""
-    p, NULL = entry.params[index], ffi.NULL
-    if p.kind == "handle":
-        # a live handle in one dict look-up of the C argument itself (the common case); NULL, retired and
-        # unknown ones through Handles.get
-        by_pointer, get = handles.by_pointer, handles.get
-
-        def handle(a: tuple) -> Any:
-            obj = by_pointer.get(a[index])
-            return obj if obj is not None else get(_address(ffi, a[index]))
-        return handle
-    if p.kind == "addr":
-        return lambda a: None if a[index] == NULL else _address(ffi, a[index])
-    if p.kind == "str":
-        return lambda a: None if a[index] == NULL else ffi.string(a[index]).decode("utf-8", "surrogateescape")
-    if p.kind == "root_in":
-        size = ffi.sizeof("HcclRootInfo")
-        return lambda a: None if a[index] == NULL else bytes(ffi.buffer(a[index], size))
-    if p.kind == "array":
-        length = counts[p.name]
-        dims = entry.name == "aclCreateTensor"
-
-        def array(a: tuple) -> Any:
-            n = a[length]
-            if dims and n > MAX_DIMS:
-                raise CError(INVALID, f"{entry.name}: {entry.params[length].name} {n} exceeds {MAX_DIMS} dims")
-            if a[index] == NULL:
-                if n and p.name in ("viewDims", "storageDims"):
-                    raise CError(INVALID, f"{entry.name}: {p.name} is null but {entry.params[length].name} is {n}")
-                return None
-            return ffi.unpack(a[index], n)
-
-        return array
-    return lambda a: a[index]
-
-
-def _writer(ffi: Any, p: Any) -> Callable[[Any, Any], None]:
-    """How the value Python returned for out-parameter `p` is stored through its pointer."""
-    if p.kind == "out_handle":
-        target, cast, new = ffi.typeof(p.ctype).item, ffi.cast, handles.new
-
-        def out_handle(ptr: Any, obj: Any) -> None:
-            ptr[0] = cast(target, new(obj))
-        return out_handle
-    if p.kind == "out_addr":
-        return lambda ptr, addr: ptr.__setitem__(0, ffi.cast("void *", addr or 0))
-    if p.kind == "out_root":
-        return lambda ptr, data: ffi.memmove(ptr, data, min(len(data), ffi.sizeof("HcclRootInfo")))
-
-    def out_value(ptr: Any, value: Any) -> None:
-        ptr[0] = value
-    return out_value
+    def array(pointer: Any, n: int) -> Any:
+        if dims and n > MAX_DIMS:
+            raise CError(INVALID, f"{entry.name}: {length} {n} exceeds {MAX_DIMS} dims")
+        if pointer == NULL:
+            if n and p.name in ("viewDims", "storageDims"):
+                raise CError(INVALID, f"{entry.name}: {p.name} is null but {length} is {n}")
+            return None
+        return unpack(pointer, n)
+    return array
 
 
 def _memcpy_host_sides(ffi: Any, args: list) -> list:
@@ -237,7 +220,8 @@ def _memcpy_host_sides(ffi: Any, args: list) -> list:
     allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
     Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
     dst, _, src, count, kind = args[:5]
-    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True)}.get(kind, (False, False))
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
     try:
         registry = acl.runtime.get_device().registry
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
@@ -259,84 +243,315 @@ def _scalar_value(ffi: Any, args: list) -> list:
     return args
 
 
+def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
+    """aclrtMemcpy2d(Async)(dst, dpitch, src, spitch, width, height, kind[, stream]): a host side that is
+    not an allocation of this library is the caller's memory, a buffer of the bytes its rows reach."""
+    dst, dpitch, src, spitch, width, height, kind = args[:7]
+    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
+        kind, (False, False))
+    try:
+        registry = acl.runtime.get_device().registry
+    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
+        return args
+    for position, is_host, pitch in ((0, host[0], dpitch), (2, host[1], spitch)):
+        addr = args[position]
+        reach = pitch * (height - 1) + width if height else 0
+        if is_host and addr is not None and reach > 0 and registry.find(addr, 0) is None:
+            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
+    return args
+
+
 ADAPTERS: dict[str, Callable[[Any, list], list]] = {
     "aclrtMemcpy": _memcpy_host_sides, "aclrtMemcpyAsync": _memcpy_host_sides, "aclCreateScalar": _scalar_value,
+    "aclrtMemcpy2d": _memcpy2d_host_sides, "aclrtMemcpy2dAsync": _memcpy2d_host_sides,
 }
 
 
-def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
-    """The function cffi runs for C function `entry` (a closure over precomputed converters)."""
+def fail(status: int, message: str) -> int:
+    """The C layer's own refusals (a NULL out-parameter, checked in C): the message, then the code."""
+    set_recent_error(c_words(message), status)
+    return status
+
+
+def wrapper_source(entry: Entry) -> str:
+    """The Python source of the function cffi runs for C function `entry`, written out for this entry
+    alone: straight-line code, no loops over parameter descriptions, the Python function called with
+    positional arguments. C arguments arrive marshalled by the generated C (build.py): handles and
+    addresses as integers, out-handles and out-addresses as `uintptr_t *`, NULL out-parameters already
+    refused; the C names are renamed c0, c1, ... (a C parameter may be called `self` or `target`)."""
+    name, params = entry.name, entry.params
+    position = {p.name: i for i, p in enumerate(params)}
+    lines: list[str] = []
+    args: list[str] = []
+    writes: list[str] = []
+    retires: list[str] = []
+    destroys = "Destroy" in name and any(p.kind == "handle" for p in params)
+    for i, p in enumerate(params):
+        c, a = f"c{i}", f"a{i}"
+        if p.kind == "handle":
+            # a live handle in one dict subscript of its key; NULL (0), retired and unknown ones through get_key
+            lines += ["try:", f"    {a} = _live[{c}]", "except KeyError:", f"    {a} = _get({c})"]
+            if destroys:
+                retires.append(f"_retire({c}, {a})")
+            elif p.base == "aclOpExecutor":
+                # an execute spends a single-use executor: Handles._remember written out (no call in a
+                # call), without the lock: only the thread whose pop finds the executor records it
+                retires.append(f"if type({a}) is _Executor and {a}.spent and _live_pop({c}, None) is not None:\n"
+                               f"    _p = {c} % _TOMBSTONES\n    _dead_key[_p] = {c}\n    _dead_record[_p] = {a}.op")
+        elif p.kind == "addr":
+            lines.append(f"{a} = {c} or None")
+        elif p.kind == "str":
+            lines.append(f"{a} = None if {c} == _NULL else _string({c}).decode('utf-8', 'surrogateescape')")
+        elif p.kind == "root_in":
+            lines.append(f"{a} = None if {c} == _NULL else bytes(_buffer({c}, _ROOT_SIZE))")
+        elif p.kind == "array":
+            lines.append(f"{a} = _array{i}({c}, c{position[_length_name(entry, p.name)]})")
+        elif p.kind == "out_handle" and p.base == "aclOpExecutor":
+            # a GetWorkspaceSize's executor is always a new object: a new key, no reverse entry (nothing
+            # asks `new` about it again), no lock (the counter's step and the insertion are atomic)
+            writes.append(f"e = r[{len(writes) + 1}]\nif e is None:\n    {c}[0] = 0\nelse:\n"
+                          f"    k = _next_key()\n    _live[k] = e\n    {c}[0] = k << {HANDLE_SHIFT}")
+            continue
+        elif p.kind == "out_handle":
+            writes.append(f"{c}[0] = _new(r[{len(writes) + 1}])")
+            continue
+        elif p.kind == "out_addr":
+            writes.append(f"{c}[0] = r[{len(writes) + 1}] or 0")
+            continue
+        elif p.kind == "out_root":
+            writes.append(f"_memmove({c}, r[{len(writes) + 1}], min(len(r[{len(writes) + 1}]), _ROOT_SIZE))")
+            continue
+        elif p.kind.startswith("out_"):
+            writes.append(f"{c}[0] = r[{len(writes) + 1}]")
+            continue
+        elif p.kind == "count":   # an array's length: passed with its array
+            continue
+        else:
+            a = c
+        args.append(a)
+    call = (f"r = _target(*_adapter(_ffi, [{', '.join(args)}]))" if name in ADAPTERS
+            else f"r = _target({', '.join(args)})")
+    body = []
+    if needs_init(name):   # the C callers' runtime rule (a C call that needs the runtime, before aclInit)
+        body += ["if not (_runtime._state.initialized or _runtime._state.aclnn_initialized):",
+                 f"    m = _init_refusal({name!r})", "    if m is not None:",
+                 "        _set_recent_error(_c_words(m), _UNINITIALIZED)",
+                 f"        return {'0' if entry.returns == 'handle' else '_UNINITIALIZED'}"]
+    body += [*lines, call]
+    if entry.returns == "handle":
+        body += ["if r is None:", "    _set_recent_error(_c_words(_recent()))", "    return 0", "return _new(r)"]
+    else:
+        body.append("s = r[0]" if writes else "s = r")
+        after = writes + retires
+        body.append("if s != 0:")   # the Python API's message in C's words
+        body.append("    _set_recent_error(_c_words(_recent()))")
+        if after:
+            body.append("else:")
+            body += [f"    {line}" for w in after for line in w.splitlines()]
+        body.append("return s")
+    c_params = ", ".join(f"c{i}" for i in range(len(params)))
+    text = [f"def {name}({c_params}):", "    try:"]
+    text += [f"        {line}" for line in "\n".join(body).splitlines()]
+    text += ["    except _CError as e:", "        _set_recent_error(_c_words(e.message), e.status)",
+             f"        return {'0' if entry.returns == 'handle' else 'e.status'}",
+             "    except Exception as e:  # a bug of this layer: reported, never raised into C",
+             f"        _set_recent_error(_c_words(f'{name}: internal error in the C ABI: {{type(e).__name__}}: {{e}}'),"
+             " _INTERNAL)",
+             f"        return {'0' if entry.returns == 'handle' else '_INTERNAL'}"]
+    return "\n".join(text) + "\n"
+
+
+def _address(ffi: Any, pointer: Any) -> int:
+    return int(ffi.cast("uintptr_t", pointer))
+
+
+def _generic_input(ffi: Any, entry: Entry, index: int, position: dict[str, int]) -> Callable[[tuple], Any]:
+    """The converter of C argument `index` (as declared) of an entry the C does not marshal."""
+    p, NULL = entry.params[index], ffi.NULL
+    if p.kind == "handle":
+        return lambda a: handles.get(_address(ffi, a[index]))
+    if p.kind == "handle_array":
+        at = position[_length_name(entry, p.name)]
+
+        def handle_array(a: tuple) -> Any:
+            if a[index] == NULL:
+                return None
+            return [None if a[index][i] == NULL else handles.get(_address(ffi, a[index][i])) for i in range(a[at])]
+        return handle_array
+    if p.kind == "addr":
+        return lambda a: None if a[index] == NULL else _address(ffi, a[index])
+    if p.kind == "str":
+        return lambda a: None if a[index] == NULL else ffi.string(a[index]).decode("utf-8", "surrogateescape")
+    if p.kind == "root_in":
+        size = ffi.sizeof("HcclRootInfo")
+        return lambda a: None if a[index] == NULL else bytes(ffi.buffer(a[index], size))
+    if p.kind == "array":
+        length = _length_name(entry, p.name)
+        convert, at = _array(ffi, entry, p, length), position[length]
+        return lambda a: convert(a[index], a[at])
+    return lambda a: a[index]
+
+
+def _generic_writer(ffi: Any, p: Any) -> Callable[[Any, Any], None]:
+    """How the value Python returned for out-parameter `p` (as declared) is stored through its pointer."""
+    if p.kind == "out_handle":
+        target, cast, new = ffi.typeof(p.ctype).item, ffi.cast, handles.new
+        return lambda ptr, obj: ptr.__setitem__(0, cast(target, new(obj)))
+    if p.kind == "out_addr":
+        return lambda ptr, addr: ptr.__setitem__(0, ffi.cast("void *", addr or 0))
+    if p.kind == "out_root":
+        return lambda ptr, data: ffi.memmove(ptr, data, min(len(data), ffi.sizeof("HcclRootInfo")))
+    return lambda ptr, value: ptr.__setitem__(0, value)
+
+
+def generic_wrapper(ffi: Any, entry: Entry, target: Callable) -> Callable:
+    """The function cffi runs for an entry the C does not marshal (`build.marshalled`: a custom
+    conversion of `custom.py`, or a parameter or return kind `wrapper_source` does not know): its
+    arguments arrive as declared, NULL out-parameters are refused here, one converter per parameter;
+    slower than a written-out wrapper, and general."""
     name, restype, returns = entry.name, entry.restype, entry.returns
     status_type = restype if restype in NULL_OUT else "aclError"
-    positions = {p.name: i for i, p in enumerate(entry.params)}
-    counts = {p.name: positions[_length_name(entry, p.name)] for p in entry.params if p.kind == "array"}
-    inputs = [_input(ffi, entry, i, counts) for i, p in enumerate(entry.params)
-              if not p.kind.startswith("out_") and p.kind != "count"]
-    # the Python arguments: the C values as they are, then the few that need a conversion converted
+    position = {p.name: i for i, p in enumerate(entry.params)}
     passed = [i for i, p in enumerate(entry.params) if not p.kind.startswith("out_") and p.kind != "count"]
-    pick = operator.itemgetter(*passed) if len(passed) > 1 else None
-    converted = [(k, inputs[k]) for k, i in enumerate(passed) if entry.params[i].kind != "value"]
-    outs = [(i, p, _writer(ffi, p)) for i, p in enumerate(entry.params) if p.kind.startswith("out_")]
-    handle_args = [i for i, p in enumerate(entry.params) if p.kind == "handle"]
+    inputs = [_generic_input(ffi, entry, i, position) for i in passed]
+    outs = [(i, p, _generic_writer(ffi, p)) for i, p in enumerate(entry.params) if p.kind.startswith("out_")]
+    handle_args = [(i, k) for k, i in enumerate(passed) if entry.params[i].kind == "handle"]
     destroys = "Destroy" in name and bool(handle_args)
-    # the handles a successful call may have retired: every one of a Destroy function, else the
-    # executors (an execute spends a single-use one); no other call destroys what it is given
-    retirable = handle_args if destroys else [i for i in handle_args if entry.params[i].base == "aclOpExecutor"]
-    adapter = ADAPTERS.get(name)
-    NULL = ffi.NULL
+    adapter, conversion, guarded, NULL = ADAPTERS.get(name), CONVERSIONS.get(name), needs_init(name), ffi.NULL
 
     def failed(status: int, message: str) -> Any:
-        set_recent_error(message)
-        return NULL if returns == "handle" else status
+        set_recent_error(c_words(message), status or None)
+        return NULL if returns == "handle" else 0 if returns == "value" else status
 
-    if target is None:
-        def unsupported(*cargs: Any) -> Any:
-            return failed(UNSUPPORTED[status_type], f"{name}: not available: this aclnn_gpu has no Python "
-                                                    f"function {PYTHON_NAME.get(name, name)} (feature unsupported)")
-        return unsupported
+    if returns == "value":
+        def value(*cargs: Any) -> Any:
+            try:
+                return target(*[convert(cargs) for convert in inputs])
+            except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
+                return failed(0, f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
+        value.__name__ = name
+        return value
 
     def call(*cargs: Any) -> Any:
         try:
+            if guarded and not (runtime._state.initialized or runtime._state.aclnn_initialized):
+                refusal = init_refusal(name)
+                if refusal is not None:
+                    return failed(UNINITIALIZED[status_type], refusal)
+            if conversion is not None:
+                args, write_back = conversion(ffi, cargs, access)
+                result = target(*args)
+                if returns == "handle":
+                    return NULL if result is None else ffi.cast(restype, handles.new(result))
+                status = int(result[0] if isinstance(result, tuple) else result)
+                if status == 0 and isinstance(result, tuple):
+                    write_back(result[1:])
+                elif status != 0:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                return status
             for i, p, _ in outs:
                 if cargs[i] == NULL:
                     return failed(NULL_OUT[status_type], f"{name}: {p.name} is null (out-parameter)")
-            if pick is not None:
-                args = list(pick(cargs))
-                for k, convert in converted:
-                    args[k] = convert(cargs)
-            else:
-                args = [convert(cargs) for convert in inputs]
+            args = [convert(cargs) for convert in inputs]
             if adapter is not None:
                 args = adapter(ffi, args)
             result = target(*args)
             if returns == "handle":
-                return NULL if result is None else ffi.cast(restype, handles.new(result))
+                if result is None:
+                    set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                    return NULL
+                return ffi.cast(restype, handles.new(result))
             status = int(result[0] if outs else result)
-            if status == 0:
-                if outs:
-                    for (i, _, write), value in zip(outs, result[1:]):
-                        write(cargs[i], value)
-                for i in retirable:
-                    obj = args[inputs_index[i]]
-                    # (only an executor is ever spent: a getattr that misses would raise and catch inside)
-                    if destroys or getattr(obj, "destroyed", False) or (type(obj) is aclOpExecutor and obj.spent):
-                        handles.retire(_address(ffi, cargs[i]), obj)
+            if status != 0:
+                set_recent_error(c_words(acl.aclGetRecentErrMsg()))
+                return status
+            if outs:
+                for (i, _, write), value in zip(outs, result[1:]):
+                    write(cargs[i], value)
+            for i, k in handle_args:
+                obj = args[k]
+                if destroys or (type(obj) is aclOpExecutor and (obj.spent or obj.destroyed)):
+                    handles.retire(key_of(_address(ffi, cargs[i])), obj)
             return status
         except CError as e:
             return failed(e.status, e.message)
         except Exception as e:  # noqa: BLE001 - a bug of this layer: reported, never raised into C
             return failed(INTERNAL[status_type], f"{name}: internal error in the C ABI: {type(e).__name__}: {e}")
 
-    # position of each C argument among the Python arguments (outs and counts are left out)
-    python_args = [i for i, p in enumerate(entry.params) if not p.kind.startswith("out_") and p.kind != "count"]
-    inputs_index = {c: k for k, c in enumerate(python_args)}
     call.__name__ = name
     return call
+
+
+def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
+    """The function cffi runs for C function `entry`: `wrapper_source(entry)` compiled over its names,
+    or `generic_wrapper` for an entry the C does not marshal."""
+    name, restype = entry.name, entry.restype
+    status_type = restype if restype in NULL_OUT else "aclError"
+    if target is None:
+        def unsupported(*cargs: Any) -> Any:
+            set_recent_error(f"{name}: not available: this aclnn_gpu has no Python function "
+                             f"{PYTHON_NAME.get(name, name)} (feature unsupported)", UNSUPPORTED[status_type])
+            if entry.returns == "handle":
+                return 0 if marshalled(entry) else ffi.NULL
+            return 0 if entry.returns == "value" else UNSUPPORTED[status_type]
+        return unsupported
+    if not marshalled(entry):
+        return generic_wrapper(ffi, entry, target)
+    scope: dict[str, Any] = {
+        "_target": target, "_live": handles._live, "_live_pop": handles._live.pop, "_get": handles.get_key,
+        "_new": handles.new, "_next_key": handles._counter.__next__, "_dead_key": handles._dead_key,
+        "_dead_record": handles._dead_record, "_TOMBSTONES": TOMBSTONES,
+        "_retire": handles.retire, "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
+        "_buffer": ffi.buffer, "_memmove": ffi.memmove, "_ROOT_SIZE": ffi.sizeof("HcclRootInfo"), "_ffi": ffi,
+        "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error, "_c_words": c_words,
+        "_recent": acl.aclGetRecentErrMsg, "_runtime": runtime, "_init_refusal": init_refusal,
+        "_UNINITIALIZED": UNINITIALIZED[status_type],
+        "_INTERNAL": INTERNAL[status_type]}
+    for i, p in enumerate(entry.params):
+        if p.kind == "array":
+            scope[f"_array{i}"] = _array(ffi, entry, p, _length_name(entry, p.name))
+    exec(compile(wrapper_source(entry), f"<C ABI {name}>", "exec"), scope)   # noqa: S102 - our own generated code
+    return scope[name]
 
 
 def _length_name(entry: Entry, array: str) -> str:
     from .table import ARRAY_LENGTH
     return ARRAY_LENGTH.get(array, array + "Num")
+
+
+class _Access:
+    """What custom.py's conversions use: handle -> object (a C pointer), and object -> new handle."""
+
+    def __init__(self, ffi: Any):
+        self.ffi = ffi
+
+    def __call__(self, pointer: Any) -> Any:
+        return handles.get(_address(self.ffi, pointer))
+
+    def new(self, obj: Any) -> int:
+        return handles.new(obj)
+
+
+access: Any = None   # set by install
+
+
+def _static_string(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
+    """A const char * answer (aclrtGetSocName, HcclGetErrorString): each distinct string is kept for
+    the life of the process, as a C caller expects of such a pointer (there are few of them)."""
+    kept: dict[str, Any] = {}
+    convert = [_generic_input(ffi, entry, i, {}) for i in range(len(entry.params))]
+
+    def string(*cargs: Any) -> Any:
+        try:
+            text = "" if target is None else str(target(*[c(cargs) for c in convert]))
+        except Exception:   # noqa: BLE001 - a bug of this layer: an empty string, never an exception into C
+            text = ""
+        data = kept.get(text)
+        if data is None:
+            data = kept[text] = ffi.new("char[]", text.encode("utf-8", "replace"))
+        return data
+    string.__name__ = entry.name
+    return string
 
 
 _recent = threading.local()
@@ -366,17 +581,19 @@ def at_exit() -> None:
 
 def install(ffi: Any) -> None:
     """Attach a Python implementation to every `extern "Python"` function of the built library."""
-    void_p = ffi.typeof("void *")
-    with handles._lock:
-        handles.pointer = lambda handle: ffi.cast(void_p, handle)
-        handles.by_pointer.update((handles.pointer(h), obj) for h, obj in handles._live.items())
+    global access
+    access = _Access(ffi)
     for entry in entries():
-        if entry.returns == "string":
+        if entry.name == "aclGetRecentErrMsg":
             wrapper = _recent_message(ffi)
+        elif entry.returns == "string":
+            wrapper = _static_string(ffi, entry, python_function(entry))
         else:
             wrapper = make_wrapper(ffi, entry, python_function(entry))
         ffi.def_extern(name=f"_py_{entry.name}")(wrapper)
     ffi.def_extern(name="_py_aclnn_gpu_at_exit")(at_exit)
+    ffi.def_extern(name="_py_aclnn_gpu_fail")(lambda status, message: fail(
+        status, ffi.string(message).decode("utf-8", "replace")))
     # what the first call imported (the library, NumPy) lives as long as the process: out of the cyclic
     # collector's way, so its collections (many small objects per call) no longer walk it
     gc.freeze()

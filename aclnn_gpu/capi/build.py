@@ -1,9 +1,10 @@
 """Building the C ABI: cffi's embedding mode turns the table into `libascendcl.so`, cached.
 
 Owns: the cffi declarations and C source generated from `table.entries()`, the compiler command,
-the install prefix laid out as CANN's (`include/`, `lib64/` with `libascendcl.so` and the other link
+the cached prefix laid out as CANN's (`include/`, `lib64/` with `libascendcl.so` and the other link
 names as symbolic links to it, `lib64/pkgconfig/aclnn_gpu.pc`, `lib64/cmake/aclnn_gpu/`), and the
-cache under `$ACLNN_GPU_CACHE/capi/<key>` (default `~/.cache/aclnn_gpu/capi/<key>`).
+cache under `$ACLNN_GPU_CACHE/capi/<key>` (default `~/.cache/aclnn_gpu/capi/<key>`). `install.py`
+copies a built prefix into a CANN toolkit's layout that outlives the cache.
 
 Why a build at first use: a wheel of this pure-Python package cannot ship a compiled library, and
 the library bakes in the interpreter and package it starts (below), so it is built on the machine
@@ -15,8 +16,10 @@ The embedded interpreter: each exported function first runs `aclnn_gpu_start()`,
 process, `pthread_once`) initialises CPython with `program_name` set to the interpreter this library
 was built with, so CPython finds that virtual environment's site-packages the way it does when that
 interpreter runs, then puts this package's parent directory first on `sys.path` and lets cffi run
-`bridge.install`. A host program that already runs Python (a C extension loading the library) keeps
-its own interpreter (its `sys.path` must reach this package and cffi).
+`bridge.install`. The host program's PYTHONPATH / PYTHONHOME (and every other PYTHON* variable)
+are ignored unless `ACLNN_GPU_PYTHON_ENV=1`: they belong to the program's own Python, not to the
+interpreter this library was built with. A host program that already runs Python (a C extension
+loading the library) keeps its own interpreter (its `sys.path` must reach this package and cffi).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ import sysconfig
 from pathlib import Path
 
 from ..kernels.emulator.build import _locked, _tmp_name
-from .table import INCLUDE_DIR, entries, headers
+from .custom import CONVERSIONS
+from .table import CDEF_TYPES, INCLUDE_DIR, Entry, Param, entries, headers
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_PARENT = HERE.parents[1]            # the directory holding `aclnn_gpu/`
@@ -57,20 +61,71 @@ def _cdef() -> str:
              "typedef void *aclrtStream;", "typedef void *aclrtEvent;", "typedef void *aclmdlRI;",
              "typedef void *HcclComm;", "typedef struct { char internal[4108]; } HcclRootInfo;"]
     lines += [f"typedef struct {t} {t};" for t in ("aclTensor", "aclIntArray", "aclScalar", "aclOpExecutor")]
-    lines += [f'extern "Python" {e.restype} _py_{e.name}({e.c_params});' for e in entries()]
+    lines += CDEF_TYPES
+    lines += [f'extern "Python" {_bridge_restype(e)} _py_{e.name}({_bridge_params(e)});' for e in entries()]
     lines.append('extern "Python" void _py_aclnn_gpu_at_exit(void);')   # bridge.at_exit
+    lines.append('extern "Python" int _py_aclnn_gpu_fail(int, const char *);')   # bridge.fail
     return "\n".join(lines)
+
+
+# How a C argument crosses into Python (the C side marshals, so each call makes as few Python
+# objects as it can): handles and addresses as integers (`uintptr_t`: a Python int hashes and
+# compares without a cffi object), a handle as its table key (rotated right by 4 bits, `aclnn_gpu_key`,
+# bridge.key_of), out-handles and out-addresses as `uintptr_t *` into the caller's pointer-sized slot;
+# every other parameter as declared.
+# An entry with a parameter kind or a return kind outside these crosses as declared (cffi's own
+# conversions) and `bridge.generic_wrapper` converts it, one converter per parameter.
+_AS_INTEGER = {"handle": "uintptr_t", "addr": "uintptr_t", "out_handle": "uintptr_t *", "out_addr": "uintptr_t *"}
+MARSHALLED_KINDS = frozenset({*_AS_INTEGER, "str", "root_in", "array", "count", "value", "out_root", "out_value"})
+
+
+def marshalled(e: Entry) -> bool:
+    """Whether the generated C marshals `e`'s arguments (and `bridge.wrapper_source` writes its Python)."""
+    return (e.returns in ("status", "handle") and e.name not in CONVERSIONS
+            and all(p.kind in MARSHALLED_KINDS for p in e.params))
+
+
+def _bridge_restype(e: Entry) -> str:
+    return "uintptr_t" if e.returns == "handle" and marshalled(e) else e.restype
+
+
+def _bridge_params(e: Entry) -> str:
+    if not marshalled(e):
+        return e.c_params
+    return ", ".join(f"{_AS_INTEGER.get(p.kind, p.ctype)} {p.name}" for p in e.params) or "void"
+
+
+def _bridge_args(e: Entry) -> str:
+    if not marshalled(e):
+        return e.c_args
+
+    def arg(p: Param) -> str:
+        ctype = _AS_INTEGER.get(p.kind)
+        if ctype is None:
+            return p.name
+        # through `const void *`: a handle's pointer type (const or not) and a typedef'd pointer alike
+        if p.kind == "handle":
+            return f"aclnn_gpu_key((const void *){p.name})"
+        return f"({ctype})(const void *){p.name}" if p.kind == "addr" else f"({ctype}){p.name}"
+    return ", ".join(arg(p) for p in e.params)
 
 
 def _source(python: str) -> str:
     """The C preamble: the headers, then one exported definition per entry that starts Python and
     calls its extern "Python" twin (the compiler checks each definition against its declaration)."""
     fail = {"aclError": "ACL_ERROR_INTERNAL_ERROR", "aclnnStatus": "ACLNN_ERR_INNER", "HcclResult": "HCCL_E_INTERNAL"}
-    out = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>"]
+    out = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>"]
     out += [f'#include "{h}"' for h in headers()]
-    out += [f"static {e.restype} _py_{e.name}({e.c_params});" for e in entries()]
+    out += [f"static {_bridge_restype(e)} _py_{e.name}({_bridge_params(e)});" for e in entries()]
     out.append("static void _py_aclnn_gpu_at_exit(void);")
+    out.append("static int _py_aclnn_gpu_fail(int, const char *);")
     out.append(f"""
+/* a handle's key in the bridge's table (bridge.key_of): the value rotated right by 4 bits */
+static inline uintptr_t aclnn_gpu_key(const void *handle)
+{{
+    uintptr_t v = (uintptr_t)handle;
+    return v >> 4 | v << (sizeof(uintptr_t) * 8 - 4);
+}}
 static pthread_once_t aclnn_gpu_once = PTHREAD_ONCE_INIT;
 static int aclnn_gpu_state = -1;
 /* exit() of a program that never finalises Python: the streams stop (their queued work abandoned,
@@ -87,8 +142,12 @@ static void aclnn_gpu_boot(void)
     if (!Py_IsInitialized()) {{
         PyConfig config;
         PyStatus status;
+        const char *honour = getenv("ACLNN_GPU_PYTHON_ENV");
         PyConfig_InitPythonConfig(&config);
         config.install_signal_handlers = 0;   /* the host program owns its signals */
+        /* The caller's PYTHONPATH / PYTHONHOME / PYTHON* describe its own Python (CANN's set_env.sh
+           puts its tools on PYTHONPATH): read only when ACLNN_GPU_PYTHON_ENV=1 asks for them. */
+        config.use_environment = honour != NULL && strcmp(honour, "1") == 0;
         config.parse_argv = 0;
         status = PyConfig_SetBytesString(&config, &config.program_name, {_c_string(python)});
         if (!PyStatus_Exception(status))
@@ -125,11 +184,28 @@ static const char aclnn_gpu_no_python[] = "aclnn_gpu: the embedded Python interp
             bad = fail[e.restype]
         elif e.returns == "string":
             bad = "aclnn_gpu_no_python"
+        elif e.returns == "value":
+            bad = "0"
         else:
             bad = "NULL"
-        out.append(f"{e.restype} {e.name}({e.c_params})\n{{\n    if (aclnn_gpu_start() != 0)\n"
-                   f"        return {bad};\n    return _py_{e.name}({e.c_args});\n}}")
+        body = [f"    if (aclnn_gpu_start() != 0)\n        return {bad};"]
+        # a NULL out-parameter is refused here, before Python sees the call (bridge.fail sets the message)
+        for p in e.params:
+            if p.kind.startswith("out_") and e.returns == "status" and marshalled(e):
+                message = _c_string(f"{e.name}: {p.name} is null (out-parameter)")
+                body.append(f"    if ({p.name} == NULL)\n"
+                            f"        return ({e.restype})_py_aclnn_gpu_fail({NULL_OUT[e.restype]}, {message});")
+        call = f"_py_{e.name}({_bridge_args(e)})"
+        body.append(f"    return ({e.restype}){call};" if e.returns == "handle" and marshalled(e)
+                    else f"    return {call};")
+        out.append(f"{e.restype} {e.name}({e.c_params})\n{{\n" + "\n".join(body) + "\n}")
     return "\n".join(out) + "\n"
+
+
+# The code of a NULL out-parameter, by return type (CANN's: the runtime's invalid parameter, aclnn's
+# null pointer, HCCL's pointer error).
+NULL_OUT = {"aclError": "ACL_ERROR_RT_PARAM_INVALID", "aclnnStatus": "ACLNN_ERR_PARAM_NULLPTR",
+            "HcclResult": "HCCL_E_PTR"}
 
 
 def _c_string(text: str) -> str:
@@ -207,7 +283,7 @@ def _build_into(root: Path, verbose: bool) -> None:
     except ImportError:
         raise CapiBuildError("the C ABI needs cffi: pip install 'aclnn_gpu[capi]'") from None
     lib64, work = root / "lib64", root / "build"
-    for d in (lib64 / "pkgconfig", lib64 / "cmake" / "aclnn_gpu", work):
+    for d in (lib64, work):
         d.mkdir(parents=True, exist_ok=True)
     include = root / "include"
     if not include.exists():
@@ -231,13 +307,22 @@ def _build_into(root: Path, verbose: bool) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise CapiBuildError(f"building {LIBRARY} failed:\n{' '.join(cmd)}\n{r.stderr}")
+    write_around_library(root)
+    os.replace(tmp_lib, lib64 / LIBRARY)   # last: its presence means the prefix is complete
+
+
+def write_around_library(root: Path) -> None:
+    """What a prefix holds beside `lib64/libascendcl.so`: CANN's other link names as symbolic links
+    to it, the pkg-config file and the CMake package (both find the prefix from their own place)."""
+    lib64 = root / "lib64"
+    for d in (lib64 / "pkgconfig", lib64 / "cmake" / "aclnn_gpu"):
+        d.mkdir(parents=True, exist_ok=True)
     for name in LINK_NAMES:
         link = lib64 / name
         if not link.is_symlink():
             link.symlink_to(LIBRARY)
-    _write(lib64 / "pkgconfig" / "aclnn_gpu.pc", _pkg_config(root))
+    _write(lib64 / "pkgconfig" / "aclnn_gpu.pc", _pkg_config())
     _write(lib64 / "cmake" / "aclnn_gpu" / "aclnn_gpuConfig.cmake", _cmake_config())
-    os.replace(tmp_lib, lib64 / LIBRARY)   # last: its presence means the prefix is complete
 
 
 def _write(path: Path, text: str) -> None:
@@ -255,9 +340,10 @@ def libs(root: Path) -> list[str]:
     return [f"-L{lib64}", f"-Wl,-rpath,{lib64}", "-lascendcl", "-lnnopbase", "-lopapi"]
 
 
-def _pkg_config(root: Path) -> str:
+def _pkg_config() -> str:
     from .. import __version__
-    return (f"prefix={root}\nincludedir=${{prefix}}/include\nlibdir=${{prefix}}/lib64\n\n"
+    # ${pcfiledir} (lib64/pkgconfig): the file finds its prefix wherever the prefix is copied
+    return (f"prefix=${{pcfiledir}}/../..\nincludedir=${{prefix}}/include\nlibdir=${{prefix}}/lib64\n\n"
             f"Name: aclnn_gpu\nDescription: CANN's acl / aclnn C ABI on aclnn_gpu (NVIDIA GPUs and CPUs)\n"
             f"Version: {__version__}\nCflags: -I${{includedir}}\n"
             f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lascendcl -lnnopbase -lopapi\n")

@@ -15,7 +15,10 @@ How a C parameter reaches Python is decided from its type and name (`Param.kind`
   count       that length (not passed to Python on its own)
   str         const char * / char *, None for NULL          out_value  a scalar written back
   root_in     const HcclRootInfo * (bytes)                   out_root  HcclRootInfo * written back
+  handle_array  const aclTensor *const * (and the like): a list of handles, its length `size`
   value       any other scalar (integers, enums, bool, float, double)
+Functions whose parameters need more than these (an out-array, a struct, HCCL's count arrays) have a
+hand-written conversion in `custom.py`.
 Python receives the inputs in C order (out-parameters and array lengths left out) and returns the
 status followed by the out-parameters, the convention of the Python API (API.md §1).
 """
@@ -28,9 +31,30 @@ from pathlib import Path
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
 HANDLE_TYPES = ("aclTensor", "aclIntArray", "aclScalar", "aclOpExecutor", "aclrtStream", "aclrtEvent", "aclmdlRI",
-                "HcclComm")
+                "HcclComm", "aclFloatArray", "aclBoolArray", "aclTensorList", "aclScalarList", "aclrtContext")
 # A handle type that is itself a pointer typedef (its out-parameter has one star less).
-POINTER_TYPEDEFS = ("aclrtStream", "aclrtEvent", "aclmdlRI", "HcclComm")
+POINTER_TYPEDEFS = ("aclrtStream", "aclrtEvent", "aclmdlRI", "HcclComm", "aclrtContext")
+# Return types that are a plain value (aclFloat16ToFloat's float, aclDataTypeSize's size_t, ...): 0 on failure.
+VALUE_RETURNS = ("float", "aclFloat16", "size_t", "uint32_t")
+
+# cffi's view of the types the headers add beyond build.py's base list (sizes and layouts it reads from
+# the real headers at build time: `...` leaves them to the compiler).
+CDEF_TYPES = [
+    "typedef int... aclFloat16;", "typedef void *aclrtContext;", "typedef int... aclrtRunMode;",
+    "typedef int... aclrtEventStatus;", "typedef int... aclrtEventWaitStatus;", "typedef int... aclrtStreamStatus;",
+    "typedef int... aclrtMemAttr;", "typedef int... HcclSendRecvType;", "typedef int... aclrtDeviceStatus;",
+    "typedef int... aclrtMemLocationType;", "typedef int... aclrtLastErrLevel;",
+    "typedef int... aclrtCallbackBlockType;", "typedef void (*aclrtCallback)(void *userData);",
+    "typedef struct { uint32_t id; aclrtMemLocationType type; ...; } aclrtMemLocation;",
+    "typedef struct { aclrtMemLocation location; uint32_t pageSize; ...; } aclrtPtrAttributes;",
+    "typedef struct aclFloatArray aclFloatArray;", "typedef struct aclBoolArray aclBoolArray;",
+    "typedef struct aclTensorList aclTensorList;", "typedef struct aclScalarList aclScalarList;",
+    "typedef struct { uint32_t hcclBufferSize; uint32_t hcclDeterministic; char hcclCommName[128]; "
+    "char hcclUdi[128]; uint32_t hcclOpExpansionMode; uint32_t hcclRdmaTrafficClass; uint32_t hcclRdmaServiceLevel; "
+    "...; } HcclCommConfig;",
+    "typedef struct { HcclSendRecvType sendRecvType; void *buf; uint64_t count; HcclDataType dataType; "
+    "uint32_t remoteRank; ...; } HcclSendRecvItem;",
+]
 # Lengths of arrays that are not named after their array (aclCreateTensor's stride has viewDims' length).
 ARRAY_LENGTH = {"viewDims": "viewDimsNum", "stride": "viewDimsNum", "storageDims": "storageDimsNum",
                 "value": "size"}
@@ -64,9 +88,11 @@ class Entry:
 
     @property
     def returns(self) -> str:
-        """'status' (an error code), 'handle' (a new descriptor or NULL) or 'string'."""
+        """'status' (an error code), 'value' (a plain number), 'handle' (a new descriptor or NULL) or 'string'."""
         if self.restype in ("aclError", "aclnnStatus", "HcclResult"):
             return "status"
+        if self.restype in VALUE_RETURNS:
+            return "value"
         return "string" if self.restype.replace(" ", "") == "constchar*" else "handle"
 
 
@@ -76,6 +102,8 @@ def _base(ctype: str) -> str:
 
 def _kind(ctype: str, name: str, names: set[str]) -> str:
     base, stars = _base(ctype), ctype.count("*")
+    if base in HANDLE_TYPES and stars == 2 and ctype.count("const") == 2:
+        return "handle_array"
     if base in HANDLE_TYPES:
         direct = 0 if base in POINTER_TYPEDEFS else 1
         return "handle" if stars == direct else "out_handle"
@@ -85,7 +113,7 @@ def _kind(ctype: str, name: str, names: set[str]) -> str:
         return "addr" if stars == 1 else "out_addr"
     if base == "char" and stars == 1:
         return "str"
-    if base == "int64_t" and stars == 1 and "const" in ctype:
+    if base in ("int64_t", "float", "bool") and stars == 1 and "const" in ctype:
         return "array"
     if stars:
         return "out_value"
@@ -104,7 +132,8 @@ def _parse(text: str, header: str) -> list[Entry]:
             pm = re.match(r"(.*?)(\w+)$", piece)
             assert pm, f"{header}: cannot read parameter {piece!r} of {name}"
             declared.append((pm.group(1).strip(), pm.group(2)))
-        lengths = {ARRAY_LENGTH.get(n, n + "Num") for t, n in declared if _kind(t, n, set()) == "array"}
+        lengths = {ARRAY_LENGTH.get(n, n + "Num") for t, n in declared
+                   if _kind(t, n, set()) in ("array", "handle_array")}
         params = tuple(Param(t, n, _kind(t, n, lengths), _base(t)) for t, n in declared)
         entries.append(Entry(name, restype, params, header))
     return entries

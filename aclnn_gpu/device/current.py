@@ -64,7 +64,7 @@ def _make_platform(kind: str) -> Platform:
         reason = emulator_unavailable_reason()
         if reason is not None:
             raise DeviceUnavailable(reason)
-        return Platform("emulated", count, EmulatedDevice, fork_safe=True)
+        return Platform("emulated", count, lambda i: EmulatedDevice(i, find_allocation), fork_safe=True)
     from .cpu import CpuDevice
     return Platform("cpu", count, CpuDevice, fork_safe=True)
 
@@ -199,6 +199,18 @@ def current_device_kind() -> str:
         return "none"
 
 
+ResetListener = Callable[[Device | None, bool], None]
+_reset_listeners: list[ResetListener] = []
+
+
+def on_reset(listener: ResetListener) -> None:
+    """Call `listener(device, last)` at every reset, after the device is marked stale and before it
+    is closed: `device` is the one released (None when the id had none), `last` tells that no
+    device is left. The executor cache registers here: it sits above the devices, which cannot
+    import it."""
+    _reset_listeners.append(listener)
+
+
 def release_devices() -> None:
     """Reset every device of the process (tests switch kinds with it; aclrtResetDevice does one)."""
     with _state.lock:
@@ -215,10 +227,11 @@ def reset(device_id: int) -> None:
         last = not _state.devices
         if last:
             _state.platform = None   # the next device re-reads ACLNN_GPU_DEVICE and ACLNN_GPU_DEVICE_COUNT
-    from ..executor_cache import cache   # (imported here: it imports the tensor and registry modules)
     if device is not None:
         device.stale = f"was reset by aclrtResetDevice({device_id})"
-        cache.drop_device(device)
+    for listener in _reset_listeners:
+        listener(device, last)
+    if device is not None:
         try:
             device.close()
         finally:
@@ -227,8 +240,6 @@ def reset(device_id: int) -> None:
             # to it, must be made again (Registry.generation)
             device.registry.clear()
     Registry.bump()
-    if last:
-        cache.configure()   # ACLNN_CACHE_LIMIT is read again, as the device kind is
 
 
 def _after_fork_in_child() -> None:

@@ -3,10 +3,15 @@ the CUDA kernels run from their `.cu` sources on the CPU, with the same plans, l
 argument packing as on a GPU. GEMMs run in NumPy (`kernels/gemm.py`)."""
 from __future__ import annotations
 
+import functools
 import shutil
+from typing import Callable
 
 from . import fakecupy
 from .cuda import CudaDevice
+from .registry import Allocation
+
+FindAllocation = Callable[[int, int], "Allocation | None"]
 
 
 def emulator_available() -> bool:
@@ -15,10 +20,11 @@ def emulator_available() -> bool:
 
 
 class EmulatedDevice(CudaDevice):
-    def __init__(self, device_id: int = 0) -> None:
+    def __init__(self, device_id: int, find_allocation: FindAllocation) -> None:
         super().__init__(fakecupy, kind="emulated", device_id=device_id)
         from ..kernels.emulator import set_memory_resolver
-        set_memory_resolver(_resolve)  # lets recorded launches be replayed (ThreadSanitizer)
+        # lets recorded launches be replayed (ThreadSanitizer)
+        set_memory_resolver(functools.partial(_resolve, find_allocation))
 
     def gemm(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm
@@ -34,9 +40,10 @@ class EmulatedDevice(CudaDevice):
         return self.registry.host_bytes(ptr, nbytes)
 
 
-def _resolve(address: int) -> tuple[int, int] | None:
-    """The allocation (base, size) holding `address` on any live device (a launch may read a peer's memory)."""
-    from ..runtime import find_allocation
+def _resolve(find_allocation: FindAllocation, address: int) -> tuple[int, int] | None:
+    """The allocation (base, size) holding `address` on any live device (a launch may read a peer's
+    memory). `find_allocation` is passed in by device/current.py, which keeps the live devices and
+    creates this device: this module cannot import it back."""
     alloc = find_allocation(address, 1)
     return None if alloc is None else (alloc.base, alloc.size)
 

@@ -276,6 +276,11 @@ class HostStream:
     def submit(self, fn: Callable[[], None]) -> None:
         self._put(fn)
 
+    def finished_all(self) -> bool:
+        """True when every task queued so far has run, the running one included (aclrtStreamQuery)."""
+        with self._lock:
+            return self._finished >= self._submitted
+
     def record(self, owner: object = None) -> HostEventMark:
         """A mark of event `owner` (the object whose `.mark` it becomes; a capture's replays repoint it)."""
         mark = HostEventMark(owner if self.capture is not None else None)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .api import (
     HcclCommConfigInit, HcclCommDestroy, HcclCommInitAll, HcclCommInitClusterInfo, HcclCommInitClusterInfoConfig,
-    HcclCommInitRootInfo, HcclCommInitRootInfoConfig, HcclCreateSubCommConfig, HcclGetCommAsyncError, HcclGetCommName,
-    HcclGetErrorString, HcclGetRankId, HcclGetRankSize, HcclGetRootInfo,
+    HcclCommInitRootInfo, HcclCommInitRootInfoConfig, HcclCreateSubCommConfig, HcclGetCommAsyncError,
+    HcclGetCommConfigCapability, HcclGetCommName, HcclGetErrorString, HcclGetRankId, HcclGetRankSize, HcclGetRootInfo,
 )
 from .collectives import (
     HcclAllGather, HcclAllGatherV, HcclAllReduce, HcclAlltoAll, HcclAlltoAllV, HcclBarrier, HcclBatchSendRecv,
@@ -25,6 +25,7 @@ from .types import __all__ as _types_all
 __all__ = ["HcclAllGather", "HcclAllGatherV", "HcclAllReduce", "HcclAlltoAll", "HcclAlltoAllV", "HcclBarrier",
            "HcclBatchSendRecv", "HcclBroadcast", "HcclComm", "HcclCommConfigInit", "HcclCommDestroy", "HcclCommInitAll",
            "HcclCommInitClusterInfo", "HcclCommInitClusterInfoConfig", "HcclCommInitRootInfo",
-           "HcclCommInitRootInfoConfig", "HcclCreateSubCommConfig", "HcclGetCommAsyncError", "HcclGetCommName",
+           "HcclCommInitRootInfoConfig", "HcclCreateSubCommConfig", "HcclGetCommAsyncError",
+           "HcclGetCommConfigCapability", "HcclGetCommName",
            "HcclGetErrorString", "HcclGetRankId", "HcclGetRankSize", "HcclGetRootInfo", "HcclRecv", "HcclReduce",
            "HcclReduceScatter", "HcclReduceScatterV", "HcclScatter", "HcclSend"] + [name for name in _types_all]

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import OpError, c_api, fail
+from ..errors import OpError, aclGetRecentErrMsg, c_api, fail
+from ..runtime import aclrtSetDevice
 from . import bootstrap
 from .comm import HcclComm, build, check_comm, device_of, engine_for, require_torch_distributed
 from .types import (
@@ -242,8 +243,6 @@ def HcclCommInitAll(ndev: int, devices: list[int]) -> tuple[int, list[HcclComm]]
     ids = counts(devices, n, fn, "devices")
     if len(set(ids)) != n:
         fail(PARA, f"{fn}: devices {ids} name a device twice")
-    from ..errors import aclGetRecentErrMsg
-    from ..runtime import aclrtSetDevice
     ret, root = HcclGetRootInfo()
     if ret != OK:
         raise OpError(ret, f"{fn}: {aclGetRecentErrMsg()}")
@@ -330,6 +329,7 @@ _ERROR_STRINGS = {
     HcclResult.HCCL_E_DRV: "call driver api fail", HcclResult.HCCL_E_PROFILING: "call profiling api fail",
     HcclResult.HCCL_E_CCE: "call cce api fail", HcclResult.HCCL_E_NETWORK: "call network api fail",
     HcclResult.HCCL_E_AGAIN: "try again", HcclResult.HCCL_E_REMOTE: "error cqe",
+    HcclResult.HCCL_E_SUSPENDING: "error communicator suspending",
 }
 
 
@@ -344,3 +344,10 @@ def HcclCommConfigInit(config: HcclCommConfig) -> None:
     """Reset `config` to HCCL's defaults (C's inline HcclCommConfigInit; a None config is ignored)."""
     if isinstance(config, HcclCommConfig):
         config.__init__()  # type: ignore[misc]
+
+
+def HcclGetCommConfigCapability() -> int:
+    """One past the last HcclCommConfigCapability this library reads from an HcclCommConfig (torch_npu
+    tests `capability < HcclGetCommConfigCapability()`): buffer size, deterministic, comm name and op
+    expansion mode (0..3) are read; initialisation from the environment (4) is not offered."""
+    return 4

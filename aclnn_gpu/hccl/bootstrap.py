@@ -12,6 +12,7 @@ has seen a rank die.
 """
 from __future__ import annotations
 
+import ctypes
 import datetime
 import fcntl
 import hashlib
@@ -318,6 +319,13 @@ def new_key() -> str:
     return secrets.token_hex(8)
 
 
+def leak(obj: Any) -> None:
+    """Keep `obj` alive until the process exits, whatever drops it: for PyTorch objects whose
+    destructor would wait for threads that are gone (a fork child) or blocked (a dead peer's
+    collective)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
 def connect(host: str, port: int, timeout_s: float) -> Any:
     """A store client of the server at host:port."""
     quiet_torch_logs()
@@ -329,7 +337,6 @@ def _after_fork_in_child() -> None:
     """The parent's servers have no threads here: never destroy them (their destructor would wait for
     threads that do not exist), and serve anew when asked."""
     global _process_token, _server_lock
-    from .comm import leak
     for server in _servers.values():
         leak(server)
     _servers.clear()

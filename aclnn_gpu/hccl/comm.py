@@ -8,28 +8,21 @@ multi-device runtime changes one function here.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
 from typing import Any
 
 from ..errors import NoDevice, OpError, fail
+from ..runtime import get_device, resolve_stream
 from . import bootstrap
+from .bootstrap import leak
 from .liveness import Liveness
 from .types import HcclResult
 
 
-def leak(obj: Any) -> None:
-    """Keep `obj` alive until the process exits, whatever drops it: for PyTorch objects whose
-    destructor would wait for threads that are gone (a fork child) or blocked (a dead peer's
-    collective)."""
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-
-
 def device_of(stream: Any, fn: str) -> tuple[Any, Any]:
     """(device, device stream) of an aclrtStream handle (None: the default stream)."""
-    from ..runtime import get_device, resolve_stream
     try:
         device = get_device()
     except NoDevice as e:

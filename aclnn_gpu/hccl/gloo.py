@@ -411,7 +411,7 @@ class GlooEngine:
     def close(self) -> bool:
         """HcclCommDestroy: let the queued operations finish (within HCCL_EXEC_TIMEOUT), then drop
         the process group (its connections close; peers still waiting see the rank gone). False
-        when an operation is still pending: the group must then outlive this call (comm.leak)."""
+        when an operation is still pending: the group must then outlive this call (bootstrap.leak)."""
         if not self.gate.wait_idle():
             return False
         self.group = None

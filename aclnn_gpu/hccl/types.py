@@ -35,6 +35,7 @@ class HcclResult(enum.IntEnum):
     HCCL_E_NETWORK = 19
     HCCL_E_AGAIN = 20
     HCCL_E_REMOTE = 21
+    HCCL_E_SUSPENDING = 22
 
 
 class HcclDataType(enum.IntEnum):

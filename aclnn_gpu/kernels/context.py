@@ -14,6 +14,8 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from . import manifest
+
 KERNEL_DIR = Path(__file__).resolve().parent
 
 
@@ -46,10 +48,10 @@ class KernelContext(Protocol):
 class KernelFile:
     """The instantiations of one `kernels/<file>` that the host may launch, in manifest order.
 
-    An operator package declares one (its launcher's `KERNELS`); its plan types list the files they
-    launch (`Plan.kernels`), `kernels/manifest.py` gathers them for the loader, the emulator and the
-    compile report, and the launcher builds every name through `name()`, which refuses an
-    instantiation the table lacks: the names live in one place."""
+    An operator package declares one (its launcher's `KERNELS`) and registers it with
+    `kernels/manifest.py`, where the loader, the emulator and the compile report read it; its plan
+    types list the files they launch (`Plan.kernels`), and the launcher builds every name through
+    `name()`, which refuses an instantiation the table lacks: the names live in one place."""
 
     file: str
     names: tuple[str, ...]
@@ -82,7 +84,6 @@ class StandaloneEmuContext:
 
     def module(self, file: str):
         if file not in self._modules:
-            from . import manifest
             from .emulator import EmuModule
             src = (KERNEL_DIR / file).read_text()
             self._modules[file] = EmuModule(src, name_expressions=manifest.KERNELS[file], filename=file)

@@ -20,6 +20,13 @@
 //
 // Forward = ctc_alpha: the same design for alpha (neighbours s-1, s-2), writing the whole
 // (T, X) slice of log_alpha (-inf where unreachable) and the loss.
+//
+// 16-bit storage: the backward reads neither the log_alpha nor the loss it is given for its math (both
+// rounded to 16 bits) and runs the forward's recursion again in fp32 (AlphaStore below). Register
+// path: ctc_recursions_math, alpha (T, N, W) and the losses in fp32 in one half of its blocks, beta
+// (T, N, W) in fp32 in the other, side by side; ctc_grad forms the occupancies from both. Long path:
+// ctc_alpha_math_long (alpha in fp32 in the occupancy buffer) then ctc_beta_math_long, which
+// overwrites it with the occupancies.
 #include "common.cuh"
 
 namespace aclg {
@@ -39,6 +46,13 @@ constexpr int kMaxWarps = 16;
 // at P = PerOf<M> the recursions already use ~128 registers and keep the one-step prefetch.
 // host: launch.RING, profile/latency.py reads this table.
 template <int P> struct RingOf { static constexpr int value = P == 1 ? 8 : 1; };
+
+// Where an alpha recursion writes (kWs false: the forward's log_alpha (N, T, X) in the storage type;
+// kWs true: the backward's own recursion for 16-bit storage, alpha (T, N, W) in fp32 in the occupancy
+// buffer and the loss in fp32 in the workspace, so that the gradient never reads a log_alpha or a
+// loss rounded to 16 bits: a half ulp of alpha ~ 30 is 1.6% (fp16) or 12% (bf16) of an occupancy).
+template <bool kWs, class T> struct AlphaStore { typedef T type; };
+template <class T> struct AlphaStore<true, T> { typedef math_t<T> type; };
 
 template <class M> __device__ __forceinline__ M lse3(M a, M b, M c) {
   M m = a > b ? a : b;
@@ -158,13 +172,14 @@ __device__ __forceinline__ void poison_alpha(T* la, T* nll_out, long long b, lon
 }
 
 // The forward's end of a sample (after the last step's barrier): rows t >= Lin of its log_alpha slice
-// -inf, and its loss from alpha at (Lin-1, 2L) and (Lin-1, 2L-1) (*a2l, *a2l1; a2l1 null: -inf),
+// -inf (clear_rows; the backward's own recursion into its workspace leaves them, never read), and its loss from alpha at (Lin-1, 2L) and (Lin-1, 2L-1) (*a2l, *a2l1; a2l1 null: -inf),
 // read by thread 0 only and only when Lin > 0.
 template <class T, class M>
 __device__ __forceinline__ void finish_alpha(T* la, T* nll_out, long long b, long long Tn, long long X, long long lin,
-                                             long long L, const M* a2l, const M* a2l1, int zero_inf) {
+                                             long long L, const M* a2l, const M* a2l1, int zero_inf, bool clear_rows) {
   const M NINF = neg_inf<M>();
-  for (long long i = lin * X + threadIdx.x; i < Tn * X; i += blockDim.x) store(la, i, NINF);
+  if (clear_rows)
+    for (long long i = lin * X + threadIdx.x; i < Tn * X; i += blockDim.x) store(la, i, NINF);
   if (threadIdx.x != 0) return;
   M nll;
   if (lin == 0) {
@@ -194,18 +209,22 @@ template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
 }
 
 // ------------------------------------------------------------------------------ backward: beta
-// Sample prologue of both beta recursions: status, labels (into the tables) and their chains.
+// Sample prologue of the beta recursions: status, labels (into the tables) and their chains. Alpha
+// of sample b at (t, s) is log_alpha[b * a_sample + t * a_step + s] (either layout of AlphaStore);
+// a null log_alpha (beta alone, in parallel with alpha) leaves the test of a sample that cannot
+// align to ctc_grad.
 // Returns false when the sample has no recursion to run (status written). Ends with a barrier.
 // zero_inf zeroes the slice (kZero) when the nll given is +inf, and also when the sample cannot
 // align whatever nll is given (CANN's forward returns 0 for it): alpha at both final states
 // (Lin-1, 2L) and (Lin-1, 2L-1) is -inf. Every thread reads those two values: the return is uniform.
-template <class I, class T>
-__device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* targets, const T* log_alpha,
+template <class I, class A>
+__device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* targets, const A* log_alpha,
+                                             long long a_sample, long long a_step,
                                              const ctc::Tables& tb, long long b, long long Tn, long long C,
                                              long long max_l, long long tgt_numel, long long tgt_stride, long long X,
-                                             long long blank, long long cap, math_t<T> nll, int zero_inf, int* misc,
+                                             long long blank, long long cap, math_t<A> nll, int zero_inf, int* misc,
                                              ctc::Sample& sp) {
-  typedef math_t<T> M;
+  typedef math_t<A> M;
   using namespace ctc;
   if (zero_inf && nll == pos_inf<M>()) {           // ctc_grad zeroes the slice
     if (threadIdx.x == 0) tb.status[b] = kZero;
@@ -214,8 +233,8 @@ __device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* 
   int* lab = tb.lab + b * max_l;
   sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap, lab, misc);
   bool zero = false;
-  if (zero_inf && !sp.bad && sp.lin > 0) {          // not bad: 2L < X, Lin in [1, T]
-    const T* fin = log_alpha + (b * Tn + sp.lin - 1) * X + 2 * sp.L;
+  if (zero_inf && log_alpha && !sp.bad && sp.lin > 0) {   // not bad: 2L < X, Lin in [1, T]
+    const A* fin = log_alpha + b * a_sample + (sp.lin - 1) * a_step + 2 * sp.L;
     zero = load(fin, 0) == neg_inf<M>() && (sp.L == 0 || load(fin, -1) == neg_inf<M>());
   }
   if (threadIdx.x == 0) tb.status[b] = sp.bad ? kBad : zero ? kZero : kOk;
@@ -226,35 +245,42 @@ __device__ __forceinline__ bool beta_prologue(const long long* tiling, const I* 
   return true;
 }
 
-template <class T, class I, int P>
-__global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
-                         const T* __restrict__ log_alpha, const I* __restrict__ targets,
-                         const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ occ,
-                         long long W, long long Tn, long long N, long long C, long long X, long long blank,
-                         long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
+// The beta recursion of the register path over alpha of either AlphaStore layout, for samples blk,
+// blk + nblk, ...; nll_ws (or null): the sample losses in fp32 that the occupancies are scaled by, in
+// place of the given nll_in (which still decides zero_inf's +inf test). kBetaOnly: no alpha (log_alpha
+// null), beta itself written to `occ` (T, N, W) for ctc_grad to form the occupancies (the 16-bit
+// backward, alpha computed beside it by other blocks of the launch).
+template <class T, class I, int P, class A, bool kBetaOnly>
+__device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const math_t<T>* nll_ws, const A* log_alpha,
+                                           long long a_sample, long long a_step, const I* targets,
+                                           const long long* tiling, int* tables, math_t<T>* occ, long long W,
+                                           long long Tn, long long N, long long C, long long X, long long blank,
+                                           long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                                           int per, unsigned char* ctc_smem, long long blk, long long nblk) {
   typedef math_t<T> M;
   using namespace ctc;
   constexpr int kPer = P;                   // per <= P (host: launch.recursion_geometry)
   constexpr int kD = RingOf<P>::value;      // prefetch distance in steps
-  extern __shared__ __align__(16) unsigned char ctc_smem[];
   const Smem<M> sm = carve<M>(ctc_smem, max_l);
   const Tables tb = tables_at(tables, N, max_l);
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int cap = per * (int)blockDim.x;
   const M NINF = neg_inf<M>();
 
-  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+  for (long long b = blk; b < N; b += nblk) {
     __syncthreads();  // the previous sample's readers are done with shared memory
     const M nll = load(nll_in, b);
     Sample sp = {0, 0, 0, true};
-    if (!beta_prologue<I, T>(tiling, targets, log_alpha, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, cap,
-                             nll, zero_inf, sm.misc, sp))
+    if (!beta_prologue<I, A>(tiling, targets, log_alpha, a_sample, a_step, tb, b, Tn, C, max_l, tgt_numel,
+                             tgt_stride, X, blank, cap, nll, zero_inf, sm.misc, sp))
       continue;
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
     const int* lab = tb.lab + b * max_l;
     for (int i = tid; i < 2 * (kMaxWarps + 1) * 3; i += blockDim.x) sm.bnd[i] = NINF;
     __syncthreads();
-    const M shift = is_finite(nll) ? nll : M(0);
+    const M nll_m = kBetaOnly ? M(0) : nll_ws ? nll_ws[b] : nll;
+    const M shift = is_finite(nll_m) ? nll_m : M(0);
+    const A* alpha_b = log_alpha + b * a_sample;
     const bool drop_2l = L > 0 && lab[L - 1] == blank;
     // per-thread states s0 .. s0+per-1, labels and transitions
     const long long s0 = (long long)tid * per;
@@ -275,7 +301,7 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
         a_ring[j][i] = NINF;
         l_ring[j][i] = NINF;
         if (in && j < lin) {
-          a_ring[j][i] = load(log_alpha, (b * Tn + (lin - 1 - j)) * X + s);
+          if (!kBetaOnly) a_ring[j][i] = load(alpha_b, (lin - 1 - j) * a_step + s);
           l_ring[j][i] = load(lp, ((lin - 1 - j) * N + b) * C + lab_s[i]);
         }
       }
@@ -297,7 +323,7 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
           if (i < per && s < S) {
-            a_ring[j][i] = load(log_alpha, (b * Tn + (t - kD)) * X + s);
+            if (!kBetaOnly) a_ring[j][i] = load(alpha_b, (t - kD) * a_step + s);
             l_ring[j][i] = load(lp, ((t - kD) * N + b) * C + lab_s[i]);
           }
         }
@@ -347,8 +373,9 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
         for (int i = 0; i < kPer; ++i) {
           const long long s = s0 + i;
           if (i < per && s < S)
-            orow[s] = (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
-                                                                                    : exp(a[i] + beta[i] - l[i] + shift);
+            orow[s] = kBetaOnly ? beta[i]
+                                : (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
+                                                                                              : exp(a[i] + beta[i] - l[i] + shift);
         }
       };
       if (P != 1) store_occupancies();
@@ -359,25 +386,45 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
   }
 }
 
+template <class T, class I, int P>
+__global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, const T* __restrict__ nll_in,
+                         const T* __restrict__ log_alpha, const I* __restrict__ targets,
+                         const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ occ,
+                         long long W, long long Tn, long long N, long long C, long long X, long long blank,
+                         long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf, int per) {
+  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  beta_steps<T, I, P, T, false>(lp, nll_in, nullptr, log_alpha, Tn * X, X, targets, tiling, tables, occ, W, Tn, N, C,
+                                X, blank, max_l, tgt_numel, tgt_stride, zero_inf, per, ctc_smem, blockIdx.x, gridDim.x);
+}
+
 // ------------------------------------------------------------------------------ backward: gradient rows
 // One block per row (t, b), grid-stride over rows. The whole row first: exp(lp) * g (NaN where lp is
 // -inf), 0 for t >= Lin or a zeroed sample, NaN for a bad one; then, after a barrier (it orders the
 // block's global stores, so the overwrite lands last), the blank and label columns of rows t < Lin
 // from the occupancy row. vec != 0: the host checked that C is a multiple of 16/sizeof(T) and that
-// lp and out are 16-byte aligned. blockDim.x is a multiple of 32, at most 256.
+// lp and out are 16-byte aligned. blockDim.x is a multiple of 32, at most 256. nll_ws (or null): the
+// fp32 losses of the backward's own alpha recursion (16-bit storage), used in place of nll_in.
+// alpha_ws (or null; 16-bit storage, register path): alpha (T, N, W) in fp32 and `occ` beta itself
+// (ctc_recursions_math): the occupancy of state s is formed here, exp(alpha + beta - lp + nll) as the
+// beta recursion forms it otherwise (same operands, same order), and a sample that cannot align
+// (nll_ws +inf) is zeroed under zero_inf.
 template <class T>
 __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const T* __restrict__ grad_out,
-                         const T* __restrict__ nll_in, T* __restrict__ out, const long long* __restrict__ tiling,
+                         const T* __restrict__ nll_in, const math_t<T>* __restrict__ nll_ws,
+                         const math_t<T>* __restrict__ alpha_ws, T* __restrict__ out,
+                         const long long* __restrict__ tiling,
                          const int* __restrict__ tables, const math_t<T>* __restrict__ occ, long long W,
-                         long long Tn, long long N, long long C, long long blank, long long max_l, int vec) {
+                         long long Tn, long long N, long long C, long long blank, long long max_l, int zero_inf,
+                         int vec) {
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ M scratch[256 / kWarp];
   const Tables tb = tables_at(const_cast<int*>(tables), N, max_l);
   for (long long row = blockIdx.x; row < Tn * N; row += gridDim.x) {
     const long long t = row / N, b = row - t * N;
-    const int status = tb.status[b];
-    const M nl = load(nll_in, b);
+    const M nl = nll_ws ? nll_ws[b] : load(nll_in, b);
+    int status = tb.status[b];
+    if (alpha_ws && zero_inf && status == kOk && nl == pos_inf<M>()) status = kZero;
     const bool live = status == kOk && t < tiling[3 * b];   // status kOk: tiling[3b] in [0, T]
     const M fill = status == kBad ? quiet_nan<M>() : M(0);
     // the blank and label columns carry the nll in their own term, exp(lcab + nll - lp) (an nll of
@@ -400,10 +447,18 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
     if (!live) continue;   // uniform over the block
     const long long L = tiling[3 * b + 1];
     const M* o = occ + row * W;
-    M even = M(0);
-    for (long long s = 2 * (long long)threadIdx.x; s <= 2 * L; s += 2 * (long long)blockDim.x) even += o[s];
-    even = block_sum(even, scratch);   // barrier: the row's dense stores are done
     const int* lab = tb.lab + b * max_l;
+    const M* a = alpha_ws ? alpha_ws + row * W : nullptr;
+    const bool drop_2l = t == tiling[3 * b] - 1 && L > 0 && lab[L - 1] == blank;
+    const M shift = is_finite(nl) ? nl : M(0);
+    auto occupancy = [&](long long s) -> M {   // of state s in row (t, b)
+      if (!a) return o[s];
+      if (drop_2l && s == 2 * L) return M(0);
+      return exp(a[s] + o[s] - load(lrow, (s & 1) ? (long long)lab[s >> 1] : blank) + shift);
+    };
+    M even = M(0);
+    for (long long s = 2 * (long long)threadIdx.x; s <= 2 * L; s += 2 * (long long)blockDim.x) even += occupancy(s);
+    even = block_sum(even, scratch);   // barrier: the row's dense stores are done
     const int* fst = tb.fst + b * max_l;
     const int* nxt = tb.nxt + b * max_l;
     const bool nll_fin = is_finite(nl);
@@ -420,7 +475,7 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
         if (!fst[k] || c == blank) continue;
         j = (int)k;
       }
-      for (; j >= 0; j = nxt[j]) sum += o[2 * j + 1];
+      for (; j >= 0; j = nxt[j]) sum += occupancy(2 * j + 1);
       const M term = nll_fin ? sum : exp(log(sum) + nl);
       store(orow, c, (exp(load(lrow, c)) - term) * g_label);
     }
@@ -428,31 +483,41 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
 }
 
 // ------------------------------------------------------------------------------ forward: alpha
-template <class T, class I, int P>
-__global__ void __launch_bounds__(512, 1) ctc_alpha(const T* __restrict__ lp, const I* __restrict__ targets, T* __restrict__ nll_out,
-                          T* __restrict__ log_alpha, const long long* __restrict__ tiling, long long Tn, long long N,
-                          long long C, long long X, long long blank, long long max_l, long long tgt_numel,
-                          long long tgt_stride, int zero_inf, int per) {
+// The alpha recursion of the register path for samples blk, blk + nblk, ..., writing the
+// AlphaStore<kWs> layout: kWs false, the forward's
+// log_alpha (N, T, X) and loss in the storage type, -inf outside the sample's states; kWs true, alpha
+// (T, N, X = W) and the loss in fp32 (the backward of 16-bit storage: rows t >= Lin and states > 2L
+// are left unwritten, never read; the host passes zero_inf = 0, so the loss keeps its +inf).
+template <class T, class I, int P, bool kWs>
+__device__ __forceinline__ void alpha_steps(const T* lp, const I* targets, typename ctc::AlphaStore<kWs, T>::type* nll_out,
+                                            typename ctc::AlphaStore<kWs, T>::type* log_alpha,
+                                            const long long* tiling, long long Tn, long long N, long long C, long long X,
+                                            long long blank, long long max_l, long long tgt_numel, long long tgt_stride,
+                                            int zero_inf, int per, unsigned char* ctc_smem, long long blk,
+                                            long long nblk) {
   typedef math_t<T> M;
+  typedef typename ctc::AlphaStore<kWs, T>::type A;
   using namespace ctc;
   constexpr int kPer = P;                   // per <= P (host: launch.recursion_geometry)
   constexpr int kD = RingOf<P>::value;      // prefetch distance in steps
-  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  const long long a_step = kWs ? N * X : X;
   const Smem<M> sm = carve<M>(ctc_smem, max_l);
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int cap = per * (int)blockDim.x;
   const M NINF = neg_inf<M>();
 
-  for (long long b = blockIdx.x; b < N; b += gridDim.x) {
+  for (long long b = blk; b < N; b += nblk) {
     __syncthreads();
     const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride,
                                      X, blank, cap, sm.lab, sm.misc);
-    T* la = log_alpha + b * Tn * X;
+    A* la = log_alpha + b * (kWs ? X : Tn * X);
     if (sp.bad) {
-      poison_alpha(la, nll_out, b, Tn, X);
+      if (!kWs) poison_alpha(la, nll_out, b, Tn, X);
+      else if (tid == 0) store(nll_out, b, quiet_nan<M>());   // the beta's prologue marks the sample bad
       continue;
     }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+    const long long row_end = kWs ? S : X;   // columns written per row
     for (int i = tid; i < 2 * (kMaxWarps + 1) * 3; i += blockDim.x) sm.bnd[i] = NINF;
     if (tid == 0) {
       sm.fin[0] = NINF;
@@ -534,19 +599,52 @@ __global__ void __launch_bounds__(512, 1) ctc_alpha(const T* __restrict__ lp, co
           mine[2] = last_n;
         }
       }
-      T* row = la + t * X;
+      A* row = la + t * a_step;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const long long s = s0 + i;
-        if (i < per && s < X) store(row, s, alpha[i]);
+        if (i < per && s < row_end) store(row, s, alpha[i]);
         if (t == lin - 1 && i < per && (s == 2 * L || s == 2 * L - 1)) sm.fin[s == 2 * L ? 0 : 1] = alpha[i];
       }
-      for (long long s = cap + tid; s < X; s += blockDim.x) store(row, s, NINF);
+      for (long long s = cap + tid; s < row_end; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
     }
     }
-    finish_alpha(la, nll_out, b, Tn, X, lin, L, sm.fin, sm.fin + 1, zero_inf);
+    finish_alpha(la, nll_out, b, Tn, X, lin, L, sm.fin, sm.fin + 1, zero_inf, !kWs);
   }
+}
+
+template <class T, class I, int P>
+__global__ void __launch_bounds__(512, 1) ctc_alpha(const T* __restrict__ lp, const I* __restrict__ targets, T* __restrict__ nll_out,
+                          T* __restrict__ log_alpha, const long long* __restrict__ tiling, long long Tn, long long N,
+                          long long C, long long X, long long blank, long long max_l, long long tgt_numel,
+                          long long tgt_stride, int zero_inf, int per) {
+  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  alpha_steps<T, I, P, false>(lp, targets, nll_out, log_alpha, tiling, Tn, N, C, X, blank, max_l, tgt_numel,
+                              tgt_stride, zero_inf, per, ctc_smem, blockIdx.x, gridDim.x);
+}
+
+// The backward's two recursions for 16-bit storage in one launch, side by side: blocks [0, G) run
+// alpha (AlphaStore<true>: alpha (T, N, W) in fp32 into alpha_ws, the fp32 losses into nll_ws), blocks
+// [G, 2G) run beta alone into beta_ws (T, N, W) with the tables; ctc_grad forms the occupancies from
+// both. Neither reads what the other writes, so the T steps of the two recursions overlap instead of
+// adding up, and neither reads the 16-bit log_alpha or loss given.
+template <class T, class I, int P>
+__global__ void __launch_bounds__(512, 1) ctc_recursions_math(const T* __restrict__ lp, const T* __restrict__ nll_in,
+                          const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                          math_t<T>* __restrict__ nll_ws, math_t<T>* __restrict__ alpha_ws,
+                          math_t<T>* __restrict__ beta_ws, long long W, long long Tn, long long N, long long C,
+                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                          int per) {
+  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  const long long G = gridDim.x / 2;
+  if (blockIdx.x < G)
+    alpha_steps<T, I, P, true>(lp, targets, nll_ws, alpha_ws, tiling, Tn, N, C, W, blank, max_l, tgt_numel,
+                               tgt_stride, 0, per, ctc_smem, blockIdx.x, G);
+  else
+    beta_steps<T, I, P, math_t<T>, true>(lp, nll_in, nullptr, (const math_t<T>*)nullptr, 0, 0, targets, tiling,
+                                         tables, beta_ws, W, Tn, N, C, W, blank, max_l, tgt_numel, tgt_stride,
+                                         zero_inf, per, ctc_smem, blockIdx.x - G, G);
 }
 
 
@@ -579,12 +677,15 @@ __device__ __forceinline__ LongSlot<M> long_slot(unsigned char* scratch, long lo
 }
 }  // namespace ctc
 
-template <class T, class I>
-__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* __restrict__ lp, const I* __restrict__ targets,
-                          T* __restrict__ nll_out, T* __restrict__ log_alpha, const long long* __restrict__ tiling,
-                          long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
-                          long long tgt_numel, long long tgt_stride, int zero_inf, unsigned char* scratch,
-                          long long slot_bytes) {
+// The long path's alpha recursion, writing the AlphaStore<kWs> layout (as alpha_steps).
+template <class T, class I, bool kWs>
+__device__ __forceinline__ void alpha_long_steps(const T* lp, const I* targets,
+                          typename ctc::AlphaStore<kWs, T>::type* nll_out, typename ctc::AlphaStore<kWs, T>::type* log_alpha,
+                          const long long* tiling, long long Tn, long long N, long long C, long long X, long long blank,
+                          long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                          unsigned char* scratch, long long slot_bytes) {
+  typedef typename ctc::AlphaStore<kWs, T>::type A;
+  const long long a_step = kWs ? N * X : X;
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ int misc[4];
@@ -596,16 +697,17 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
     __syncthreads();
     const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, width,
                                      ls.lab, misc);
-    T* la = log_alpha + b * Tn * X;
+    A* la = log_alpha + b * (kWs ? X : Tn * X);
     if (sp.bad) {
-      poison_alpha(la, nll_out, b, Tn, X);
+      if (!kWs) poison_alpha(la, nll_out, b, Tn, X);
+      else if (tid == 0) store(nll_out, b, quiet_nan<M>());
       continue;
     }
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
     for (long long t = 0; t < lin; ++t) {
       M* cur = ls.rec + (t & 1) * width;
       const M* prev = ls.rec + ((t & 1) ^ 1) * width;
-      T* row = la + t * X;
+      A* row = la + t * a_step;
       for (long long s0 = tid; s0 < S; s0 += kLongChunk * (long long)blockDim.x) {
         M l[kLongChunk], p0[kLongChunk], p1[kLongChunk], p2[kLongChunk];
 #pragma unroll
@@ -628,21 +730,46 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* 
           store(row, s, r);
         }
       }
-      for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
+      if (!kWs)
+        for (long long s = S + tid; s < X; s += blockDim.x) store(row, s, NINF);
       __syncthreads();
     }
     const M* fin = ls.rec + ((lin - 1) & 1) * width;   // dereferenced only when lin > 0
-    finish_alpha(la, nll_out, b, Tn, X, lin, L, fin + 2 * L, L > 0 ? fin + 2 * L - 1 : nullptr, zero_inf);
+    finish_alpha(la, nll_out, b, Tn, X, lin, L, fin + 2 * L, L > 0 ? fin + 2 * L - 1 : nullptr, zero_inf, !kWs);
   }
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp,
-                         const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
-                         const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
-                         math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
-                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
-                         unsigned char* scratch, long long slot_bytes) {
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_long(const T* __restrict__ lp, const I* __restrict__ targets,
+                          T* __restrict__ nll_out, T* __restrict__ log_alpha, const long long* __restrict__ tiling,
+                          long long Tn, long long N, long long C, long long X, long long blank, long long max_l,
+                          long long tgt_numel, long long tgt_stride, int zero_inf, unsigned char* scratch,
+                          long long slot_bytes) {
+  alpha_long_steps<T, I, false>(lp, targets, nll_out, log_alpha, tiling, Tn, N, C, X, blank, max_l, tgt_numel,
+                                tgt_stride, zero_inf, scratch, slot_bytes);
+}
+
+// The long path's alpha of the 16-bit backward: alpha (T, N, W) and the losses in fp32
+// (AlphaStore<true>) into the occupancy buffer and the workspace, for ctc_beta_math_long.
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_alpha_math_long(const T* __restrict__ lp,
+                          const I* __restrict__ targets, math_t<T>* __restrict__ nll_ws, math_t<T>* __restrict__ occ,
+                          const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long W,
+                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride,
+                          unsigned char* scratch, long long slot_bytes) {
+  alpha_long_steps<T, I, true>(lp, targets, nll_ws, occ, tiling, Tn, N, C, W, blank, max_l, tgt_numel, tgt_stride, 0,
+                               scratch, slot_bytes);
+}
+
+// The long path's beta recursion over alpha of either AlphaStore layout (as beta_steps). In the
+// AlphaStore<true> layout log_alpha and occ are one buffer: each thread reads its chunk's alpha
+// before it writes their occupancies there, and no thread reads those states again.
+template <class T, class I, class A>
+__device__ __forceinline__ void beta_long_steps(const T* lp, const T* nll_in, const math_t<T>* nll_ws,
+                         const A* log_alpha, long long a_sample, long long a_step, const I* targets,
+                         const long long* tiling, int* tables, math_t<T>* occ, long long W, long long Tn, long long N,
+                         long long C, long long X, long long blank, long long max_l, long long tgt_numel,
+                         long long tgt_stride, int zero_inf, unsigned char* scratch, long long slot_bytes) {
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ int misc[4];
@@ -655,12 +782,14 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
     __syncthreads();
     const M nll = load(nll_in, b);
     Sample sp = {0, 0, 0, true};
-    if (!beta_prologue<I, T>(tiling, targets, log_alpha, tb, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank,
-                             width, nll, zero_inf, misc, sp))
+    if (!beta_prologue<I, A>(tiling, targets, log_alpha, a_sample, a_step, tb, b, Tn, C, max_l, tgt_numel,
+                             tgt_stride, X, blank, width, nll, zero_inf, misc, sp))
       continue;
     const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
     const int* lab = tb.lab + b * max_l;
-    const M shift = is_finite(nll) ? nll : M(0);
+    const M nll_m = nll_ws ? nll_ws[b] : nll;
+    const M shift = is_finite(nll_m) ? nll_m : M(0);
+    const A* alpha_b = log_alpha + b * a_sample;
     const bool drop_2l = L > 0 && lab[L - 1] == blank;
     for (long long t = lin - 1; t >= 0; --t) {
       M* cur = ls.rec + (t & 1) * width;
@@ -675,7 +804,7 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
           const bool in = s < S, step = in && t < lin - 1;
           const bool skip = step && (s & 1) && s + 2 < S && lab[k + 1] != lab[k];
           l[j] = in ? load(lp, (t * N + b) * C + ((s & 1) ? lab[k] : blank)) : NINF;
-          a[j] = in ? load(log_alpha, (b * Tn + t) * X + s) : NINF;
+          a[j] = in ? load(alpha_b, t * a_step + s) : NINF;
           n0[j] = step ? later[s] : NINF;
           n1[j] = step && s + 1 < S ? later[s + 1] : NINF;
           n2[j] = skip ? later[s + 2] : NINF;
@@ -694,6 +823,30 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* _
       __syncthreads();
     }
   }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_long(const T* __restrict__ lp,
+                         const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
+                         const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                         math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
+                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                         unsigned char* scratch, long long slot_bytes) {
+  beta_long_steps<T, I, T>(lp, nll_in, nullptr, log_alpha, Tn * X, X, targets, tiling, tables, occ, W, Tn, N, C, X,
+                           blank, max_l, tgt_numel, tgt_stride, zero_inf, scratch, slot_bytes);
+}
+
+// The long path's beta of the 16-bit backward: alpha in fp32 in `occ` (ctc_alpha_math_long's),
+// overwritten by the occupancies; nll_ws the fp32 losses.
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_math_long(const T* __restrict__ lp,
+                         const T* __restrict__ nll_in, const math_t<T>* __restrict__ nll_ws,
+                         const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                         math_t<T>* occ, long long W, long long Tn, long long N, long long C, long long blank,
+                         long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                         unsigned char* scratch, long long slot_bytes) {
+  beta_long_steps<T, I, math_t<T>>(lp, nll_in, nll_ws, occ, W, N * W, targets, tiling, tables, occ, W, Tn, N, C, W,
+                                   blank, max_l, tgt_numel, tgt_stride, zero_inf, scratch, slot_bytes);
 }
 
 }  // namespace aclg

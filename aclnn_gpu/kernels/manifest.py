@@ -1,28 +1,43 @@
-"""The kernel files and, for each, the name expressions of every instantiation the host launches.
+"""The registry of kernel files: for each `kernels/<file>.cu`, the name expressions of every
+instantiation the host launches.
 
-Each operator package declares its file's table once (`launch.KERNELS`, a `KernelFile`, through which
-its launcher builds every name); this module gathers the tables for the loader (cuda/emulated
-devices), the emulator and the compile report. A plan type names the files it launches from
-(`Plan.kernel_files`); phase 1's recorder (`ops/frozen.py`) refuses a launch outside them or outside
-this manifest.
+Each operator package declares its file's table once (a `KernelFile`, through which its launcher
+builds every name) and registers it here when its launch module is imported; the workspace builder
+(`ops/plan.py`) registers the strided copies the same way. The loader (cuda/emulated devices), the
+emulator and the compile report read the tables from here; phase 1's recorder (`ops/frozen.py`)
+refuses a launch outside them. Registration, not imports from here, keeps this layer below the
+operators: `kernels/` never imports `ops/`.
+
+The tables are complete once `aclnn_gpu` is imported, which Python does before any of its
+submodules: the package imports every operator (`ops/registry.py`). They are read when a kernel is
+loaded or a plan is recorded, never while the package is being imported.
 """
 from __future__ import annotations
 
-from ..ops.conv_tbc import launch as conv_tbc
-from ..ops.cross_entropy import launch as cross_entropy
-from ..ops.ctc_loss import launch as ctc_loss
-from ..ops.kl_div import launch as kl_div
-from ..ops.plan import STRIDED_COPY
-from ..ops.scaled_masked_softmax import launch as scaled_masked_softmax
-from .context import KernelFile
+from typing import TYPE_CHECKING
 
-FILES: tuple[KernelFile, ...] = (
-    STRIDED_COPY,   # the workspace builder's staged copies (ops/plan.py)
-    kl_div.KERNELS,
-    cross_entropy.KERNELS,
-    KernelFile(ctc_loss.FILE, tuple(ctc_loss.all_name_expressions())),
-    KernelFile(conv_tbc.FILE, tuple(conv_tbc.all_name_expressions())),
-    scaled_masked_softmax.KERNELS,
-)
-KERNELS: dict[str, list[str]] = {kernel_file.file: list(kernel_file.names) for kernel_file in FILES}
-KNOWN: dict[str, frozenset[str]] = {file: frozenset(names) for file, names in KERNELS.items()}
+if TYPE_CHECKING:   # annotations only: context.py imports this module for its standalone emulator
+    from .context import KernelFile
+
+_FILES: dict[str, KernelFile] = {}
+KERNELS: dict[str, list[str]] = {}        # file -> its name expressions, files in name order
+KNOWN: dict[str, frozenset[str]] = {}     # file -> the same names as a set (the recorder's lookup)
+
+
+def register(kernel_file: KernelFile) -> KernelFile:
+    """Add `kernel_file`'s table (returned, so a launch module can keep it as its `KERNELS`). A file
+    registered again must list the same names: two tables for one file would let one launcher
+    build a name the other's loader never compiled."""
+    known = _FILES.get(kernel_file.file)
+    if known is not None and tuple(known.names) != tuple(kernel_file.names):
+        raise ValueError(f"kernels/manifest.py register: {kernel_file.file} is already registered with "
+                         "other name expressions; each kernel file has one table")
+    _FILES[kernel_file.file] = kernel_file
+    # rebuilt in place: the loader and the report keep references to these dicts
+    KERNELS.clear()
+    KNOWN.clear()
+    for file in sorted(_FILES):
+        KERNELS[file] = list(_FILES[file].names)
+        KNOWN[file] = frozenset(_FILES[file].names)
+    return kernel_file
+

@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import manifest
+
 KERNEL_DIR = Path(__file__).resolve().parent
 ARCHS = ("80", "90")
 
@@ -164,7 +166,6 @@ def compile_nvrtc(src: str, name: str, arch: str, exprs: list[str], includes: li
 
 
 def manifest_specs() -> list[tuple[Path, list[str]]]:
-    from . import manifest
     return [(KERNEL_DIR / f, list(exprs)) for f, exprs in manifest.KERNELS.items()]
 
 

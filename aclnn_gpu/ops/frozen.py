@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import manifest
 from ..kernels.occupancy import DEFAULT_ARCH
 
 # The workspace base while recording: far above any user-space or CUDA virtual address (47-49 bits)
@@ -242,7 +243,6 @@ def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
     files = getattr(plan, "kernel_files", ())
     known = None
     if files:
-        from ..kernels import manifest   # here: the manifest imports the operator packages
         known = {file: manifest.KNOWN[file] for file in files}
     recorder = Recorder(sm_count, size, known, arch)
     plan.launch_kernels(recorder, SENTINEL if size else 0)

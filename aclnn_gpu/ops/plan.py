@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import fail
+from ..kernels import manifest
 from ..kernels.context import KernelContext, KernelFile, ptr
 from ..kernels.occupancy import wave_grid
 from ..status import aclnnStatus
@@ -224,8 +225,9 @@ def write_out(dst: np.ndarray, value: np.ndarray | float) -> None:
 # ------------------------------------------------------------------------------ the workspace builder
 MAX_RANK = 8
 COPY_BLOCK = 256
-STRIDED_COPY = KernelFile("strided_copy.cu", tuple(f"strided_{kind}<{size}>" for kind in ("gather", "scatter")
-                                                    for size in (1, 2, 4, 8)))
+STRIDED_COPY = manifest.register(KernelFile("strided_copy.cu", tuple(f"strided_{kind}<{size}>"
+                                                                    for kind in ("gather", "scatter")
+                                                                    for size in (1, 2, 4, 8))))
 
 Copy = Callable[[KernelContext, int, int], None]   # (ctx, source address, destination address)
 

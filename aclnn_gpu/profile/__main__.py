@@ -104,8 +104,8 @@ def _coverage(json_path) -> int:
     want = {_family(k) for names in manifest.KERNELS.values() for k in names}
     seen: set[str] = set()
     results = []
-    for op, dims in COVERAGE:
-        p = profile_call(op, dims)
+    for op, dims, *dtype in COVERAGE:
+        p = profile_call(op, dims, *dtype)
         print(render(p) + "\n")
         results.append(to_json(p))
         seen |= {_family(x.kernel) for x in p.launches if not isinstance(x, GemmLaunch)}

@@ -133,7 +133,10 @@ def _torch_ctc(d: dict) -> Recursion:
 # chains, so it waits on memory once; its occupancy exp stays on the path (stored before the barrier).
 def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     from ..ops.ctc_loss import launch
-    m = re.match(r"aclg::ctc_(alpha|beta)(_long)?<", name)
+    # _math: the 16-bit backward's recursions; ctc_recursions_math runs its alpha and its beta side by
+    # side in one launch, and that beta loads no alpha and stores beta itself (no exp): both steps
+    # are priced as the forward's, one critical path for the launch
+    m = re.match(r"aclg::ctc_(alpha|beta|recursions)(?:_math)?(_long)?<", name)
     if not m:
         return None
     backward = m.group(1) == "beta"

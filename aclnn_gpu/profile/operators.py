@@ -241,8 +241,12 @@ def conv_flops(d: dict, backward: bool) -> int:
 
 
 # Cases that together launch every kernel family of the ten operators (tests/kernels/test_traffic_budget.py
-# checks them against kernels/manifest.py): the defaults, plus layout variants and long softmax rows.
-COVERAGE: list[tuple[str, dict]] = [(name, {}) for name in OPERATORS] + [
+# checks them against kernels/manifest.py): the defaults, plus layout variants and long softmax rows; a
+# third item is the element type when it is not the operator's (the CTC backward of 16-bit storage
+# has kernels of its own).
+_Case = tuple[str, dict] | tuple[str, dict, str]
+COVERAGE: list[_Case] = [(name, {}) for name in OPERATORS]
+COVERAGE += [
     ("KlDiv", {"none": 1}), ("KlDiv", {"strided": 1}), ("KlDiv", {"strided": 1, "none": 1}),
     ("KlDivBackward", {"strided": 1}), ("KlDivBackward", {"bcast": 1, "N": 1024, "C": 64}),
     ("CrossEntropyLossGrad", {"stridedout": 1}),
@@ -253,5 +257,6 @@ COVERAGE: list[tuple[str, dict]] = [(name, {}) for name in OPERATORS] + [
     ("ScaledMaskedSoftmaxBackward", {"B": 1, "H": 1, "S1": 2, "S2": 16384, "MB": 1}),
     ("CtcLoss", {"fptargets": 1}),
     ("CtcLoss", {"T": 4, "N": 1, "L": 2100}), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}),   # long targets
+    ("CtcLossBackward", {}, "fp16"), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}, "bf16"),
     ("ConvTbcBackward", {"T": 0, "K": 2}),
 ]

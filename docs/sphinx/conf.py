@@ -2,7 +2,9 @@
 
     python -m sphinx -W --keep-going -b html docs/sphinx build/docs
 
-CI builds it with warnings as errors (scripts/test.sh). The docstrings are plain text written for
+CI builds it with warnings as errors (scripts/test.sh). The guide pages of docs/ (Markdown, read with
+MyST) come in through the stubs of docs/sphinx/guide/, one per page and of the same name, so links
+between the pages resolve as they do on disk. The docstrings are plain text written for
 `help()` (tables, formulas, code), not reStructuredText, so each is shown as a literal block:
 no docstring can break the build or be silently mangled."""
 from __future__ import annotations
@@ -14,7 +16,12 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 
 project = "aclnn_gpu"
 author = "aclnn_gpu developers"
-extensions = ["sphinx.ext.autodoc"]
+extensions = ["sphinx.ext.autodoc", "myst_parser"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_heading_anchors = 3                 # docs/HCCL.md links to API.md#9-hccl-collectives
+# Links from the guide to files outside docs/ (the README, bench/README.md, CHANGELOG.md) name files of
+# the repository, not pages of this build; tests/test_docs.py checks that every such link names a file.
+suppress_warnings = ["myst.xref_missing"]
 root_doc = "index"
 exclude_patterns: list[str] = []
 html_theme = "alabaster"

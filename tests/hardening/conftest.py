@@ -1,4 +1,4 @@
-"""Hardening suite (issue 9): shared figures and helpers.
+"""Hardening suite (docs/HARDENING.md): shared figures and helpers.
 
 Every test here reports its figures through the `figures` fixture; they are printed in the terminal
 summary (`-s` or not) under "aclnn_gpu hardening figures", so a CI log always shows them.

@@ -1,4 +1,4 @@
-"""The cross-operator bad-input table (issue 9): every one of the ten operator entry points (five
+"""The cross-operator bad-input table: every one of the ten operator entry points (five
 backward + five forward, phase 1 and phase 2) and the runtime, fed hostile arguments.
 
 Each row must return its documented code, leave `aclGetRecentErrMsg()` holding one line that starts

@@ -1,4 +1,4 @@
-"""Concurrency (issue 9): host threads, each with its own streams, issuing mixed operator calls with
+"""Concurrency: host threads, each with its own streams, issuing mixed operator calls with
 events between streams (record on one, wait on the other); every result checked; a watchdog fails
 the test instead of hanging; afterwards the pointer registry is back to its starting size.
 ACLNN_GPU_CONCURRENCY_CALLS=N sets the calls per thread (default: 300 cpu, 12 emulated)."""

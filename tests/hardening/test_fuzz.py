@@ -1,4 +1,4 @@
-"""Fuzzing (issue 9): hypothesis strategies over shapes, strides / offsets, dtypes and parameters of
+"""Fuzzing: hypothesis strategies over shapes, strides / offsets, dtypes and parameters of
 the ten entry points. Every case runs on the cpu AND the emulated device with the same inputs, and
 both results are compared with a float64 reference (PyTorch CPU float64 where it has the operator,
 else the NumPy reference in float64). Outputs are NaN-poisoned views (strided and/or offset when the

@@ -1,4 +1,4 @@
-"""Garbage device data (issue 9) on the emulated device (the .cu kernels), checked against the cpu
+"""Garbage device data on the emulated device (the .cu kernels), checked against the cpu
 device / float64 reference: labels and targets out of range (negative, >= C, huge int64), NaN and Inf
 inputs, uninitialised logAlpha padding, BOOL mask bytes other than 0/1.
 

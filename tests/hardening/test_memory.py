@@ -1,4 +1,4 @@
-"""Memory growth (issue 9): create/run/destroy cycles through the public C-style API (aclrtMalloc,
+"""Memory growth: create/run/destroy cycles through the public C-style API (aclrtMalloc,
 aclrtMemcpy, aclCreateTensor, GetWorkspaceSize, aclrtMalloc of the workspace, execute, synchronize,
 read back, aclDestroyTensor, aclrtFree), mixing operators; after a warm-up, nothing may grow: the
 allocation registry (`get_device().registry`), the live aclTensor objects, the emulated device's

@@ -35,9 +35,10 @@ def aligned(shape, dtype, fill=np.nan):
 
 
 def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None, long_path=None,
-        reference=True, log_alpha_value=None):
+        reference=True, la_in=None, log_alpha_value=None):
     """Forward then backward through the launchers (long_path: force the recursion path, None: the
-    launcher's choice); with the NumPy reference's results unless reference=False.
+    launcher's choice; nll_in / la_in: given to the backward instead of the forward's); with the NumPy
+    reference's results unless reference=False.
     log_alpha_value: ((b, t, s), value) written into the forward's log_alpha before the backward."""
     T, N, C = lp.shape
     dt = lp.dtype.name if lp.dtype != ml_dtypes.bfloat16 else "bfloat16"
@@ -45,7 +46,7 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     tgt = np.ascontiguousarray(tgt)
     max_l = int(np.max(tl))
     math_size = 8 if dt == "float64" else 4
-    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path)
+    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path, recompute=dt in P.HALF)
     ws = aligned((max(ws_bytes // 8, 1),), np.int64, fill=0)
     lpa = aligned(lp.shape, lp.dtype)
     lpa[...] = lp
@@ -58,7 +59,8 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
                   zero_infinity=zero_inf, long_path=long_path)
     P.launch_forward(ctx, log_probs_ptr=lpa.ctypes.data, neg_log_likelihood_ptr=nll.ctypes.data,
                      log_alpha_ptr=la.ctypes.data, **common)
-    la_in = np.concatenate([la, np.full((N, T, X_pad), -99999.0 if lp.dtype.itemsize > 2 else -6e4, lp.dtype)], axis=2) if X_pad else la
+    la_in = la if la_in is None else la_in
+    la_in = np.concatenate([la_in, np.full((N, T, X_pad), -99999.0 if lp.dtype.itemsize > 2 else -6e4, lp.dtype)], axis=2) if X_pad else la_in
     la_in = np.ascontiguousarray(la_in)
     if log_alpha_value is not None:
         la_in[log_alpha_value[0]] = log_alpha_value[1]
@@ -314,3 +316,30 @@ def test_prefetch_ring_every_input_length(ctx, dt):
     short = run(ctx, lp, tg, il, tl, g=np.ones(N), long_path=False, reference=False)
     for a, b in zip(short, long):
         np.testing.assert_array_equal(f64(a), f64(b), err_msg=f"seed {SEED} dtype {dt}")
+
+
+@pytest.mark.parametrize("L,long_path", [(6, False), (300, False), (6, True)])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_half_backward_is_the_fp32_backward_rounded(ctx, dt, L, long_path):
+    """16-bit storage (ctc_alpha_math, ctc_beta_math): the gradient is the fp32 launchers' gradient on
+    the same values rounded once, bit for bit (the same recursions in fp32, only the stores differ), on
+    the P = 1 (L = 6), P = 8 (L = 300: 2 states per thread) and long paths; the 16-bit log_alpha and
+    nll given are not read for the math (other finite values in them change nothing)."""
+    rng = np.random.default_rng([SEED, 16, L, len(dt), long_path])
+    T, N, C = 2 * L + 5, 3, 5
+    half = DT[dt]
+    lp = torch.log_softmax(torch.tensor(rng.standard_normal((T, N, C)) * 2), -1).numpy().astype(half)
+    tg = (1 + np.cumsum(rng.integers(1, C - 1, (N, L)), axis=1) % (C - 1)).astype(np.int64)
+    il, tl = np.array([T, T - 2, L + 3]), np.array([L, L - 1, L // 2])
+    g = rng.standard_normal(N).astype(half)
+    *_, out32 = run(ctx, lp.astype(np.float32), tg, il, tl, g=g.astype(np.float32), long_path=long_path,
+                    reference=False)
+    nll, la, out = run(ctx, lp, tg, il, tl, g=g, long_path=long_path, reference=False)
+    assert np.isfinite(f64(out)).all()
+    np.testing.assert_array_equal(f64(out), f64(out32.astype(half)), err_msg=f"seed {SEED}")
+    la_other = la.copy()
+    la_other[np.isfinite(f64(la))] = 1.0
+    nll_other = np.full(N, 3.0, half)
+    *_, again = run(ctx, lp, tg, il, tl, g=g, long_path=long_path, reference=False, nll_in=nll_other,
+                    la_in=la_other)
+    np.testing.assert_array_equal(f64(again), f64(out), err_msg=f"seed {SEED}")

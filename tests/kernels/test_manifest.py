@@ -86,3 +86,18 @@ def test_recorder_refuses_a_kernel_the_plan_type_does_not_declare():
         freeze(_Launches("cross_entropy.cu", "ce_loss_reduce<float>"), 4)   # another operator's file
     with pytest.raises(AssertionError, match="do not list"):
         freeze(_Launches("kl_div.cu", "kl_fwd_final<int>"), 4)              # not instantiated
+
+
+def test_every_kernel_source_is_registered():
+    # the operator packages register their tables when imported (importing aclnn_gpu imports them
+    # all): a .cu file nobody registered would never be loaded or compiled by the report
+    sources = {path.name for path in KERNEL_DIR.glob("*.cu")}
+    assert sources == set(manifest.KERNELS) == set(manifest.KNOWN)
+
+
+def test_a_file_registers_one_table():
+    table = kl_launch.KERNELS
+    assert manifest.register(KernelFile(table.file, table.names)) == table   # the same table again: kept
+    with pytest.raises(ValueError, match="kl_div.cu is already registered"):
+        manifest.register(KernelFile(table.file, table.names[:1]))
+    assert manifest.KERNELS[table.file] == list(table.names)

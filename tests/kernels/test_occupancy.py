@@ -1,4 +1,4 @@
-"""Grids sized from occupancy (issue 14, defect 3; aclnn_gpu/kernels/occupancy.py): the blocks-per-SM
+"""Grids sized from occupancy (aclnn_gpu/kernels/occupancy.py): the blocks-per-SM
 arithmetic, the checked-in register table against a fresh compile report, and on the emulated device
 that the grids phase 1 records are one full wave at the table's occupancy, not a fixed cap."""
 from __future__ import annotations

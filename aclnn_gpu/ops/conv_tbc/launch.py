@@ -86,7 +86,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import dtypes
-from ...kernels.context import KernelContext, ptr
+from ...kernels import manifest
+from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.gemm import F32, compute_mode, rm_gemm, rm_gemm_batched
 
 FILE = "conv_tbc.cu"
@@ -398,7 +399,7 @@ def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_m
 
 
 def all_name_expressions() -> list[str]:
-    """Every instantiation this plan can launch (kernels/manifest.py lists exactly these)."""
+    """Every instantiation this plan can launch (registered with kernels/manifest.py)."""
     types = list(_CTYPE.values())
     # operand staging / output conversion of mixed dtypes (ops/conv_tbc/api.py), the weight reorder,
     # the fp16 copies of cubeMathType 2, the bias broadcast
@@ -413,3 +414,7 @@ def all_name_expressions() -> list[str]:
     # the weight reorder + gradWeight's rounding of the fp16 / bf16 backward
     exprs += [f"tbc_weights<{c}>" for c in types if c != "float"]
     return exprs
+
+
+# registered last: the name list is built from the tables above
+manifest.register(KernelFile(FILE, tuple(all_name_expressions())))

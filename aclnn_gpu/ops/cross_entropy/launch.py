@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import blocks_per_sm, context_arch
 
@@ -54,7 +55,7 @@ def _kernel_names() -> tuple[str, ...]:
     return tuple(out)
 
 
-KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
+KERNELS = manifest.register(KernelFile(FILE, _kernel_names()))   # every instantiation the launchers below can launch
 
 
 def _pow2_ceil(n: int) -> int:

@@ -29,6 +29,12 @@ and also when the sample cannot align, read from logAlpha (both final states (Li
 sample, as PyTorch's ctc_loss(zero_infinity=True) does (CANN's backward, which tests nll == inf
 only, leaves such a sample the gradient exp(lp) * gradOut).
 
+FLOAT16 / BFLOAT16 (beyond CANN's current tables, docs/API.md §7): fp32 math throughout; the
+forward stores logAlphaOut and negLogLikelihoodOut in the 16-bit type, as CANN's dtype rule has them,
+and the backward recomputes alpha and the loss in fp32 from logProbs instead of reading those rounded
+values (the given negLogLikelihood only decides zeroInfinity; workspace: + round256(4 * N), and on the
+register path + the occupancy range's size again for its fp32 alpha).
+
 Targets of dtype BOOL / FLOAT / FLOAT16 are cast to int64 as CANN does (truncation toward zero;
 NaN, inf or huge values become -1, an out-of-range label that makes that sample NaN). A label
 outside [0, C) in device data makes that sample's loss / logAlpha slice / gradient NaN only.
@@ -328,7 +334,8 @@ def _build_backward(device: Any, gradOut: Any, logProbs: Any, targets: Any, inpu
              negLogLikelihood=neg_log_likelihood, logAlpha=log_alpha)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
     msize = gpu.math_size_of(_dtype_name(log_probs))
-    workspace = _workspace(device, gpu.backward_workspace_bytes(T, N, max_length, msize),
+    workspace = _workspace(device, gpu.backward_workspace_bytes(T, N, max_length, msize,
+                                                                recompute=_dtype_name(log_probs) in gpu.HALF),
                            [grad_out, log_probs, targets_, neg_log_likelihood, log_alpha], [out_], targets_)
     return CtcLossBackwardPlan(
         tensors={"gradOut": grad_out, "logProbs": log_probs, "targets": targets_,

@@ -23,12 +23,20 @@ to 32 bytes):
                                   their occurrence chains (kernels: ctc::Tables)
     occ       T * N * W * math    backward: occupancy exp(alpha + beta - lp + nll) of every state
     slots     min(N, LONG_SLOTS) * long_slot_bytes   long-target path only (alpha/beta of two steps)
+    nll       4 * N               backward of float16 / bfloat16 only: the fp32 losses of its own alpha
+    alpha     T * N * W * 4       the same, register path only: its fp32 alpha (occ then holds beta)
 
-Launches. Backward: the beta recursion (one block per sample, grid-stride over samples: it writes
-the occupancies and the tables) then `ctc_grad<T>` (one block per row (t, b), grid-stride: the
-row's exp(lp) * g with 16-byte vectors when C is a multiple of 16/sizeof(T) and both pointers are
-16-byte aligned, then its blank and label columns merged from the occupancy row; a grid of one
-full wave at its occupancy, kernels/occupancy.py); forward: the alpha recursion. Register path
+Launches. Backward of float16 / bfloat16 storage (`HALF`): its own alpha recursion in fp32 beside
+the beta recursion (register path: one launch of `ctc_recursions_math`, alpha and the losses into
+the alpha and nll ranges in one half of the grid, beta into the occ range in the other; `ctc_grad`
+forms the occupancies from both; long path: `ctc_alpha_math_long` into the occ range, then
+`ctc_beta_math_long` over it): the given log_alpha is not read, and the given nll only decides
+zero_infinity, so nothing rounded to 16 bits enters the gradient. Other types: the beta recursion
+(one block per sample, grid-stride over samples: it writes the occupancies and the tables) then
+`ctc_grad<T>` (one block per row (t, b), grid-stride: the row's exp(lp) * g with 16-byte vectors
+when C is a multiple of 16/sizeof(T) and both pointers are 16-byte aligned, then its blank and label
+columns merged from the occupancy row; a grid of one full wave at its occupancy, kernels/occupancy.py);
+forward: the alpha recursion. Register path
 (`ctc_alpha`, `ctc_beta`): threads = min(512, roundup32(2*maxL+1)) and per = ceil((2*maxL+1) /
 threads) <= 8 (fp64 math: 5) states per thread, dynamic shared memory = shared_bytes(maxL, math
 size), i.e. 2*maxL+1 <= 4096 states for fp32 math (maxL <= 2047), <= 2560 for fp64 (maxL <= 1279).
@@ -45,7 +53,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ... import dtypes
-from ...kernels.context import ptr
+from ...kernels import manifest
+from ...kernels.context import KernelFile, ptr
 from ...kernels.occupancy import wave_grid
 
 FILE = "ctc_loss.cu"
@@ -62,15 +71,23 @@ ALIGN = 256
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
 _SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+# Storage types whose backward recomputes alpha and the loss in fp32 (ctc_*_math) instead of reading
+# the log_alpha and negLogLikelihood it is given, rounded to 16 bits (docs/API.md §7).
+HALF = ("float16", "bfloat16")
+_HALF_CTYPES = [t for n, t in _CTYPE.items() if n in HALF]
 
 
 def all_name_expressions() -> list[str]:
-    """Every instantiation the launchers below can launch (kernels/manifest.py takes this list)."""
+    """Every instantiation the launchers below can launch (registered with kernels/manifest.py)."""
     return ([f"aclg::ctc_grad<{t}>" for t in _CTYPE.values()]
             + [f"aclg::ctc_{k}<{t}, {i}, {p}>" for k in ("beta", "alpha") for n, t in _CTYPE.items()
                for i in _ITYPE.values() for p in (1, K_PER[math_size_of(n)])]
             + [f"aclg::ctc_{k}<{t}, {i}>" for k in ("alpha_long", "beta_long")
                for t in _CTYPE.values() for i in _ITYPE.values()]
+            + [f"aclg::ctc_recursions_math<{t}, {i}, {p}>" for t in _HALF_CTYPES for i in _ITYPE.values()
+               for p in (1, K_PER[4])]
+            + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in _HALF_CTYPES
+               for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 
 
@@ -138,19 +155,27 @@ class Layout(NamedTuple):
     tables: int
     occ: int
     slots: int
+    nll: int      # the fp32 losses of the backward's own alpha recursion (16-bit storage; else size)
+    alpha: int    # its fp32 alpha beside beta (16-bit storage, register path; else size)
     size: int
 
 
-def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path: bool | None = None) -> Layout:
+def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path: bool | None = None,
+           recompute: bool = False) -> Layout:
     if N == 0:
-        return Layout(0, 0, 0, 0)
+        return Layout(0, 0, 0, 0, 0, 0)
     tables = _round(8 * 3 * N)
+    occ_bytes = _round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0
     occ = tables + (_round(4 * (2 * N + 3 * N * max_l)) if backward else 0)
-    slots = occ + (_round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0)
-    size = slots
-    if recursion_geometry(max_l, math_size, long_path).long:
-        size += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
-    return Layout(tables, occ, slots, size)
+    slots = occ + occ_bytes
+    nll = slots
+    long = recursion_geometry(max_l, math_size, long_path).long
+    if long:
+        nll += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
+    recompute = backward and recompute
+    alpha = nll + (_round(N * math_size) if recompute else 0)
+    size = alpha + (occ_bytes if recompute and not long else 0)
+    return Layout(tables, occ, slots, nll, alpha, size)
 
 
 def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None) -> int:
@@ -158,8 +183,9 @@ def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_pat
 
 
 def backward_workspace_bytes(T: int, N: int, max_l: int = 0, math_size: int = 4,
-                             long_path: bool | None = None) -> int:
-    return layout(T, N, max_l, math_size, True, long_path).size
+                             long_path: bool | None = None, recompute: bool = False) -> int:
+    """recompute: 16-bit storage (`HALF`), whose backward keeps its own fp32 losses in the workspace."""
+    return layout(T, N, max_l, math_size, True, long_path, recompute).size
 
 
 def tiling(input_lengths, target_lengths, targets_2d_stride: int) -> np.ndarray:
@@ -181,14 +207,42 @@ def _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_str
 
 def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple, slots_ptr: int, max_l: int,
                msize: int) -> None:
-    """Launches the alpha or beta recursion on the register or the long path; `tail` ends both
-    argument lists (zero_inf), then the path's own (per, or the slots)."""
+    """Launches the alpha or beta recursion `kernel` ("aclg::ctc_beta<T, I>") on the register or the
+    long path; `tail` ends both argument lists (zero_inf), then the path's own (per, or the slots)."""
     if geo.long:
         ctx.launch(FILE, kernel.replace("<", "_long<", 1), (min(N, LONG_SLOTS),), (geo.threads,),
                    args + tail + (ptr(slots_ptr), np.int64(long_slot_bytes(max_l, msize))))
     else:
         ctx.launch(FILE, f"{kernel[:-1]}, {geo.P}>", (max(1, min(N, 32 * ctx.sm_count)),), (geo.threads,),
                    args + tail + (np.int32(geo.per),), shared_mem=geo.smem)
+
+
+def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, log_probs_ptr, targets_ptr,
+                        neg_log_likelihood_ptr, workspace_ptr, T, N, C, W, blank, max_l, targets_numel,
+                        targets_2d_stride, zero_infinity) -> None:
+    """The backward's two recursions for 16-bit storage; the given log_alpha is not read. Register
+    path: one launch of ctc_recursions_math, alpha (fp32, into the alpha range, the fp32 losses into
+    the nll range) in the first half of the grid beside beta (into the occ range) in the second.
+    Long path: ctc_alpha_math_long (alpha into the occ range) then ctc_beta_math_long, which
+    overwrites it with the occupancies."""
+    i64 = np.int64
+    tiling, occ, nll = ptr(workspace_ptr), ptr(workspace_ptr + lay.occ), ptr(workspace_ptr + lay.nll)
+    tables, zero_inf = ptr(workspace_ptr + lay.tables), np.int32(bool(zero_infinity))
+    if not geo.long:
+        blocks = max(1, min(N, 32 * ctx.sm_count))
+        ctx.launch(FILE, f"aclg::ctc_recursions_math<{ct}, {it}, {geo.P}>", (2 * blocks,), (geo.threads,),
+                   (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(targets_ptr), tiling, tables, nll,
+                    ptr(workspace_ptr + lay.alpha), occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
+                    i64(targets_numel), i64(targets_2d_stride), zero_inf, np.int32(geo.per)), shared_mem=geo.smem)
+        return
+    slots = workspace_ptr + lay.slots
+    _recursion(ctx, f"aclg::ctc_alpha_math<{ct}, {it}>", geo, N,
+               (ptr(log_probs_ptr), ptr(targets_ptr), nll, occ, tiling, i64(T), i64(N), i64(C), W, i64(blank),
+                i64(max_l), i64(targets_numel), i64(targets_2d_stride)), (), slots, max_l, 4)
+    _recursion(ctx, f"aclg::ctc_beta_math<{ct}, {it}>", geo, N,
+               (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), nll, ptr(targets_ptr), tiling, tables, occ, W,
+                i64(T), i64(N), i64(C), i64(blank), i64(max_l), i64(targets_numel), i64(targets_2d_stride)),
+               (zero_inf,), slots, max_l, 4)
 
 
 def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
@@ -199,24 +253,33 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
         return
     max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
     msize = math_size_of(dt)
+    recompute = dt in HALF
     geo = recursion_geometry(max_l, msize, long_path)
-    lay = layout(T, N, max_l, msize, True, long_path)
+    lay = layout(T, N, max_l, msize, True, long_path, recompute)
     ct, i64 = _CTYPE[dt], np.int64
     tables, occ, W = ptr(workspace_ptr + lay.tables), ptr(workspace_ptr + lay.occ), i64(occ_width(max_l, msize))
-    _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
-               (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
-                ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
-                i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
-               workspace_ptr + lay.slots, max_l, msize)
+    if recompute:
+        _recursions_of_half(ctx, geo, lay, ct, _ITYPE[it], log_probs_ptr=log_probs_ptr, targets_ptr=targets_ptr,
+                            neg_log_likelihood_ptr=neg_log_likelihood_ptr, workspace_ptr=workspace_ptr, T=T, N=N,
+                            C=C, W=W, blank=blank, max_l=max_l, targets_numel=targets_numel,
+                            targets_2d_stride=targets_2d_stride, zero_infinity=zero_infinity)
+    else:
+        _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
+                   (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
+                    ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
+                    i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
+                   workspace_ptr + lay.slots, max_l, msize)
     V = 16 // _SIZE[dt]
     vec = C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0
     lanes = -(-C // V) if vec else C
     threads = min(GRAD_BLOCK, max(32, -(-lanes // 32) * 32))
     grad = f"aclg::ctc_grad<{ct}>"
     ctx.launch(FILE, grad, (wave_grid(ctx, FILE, grad, T * N, threads),), (threads,),
-               (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr), ptr(out_ptr),
+               (ptr(log_probs_ptr), ptr(grad_out_ptr), ptr(neg_log_likelihood_ptr),
+                ptr(workspace_ptr + lay.nll if recompute else 0),
+                ptr(workspace_ptr + lay.alpha if recompute and not geo.long else 0), ptr(out_ptr),
                 ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
-                np.int32(vec)))
+                np.int32(bool(zero_infinity)), np.int32(vec)))
 
 
 def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
@@ -235,3 +298,7 @@ def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, l
                (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
                 i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), workspace_ptr + lay.slots, max_l, msize)
+
+
+# registered last: the name list is built from the tables above
+manifest.register(KernelFile(FILE, tuple(all_name_expressions())))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import dtypes
+from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import wave_grid
 
@@ -58,7 +59,7 @@ def _kernel_names() -> tuple[str, ...]:
                  + [f"kl_fwd_partial_strided<{m}>" for m in math_types] + [f"kl_fwd_final<{m}>" for m in math_types])
 
 
-KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
+KERNELS = manifest.register(KernelFile(FILE, _kernel_names()))   # every instantiation the launchers below can launch
 
 
 @dataclass(frozen=True)

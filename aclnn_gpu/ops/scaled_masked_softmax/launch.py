@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from ...kernels import manifest
 from ...kernels.context import KernelFile
 
 FILE = "scaled_masked_softmax.cu"
@@ -81,7 +82,7 @@ def _kernel_names() -> tuple[str, ...]:
     return tuple(out)
 
 
-KERNELS = KernelFile(FILE, _kernel_names())   # every instantiation the launchers below can launch
+KERNELS = manifest.register(KernelFile(FILE, _kernel_names()))   # every instantiation the launchers below can launch
 
 
 def workspace_bytes(B: int = 0, N: int = 0, S1: int = 0, S2: int = 0, dtype=None) -> int:

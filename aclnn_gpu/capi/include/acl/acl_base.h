@@ -23,6 +23,14 @@ extern "C" {
 #define ACL_FUNC_VISIBILITY
 #endif
 
+#ifdef __GNUC__
+#define ACL_DEPRECATED __attribute__((deprecated))
+#define ACL_DEPRECATED_MESSAGE(message) __attribute__((deprecated(message)))
+#else
+#define ACL_DEPRECATED
+#define ACL_DEPRECATED_MESSAGE(message)
+#endif
+
 typedef int aclError;
 typedef uint16_t aclFloat16;
 typedef void *aclrtStream;
@@ -36,9 +44,14 @@ static const int ACL_ERROR_INVALID_PARAM = 100000;
 static const int ACL_ERROR_UNINITIALIZE = 100001;
 static const int ACL_ERROR_REPEAT_INITIALIZE = 100002;
 static const int ACL_ERROR_INVALID_FILE = 100003;
+static const int ACL_ERROR_OP_NOT_FOUND = 100024;
 static const int ACL_ERROR_UNSUPPORTED_DATA_TYPE = 100026;
 static const int ACL_ERROR_FORMAT_NOT_MATCH = 100027;
 static const int ACL_ERROR_KERNEL_NOT_FOUND = 100029;
+static const int ACL_ERROR_REPEAT_SUBSCRIBE = 100033;
+static const int ACL_ERROR_STREAM_NOT_SUBSCRIBE = 100034;
+static const int ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035;
+static const int ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036;
 static const int ACL_ERROR_REPEAT_FINALIZE = 100037;
 static const int ACL_ERROR_BAD_ALLOC = 200000;
 static const int ACL_ERROR_API_NOT_SUPPORT = 200001;
@@ -116,6 +129,14 @@ typedef enum {
 
 /* The last error message recorded on the calling thread; valid until the next call on it. */
 ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
+
+/* IEEE half <-> float, round to nearest even (aclFloat16 holds the half's bits) */
+ACL_FUNC_VISIBILITY float aclFloat16ToFloat(aclFloat16 value);
+ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
+/* bytes of one element; 0 for ACL_DT_UNDEFINED, ACL_STRING and sub-byte types */
+ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
+/* the chip name this library reports ("aclnn_gpu-cpu", "aclnn_gpu-emulated", or the GPU's name) */
+ACL_FUNC_VISIBILITY const char *aclrtGetSocName(void);
 
 ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
 ACL_FUNC_VISIBILITY aclError aclFinalize(void);

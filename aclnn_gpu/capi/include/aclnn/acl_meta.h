@@ -4,6 +4,7 @@
 #define ACLNN_GPU_ACLNN_ACL_META_H_
 
 #include "../acl/acl_base.h"
+#include "opdev/op_errno.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,35 +16,11 @@ typedef struct aclOpExecutor aclOpExecutor;
 typedef struct aclTensor aclTensor;
 typedef struct aclScalar aclScalar;
 typedef struct aclIntArray aclIntArray;
+typedef struct aclFloatArray aclFloatArray;
+typedef struct aclBoolArray aclBoolArray;
+typedef struct aclTensorList aclTensorList;
+typedef struct aclScalarList aclScalarList;
 
-#define ACLNN_SUCCESS 0
-#define ACLNN_ERR_PARAM_NULLPTR 161001
-#define ACLNN_ERR_PARAM_INVALID 161002
-#define ACLNN_ERR_RUNTIME_ERROR 361001
-#define ACLNN_ERR_INNER 561000
-#define ACLNN_ERR_INNER_INFERSHAPE_ERROR 561001
-#define ACLNN_ERR_INNER_TILING_ERROR 561002
-#define ACLNN_ERR_INNER_FIND_KERNEL_ERROR 561003
-#define ACLNN_ERR_INNER_CREATE_EXECUTOR 561101
-#define ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR 561102
-#define ACLNN_ERR_INNER_NULLPTR 561103
-#define ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE 561104
-#define ACLNN_ERR_INNER_KEY_CONFLICT 561105
-#define ACLNN_ERR_INNER_KEY_CONFILICT ACLNN_ERR_INNER_KEY_CONFLICT
-#define ACLNN_ERR_INNER_INVALID_IMPL_MODE 561106
-#define ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND 561107
-#define ACLNN_ERR_INNER_LOAD_JSON_FAILED 561108
-#define ACLNN_ERR_INNER_JSON_VALUE_NOT_FOUND 561109
-#define ACLNN_ERR_INNER_JSON_FORMAT_INVALID 561110
-#define ACLNN_ERR_INNER_JSON_DTYPE_INVALID 561111
-#define ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND 561112
-#define ACLNN_ERR_INNER_OP_FILE_INVALID 561113
-#define ACLNN_ERR_INNER_ATTR_NUM_OUT_OF_BOUND 561114
-#define ACLNN_ERR_INNER_ATTR_LEN_NOT_ENOUGH 561115
-#define ACLNN_ERR_INNER_INPUT_NUM_IN_JSON_TOO_LARGE 561116
-#define ACLNN_ERR_INNER_INPUT_JSON_IS_NULL 561117
-#define ACLNN_ERR_INNER_STATIC_WORKSPACE_INVALID 561118
-#define ACLNN_ERR_INNER_STATIC_BLOCK_DIM_INVALID 561119
 
 /* stride and offset count elements; stride NULL means contiguous; NULL result on failure */
 ACL_FUNC_VISIBILITY aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType,
@@ -55,12 +32,42 @@ ACL_FUNC_VISIBILITY aclIntArray *aclCreateIntArray(const int64_t *value, uint64_
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyIntArray(const aclIntArray *array);
 ACL_FUNC_VISIBILITY aclScalar *aclCreateScalar(void *value, aclDataType dataType);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyScalar(const aclScalar *scalar);
+ACL_FUNC_VISIBILITY aclFloatArray *aclCreateFloatArray(const float *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyFloatArray(const aclFloatArray *array);
+ACL_FUNC_VISIBILITY aclBoolArray *aclCreateBoolArray(const bool *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyBoolArray(const aclBoolArray *array);
+/* a list of tensors / scalars that stay the caller's: destroying the list does not destroy them */
+ACL_FUNC_VISIBILITY aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensorList(const aclTensorList *array);
+ACL_FUNC_VISIBILITY aclScalarList *aclCreateScalarList(const aclScalar *const *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyScalarList(const aclScalarList *array);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetIntArraySize(const aclIntArray *array, uint64_t *size);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetFloatArraySize(const aclFloatArray *array, uint64_t *size);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetBoolArraySize(const aclBoolArray *array, uint64_t *size);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetTensorListSize(const aclTensorList *tensorList, uint64_t *size);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetScalarListSize(const aclScalarList *scalarList, uint64_t *size);
+
+/* *viewDims (strides, storage dims) is a new int64_t array the caller releases with free() (C) or
+   delete[] (C++, as CANN's documentation says) */
+ACL_FUNC_VISIBILITY aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims,
+                                                   uint64_t *storageDimsNum);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetViewStrides(const aclTensor *tensor, int64_t **stridesValue, uint64_t *stridesNum);
 ACL_FUNC_VISIBILITY aclnnStatus aclGetViewOffset(const aclTensor *tensor, int64_t *offset);
 ACL_FUNC_VISIBILITY aclnnStatus aclGetDataType(const aclTensor *tensor, aclDataType *dataType);
 ACL_FUNC_VISIBILITY aclnnStatus aclGetFormat(const aclTensor *tensor, aclFormat *format);
 
 ACL_FUNC_VISIBILITY aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
+/* a repeatable executor's index-th input (output) aclTensor parameter, counted in the operator's C
+   parameter order, rebound to the device address addr (tensor must be that parameter's tensor) */
+ACL_FUNC_VISIBILITY aclnnStatus aclSetInputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor,
+                                                      void *addr);
+ACL_FUNC_VISIBILITY aclnnStatus aclSetOutputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor,
+                                                       void *addr);
+/* the tensor's own data address: rebinding it changes what the next GetWorkspaceSize plans */
+ACL_FUNC_VISIBILITY aclnnStatus aclSetRawTensorAddr(aclTensor *tensor, void *addr);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetRawTensorAddr(const aclTensor *tensor, void **addr);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #define ACLNN_GPU_ACLNNOP_CONVOLUTION_BACKWARD_H_
 
 #include "../aclnn/aclnn_base.h"
+#include "aclnn_util.h"
 
 #ifdef __cplusplus
 extern "C" {

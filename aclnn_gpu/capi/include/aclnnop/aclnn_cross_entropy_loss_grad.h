@@ -3,6 +3,7 @@
 #define ACLNN_GPU_ACLNNOP_CROSS_ENTROPY_LOSS_GRAD_H_
 
 #include "../aclnn/aclnn_base.h"
+#include "aclnn_util.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,165 @@
+"""Host callbacks in stream order (acl_rt.h): `aclrtSubscribeReport`, `aclrtLaunchCallback`,
+`aclrtProcessReport`, `aclrtUnSubscribeReport`.
+
+As in CANN, a callback does not run on the stream itself: when the stream reaches it, it is handed
+to the thread subscribed to that stream (a host thread id, `pthread_self()` in C, which is what
+`threading.get_ident()` answers), which runs it inside its next `aclrtProcessReport`. With
+ACL_CALLBACK_BLOCK the stream waits until the callback has run; with ACL_CALLBACK_NO_BLOCK it goes
+on. A blocked stream gives up waiting when the process exits (the streams' exit rule,
+`hoststream.stop_all`) or when its subscription is withdrawn, so no exit hangs on a callback that
+nobody will process.
+"""
+from __future__ import annotations
+
+import collections
+import numbers
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from .device import hoststream
+from .errors import c_api, fail
+from .runtime import aclrtStream, get_device, resolve_stream
+from .status import aclError
+
+OK = aclError.ACL_SUCCESS
+PARAM = aclError.ACL_ERROR_RT_PARAM_INVALID
+BLOCK = 1            # ACL_CALLBACK_BLOCK
+WAIT_SLICE_S = 0.05  # how often a blocked stream looks whether it should stop waiting
+
+
+class _Report:
+    __slots__ = ("fn", "user_data", "done")
+
+    def __init__(self, fn: Callable[[Any], Any], user_data: Any):
+        self.fn, self.user_data, self.done = fn, user_data, threading.Event()
+
+
+_lock = threading.Condition()
+_subscriber: dict[Any, int] = {}                              # device stream -> subscribed thread id
+_reports: dict[int, collections.deque[_Report]] = {}           # thread id -> its callbacks due, in order
+
+
+def _after_fork_in_child() -> None:
+    """A fork() child: the parent's streams and threads are not its own (a parent thread may have held the lock)."""
+    global _lock
+    _lock = threading.Condition()
+    _subscriber.clear()
+    _reports.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _thread_id(value: Any, fn: str) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not 0 <= int(value) < 2 ** 64:
+        fail(PARAM, f"{fn}: threadId {value!r} must be a host thread id (a uint64_t)")
+    return int(value)
+
+
+@c_api()
+def aclrtSubscribeReport(threadId: int, stream: aclrtStream | None) -> int:
+    """Callbacks launched on `stream` are run by thread `threadId` (in its aclrtProcessReport)."""
+    fn = "aclrtSubscribeReport"
+    tid = _thread_id(threadId, fn)
+    impl = resolve_stream(stream, fn)
+    with _lock:
+        if impl in _subscriber:
+            fail(aclError.ACL_ERROR_REPEAT_SUBSCRIBE, f"{fn}: the stream is already subscribed by thread "
+                                                      f"{_subscriber[impl]}")
+        _subscriber[impl] = tid
+        _reports.setdefault(tid, collections.deque())
+    return OK
+
+
+@c_api()
+def aclrtUnSubscribeReport(threadId: int, stream: aclrtStream | None) -> int:
+    fn = "aclrtUnSubscribeReport"
+    tid = _thread_id(threadId, fn)
+    impl = resolve_stream(stream, fn)
+    with _lock:
+        if _subscriber.get(impl) != tid:
+            fail(aclError.ACL_ERROR_STREAM_NOT_SUBSCRIBE, f"{fn}: the stream is not subscribed by thread {tid}")
+        del _subscriber[impl]
+        _lock.notify_all()   # a stream blocked on one of its callbacks stops waiting
+    return OK
+
+
+def _deliver(impl: Any, report: _Report, block: bool) -> None:
+    """The task the stream runs: hand the callback to its thread; wait for it when it blocks."""
+    with _lock:
+        tid = _subscriber.get(impl)
+        if tid is None:   # unsubscribed meanwhile: nobody would ever run it
+            return
+        _reports[tid].append(report)
+        _lock.notify_all()
+    while block and not report.done.wait(WAIT_SLICE_S):
+        if hoststream._exiting or _subscriber.get(impl) is None:
+            return
+
+
+@c_api()
+def aclrtLaunchCallback(fn: Callable[[Any], Any], userData: Any, blockType: int, stream: aclrtStream | None) -> int:
+    """Queue `fn(userData)` on `stream`, for the thread subscribed to it."""
+    name = "aclrtLaunchCallback"
+    if fn is None or not callable(fn):
+        fail(PARAM, f"{name}: fn must be a callback function, got {'nullptr' if fn is None else type(fn).__name__}")
+    if not isinstance(blockType, numbers.Integral) or isinstance(blockType, bool) or int(blockType) not in (0, 1):
+        fail(PARAM, f"{name}: blockType {blockType!r} must be ACL_CALLBACK_NO_BLOCK (0) or ACL_CALLBACK_BLOCK (1)")
+    device = get_device()
+    impl = resolve_stream(stream, name, device=device)
+    if impl.capture is not None:
+        fail(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, f"{name}: the stream is capturing; a host callback is "
+                                                        "not recorded into a model")
+    with _lock:
+        if impl not in _subscriber:
+            fail(aclError.ACL_ERROR_STREAM_NOT_SUBSCRIBE, f"{name}: no thread is subscribed to the stream "
+                                                          "(aclrtSubscribeReport first)")
+    report = _Report(fn, userData)
+    block = int(blockType) == BLOCK
+
+    def task() -> None:
+        _deliver(impl, report, block)
+
+    worker = getattr(impl, "worker", None)
+    cupy_stream: Any = getattr(impl, "cupy", None)
+    if worker is not None:                              # cpu: the stream's host worker
+        worker.submit(task)
+    elif hasattr(cupy_stream, "launch_host_func"):      # cuda: a host function in the stream (cudaLaunchHostFunc)
+        cupy_stream.launch_host_func(lambda _arg: task(), None)
+    else:                                               # emulated: its CuPy stand-in's worker
+        cupy_stream.submit(task)
+    return OK
+
+
+@c_api()
+def aclrtProcessReport(timeout: int) -> int:
+    """Run the calling thread's next callback, waiting up to `timeout` ms for one (-1: no limit);
+    ACL_ERROR_WAIT_CALLBACK_TIMEOUT when none came, ACL_ERROR_THREAD_NOT_SUBSCRIBE when the thread
+    is subscribed to no stream."""
+    fn = "aclrtProcessReport"
+    if not isinstance(timeout, numbers.Integral) or isinstance(timeout, bool) or int(timeout) == 0 or \
+            int(timeout) < -1:
+        fail(PARAM, f"{fn}: timeout {timeout!r} must be -1 (no limit) or a positive number of milliseconds")
+    tid = threading.get_ident()
+    deadline = None if int(timeout) == -1 else time.monotonic() + int(timeout) / 1000
+    with _lock:
+        while True:
+            if tid not in _subscriber.values() and not _reports.get(tid):
+                fail(aclError.ACL_ERROR_THREAD_NOT_SUBSCRIBE, f"{fn}: this thread ({tid}) is subscribed to no "
+                                                              "stream (aclrtSubscribeReport)")
+            queue = _reports.get(tid)
+            if queue:
+                report = queue.popleft()
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                fail(aclError.ACL_ERROR_WAIT_CALLBACK_TIMEOUT, f"{fn}: no callback came within {timeout} ms")
+            _lock.wait(WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
+    try:
+        report.fn(report.user_data)
+    finally:   # the stream goes on even when the callback raised (C callbacks cannot)
+        report.done.set()
+    return OK

@@ -1,0 +1,7 @@
+/* aclnn_gpu: CANN's level-2 path of aclnnop/aclnn_convolution_backward.h (`#include "aclnnop/level2/aclnn_convolution_backward.h"`). */
+#ifndef ACLNN_GPU_ACLNNOP_LEVEL2_CONVOLUTION_BACKWARD_H_
+#define ACLNN_GPU_ACLNNOP_LEVEL2_CONVOLUTION_BACKWARD_H_
+
+#include "../aclnn_convolution_backward.h"
+
+#endif /* ACLNN_GPU_ACLNNOP_LEVEL2_CONVOLUTION_BACKWARD_H_ */

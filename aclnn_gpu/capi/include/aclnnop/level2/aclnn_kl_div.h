@@ -1,0 +1,7 @@
+/* aclnn_gpu: CANN's level-2 path of aclnnop/aclnn_kl_div.h (`#include "aclnnop/level2/aclnn_kl_div.h"`). */
+#ifndef ACLNN_GPU_ACLNNOP_LEVEL2_KL_DIV_H_
+#define ACLNN_GPU_ACLNNOP_LEVEL2_KL_DIV_H_
+
+#include "../aclnn_kl_div.h"
+
+#endif /* ACLNN_GPU_ACLNNOP_LEVEL2_KL_DIV_H_ */
