@@ -58,6 +58,10 @@ template <> __device__ __forceinline__ double neg_inf<double>() {
   return __longlong_as_double((long long)0xfff0000000000000ULL);
 }
 template <class M> __device__ __forceinline__ M pos_inf() { return -neg_inf<M>(); }
+// by comparisons (not isfinite): the same code in NVRTC and in the emulator's host compiler
+template <class M> __device__ __forceinline__ bool is_finite(M x) {
+  return x == x && x != pos_inf<M>() && x != neg_inf<M>();
+}
 
 // ------------------------------------------------------------------------------ 16-byte vectors
 // A 16-byte packet of storage elements: 4 x fp32, 8 x fp16/bf16, 2 x fp64. The host only selects a

@@ -237,7 +237,9 @@ ce_grad(const T* grad_loss, const T* log_prob, const I* target, const float* wei
     if (lane == ce::row_owner(lp, C, vec, t, group)) {
       const M l = load(lp, t);
       const M p = ce::m_exp(l);
-      M c = b * ce::m_expm1(l);  // p - 1 kept in fp32
+      // p - 1 kept in fp32; an infinite b takes PyTorch's log_softmax backward form, -b + p * b, which
+      // is NaN there (b * expm1 would give an infinity)
+      M c = is_finite(b) ? b * ce::m_expm1(l) : p * b - b;
       if (smooth) c = c + s * (p * W - (use_w ? (M)weight[t] : M(1)));
       if (zl) c = c + z * p;
       store(o, t, c);

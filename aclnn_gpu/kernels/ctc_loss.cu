@@ -61,10 +61,6 @@ template <class M> __device__ __forceinline__ M lse3(M a, M b, M c) {
   return log(exp(a - m) + exp(b - m) + exp(c - m)) + m;
 }
 
-template <class M> __device__ __forceinline__ bool is_finite(M x) {
-  return x == x && x != pos_inf<M>() && x != neg_inf<M>();
-}
-
 // Shared-memory layout shared by ctc_alpha / ctc_beta (host: shared_bytes()).
 template <class M> struct Smem {
   M* bnd;    // [2][kMaxWarps + 1][3] warp boundary values of the previous step
@@ -369,6 +365,8 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
       // P = 1 after the barrier, so that their exp is off the recursion's path: it overlaps the next
       // step's shuffles and lse3 (beta[] changes only in that step's update). At P = PerOf<M> before
       // it: a[], l[] live across the barrier cost registers there (16-bit types spilled on sm_80).
+      // at the last step PyTorch reads logAlpha at the two final states only: 0 elsewhere, whatever
+      // logAlpha holds there (beta is -inf, so +inf or NaN there would give NaN)
       auto store_occupancies = [&]() {
         M* orow = occ + (t * N + b) * W;
 #pragma unroll
@@ -376,7 +374,8 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
           const long long s = s0 + i;
           if (i < per && s < S)
             orow[s] = kBetaOnly ? beta[i]
-                                : (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[i] + beta[i] - l[i] + shift);
+                                : (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
+                                                                                              : exp(a[i] + beta[i] - l[i] + shift);
         }
       };
       if (P != 1) store_occupancies();
@@ -428,7 +427,10 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
     if (alpha_ws && zero_inf && status == kOk && nl == pos_inf<M>()) status = kZero;
     const bool live = status == kOk && t < tiling[3 * b];   // status kOk: tiling[3b] in [0, T]
     const M fill = status == kBad ? quiet_nan<M>() : M(0);
-    const M g = load(grad_out, b) * nan_if(nl);
+    // the blank and label columns carry the nll in their own term, exp(lcab + nll - lp) (an nll of
+    // +inf gives -inf there, not NaN); the columns without states take nan_if's factor
+    const M g_label = load(grad_out, b);
+    const M g = g_label * nan_if(nl);
     const T* lrow = lp + row * C;
     T* orow = out + row * C;
     if (vec) {
@@ -475,7 +477,7 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
       }
       for (; j >= 0; j = nxt[j]) sum += occupancy(2 * j + 1);
       const M term = nll_fin ? sum : exp(log(sum) + nl);
-      store(orow, c, (exp(load(lrow, c)) - term) * g);
+      store(orow, c, (exp(load(lrow, c)) - term) * g_label);
     }
   }
 }
@@ -813,7 +815,9 @@ __device__ __forceinline__ void beta_long_steps(const T* lp, const T* nll_in, co
           if (s >= S) break;
           const M r = t == lin - 1 ? (s >= 2 * L - 1 ? l[j] : NINF) : lse3(n0[j], n1[j], n2[j]) + l[j];
           cur[s] = r;
-          orow[s] = (t == lin - 1 && drop_2l && s == 2 * L) ? M(0) : exp(a[j] + r - l[j] + shift);
+          // the last step: only the two final states (as in ctc_beta)
+          orow[s] = (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
+                                                                                  : exp(a[j] + r - l[j] + shift);
         }
       }
       __syncthreads();

@@ -26,7 +26,8 @@ Rules (docs/OPERATORS.md §2, §2, docs/API.md §7):
   term reads it (inf; NaN where its weight is 0: 0 * inf). Ignored rows stay 0 whatever they hold;
   the gradient of a -inf log_prob entry is finite, like autograd's (p = 0, expm1 = -1).
 - The gradient's target column is computed as b*expm1(lp_t) + s*(p_t*W - w_t) so that bf16 / fp16
-  rows near a one-hot keep fp32 accuracy until the final rounding.
+  rows near a one-hot keep fp32 accuracy until the final rounding; where b is infinite (an infinite
+  gradLoss or weight) as p_t*b - b, NaN, which is what PyTorch's log_softmax backward gives there.
 - z-loss (lse_square_scale_for_zloss = k != 0; docs/API.md §7, CANN's formulas): row i with
   target != ignore_index (out-of-range targets included: CANN's ignoreMask) adds z_i = k lse_i^2,
   unweighted, to its loss; "mean" divides the z-loss sum by n = the number of such rows (not by D),
@@ -397,7 +398,10 @@ def cross_entropy_loss_grad(grad_loss, log_prob, target, weight=None, reduction=
         t = tc[rows]
         lpt = lp[rows, t].astype(M)
         with np.errstate(invalid="ignore", over="ignore"):
-            col = b[rows] * np.expm1(lpt)
+            br = b[rows]
+            col = br * np.expm1(lpt)
+            # an infinite b: PyTorch's log_softmax backward form -b + p * b, NaN (b * expm1: an infinity)
+            col = np.where(np.isfinite(br), col, np.exp(lpt) * br - br)
             if ls != 0.0:
                 col += s[rows] * (np.exp(lpt) * W - (M(1) if w is None else w[t]))
             if zc is not None:

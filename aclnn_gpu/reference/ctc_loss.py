@@ -22,7 +22,9 @@ Semantics (PyTorch's raw `_ctc_loss` / `_ctc_loss_backward`, CPU variant):
   (t < Lin), as the formula gives. log_alpha is read only at t < Lin-1, s <= 2L and at t = Lin-1, s in {2L-1, 2L}
   (any X >= 2*maxL+1; padding like -99999 is never read). The label term is evaluated as the state
   occupancy sum_s exp(alpha + beta - lp + nll), which is the same quantity without a scale shift
-  that could underflow labels with tiny probability.
+  that could underflow labels with tiny probability. Non-finite inputs give PyTorch's values: the
+  samples whose log_alpha is not what its own recursion gives (a NaN, an infinity, a -inf where a
+  predecessor is above -inf) or whose log-probs hold +inf take PyTorch's log-space beta.
 * a label outside [0, C) makes that sample's loss, log_alpha slice and gradient slice NaN; it is
   never used as an index.
 * float16 / bfloat16: the backward computes alpha and the loss again in float32 from the log-probs
@@ -177,13 +179,20 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
     if start == 0:
         lt[0, :, 2:] = ninf
         lt[0, :, 2:4] = lpg[0, :, :2]
-    skipadd = np.full((n, S), ninf, dtype=md)       # 0 where s-2 -> s is allowed
-    skipadd[skip] = 0
-    addk = np.zeros((3, n, S), dtype=md)            # added to the (s, s-1, s-2) predecessors
-    addk[2] = skipadd
+    # the s-2 predecessor where s-2 -> s is not allowed is -inf (PyTorch never reads it): added as -inf
+    # when no alpha can be +inf (every log-prob below finfo.max / (T + 1): a step adds at most
+    # log 3 + max lp), else set by bit masks (-inf added to an alpha of +inf is NaN; a masked copy is
+    # slower than the masks, which are slower than the add)
+    addk = np.zeros((3, n, S), dtype=md)
+    addk[2][~skip] = ninf
+    bounded = bool(np.max(lpf[start:tmax]) < np.finfo(md).max / (tmax + 1)) if tmax > start else True
+    ut = np.dtype(f"u{md.itemsize}")
+    keep = np.where(skip, ~ut.type(0), ut.type(0)).astype(ut)
+    setb = np.where(skip, ut.type(0), np.array(-np.inf, md).view(ut)).astype(ut)
     m = np.empty((n, S), dtype=md)
     r = np.empty((n, S), dtype=md)
     buf = np.empty((3, n, S), dtype=md)
+    bits = buf[2].view(ut)
     st = lt.strides
     # V[t, k, n, s] = lt[t, n, 2 + s - k] (k = 0, 1, 2: from s, s-1, s-2)
     V = np.lib.stride_tricks.as_strided(lt[:, :, 2:], shape=(lt.shape[0], 3, n, S),
@@ -195,7 +204,12 @@ def _alpha(lp_in, md, lprime, skip, tmax, lt, start=0):
         for t in range(max(start, 1), tmax):
             if t % _GATHER_STEPS == 0:
                 lpg = gather(t)
-            add(V[t - 1], addk, out=buf)                 # (p_s, p_s-1, p_s-2 + skip)
+            if bounded:                                  # (p_s, p_s-1, p_s-2 or -inf)
+                add(V[t - 1], addk, out=buf)
+            else:
+                np.copyto(buf[:2], V[t - 1, :2])
+                np.bitwise_and(V[t - 1, 2].view(ut), keep, out=bits)
+                np.bitwise_or(bits, setb, out=bits)
             rmax(buf, 0, None, m, False, low)
             sub(buf, m, out=buf)
             ex(buf, out=buf)
@@ -486,6 +500,26 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     lpg = parallel.kept("ctc_label_log_probs", (tmax, n, S), md)
     np.take(lp[:tmax].reshape(tmax, -1), ((b0 + bidx)[:, None] * C + lprime).reshape(-1), axis=1,
             out=lpg.reshape(tmax, n * S))
+    # -inf where log_alpha was cleared above (states PyTorch's beta never reaches), so that a -inf of
+    # log_alpha with a log-prob above -inf (lpg - la = +inf) marks an entry the recursion cannot take
+    for b in range(n):
+        lpg[il[b]:, b, :] = ninf
+        lpg[:, b, 2 * tl[b] + 1:] = ninf
+        if il[b] > 0:
+            lpg[il[b] - 1, b, :max(2 * tl[b] - 1, 0)] = ninf
+    # one reduction tells whether any log-prob is infinite or NaN (the sum of finite ones may overflow:
+    # then the checks below run for nothing); rare, so the masks themselves run only then
+    lps = lp[:tmax, b0:b0 + n]
+    lp_nonfinite = not np.isfinite(np.add.reduce(lps, axis=None))
+    # a log-prob of +inf at a state: PyTorch's beta is +inf (or NaN) there and at every state before it
+    # that reaches it, which the recursion's factors cannot carry: such samples take log space
+    inconsistent = np.zeros(n, bool)
+    if lp_nonfinite:
+        inconsistent |= (lpg == np.inf).any(axis=(0, 2))
+    # where log_alpha may be -inf in its own recursion with finite log-probs: before a state's first
+    # reachable step (inside the valid region; outside it lpg - la is NaN, not +inf)
+    first = _first_steps(skip, tl)
+    reach_all = int(np.where(np.arange(S)[None, :] > 2 * tl[:, None], 0, first).max())   # all reachable from here
     # gamma[t, n, s] = exp(alpha + beta - lp + nll) (state occupancy), by the posterior recursion
     #   gamma[t, s] = sum_{s' in {s, s+1, s+2}} gamma[t+1, s'] * exp(la[t, s] - la[t+1, s'] + lp[t+1, s'])
     # which telescopes to PyTorch's expression for any finite log_alpha (la[t+1] cancels), and whose
@@ -532,6 +566,8 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
         Db = parallel.kept("ctc_differences", (nb, n, S + 2), md)
         Db[:, :, S:] = ninf                              # the s+1, s+2 neighbours past the last state
         mb = parallel.kept("ctc_mask", (nb, n, S), bool)
+        above = parallel.kept("ctc_above", (nb, n, S), bool)        # la[t, s] > -inf
+        reach = parallel.kept("ctc_reach", (nb, n, S), bool)        # some predecessor of (t+1, s) above -inf
         tmp = parallel.kept("ctc_products", (3, n, S), md)
         st = G.strides
         V = np.lib.stride_tricks.as_strided(G, shape=(tmax, 3, n, S), strides=(st[0], st[2], st[1], st[2]))
@@ -544,6 +580,24 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
             steps = t1 - t0
             Fx, Dx, mx = Fb[:steps], Db[:steps, :, :S], mb[:steps]
             np.subtract(lpg[t0 + 1:t1 + 1], la[t0 + 1:t1 + 1], out=Dx)
+            # la[t+1, s] = -inf although a predecessor la[t, s'] is above -inf and lp is not -inf: the
+            # factors would divide by exp(-inf) (PyTorch's beta never reads la, the recursion does):
+            # a given log_alpha that its own recursion does not produce; such samples take log space
+            # (candidates: a -inf at or after the state's first reachable step, which a consistent
+            # log_alpha holds only where a log-prob of -inf cut every path; rare, then checked in full)
+            ab, rc = above[:steps], reach[:steps]
+            np.equal(Dx, np.inf, out=mx)
+            if t0 + 1 < reach_all:
+                np.greater_equal(np.arange(t0 + 1, t1 + 1)[:, None, None], first[None], out=rc)
+                np.logical_and(rc, mx, out=rc)
+            if (rc if t0 + 1 < reach_all else mx).any():
+                np.greater(la[t0:t1], ninf, out=ab)
+                rc[:, :, :2] = False
+                np.logical_and(ab[:, :, :-2], skip[:, 2:], out=rc[:, :, 2:])
+                np.logical_or(rc[:, :, 1:], ab[:, :, :-1], out=rc[:, :, 1:])
+                np.logical_or(rc, ab, out=rc)
+                np.logical_and(rc, mx, out=rc)
+                inconsistent |= rc.any(axis=(0, 2))
             np.less(Dx, big, out=mx)                     # False for +inf (la = -inf) and NaN
             np.logical_not(mx, out=mx)
             np.copyto(Dx, ninf, where=mx)
@@ -576,7 +630,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     final = mass[last, bidx]
     drift = np.abs(mass - final[None, :]) > md.type(1e-2 if md == np.float32 else 1e-8) * np.abs(final)
     live = np.arange(tmax)[:, None] < il[None, :]
-    redo = np.nonzero(((drift | ~np.isfinite(mass)) & live).any(axis=0) | ~np.isfinite(final))[0]
+    redo = np.nonzero(((drift | ~np.isfinite(mass)) & live).any(axis=0) | ~np.isfinite(final) | inconsistent)[0]
     if redo.size:
         G[:, redo, :S] = _occupancy_from_log_beta(la[:, redo], lpg[:, redo], skipadd[redo], il[redo], tl[redo],
                                                   nll_eff[redo])
@@ -606,8 +660,7 @@ def _gradient_samples(lp, g, nll, labels, lprime, skip, il, tl, la_all, blank, b
     out *= g[None, :, None]
     # PyTorch's formula where lp = -inf: exp(-inf) - exp(lcab + nll + inf) is NaN (-inf - -inf in the
     # exponent) at every column, label or not; the occupancy recursion would give its limit, 0
-    lps = lp[:tmax, b0:b0 + n]
-    if np.fmin.reduce(lps, axis=None) == -np.inf:       # one reduction instead of a mask, as -inf is rare
+    if lp_nonfinite:                                    # -inf is rare: its mask only then
         np.copyto(out, md.type(np.nan), where=lps == -np.inf)
     for b in range(n):
         if il[b] < tmax:
@@ -628,7 +681,8 @@ def _occupancy_from_log_beta(la, lpg, skipadd, il, tl, nll):
         for t in range(tmax - 1, -1, -1):
             if t + 1 < tmax:
                 nxt = beta[t + 1]
-                terms = np.stack([nxt[:, :S], nxt[:, 1:S + 1], nxt[:, 2:] + skipadd])
+                # a skip not allowed reads -inf (selected, not added: beta = +inf there gives no NaN)
+                terms = np.stack([nxt[:, :S], nxt[:, 1:S + 1], np.where(skipadd == 0, nxt[:, 2:], ninf)])
                 mx = terms.max(axis=0)
                 mx = np.where(mx == ninf, md.type(0), mx)                  # all -inf: stays -inf
                 beta[t, :, :S] = np.log(np.exp(terms - mx).sum(axis=0)) + mx + lpg[t]
@@ -640,4 +694,9 @@ def _occupancy_from_log_beta(la, lpg, skipadd, il, tl, nll):
                 beta[t, odd, 2 * tl[odd] - 1] = lpg[t, odd, 2 * tl[odd] - 1]
             beta[t, ~rows[t], :] = ninf
             beta[t, :, :S][~states] = ninf
-        return np.exp(la + beta[:, :, :S] - lpg + nll[None, :, None])
+        # alpha + beta = -inf: occupancy 0, also where lpg is -inf (cleared with la outside the valid
+        # region; inside it PyTorch's NaN for lp = -inf is the caller's)
+        ab = la + beta[:, :, :S]
+        occupancy = np.exp(ab - lpg + nll[None, :, None])
+        np.copyto(occupancy, 0, where=ab == ninf)
+        return occupancy

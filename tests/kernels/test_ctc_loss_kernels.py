@@ -35,10 +35,11 @@ def aligned(shape, dtype, fill=np.nan):
 
 
 def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None, long_path=None,
-        reference=True, la_in=None):
+        reference=True, la_in=None, log_alpha_value=None):
     """Forward then backward through the launchers (long_path: force the recursion path, None: the
     launcher's choice; nll_in / la_in: given to the backward instead of the forward's); with the NumPy
-    reference's results unless reference=False."""
+    reference's results unless reference=False.
+    log_alpha_value: ((b, t, s), value) written into the forward's log_alpha before the backward."""
     T, N, C = lp.shape
     dt = lp.dtype.name if lp.dtype != ml_dtypes.bfloat16 else "bfloat16"
     tgt = np.concatenate([tg[b, :tl[b]] for b in range(N)]).astype(tg.dtype) if one_d else tg
@@ -61,6 +62,8 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     la_in = la if la_in is None else la_in
     la_in = np.concatenate([la_in, np.full((N, T, X_pad), -99999.0 if lp.dtype.itemsize > 2 else -6e4, lp.dtype)], axis=2) if X_pad else la_in
     la_in = np.ascontiguousarray(la_in)
+    if log_alpha_value is not None:
+        la_in[log_alpha_value[0]] = log_alpha_value[1]
     g = np.ones(N, lp.dtype) if g is None else g.astype(lp.dtype)
     nll_b = nll.copy() if nll_in is None else nll_in.astype(lp.dtype)
     out = aligned(lp.shape, lp.dtype)
@@ -243,6 +246,26 @@ def test_long_path_matches_short_path(ctx, dt):
         assert np.isnan(f64(short[2][:, 3])).all() != one_d, msg     # the garbage label (2-D only)
         for a, b in zip(short, long):
             np.testing.assert_array_equal(f64(a), f64(b), err_msg=msg)
+
+
+def test_long_path_matches_short_path_nonfinite_log_alpha(ctx):
+    """A non-finite logAlpha entry the formula never reads (the last step before the final states, a
+    padded step, a padded state) or reads (a final state, an early step): both recursion paths give
+    the same bits, and the NumPy reference's non-finite pattern."""
+    rng = np.random.default_rng([SEED, 17])
+    lp, tg, _, _ = case(rng, 7, 3, 5, 3, dtype=np.float32)
+    il, tl = np.array([7, 5, 7]), np.array([3, 2, 3])
+    for where in ((0, il[0] - 1, 0), (1, 6, 1), (1, 2, 2 * 3), (2, il[2] - 1, 2 * tl[2]), (0, 1, 1)):
+        for value in (np.inf, -np.inf, np.nan):
+            short = run(ctx, lp, tg, il, tl, long_path=False, reference=False, log_alpha_value=(where, value))
+            long = run(ctx, lp, tg, il, tl, long_path=True, reference=False, log_alpha_value=(where, value))
+            msg = f"seed {SEED} log_alpha{where} = {value}"
+            np.testing.assert_array_equal(f64(short[2]), f64(long[2]), err_msg=msg)
+            la = short[1].copy()
+            la[where] = value
+            want = ctc_loss_backward(np.ones(3, np.float32), lp, tg, il, tl, short[0], la)
+            np.testing.assert_array_equal(np.isnan(short[2]), np.isnan(want), err_msg=msg)
+            np.testing.assert_array_equal(np.isinf(short[2]), np.isinf(want), err_msg=msg)
 
 
 @pytest.mark.parametrize("L,dt", [(3000, "float32"), (5000, "float64")])
