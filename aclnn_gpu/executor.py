@@ -20,7 +20,7 @@ from .kernels.occupancy import DEFAULT_ARCH
 from .ops.plan import DESTROYED, check_plan_memory
 from .runtime import get_device, resolve_stream
 from .status import aclnnStatus
-from .tensor import aclTensor
+from .tensor import REBINDS, aclTensor
 
 SUCCESS = aclnnStatus.ACLNN_SUCCESS
 NULLPTR = aclnnStatus.ACLNN_ERR_PARAM_NULLPTR
@@ -29,7 +29,7 @@ INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 
 class aclOpExecutor:
     __slots__ = ("op", "plan", "device", "repeatable", "spent", "destroyed", "lock", "checked_workspace",
-                 "checked_generation", "source", "__weakref__")
+                 "checked_generation", "source", "rebinds", "__weakref__")
 
     def __init__(self, op: str, plan: Any, device: Any):
         self.op = op
@@ -42,6 +42,7 @@ class aclOpExecutor:
         self.checked_workspace: tuple[Any, int] | None = None  # (workspace, registry generation) that passed
         self.checked_generation = -1   # registry generation at which the plan's tensors last passed
         self.source: tuple | None = None   # (_Phase1, args, kwargs) of its GetWorkspaceSize: a rebind replans
+        self.rebinds = getattr(plan, "rebinds", 0)   # the process's rebind count when its plan last matched its tensors
 
     def __repr__(self) -> str:
         state = "destroyed" if self.destroyed else "spent" if self.spent else "ready"
@@ -141,6 +142,7 @@ def _set_tensor_addr(fn: str, outputs: bool, executor: Any, index: Any, tensor: 
             tensor.rebind(old)
             raise
         ex.plan = plan
+        ex.rebinds = plan.rebinds
         ex.checked_workspace = None
         ex.checked_generation = -1
     return SUCCESS
@@ -154,6 +156,25 @@ def aclSetInputTensorAddr(executor: aclOpExecutor, index: int, tensor: aclTensor
 @c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclSetOutputTensorAddr(executor: aclOpExecutor, index: int, tensor: aclTensor, addr: int) -> int:
     return _set_tensor_addr("aclSetOutputTensorAddr", True, executor, index, tensor, addr)
+
+
+def follow_rebinds(op: str, executor: aclOpExecutor) -> None:
+    """A tensor of the executor's plan was rebound after its GetWorkspaceSize (aclSetRawTensorAddr, or
+    aclSetInputTensorAddr / aclSetOutputTensorAddr through another executor): as CANN reads a tensor's
+    address when it launches, the executor plans again on the tensors as they are now (the checks
+    included: a rebind to nullptr is refused here), never launching on the address it was planned with,
+    which may be freed. Called with the executor's lock held."""
+    count = REBINDS[0]   # read first: a rebind during the comparison is seen by the next execute
+    plan = executor.plan
+    if tuple(t.version for t in plan.present) != plan.versions:
+        if executor.source is None:
+            fail(INVALID, f"{op}: a tensor of this executor was rebound to another address after "
+                          "GetWorkspaceSize; call GetWorkspaceSize again")
+        phase1, args, kwargs = executor.source
+        executor.plan = phase1.plan_of(executor.device, args, kwargs)
+        executor.checked_workspace = None
+        executor.checked_generation = -1
+    executor.rebinds = count
 
 
 def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, stream: Any) -> int:
@@ -179,6 +200,8 @@ def run_executor(op: str, workspace: Any, workspace_size: Any, executor: Any, st
                                                 or isinstance(workspace_size, bool)) or workspace_size < 0:
             fail(INVALID, f"{op}: workspaceSize {workspace_size!r} must be a non-negative integer")
         workspace_size = int(workspace_size)
+        if executor.rebinds != REBINDS[0]:   # some tensor was rebound since: was it one of this plan's?
+            follow_rebinds(op, executor)
         plan = executor.plan
         if workspace_size > 0 and workspace is None:
             fail(NULLPTR, f"{op}: workspace is null but workspaceSize is {workspace_size}")

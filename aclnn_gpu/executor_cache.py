@@ -163,11 +163,11 @@ class ExecutorCache:
             if not self.limit:
                 return
             if self._entries.get(key) is None:   # a new key: its tensors and arrays drop it when destroyed
-                for obj in entry.objects:
+                for obj in entry.objects:   # (a dict as an ordered set: O(1) whatever an object's entries)
                     if obj.cache_keys is None:
-                        obj.cache_keys = [key]
-                    elif key not in obj.cache_keys:
-                        obj.cache_keys.append(key)
+                        obj.cache_keys = {key: None}
+                    else:
+                        obj.cache_keys[key] = None
             self._entries[key] = entry
             self._entries.move_to_end(key)
             while len(self._entries) > self.limit:
@@ -179,10 +179,10 @@ class ExecutorCache:
         key, entry = item
         for obj in entry.objects:
             keys = obj.cache_keys
-            if keys is not None and key in keys:
-                keys.remove(key)
+            if keys is not None:
+                keys.pop(key, None)
 
-    def forget(self, keys: list) -> None:
+    def forget(self, keys: dict) -> None:
         """aclDestroyTensor / aclDestroyIntArray: the entries naming that object can never hit again."""
         with self._lock:
             for key in list(keys):

@@ -2,8 +2,9 @@
 `aclTensorList` and `aclScalarList`, their create / destroy functions, and the size getters of
 every array and list (aclIntArray's too).
 
-As CANN's: an array copies its values at creation; a list holds the caller's tensors or scalars
-(destroying the list leaves them alive, and each stays the caller's to destroy). No operator of
+As CANN's: an array copies its values at creation; a list holds the caller's tensors or scalars and
+takes them over: destroying the list destroys its members (CANN's aclDestroyTensorList: the
+aclTensors in the list need no release of their own). No operator of
 this library takes one yet: they exist so that programs written against CANN's meta API run.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Sequence
 
 from .errors import c_api, fail
 from .status import aclnnStatus
-from .tensor import aclIntArray, aclScalar, aclTensor
+from .tensor import aclDestroyScalar, aclDestroyTensor, aclIntArray, aclScalar, aclTensor
 
 SUCCESS = aclnnStatus.ACLNN_SUCCESS
 NULLPTR = aclnnStatus.ACLNN_ERR_PARAM_NULLPTR
@@ -50,11 +51,11 @@ class aclBoolArray(_HostList):
 
 
 class aclTensorList(_HostList):
-    """aclTensor objects (the caller's)."""
+    """aclTensor objects (destroyed with the list)."""
 
 
 class aclScalarList(_HostList):
-    """aclScalar objects (the caller's)."""
+    """aclScalar objects (destroyed with the list)."""
 
 
 def _items(fn: str, values: Any, what: str) -> tuple:
@@ -111,7 +112,7 @@ def aclCreateScalarList(value: Sequence[aclScalar]) -> aclScalarList | None:
     return aclScalarList(_members("aclCreateScalarList", value, aclScalar, "aclScalar"))
 
 
-def _destroy(fn: str, obj: Any, cls: type[_HostList]) -> int:
+def _destroy(fn: str, obj: Any, cls: type[_HostList], destroy_member: Any = None) -> int:
     if obj is None:   # CANN: destroying nullptr is a no-op
         return SUCCESS
     if not isinstance(obj, cls):
@@ -119,6 +120,10 @@ def _destroy(fn: str, obj: Any, cls: type[_HostList]) -> int:
     if obj.destroyed:
         fail(INVALID, f"{fn}: array was already destroyed")
     obj.destroyed = True
+    if destroy_member is not None:   # a list's members go with it (once each: a list may name one twice)
+        for member in obj._items:
+            if not member.destroyed:
+                destroy_member(member)
     return SUCCESS
 
 
@@ -134,12 +139,12 @@ def aclDestroyBoolArray(array: aclBoolArray | None) -> int:
 
 @c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyTensorList(array: aclTensorList | None) -> int:
-    return _destroy("aclDestroyTensorList", array, aclTensorList)
+    return _destroy("aclDestroyTensorList", array, aclTensorList, aclDestroyTensor)
 
 
 @c_api(internal=aclnnStatus.ACLNN_ERR_INNER)
 def aclDestroyScalarList(array: aclScalarList | None) -> int:
-    return _destroy("aclDestroyScalarList", array, aclScalarList)
+    return _destroy("aclDestroyScalarList", array, aclScalarList, aclDestroyScalar)
 
 
 def _size_getter(name: str, cls: type[Any], what: str):

@@ -23,7 +23,7 @@ INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 MAX_DIMS = 64
 
 
-def forget(keys: list) -> None:
+def forget(keys: dict) -> None:
     """Drop executor_cache's entries under `keys` (replaced by executor_cache when it is imported)."""
     return None
   # a descriptor sanity bound; operators enforce their own rank limits
@@ -53,6 +53,9 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 _VERSIONS = itertools.count(1)   # every value used once: a description never gets an old version back
+# How many rebinds the process has made (one cell, read by phase 2): an executor whose count is current
+# has no tensor that moved since it last looked, so execute compares versions only after a rebind.
+REBINDS = [0]
 
 
 def _field(name: str) -> Any:
@@ -96,7 +99,7 @@ class aclTensor:
     def __init__(self, shape: tuple[int, ...], dtype: aclDataType, strides: tuple[int, ...], offset: int,
                  fmt: int, storage_shape: tuple[int, ...], data: int | None):
         self._destroyed = False
-        self.cache_keys: list | None = None       # the executor_cache keys naming it (dropped at destroy)
+        self.cache_keys: dict | None = None       # the executor_cache keys naming it (dropped at destroy)
         self.describe(shape, dtype, strides, offset, fmt, storage_shape, data)
 
     def describe(self, shape: tuple[int, ...], dtype: aclDataType, strides: tuple[int, ...], offset: int,
@@ -120,10 +123,12 @@ class aclTensor:
         self._contiguous: bool | None = None
 
     def rebind(self, data: int | None) -> None:
-        """The same view of another storage address."""
+        """The same view of another storage address (executors planned on the old one follow it at
+        their next execute: `executor.follow_rebinds`)."""
         self._data = data
         self.memory_checked = None
         self.version = next(_VERSIONS)
+        REBINDS[0] += 1   # (a lost update between racing threads still changes the count)
 
     destroyed: bool = _DESTROYED
 
@@ -242,7 +247,7 @@ class aclIntArray:
 
     def __init__(self, values: tuple[int, ...]):
         self._destroyed = False
-        self.cache_keys: list | None = None   # as aclTensor's
+        self.cache_keys: dict | None = None   # as aclTensor's
         self.set_values(values)
 
     def set_values(self, values: tuple[int, ...]) -> None:

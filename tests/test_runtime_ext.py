@@ -280,18 +280,20 @@ def test_float_and_bool_arrays():
     assert acl.aclGetIntArraySize(ints) == (0, 2)
 
 
-def test_tensor_and_scalar_lists_hold_the_callers_objects(device):
+def test_tensor_and_scalar_lists_take_their_members_over(device):
+    """CANN's aclDestroyTensorList / aclDestroyScalarList: the list's members need no release of their
+    own, so destroying the list destroys them (once each, a member named twice included)."""
     _, ptr = acl.aclrtMalloc(64, 0)
     t = acl.aclCreateTensor([2, 2], acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND, [2, 2], ptr)
     s = acl.aclCreateScalar(1.5, acl.ACL_FLOAT)
     tensors, scalars = acl.aclCreateTensorList([t, t]), acl.aclCreateScalarList([s])
     assert tensors.values == (t, t) and acl.aclGetTensorListSize(tensors) == (0, 2)
     assert acl.aclGetScalarListSize(scalars) == (0, 1)
-    assert acl.aclDestroyTensorList(tensors) == 0 and not t.destroyed      # the members stay the caller's
-    assert acl.aclDestroyScalarList(scalars) == 0 and not s.destroyed
     assert acl.aclCreateTensorList([t, None]) is None and "value[1] is nullptr" in acl.aclGetRecentErrMsg()
     assert acl.aclCreateTensorList([s]) is None and "not an aclTensor" in acl.aclGetRecentErrMsg()
-    assert acl.aclDestroyTensor(t) == 0
+    assert acl.aclDestroyTensorList(tensors) == 0 and t.destroyed
+    assert acl.aclDestroyScalarList(scalars) == 0 and s.destroyed
+    assert acl.aclDestroyTensor(t) == acl.ACLNN_ERR_PARAM_INVALID and "already destroyed" in acl.aclGetRecentErrMsg()
     assert acl.aclCreateTensorList([t]) is None and "already destroyed" in acl.aclGetRecentErrMsg()
     assert acl.aclrtFree(ptr) == 0
 

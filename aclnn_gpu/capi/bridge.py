@@ -183,6 +183,12 @@ class Handles:
                 return
             self._remember(key, _dead_stand_in(obj))   # (a stand-in's new state too: spent, then destroyed)
 
+    def retire_object(self, obj: Any) -> None:
+        """`obj`'s handle, if it has one, is destroyed (a list's members, destroyed with the list)."""
+        handle = self._of.get(id(obj))
+        if handle is not None:
+            self.retire(key_of(handle), obj)
+
     def counts(self) -> tuple[int, int]:
         """(live handles, remembered retired handles): for the leak tests."""
         return len(self._live), sum(1 for key in self._dead_key if key)
@@ -293,6 +299,8 @@ def wrapper_source(entry: Entry) -> str:
             lines += ["try:", f"    {a} = _live[{c}]", "except KeyError:", f"    {a} = _get({c})"]
             if destroys:
                 retires.append(f"_retire({c}, {a})")
+                if p.base in ("aclTensorList", "aclScalarList"):   # its members were destroyed with it
+                    retires.append(f"for _m in {a}.values:\n    _retire_object(_m)")
             elif p.base == "aclOpExecutor":
                 # an execute spends a single-use executor: Handles._remember written out (no call in a
                 # call), without the lock: only the thread whose pop finds the executor records it
@@ -501,7 +509,8 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
         "_target": target, "_live": handles._live, "_live_pop": handles._live.pop, "_get": handles.get_key,
         "_new": handles.new, "_next_key": handles._counter.__next__, "_dead_key": handles._dead_key,
         "_dead_record": handles._dead_record, "_TOMBSTONES": TOMBSTONES,
-        "_retire": handles.retire, "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
+        "_retire": handles.retire, "_retire_object": handles.retire_object,
+        "_Executor": aclOpExecutor, "_NULL": ffi.NULL, "_string": ffi.string,
         "_buffer": ffi.buffer, "_memmove": ffi.memmove, "_ROOT_SIZE": ffi.sizeof("HcclRootInfo"), "_ffi": ffi,
         "_adapter": ADAPTERS.get(name), "_CError": CError, "_set_recent_error": set_recent_error, "_c_words": c_words,
         "_recent": acl.aclGetRecentErrMsg, "_runtime": runtime, "_init_refusal": init_refusal,

@@ -246,7 +246,9 @@ def _key() -> str:
     h = hashlib.sha256()
     parts = [sys.executable, str(PACKAGE_PARENT), cffi.__version__, _compiler_version(), sys.version]
     parts += [p.read_text() for p in sorted(INCLUDE_DIR.rglob("*.h"))]
-    parts += [(HERE / name).read_text() for name in ("build.py", "table.py")]
+    # custom.py's CONVERSIONS decide which entries the C marshals (`marshalled`), so the exported
+    # functions' C signatures; bridge.py writes the Python those signatures call
+    parts += [(HERE / name).read_text() for name in ("build.py", "table.py", "custom.py", "bridge.py")]
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")

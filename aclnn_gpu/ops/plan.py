@@ -29,7 +29,7 @@ from ..kernels import manifest
 from ..kernels.context import KernelContext, KernelFile, ptr
 from ..kernels.occupancy import wave_grid
 from ..status import aclnnStatus
-from ..tensor import aclTensor
+from ..tensor import REBINDS, aclTensor
 from .frozen import ALIGN as FROZEN_ALIGN
 from .frozen import FrozenLaunch, freeze_cached
 
@@ -54,7 +54,12 @@ class Plan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "workspace_size", self.workspace.size)
         # the tensors but absent optionals: what phase 2 checks (not a field: no part of the launch key)
-        object.__setattr__(self, "present", tuple(t for t in self.tensors.values() if t is not None))
+        present = tuple(t for t in self.tensors.values() if t is not None)
+        object.__setattr__(self, "present", present)
+        # the rebind count, then the descriptions the plan was made from: a tensor rebound since (a new
+        # version) makes execute plan again on its new address (executor.follow_rebinds)
+        object.__setattr__(self, "rebinds", REBINDS[0])
+        object.__setattr__(self, "versions", tuple(t.version for t in present))
 
     def run_host(self, device: Any, workspace: int) -> None:
         raise NotImplementedError
@@ -126,6 +131,8 @@ class EmptyPlan:
     has_work: ClassVar[bool] = False
     frozen: ClassVar[None] = None
     present: ClassVar[tuple] = ()   # (its tensors, if given, are never checked in phase 2: nothing runs)
+    rebinds: ClassVar[int] = 0
+    versions: ClassVar[tuple] = ()
 
     def with_frozen_launch(self, sm_count: int, arch: str) -> EmptyPlan:
         return self

@@ -656,3 +656,21 @@ def test_hccl_configs_v_collectives_and_batches_through_the_c_abi(compile_progra
     proc = run(compile_program(HERE / "hccl_more.c"), "cpu", timeout=300)
     assert proc.returncode == 0 and "hccl more ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "sub name: c_named_sub5" in proc.stdout and "batch: HcclBatchSendRecv:" in proc.stdout
+
+
+def test_the_build_key_follows_every_file_that_shapes_the_generated_c(tmp_path, monkeypatch):
+    """A cached libascendcl.so is reused only while its key holds: custom.py (which entries the C
+    marshals, so the exported C signatures) and bridge.py change the key as build.py, table.py and the
+    headers do, or a stale library would call wrappers written for other signatures."""
+    from aclnn_gpu.capi import build
+    for name in ("build.py", "table.py", "custom.py", "bridge.py"):
+        shutil.copy(build.HERE / name, tmp_path / name)
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    first = build._key()
+    for name in ("custom.py", "bridge.py"):
+        path = tmp_path / name
+        original = path.read_text()
+        path.write_text(original + "\n# changed\n")
+        assert build._key() != first, name
+        path.write_text(original)
+    assert build._key() == first

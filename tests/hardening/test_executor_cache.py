@@ -233,6 +233,43 @@ def test_an_executor_reused_after_its_tensors_were_destroyed(session):
     assert acl.aclGetRecentErrMsg() == message
 
 
+def test_an_executor_follows_a_tensor_rebound_after_its_getworkspacesize(session):
+    """A tensor moved to other memory after GetWorkspaceSize (aclSetRawTensorAddr, or another executor's
+    aclSetOutputTensorAddr), its old memory freed: execute writes where the tensor is now, as CANN reads
+    a tensor's address at launch, and never into the freed range the plan was made on; a rebind to
+    nullptr is refused at execute with the check's message."""
+    s = session
+    x = np.log(np.full((4,), 0.25, np.float32))
+    y = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    self_, target, out = s.tensor(x), s.tensor(y), s.empty((4,), np.float32)
+    status, ws, ex = acl.aclnnKlDivGetWorkspaceSize(self_, target, 0, False, out)   # reduction "none"
+    assert status == 0, acl.aclGetRecentErrMsg()
+    assert acl.aclSetAclOpExecutorRepeatable(ex) == 0
+    old = out.data
+    moved = s.malloc(16)
+    assert acl.aclSetRawTensorAddr(out, moved) == 0
+    s.pointers.remove(old)
+    assert acl.aclrtFree(old) == 0
+    assert acl.aclnnKlDiv(s.malloc(ws) if ws else None, ws, ex, s.stream) == 0, acl.aclGetRecentErrMsg()
+    assert acl.aclrtSynchronizeStream(s.stream) == 0
+    expected = y * (np.log(y) - x)
+    np.testing.assert_allclose(s.read(out), expected, rtol=1e-6)
+    # another executor of the same tensors rebinds `out` through CANN's executor call: this one follows too
+    _, ws2, ex2 = acl.aclnnKlDivGetWorkspaceSize(self_, target, 0, False, out)
+    assert acl.aclSetAclOpExecutorRepeatable(ex2) == 0
+    again = s.malloc(16)
+    assert acl.aclSetOutputTensorAddr(ex2, 0, out, again) == 0
+    assert acl.aclnnKlDiv(s.malloc(ws) if ws else None, ws, ex, s.stream) == 0, acl.aclGetRecentErrMsg()
+    assert acl.aclrtSynchronizeStream(s.stream) == 0
+    assert out.data == again
+    np.testing.assert_allclose(s.read(out), expected, rtol=1e-6)
+    assert acl.aclSetRawTensorAddr(out, None) == 0                        # rebound to nullptr
+    assert acl.aclnnKlDiv(s.malloc(ws) if ws else None, ws, ex, s.stream) == acl.ACLNN_ERR_PARAM_NULLPTR
+    assert "aclnnKlDiv" in acl.aclGetRecentErrMsg() and "out" in acl.aclGetRecentErrMsg()
+    assert acl.aclSetRawTensorAddr(out, again) == 0
+    assert acl.aclDestroyAclOpExecutor(ex) == 0 and acl.aclDestroyAclOpExecutor(ex2) == 0
+
+
 def test_scalars_of_equal_value_but_another_type_or_sign(session):
     s = session
     a = Args(SPECS["aclnnScaledMaskedSoftmaxBackward"], s)
@@ -443,14 +480,14 @@ def test_destroying_a_tensor_or_array_drops_its_entries(cpu_session):
     assert len(cache) == 2 and len(kl["target"].cache_keys) == 1
     assert acl.aclDestroyTensor(kl["target"]) == 0
     s.tensors.remove(kl["target"])
-    assert len(cache) == 1 and kl["target"].cache_keys is None and kl["out"].cache_keys == []
+    assert len(cache) == 1 and kl["target"].cache_keys is None and kl["out"].cache_keys == {}
     assert acl.aclDestroyIntArray(ctc["inputLengths"]) == 0
     s.arrays.remove(ctc["inputLengths"])
-    assert len(cache) == 0 and ctc["logProbs"].cache_keys == []
+    assert len(cache) == 0 and ctc["logProbs"].cache_keys == {}
     cache.configure(1)                                        # an evicted entry leaves its objects' lists too
     a, b = Args(SPECS["aclnnKlDiv"], s), Args(SPECS["aclnnKlDiv"], s)
     assert a.spec.gws(*a.values_in_order())[0] == 0 and b.spec.gws(*b.values_in_order())[0] == 0
-    assert len(cache) == 1 and a["self"].cache_keys == [] and len(b["self"].cache_keys) == 1
+    assert len(cache) == 1 and a["self"].cache_keys == {} and len(b["self"].cache_keys) == 1
 
 
 def test_switched_off_and_a_bad_limit(cpu_session, monkeypatch, caplog):

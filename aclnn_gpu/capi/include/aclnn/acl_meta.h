@@ -36,7 +36,7 @@ ACL_FUNC_VISIBILITY aclFloatArray *aclCreateFloatArray(const float *value, uint6
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyFloatArray(const aclFloatArray *array);
 ACL_FUNC_VISIBILITY aclBoolArray *aclCreateBoolArray(const bool *value, uint64_t size);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyBoolArray(const aclBoolArray *array);
-/* a list of tensors / scalars that stay the caller's: destroying the list does not destroy them */
+/* a list of tensors / scalars that it takes over: destroying the list destroys them (as CANN's) */
 ACL_FUNC_VISIBILITY aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensorList(const aclTensorList *array);
 ACL_FUNC_VISIBILITY aclScalarList *aclCreateScalarList(const aclScalar *const *value, uint64_t size);
