@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import CapiBuildError, cflags, libs, prefix
@@ -39,8 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["install"]:
         return install_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m aclnn_gpu.capi",
+                                     usage="%(prog)s [-h] [--cflags] [--libs] [--prefix] [--cmake-dir]\n"
+                                           + " " * 32 + "[--pkg-config-path] [--build] [--table] [-v]\n"
+                                           "       %(prog)s install --prefix DIR [-v]",
                                      description="Build aclnn_gpu's C ABI (CANN's acl/aclnn headers and "
-                                                 "libraries) and print the flags to compile against it.")
+                                                 "libraries) and print the flags to compile against it.",
+                                     epilog="install --prefix DIR [-v]: install the C ABI as a CANN toolkit "
+                                            "(DIR/set_env.sh, DIR/latest/{include,lib64}); "
+                                            "`python -m aclnn_gpu.capi install --help` tells more.")
     parser.add_argument("--cflags", action="store_true", help="print the compiler flags (-I...)")
     parser.add_argument("--libs", action="store_true", help="print the linker flags (-L... -lascendcl ...)")
     parser.add_argument("--prefix", action="store_true", help="print the CANN-style root (include/, lib64/)")
@@ -72,5 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> int:
+    """main(), quiet when the reader of stdout goes away early (`--table | head`), as CLI tools are."""
+    try:
+        status = main()
+        sys.stdout.flush()              # a closed pipe shows here, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing left to flush at exit
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
