@@ -399,3 +399,26 @@ def test_messages_in_c_words():
         "x: stream must be an aclrtStream or nullptr, got nullptr"
     assert c_words("aclGetViewShape: tensor is null") == "aclGetViewShape: tensor is nullptr"
     assert c_words("aclrtFree: nullptr given") == "aclrtFree: nullptr given"
+
+
+def test_the_c_memcpy_takes_another_devices_pointer_as_device_memory(monkeypatch):
+    """The C ABI's aclrtMemcpy hands a side to the Python API as host memory (a buffer the CPU reads)
+    only when no device of the process holds it: under ACL_MEMCPY_DEFAULT, a pointer of device 1 while
+    device 0 is current stays an address (the CPU must not read a GPU's memory), a caller's host
+    pointer becomes a buffer."""
+    cffi = pytest.importorskip("cffi")
+    from aclnn_gpu.capi.bridge import _memcpy2d_host_sides, _memcpy_host_sides
+    monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
+    use_device("emulated")
+    ffi = cffi.FFI()
+    assert acl.aclrtSetDevice(1) == 0
+    _, other = acl.aclrtMalloc(64, 0)
+    assert acl.aclrtSetDevice(0) == 0
+    host = ffi.new("char[64]")
+    host_addr = int(ffi.cast("uintptr_t", host))
+    default = acl.ACL_MEMCPY_DEFAULT
+    args = _memcpy_host_sides(ffi, [host_addr, 64, other, 64, default])
+    assert args[2] == other and not isinstance(args[0], int)
+    args = _memcpy2d_host_sides(ffi, [other, 16, host_addr, 16, 16, 4, default])
+    assert args[0] == other and not isinstance(args[2], int)
+    assert acl.aclrtSetDevice(1) == 0 and acl.aclrtFree(other) == 0

@@ -229,12 +229,15 @@ def _memcpy_host_sides(ffi: Any, args: list) -> list:
     host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
         kind, (False, False))
     try:
-        registry = acl.runtime.get_device().registry
+        acl.runtime.get_device()
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
         return args
+    # a side is the caller's host memory only when no device of this process holds it (another device's
+    # pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read)
+    find = acl.runtime.find_allocation
     for position, is_host in ((0, host[0]), (2, host[1])):
         addr = args[position]
-        if is_host and addr is not None and count > 0 and registry.find(addr, 0) is None:
+        if is_host and addr is not None and count > 0 and find(addr, 0) is None:
             args[position] = ffi.buffer(ffi.cast("char *", addr), count)
     return args
 
@@ -256,13 +259,16 @@ def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
     host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
         kind, (False, False))
     try:
-        registry = acl.runtime.get_device().registry
+        acl.runtime.get_device()
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
         return args
+    # a side is the caller's host memory only when no device of this process holds it (another device's
+    # pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read)
+    find = acl.runtime.find_allocation
     for position, is_host, pitch in ((0, host[0], dpitch), (2, host[1], spitch)):
         addr = args[position]
         reach = pitch * (height - 1) + width if height else 0
-        if is_host and addr is not None and reach > 0 and registry.find(addr, 0) is None:
+        if is_host and addr is not None and reach > 0 and find(addr, 0) is None:
             args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
     return args
 
