@@ -208,6 +208,16 @@ template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
   return lp == neg_inf<M>() ? quiet_nan<M>() : exp(lp) * g;
 }
 
+// The occupancy of state s at a sample's last step (t == Lin-1) where PyTorch reads no alpha/beta
+// of s: its column's term there is exp(lcab + nll - lp) with lcab -inf where no final state shares
+// the column. early (s < 2L-1): exp(-inf - lp + shift), i.e. NaN where lp is -inf (-inf + inf), 0
+// otherwise (+inf included: alpha +inf and beta -inf must not make it NaN), whatever logAlpha holds
+// at s. Not early (2L dropped: the last label is blank, PyTorch overwrites that column's term with
+// state 2L-1's): 0.
+template <class M> __device__ __forceinline__ M last_step_occupancy(bool early, M lp, M shift) {
+  return early ? exp(neg_inf<M>() - lp + shift) : M(0);
+}
+
 // ------------------------------------------------------------------------------ backward: beta
 // Sample prologue of the beta recursions: status, labels (into the tables) and their chains. Alpha
 // of sample b at (t, s) is log_alpha[b * a_sample + t * a_step + s] (either layout of AlphaStore);
@@ -365,8 +375,7 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
       // P = 1 after the barrier, so that their exp is off the recursion's path: it overlaps the next
       // step's shuffles and lse3 (beta[] changes only in that step's update). At P = PerOf<M> before
       // it: a[], l[] live across the barrier cost registers there (16-bit types spilled on sm_80).
-      // at the last step PyTorch reads logAlpha at the two final states only: 0 elsewhere, whatever
-      // logAlpha holds there (beta is -inf, so +inf or NaN there would give NaN)
+      // at the last step PyTorch reads logAlpha at the two final states only (last_step_occupancy)
       auto store_occupancies = [&]() {
         M* orow = occ + (t * N + b) * W;
 #pragma unroll
@@ -374,8 +383,9 @@ __device__ __forceinline__ void beta_steps(const T* lp, const T* nll_in, const m
           const long long s = s0 + i;
           if (i < per && s < S)
             orow[s] = kBetaOnly ? beta[i]
-                                : (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
-                                                                                              : exp(a[i] + beta[i] - l[i] + shift);
+                                : (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L)))
+                                      ? last_step_occupancy(s < 2 * L - 1, l[i], shift)
+                                      : exp(a[i] + beta[i] - l[i] + shift);
         }
       };
       if (P != 1) store_occupancies();
@@ -451,6 +461,8 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
     const M* a = alpha_ws ? alpha_ws + row * W : nullptr;
     const bool drop_2l = t == tiling[3 * b] - 1 && L > 0 && lab[L - 1] == blank;
     const M shift = is_finite(nl) ? nl : M(0);
+    // at the last step alpha_ws holds -inf at the states before the final two (alpha_steps), so
+    // that their occupancy is last_step_occupancy's, whatever alpha is there
     auto occupancy = [&](long long s) -> M {   // of state s in row (t, b)
       if (!a) return o[s];
       if (drop_2l && s == 2 * L) return M(0);
@@ -603,7 +615,9 @@ __device__ __forceinline__ void alpha_steps(const T* lp, const I* targets, typen
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const long long s = s0 + i;
-        if (i < per && s < row_end) store(row, s, alpha[i]);
+        // kWs: at the last step -inf before the final two states, what ctc_grad's occupancy needs
+        // there (last_step_occupancy: exp(-inf + -inf beta - lp + nll)); nothing else reads it
+        if (i < per && s < row_end) store(row, s, (kWs && t == lin - 1 && s < 2 * L - 1) ? NINF : alpha[i]);
         if (t == lin - 1 && i < per && (s == 2 * L || s == 2 * L - 1)) sm.fin[s == 2 * L ? 0 : 1] = alpha[i];
       }
       for (long long s = cap + tid; s < row_end; s += blockDim.x) store(row, s, NINF);
@@ -816,8 +830,9 @@ __device__ __forceinline__ void beta_long_steps(const T* lp, const T* nll_in, co
           const M r = t == lin - 1 ? (s >= 2 * L - 1 ? l[j] : NINF) : lse3(n0[j], n1[j], n2[j]) + l[j];
           cur[s] = r;
           // the last step: only the two final states (as in ctc_beta)
-          orow[s] = (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L))) ? M(0)
-                                                                                  : exp(a[j] + r - l[j] + shift);
+          orow[s] = (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L)))
+                        ? last_step_occupancy(s < 2 * L - 1, l[j], shift)
+                        : exp(a[j] + r - l[j] + shift);
         }
       }
       __syncthreads();

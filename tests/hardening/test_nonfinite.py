@@ -275,21 +275,26 @@ CROSS_ENTROPY_GRAD = Op(CE_CONFIGS, _ce_inputs,
                         lambda c: _ce_places(c, ("grad_loss", "log_prob", "weight", "grad_zloss", "lse_for_zloss")),
                         _ce_grad, _ce_grad_ref)
 
-# ---- CTC: T = 5, N = 3, C = 4, blank 0; targets [1, 2] (a skip), [3] (input length 4: t = 4 is
-# padding; states 3, 4 of log_alpha are padding), [1, 1] (a repeat: no skip)
-CTC_TARGETS = np.array([[1, 2], [3, 0], [1, 1]])
-CTC_IL, CTC_TL = [5, 4, 5], [2, 1, 2]
+# ---- CTC: T = 5, N = 4, C = 4, blank 0; targets [1, 2] (a skip), [3] (input length 4: t = 4 is
+# padding; states 3, 4 of log_alpha are padding), [1, 1] (a repeat: no skip), [2, 3] (input length
+# 3: its last step t = 2 has label 2 in state 1 only, before the final states 3, 4)
+CTC_TARGETS = np.array([[1, 2], [3, 0], [1, 1], [2, 3]])
+CTC_IL, CTC_TL = [5, 4, 5, 3], [2, 1, 2, 2]
 CTC_CONFIGS = {"plain": dict(zero_infinity=False), "zero-infinity": dict(zero_infinity=True),
                "plain-f16": dict(zero_infinity=False, dtype=np.float16)}
+# the last step's early-label places: a column whose only state there is s < 2L-1 (PyTorch's term
+# exp(-inf + nll - lp): NaN for lp = -inf, 0 for +inf)
 CTC_LP_PLACES = {"first-blank": (0, 0, 0), "label": (2, 0, 2), "unused-class": (1, 0, 3),
-                 "padded-time": (4, 1, 3), "last-blank": (4, 2, 0), "last-label": (4, 2, 1)}
+                 "padded-time": (4, 1, 3), "last-blank": (4, 2, 0), "last-label": (4, 2, 1),
+                 "last-early-label": (4, 0, 1), "shorter-last-early-label": (2, 3, 2),
+                 "shorter-last-final-label": (2, 3, 3), "shorter-last-blank": (2, 3, 0)}
 
 
 def _ctc_inputs(c):
     r = _rng(3)
-    lp = torch.log_softmax(torch.tensor(r.standard_normal((5, 3, 4))), -1).numpy().astype(f32)
+    lp = torch.log_softmax(torch.tensor(r.standard_normal((5, 4, 4))), -1).numpy().astype(f32)
     nll, la = F.ctc_loss(lp, CTC_TARGETS, CTC_IL, CTC_TL, 0, c["zero_infinity"])
-    return {"log_probs": lp, "grad_out": r.uniform(0.5, 1.5, 3).astype(f32), "neg_log_likelihood": nll,
+    return {"log_probs": lp, "grad_out": r.uniform(0.5, 1.5, 4).astype(f32), "neg_log_likelihood": nll,
             "log_alpha": la}
 
 
@@ -317,10 +322,14 @@ def _ctc_backward(c, a):
 
 
 def _ctc_backward_ref(c, a):
-    # aten._ctc_loss_backward, PyTorch's CPU backward kernel, on the same saved nll and log_alpha
+    # aten._ctc_loss_backward, PyTorch's CPU backward kernel, on the same saved nll and log_alpha;
+    # 16-bit: on aten._ctc_loss's in float64 of the same log-probs (docs/API.md §7, "CTC in FLOAT16 /
+    # BFLOAT16, the ruling": the backward runs the forward again and reads neither given)
+    nll, la = t64(a["neg_log_likelihood"]), t64(a["log_alpha"])
+    if "dtype" in c:
+        nll, la = torch.ops.aten._ctc_loss(t64(a["log_probs"]), torch.tensor(CTC_TARGETS), CTC_IL, CTC_TL, 0, False)
     grad = torch.ops.aten._ctc_loss_backward(t64(a["grad_out"]), t64(a["log_probs"]), torch.tensor(CTC_TARGETS),
-                                             CTC_IL, CTC_TL, t64(a["neg_log_likelihood"]), t64(a["log_alpha"]),
-                                             0, c["zero_infinity"]).numpy()
+                                             CTC_IL, CTC_TL, nll, la, 0, c["zero_infinity"]).numpy()
     if c["zero_infinity"]:
         # docs/API.md §7, "CTC backward, zeroInfinity, a sample that cannot align": 0 also when
         # logAlpha says so (both final states -inf), whatever nll is given
@@ -333,9 +342,12 @@ def _ctc_backward_ref(c, a):
 
 CTC_LOSS = Op(CTC_CONFIGS, _ctc_inputs, lambda c: {"log_probs": CTC_LP_PLACES}, _ctc_forward, _ctc_forward_ref)
 CTC_LOSS_BACKWARD = Op(
-    # float16 is the forward's only: the 16-bit backward's math follows its own ruling (docs/API.md)
-    {k: v for k, v in CTC_CONFIGS.items() if "dtype" not in v}, _ctc_inputs,
+    # float16: gradOut and logProbs only; the given nll and logAlpha are not read for the 16-bit
+    # backward's math (docs/API.md §7, the 16-bit ruling)
+    CTC_CONFIGS, _ctc_inputs,
     lambda c: {"grad_out": {"first": (0,), "padded-sample": (1,)},
+               "log_probs": CTC_LP_PLACES} if "dtype" in c else
+              {"grad_out": {"first": (0,), "padded-sample": (1,)},
                "log_probs": CTC_LP_PLACES,
                "neg_log_likelihood": {"first": (0,), "padded-sample": (1,)},
                # (b, t, s): state 3 at t = 0 is unreachable; sample 1 has t = 4 and s >= 3 as padding

@@ -268,6 +268,34 @@ def test_long_path_matches_short_path_nonfinite_log_alpha(ctx):
             np.testing.assert_array_equal(np.isinf(short[2]), np.isinf(want), err_msg=msg)
 
 
+@pytest.mark.parametrize("long_path", [False, True])
+@pytest.mark.parametrize("dt", ["float32", "float64", "float16"])
+def test_last_step_nonfinite_log_prob(ctx, dt, long_path):
+    """+inf, -inf or NaN in a log-prob at a sample's last step (t = Lin-1; a shorter input too): in a
+    column whose only state there is s < 2L-1 (PyTorch's term exp(-inf + nll - lp): NaN for -inf, 0
+    for +inf, whatever alpha is), the blank column and a final label's: PyTorch float64's pattern and
+    values, on both recursion paths (16-bit: against PyTorch on the same values, its forward again)."""
+    rng = np.random.default_rng([SEED, 18, len(dt), long_path])
+    T, C = 6, 5
+    clean = torch.log_softmax(torch.tensor(rng.standard_normal((T, 2, C))), -1).numpy().astype(DT[dt])
+    tg, il, tl = np.array([[1, 2, 3], [2, 4, 0]]), np.array([6, 4]), np.array([3, 2])
+    rtol, atol = (4e-3, 1e-3) if dt == "float16" else (2e-5, 2e-6)
+    for where in ((5, 0, 1), (5, 0, 0), (5, 0, 3), (3, 1, 2), (3, 1, 0), (3, 1, 4)):
+        for value in (np.inf, -np.inf, np.nan):
+            lp = clean.copy()
+            lp[where] = value
+            *_, out = run(ctx, lp, tg, il, tl, long_path=long_path, reference=False)
+            x = torch.tensor(lp.astype(np.float64))
+            nll, la = torch.ops.aten._ctc_loss(x, torch.tensor(tg), il.tolist(), tl.tolist(), 0, False)
+            want = torch.ops.aten._ctc_loss_backward(torch.ones(2, dtype=torch.float64), x, torch.tensor(tg),
+                                                     il.tolist(), tl.tolist(), nll, la, 0, False).numpy()
+            got, msg = f64(out), f"seed {SEED} {dt} long_path={long_path} log_probs{where} = {value}"
+            for kind in (np.isnan, np.isposinf, np.isneginf):
+                np.testing.assert_array_equal(kind(got), kind(want), err_msg=f"{msg}: {kind.__name__}")
+            fin = np.isfinite(want)
+            np.testing.assert_allclose(got[fin], want[fin], rtol=rtol, atol=atol, err_msg=msg)
+
+
 @pytest.mark.parametrize("L,dt", [(3000, "float32"), (5000, "float64")])
 def test_long_targets_beyond_the_register_path(ctx, L, dt):
     """Targets past the short path's limit (2047 fp32, 1279 fp64) take the long path: against the
