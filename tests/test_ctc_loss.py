@@ -232,7 +232,11 @@ def test_forward_cann_padded_log_alpha(session, rng, dtype):
     la_in[:, :, 11:] = np.nan
     got = run_bwd(s, g, lp, tg, il, tl, nll, la_in)
     assert np.array_equal(f64(got), f64(run_bwd(s, g, lp, tg, il, tl, nll, la)))
-    exp = torch_bwd(g, lp, tg, il, tl, nll, la, 0, False)
+    if np.dtype(dtype).itemsize > 2:   # PyTorch's backward on exactly the values the forward returned
+        exp = torch_bwd(g, lp, tg, il, tl, nll, la, 0, False)
+    else:   # 16-bit: our backward recomputes alpha and the loss in fp32 (docs/API.md §7): the float64 ones
+        rn, rla = torch_fwd(lp, tg, il, tl, 0)
+        exp = torch_bwd(g, lp, tg, il, tl, rn, rla, 0, False)
     assert_close(got, exp, dtype, scale=8)
 
 
@@ -269,9 +273,10 @@ def test_zero_infinity_chain_matches_torch(session, rng, dtype, padded):
     assert_close(nll, exp_nll, dtype, scale=1 + float(np.abs(exp_nll).max()) / 4)
     if dtype.itemsize > 2:
         assert_close(got, exp, dtype, scale=8)
-    else:   # 16-bit logAlpha: against PyTorch's backward on exactly the values the forward returned
-        ok = ~cannot
-        ref = torch_bwd(g[ok], lp[:, ok], tg[ok], il[ok], tl[ok], nll[ok], f64(la[ok])[:, :, :7], 0, True)
+    else:   # 16-bit: the backward recomputes alpha and the loss in fp32 (docs/API.md §7): PyTorch's
+        ok = ~cannot   # backward on the float64 values, not on the rounded ones the forward returned
+        rn, rla = torch_fwd(lp[:, ok], tg[ok], il[ok], tl[ok], 0)
+        ref = torch_bwd(g[ok], lp[:, ok], tg[ok], il[ok], tl[ok], rn, rla, 0, True)
         assert_close(got[:, ok], ref, dtype, scale=8)
 
 
