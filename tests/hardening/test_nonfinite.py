@@ -26,8 +26,9 @@ import aclnn_gpu.functional as F
 from aclnn_gpu.samples import DeviceArrays
 from support import DEVICE_KINDS, use_device
 
-pytestmark = [pytest.mark.kernels,
-              pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss:UserWarning")]
+# (the kernels mark, which the sanitizer runs select, on the kernel devices' rows only: the cpu rows
+# run NumPy, which ASan and UBSan do not instrument)
+pytestmark = [pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss:UserWarning")]
 f32 = np.float32
 VALUES = {"+inf": np.inf, "-inf": -np.inf, "nan": np.nan}
 
@@ -35,7 +36,8 @@ VALUES = {"+inf": np.inf, "-inf": -np.inf, "nan": np.nan}
 _ARRAYS: list[DeviceArrays] = []   # the device memory and stream of the two-phase calls of one device kind
 
 
-@pytest.fixture(scope="module", params=DEVICE_KINDS)
+@pytest.fixture(scope="module", params=[kind if kind == "cpu" else pytest.param(kind, marks=pytest.mark.kernels)
+                                        for kind in DEVICE_KINDS])
 def device(request):
     """One device switch and one stream per kind for the whole module (the table has hundreds of small
     calls; a stream per call would cost more than the calls)."""
