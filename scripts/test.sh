@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README (and of CI): lint and type check, every test on the cpu and emulated
 # devices (with coverage when pytest-cov is installed), the API reference build, the demo on both
-# devices, the example programs, the offline rehearsal of the GPU check, then the kernel proofs (compile report with CUDA 13's and CUDA 12's
-# NVRTC, ASan/UBSan, TSan replay).
+# devices, the example programs, the offline rehearsal of the GPU check; beside them, the kernel proofs
+# (compile report with CUDA 13's NVRTC, ASan/UBSan, TSan replay); then the compile report with CUDA 12's.
 # PYTHON selects the interpreter (default: python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,23 @@ t0=$SECONDS
 "$PY" -m ruff check .
 "$PY" -m mypy
 echo "::: lint and types: ok ($((SECONDS - t0)) s)"
+
+# The kernel proofs (scripts/ci_kernels.sh: NVRTC compile report, ASan+UBSan and TSan runs of the
+# emulated kernels) run beside the main test run: each is one process on one core, and CI has two.
+# Their log is printed when they end (below), or as far as it got if this script stops first.
+proofs_log=$(mktemp -t aclnn-proofs.XXXXXX)
+# (setsid: their own process group, so stopping them stops the tests and emulators they started)
+PYTHON="$PY" setsid bash scripts/ci_kernels.sh > "$proofs_log" 2>&1 &
+proofs_pid=$!
+stop_proofs() {
+  if kill -0 "$proofs_pid" 2>/dev/null; then
+    kill -- "-$proofs_pid" 2>/dev/null || kill -- "$proofs_pid" 2>/dev/null || true
+    echo "::: kernel proofs stopped early; their log so far ($proofs_log):"
+    cat "$proofs_log"
+  fi
+}
+trap stop_proofs EXIT
+echo "::: kernel proofs started beside the tests (pid $proofs_pid, log $proofs_log)"
 
 echo "::: tests (cpu and emulated devices)"
 coverage=()
@@ -73,8 +90,16 @@ else   # a developer's machine without root: the same script with the network na
   echo "::: GPU check rehearsal skipped: it needs root for its network namespace (unshare -n); CI runs it"
 fi
 
-echo "::: kernel proofs"
-PYTHON="$PY" bash scripts/ci_kernels.sh
+echo "::: kernel proofs (started beside the tests): waiting for them"
+t0=$SECONDS
+proofs_status=0
+wait "$proofs_pid" || proofs_status=$?
+trap - EXIT
+cat "$proofs_log"
+if [ "$proofs_status" != 0 ]; then
+  echo "::: kernel proofs: FAILED (status $proofs_status; their log is above)"; exit 1
+fi
+echo "::: kernel proofs: ok (waited $((SECONDS - t0)) s after the rest)"
 
 echo "::: compile report with CUDA 12's NVRTC (the cuda12 extra)"
 t0=$SECONDS
