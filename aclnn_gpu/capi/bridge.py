@@ -298,6 +298,7 @@ def wrapper_source(entry: Entry) -> str:
     writes: list[str] = []
     retires: list[str] = []
     destroys = "Destroy" in name and any(p.kind == "handle" for p in params)
+    spends: list[str] = []
     for i, p in enumerate(params):
         c, a = f"c{i}", f"a{i}"
         if p.kind == "handle":
@@ -310,8 +311,10 @@ def wrapper_source(entry: Entry) -> str:
             elif p.base == "aclOpExecutor":
                 # an execute spends a single-use executor: Handles._remember written out (no call in a
                 # call), without the lock: only the thread whose pop finds the executor records it
-                retires.append(f"if type({a}) is _Executor and {a}.spent and _live_pop({c}, None) is not None:\n"
-                               f"    _p = {c} % _TOMBSTONES\n    _dead_key[_p] = {c}\n    _dead_record[_p] = {a}.op")
+                # (whether the call succeeded or not: an execute that failed after spending it, in its
+                # enqueue, must not leave its handle live)
+                spends.append(f"if type({a}) is _Executor and {a}.spent and _live_pop({c}, None) is not None:\n"
+                              f"    _p = {c} % _TOMBSTONES\n    _dead_key[_p] = {c}\n    _dead_record[_p] = {a}.op")
         elif p.kind == "addr":
             lines.append(f"{a} = {c} or None")
         elif p.kind == "str":
@@ -362,6 +365,7 @@ def wrapper_source(entry: Entry) -> str:
         if after:
             body.append("else:")
             body += [f"    {line}" for w in after for line in w.splitlines()]
+        body += [line for w in spends for line in w.splitlines()]
         body.append("return s")
     c_params = ", ".join(f"c{i}" for i in range(len(params)))
     text = [f"def {name}({c_params}):", "    try:"]
