@@ -221,25 +221,33 @@ def _array(ffi: Any, entry: Entry, p: Any, length: str) -> Callable[[Any, int], 
     return array
 
 
-def _memcpy_host_sides(ffi: Any, args: list) -> list:
-    """aclrtMemcpy(Async)(dst, destMax, src, count, kind[, stream]): a C host pointer that is not an
-    allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
-    Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
-    dst, _, src, count, kind = args[:5]
-    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
-        kind, (False, False))
+# (destination, source) of each copy kind: which sides may be the caller's host memory
+_HOST_SIDES = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}
+
+
+def _host_buffers(ffi: Any, args: list, kind: Any, reaches: tuple[int, int]) -> list:
+    """A copy's dst (args[0]) and src (args[2]) that may be host memory under `kind` become buffers of
+    `reaches` bytes when they are the caller's: no device of this process holds them (another device's
+    pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read)."""
+    host = _HOST_SIDES.get(kind, (False, False))
     try:
         acl.runtime.get_device()
     except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
         return args
-    # a side is the caller's host memory only when no device of this process holds it (another device's
-    # pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read)
     find = acl.runtime.find_allocation
-    for position, is_host in ((0, host[0]), (2, host[1])):
+    for position, is_host, reach in ((0, host[0], reaches[0]), (2, host[1], reaches[1])):
         addr = args[position]
-        if is_host and addr is not None and count > 0 and find(addr, 0) is None:
-            args[position] = ffi.buffer(ffi.cast("char *", addr), count)
+        if is_host and addr is not None and reach > 0 and find(addr, 0) is None:
+            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
     return args
+
+
+def _memcpy_host_sides(ffi: Any, args: list) -> list:
+    """aclrtMemcpy(Async)(dst, destMax, src, count, kind[, stream]): a C host pointer that is not an
+    allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
+    Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
+    count, kind = args[3], args[4]
+    return _host_buffers(ffi, args, kind, (count, count))
 
 
 def _scalar_value(ffi: Any, args: list) -> list:
@@ -255,22 +263,11 @@ def _scalar_value(ffi: Any, args: list) -> list:
 def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
     """aclrtMemcpy2d(Async)(dst, dpitch, src, spitch, width, height, kind[, stream]): a host side that is
     not an allocation of this library is the caller's memory, a buffer of the bytes its rows reach."""
-    dst, dpitch, src, spitch, width, height, kind = args[:7]
-    host = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}.get(
-        kind, (False, False))
-    try:
-        acl.runtime.get_device()
-    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
-        return args
-    # a side is the caller's host memory only when no device of this process holds it (another device's
-    # pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read)
-    find = acl.runtime.find_allocation
-    for position, is_host, pitch in ((0, host[0], dpitch), (2, host[1], spitch)):
-        addr = args[position]
-        reach = pitch * (height - 1) + width if height else 0
-        if is_host and addr is not None and reach > 0 and find(addr, 0) is None:
-            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
-    return args
+    _, dpitch, _, spitch, width, height, kind = args[:7]
+
+    def reach(pitch: int) -> int:
+        return pitch * (height - 1) + width if height else 0
+    return _host_buffers(ffi, args, kind, (reach(dpitch), reach(spitch)))
 
 
 ADAPTERS: dict[str, Callable[[Any, list], list]] = {

@@ -1,13 +1,7 @@
-/* aclnn_gpu: CANN's aclnnop/level2/aclnn_util.h: the export macro of the operator headers. */
+/* aclnn_gpu: CANN's aclnnop/level2/aclnn_util.h: the same export macro as aclnnop/aclnn_util.h. */
 #ifndef ACLNN_GPU_ACLNNOP_LEVEL2_ACLNN_UTIL_H_
 #define ACLNN_GPU_ACLNNOP_LEVEL2_ACLNN_UTIL_H_
 
-#ifndef ACLNN_API
-#if defined(__GNUC__) || defined(__clang__)
-#define ACLNN_API __attribute__((visibility("default")))
-#else
-#define ACLNN_API
-#endif
-#endif
+#include "../aclnn_util.h"
 
 #endif /* ACLNN_GPU_ACLNNOP_LEVEL2_ACLNN_UTIL_H_ */
