@@ -39,9 +39,10 @@ Where a call runs, and when it returns:
     external stream), with the results and the workspace from PyTorch's caching allocator on that
     stream, returning as soon as the work is enqueued, as PyTorch's own ops do. Every tensor a call
     reads is `record_stream`ed on that stream, so it may be dropped at once. Inside
-    `torch.cuda.graph(...)` the calls are captured; the tables they upload live in pinned buffers kept
-    for the life of the process, allocated while capturing (which CUDA's "global" capture mode may
-    refuse: capture_error_mode="relaxed" allows it). The host waits only where PyTorch's own op
+    `torch.cuda.graph(...)` the calls are captured, in any capture_error_mode (warm up first, as for
+    PyTorch's ops): the tables they upload live in pinned buffers from PyTorch's host allocator, kept
+    for the life of the process; captured GEMMs share one cuBLAS workspace per stream, from PyTorch's
+    allocator; a host tensor among the inputs is captured as its value then. The host waits only where PyTorch's own op
     would: CTC lengths given as CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has
     the details.
   * CPU tensors: through `functional` on the cpu (or emulated) device, zero-copy: the tensors are lent
@@ -109,6 +110,7 @@ from typing import Any
 import torch
 
 from . import torch_ops as _ops
+from . import torch_stream as _stream
 
 __all__ = ["ctc_loss", "cross_entropy", "nll_loss", "kl_div", "conv_tbc", "scaled_masked_softmax",
            "scaled_upper_triang_masked_softmax", "CtcLossFunction", "CrossEntropyFunction", "NllLossFunction",
@@ -164,8 +166,9 @@ def _ctc_per_sample(log_probs: torch.Tensor, targets: torch.Tensor, input_length
 def _as_tensor(values: list, like: torch.Tensor) -> torch.Tensor:
     """Host ints as a tensor like `like`: eager, one copy that waits for nothing on a GPU (non_blocking
     from pageable memory returns once the bytes are staged); under torch.compile, from the (symbolic)
-    ints themselves, so new lengths do not recompile."""
-    if torch.compiler.is_compiling():
+    ints themselves, so new lengths do not recompile; while `like`'s stream captures a CUDA graph, made
+    on the GPU too (a copy from pageable memory cannot be captured: PyTorch refuses it)."""
+    if torch.compiler.is_compiling() or _stream.capturing_for(like):
         return torch.stack([torch.full((), v, dtype=like.dtype, device=like.device) for v in values])
     return torch.as_tensor(values, dtype=like.dtype).to(like.device, non_blocking=True)
 

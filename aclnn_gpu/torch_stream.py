@@ -21,12 +21,22 @@ phases) over a `TorchCall` instead of functional's `_Call`:
   (`cupy.cuda.ExternalStream(stream.cuda_stream, index)`): every upload, launch and GEMM is enqueued
   there, ordered with the PyTorch work before and after it;
 - nothing waits: the call returns once its work is enqueued. (The caller's host data it reads, CTC's
-  lengths, is consumed before it returns.)
+  lengths, is consumed before it returns.) The one bound, like CUDA's own launch queue: the tables
+  are uploaded through a ring of 256 pinned slots (and 8 larger buffers), so a host that runs more
+  than that many uploads ahead of the GPU waits for the oldest copy (`device/uploads.py`).
 
 While the stream captures a CUDA graph (`torch.cuda.graph`), the stream carries a `TorchCapture`: the
 tables a launch uploads come from pinned buffers of their own (the graph re-reads them at every
 replay) and the plans are kept, both for the life of the process, since a captured graph may be
-replayed as long as it lives and PyTorch says nothing when it goes.
+replayed as long as it lives and PyTorch says nothing when it goes. Whatever such a call allocates
+comes from PyTorch (pinned host tensors, `torch.empty` in the graph's pool), never from CuPy, so it
+captures in PyTorch's default "global" mode, where a cudaMalloc or cudaHostAlloc of CuPy's would end
+the capture; a host tensor among its inputs is copied from a pinned copy the capture keeps (the graph
+replays that copy: the value at capture time). The GEMMs of captured calls share one cuBLAS workspace
+per capturing stream and GPU (`torch.empty`, kept for the process), as PyTorch's own cuBLAS workspace
+is one per stream: graphs captured on one stream must not replay at the same time on two. Warm up
+before capturing, as PyTorch asks for its own ops: the first call on a GPU creates the device (streams,
+pinned upload ring) and compiles its kernels, which a capture cannot hold.
 
 The registry: the tensors' storages are lent to the device's allocation registry for the length of the
 call (reference-counted: two concurrent calls may lend the same storage), so phase 2's pointer checks
@@ -98,6 +108,11 @@ class TorchCuda:
         """A new tensor from PyTorch's caching allocator, on the current stream of `device`."""
         return torch.empty(tuple(shape), dtype=dtype, device=device)
 
+    def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A page-locked copy of host `tensor` from PyTorch's host allocator (which may run inside a
+        capture in any mode: it switches the thread to relaxed mode around its cudaHostAlloc)."""
+        return tensor.pin_memory()
+
     def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
         """PyTorch's allocator reuses `tensor`'s memory only after the work queued on `stream` by the time
         the tensor is freed has run (a no-op for memory allocated on `stream`)."""
@@ -130,6 +145,15 @@ def runs_on_stream(tensor: torch.Tensor) -> bool:
     `functional`: a GPU tensor while the library's device is of the backend's kind."""
     gpu = _backend
     return gpu.owns(tensor) and get_device().kind == gpu.device_kind
+
+
+def capturing_for(tensor: torch.Tensor) -> bool:
+    """Whether a call on `tensor` runs on PyTorch's stream and that stream captures a CUDA graph."""
+    if not runs_on_stream(tensor):
+        return False
+    gpu = _backend
+    index = gpu.index(tensor)
+    return bool(gpu.capturing(gpu.current_stream(index), index))
 
 
 # ---------------------------------------------------------------------------- lending to the registry
@@ -183,16 +207,37 @@ class TorchCapture:
 
 
 _captured: list[TorchCapture] = []   # kept for the life of the process (see the module docstring)
+_capture_workspaces: dict[tuple[int, int], torch.Tensor] = {}   # (GPU, stream handle) -> cuBLAS workspace
+_capture_workspaces_lock = threading.Lock()
 
 
 class TorchStream(CudaStream):
     """The device stream of one call: PyTorch's stream as CuPy wraps it, never closed or owned by the
-    library, with the call's TorchCapture while PyTorch captures on it."""
+    library, with the call's TorchCapture while PyTorch captures on it; what the capture keeps comes
+    from PyTorch's allocators (see the module docstring)."""
 
-    def __init__(self, cp_stream: Any, capture: TorchCapture | None):   # (CudaStream's makes a stream)
+    def __init__(self, cp_stream: Any, capture: TorchCapture | None, call: "TorchCall"):   # (CudaStream's makes one)
         self.cupy = cp_stream
         self.before_capture = None
+        self.cublas_workspace = None
         self.capture = capture
+        self.call = call
+
+    def pinned_for_capture(self, nbytes: int) -> tuple[torch.Tensor, int]:
+        """A pinned buffer for a captured upload (uploads.captured_upload): PyTorch's host allocator."""
+        buffer = self.call.gpu.pinned(torch.empty(nbytes, dtype=torch.uint8))
+        return buffer, buffer.data_ptr()
+
+    def capture_workspace(self, cp: Any, nbytes: int) -> int:
+        """The cuBLAS workspace of captured GEMMs on this PyTorch stream: one per GPU and stream, from
+        PyTorch's allocator (the graph's pool when first made inside a capture), kept for the process."""
+        call = self.call
+        key = (call.index, int(call.stream.cuda_stream))
+        with _capture_workspaces_lock:
+            space = _capture_workspaces.get(key)
+            if space is None or space.numel() < nbytes:
+                space = _capture_workspaces[key] = call.gpu.empty((nbytes,), torch.uint8, call.torch_device)
+        return space.data_ptr()
 
     def close(self) -> None:
         pass
@@ -211,6 +256,7 @@ class TorchCall:
         self.index = index
         self.stream = gpu.current_stream(index)
         self.capturing = gpu.capturing(self.stream, index)
+        self.capture = TorchCapture() if self.capturing else None
         self.lent: list[tuple[Any, int]] = []
         self.keep: list[torch.Tensor] = []
 
@@ -250,6 +296,9 @@ class TorchCall:
             raise AclnnError(INVALID, f"{self.name}: {name} must be a torch.Tensor, got {type(array).__name__}")
         tensor = array.detach()
         if not self.gpu.owns(tensor):   # a host tensor among GPU ones: copied, in stream order
+            if self.capture is not None:   # the graph re-reads the source at every replay: pinned, kept
+                tensor = self.gpu.pinned(tensor.contiguous())
+                self.capture.keep.append(tensor)
             tensor = tensor.to(self.torch_device, non_blocking=True)
         elif tensor.device != self.torch_device:
             raise AclnnError(INVALID, f"{self.name}: expected all tensors to be on the same device, but found at "
@@ -279,11 +328,10 @@ class TorchCall:
         if workspace_size:
             space = self._lend_tensor(self.gpu.empty((workspace_size,), torch.uint8, self.torch_device))
             workspace = space.data_ptr()
-        capture = None
-        if self.capturing:
-            capture = TorchCapture()
+        capture = self.capture
+        if capture is not None:
             _captured.append(capture)
-        impl = TorchStream(self.gpu.external(self.device.cp, self.stream, self.index), capture)
+        impl = TorchStream(self.gpu.external(self.device.cp, self.stream, self.index), capture, self)
         check_status(execute(workspace, workspace_size, executor, aclrtStream(impl, self.device)))
 
     def result(self, handle: torch.Tensor) -> torch.Tensor:
@@ -320,4 +368,4 @@ def call(function: Callable[..., Any], like: torch.Tensor, *args: Any) -> Any:
 
 
 __all__ = ["TorchCuda", "TorchCall", "TorchCapture", "TorchStream", "backend", "set_backend", "runs_on_stream",
-           "call"]
+           "capturing_for", "call"]

@@ -19,6 +19,8 @@
 #                per-test timeout; tests that need two GPUs, a computing fork child or the emulator
 #                skip themselves with the reason)
 #   bench.json   python -m bench --quick on the device against PyTorch on the same GPU (CUDA events)
+#                (steps.log also holds the training-step table of examples/compile_training_step.py:
+#                aclnn_gpu.torch eager and compiled against PyTorch's ops eager, each model)
 #   ncu.json     Nsight Compute's DRAM bytes and sectors of one launch per kernel, where ncu works
 #                (GPU_CHECK_NCU=0 skips it); pair it with the profiler's model on any machine with
 #                python -m aclnn_gpu.profile.ncu_compare --from-ncu ncu.json
@@ -107,6 +109,14 @@ sed -n '/^::: tests /,/^::: /p' "$STEPS" > "$OUT/pytest.log"
 
 # ---------------------------------------------------------------- 4. capture example, bench, ncu
 ACLNN_GPU_DEVICE="$DEV" run_step capture_example 30 "$PY" examples/capture_training_step.py --steps 20
+# the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under
+# torch.compile(fullgraph=True) (aot_eager: no Triton build inside the deadline), steps/s and tokens/s from
+# CUDA events in the same run; the stand-in runs it on cpu tensors
+train_args=(--backend aot_eager)
+[ "$DEV" = cuda ] && train_args+=(--device cuda --steps 50) || train_args+=(--steps 3 --batch 4)
+for model in attention ctc; do
+  ACLNN_GPU_DEVICE="$DEV" run_step "train_$model" 40 "$PY" examples/compile_training_step.py --model "$model" "${train_args[@]}"
+done
 bench_dir=$(mktemp -d -t gpu_bench.XXXXXX)
 run_step bench 60 "$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$bench_dir"
 [ -f "$bench_dir/bench.json" ] && cp "$bench_dir/bench.json" "$OUT/bench.json"

@@ -252,13 +252,17 @@ def test_backward_runs_on_the_forward_stream(gpu, launches):
     _close((grad,), (expected,))
 
 
-def test_captured_call_replays(gpu, monkeypatch):
+@pytest.mark.parametrize("mode", ["global", "relaxed"])
+def test_captured_call_replays(gpu, monkeypatch, mode):
     """A call made while PyTorch's stream captures a graph: its tables are uploaded from pinned buffers of
-    its own (not the reused ring) and its plan is kept, so each replay computes from the inputs' current
-    values."""
+    its own (not the reused ring), from PyTorch's host allocator (CuPy's cudaHostAlloc would end a capture
+    in PyTorch's default global mode), and its plan is kept, so each replay computes from the inputs'
+    current values."""
     uploads = []
     real = cuda_device.captured_upload
-    monkeypatch.setattr(cuda_device, "captured_upload", lambda *a: uploads.append(a[2].nbytes) or real(*a))
+    monkeypatch.setattr(cuda_device, "captured_upload", lambda *a: uploads.append(a) or real(*a))
+    pinned, real_pinned = [], gpu.gpu.pinned
+    monkeypatch.setattr(gpu.gpu, "pinned", lambda t: pinned.append(t.nbytes) or real_pinned(t))
     (lp, targets, il, tl, blank, zi), _ = _case("ctc_loss", gpu.kind)     # CTC uploads a per-sample table
     lp2 = lp.flip(2).contiguous()
     with on_cpu_device(gpu.kind):
@@ -276,16 +280,68 @@ def test_captured_call_replays(gpu, monkeypatch):
             replay = lambda: graph.launch(side.cupy)   # noqa: E731
         else:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
+            with torch.cuda.graph(graph, stream=side, capture_error_mode=mode):
                 out, _ = aclnn.ctc_loss(static_lp, targets, il, tl, blank, zi)
             replay = graph.replay
     assert uploads and len(torch_stream._captured) == kept + 1 and torch_stream._captured[-1].plans
+    assert len(pinned) == len(uploads) and all(a[4] is not None for a in uploads)   # each from PyTorch's pinned memory
     for value, want in zip((lp, lp2), expected):
         static_lp.copy_(value.to(gpu.device))
         with gpu.stream(side):
             replay()
         gpu.synchronize(side)
         _close((out,), (want,))
+
+
+def test_captured_host_tensor_is_copied_from_pinned_memory_the_capture_keeps(gpu):
+    """A host tensor among a captured call's GPU tensors (CTC's targets): copied from a pinned copy that the
+    capture keeps (a captured copy re-reads its source at every replay; PyTorch refuses a captured copy
+    from pageable memory); outside a capture, copied as it is."""
+    if gpu.standin is None:
+        pytest.skip("the stand-in's host tensors; on a GPU test_cuda_graph_capture_of_ctc_mean covers it")
+    (lp, targets, il, tl, blank, zi), _ = _case("ctc_loss", gpu.kind)
+    with on_cpu_device(gpu.kind):
+        expected = aclnn.ctc_loss(lp, targets, il, tl, blank, zi)[0]
+    gpu.standin.host.add(targets.untyped_storage().data_ptr())
+    side = gpu.new_stream()
+    with gpu.stream(side):
+        eager, _ = aclnn.ctc_loss(lp, targets, il, tl, blank, zi)
+        gpu.synchronize(side)
+        assert not gpu.standin.pinned_copies
+        side.cupy.begin_capture()
+        out, _ = aclnn.ctc_loss(lp, targets, il, tl, blank, zi)
+        graph = side.cupy.end_capture()
+    copies = gpu.standin.pinned_copies      # the targets, then the launches' tables (bytes)
+    assert torch.equal(copies[0], targets) and all(c.dtype == torch.uint8 for c in copies[1:])
+    assert any(kept is copies[0] for kept in torch_stream._captured[-1].keep)
+    with gpu.stream(side):
+        graph.launch(side.cupy)
+    gpu.synchronize(side)
+    _close((eager,), (expected,))
+    _close((out,), (expected,))
+
+
+def test_captured_gemm_workspace_comes_from_torch_one_per_stream(gpu):
+    """The cuBLAS workspace of GEMMs captured on a PyTorch stream comes from PyTorch's allocator (CuPy's
+    cudaMalloc would end a global-mode capture), one per GPU and stream, shared by later captures there."""
+    from types import SimpleNamespace
+
+    from aclnn_gpu.kernels import gemm
+    cuda_gemm_workspace = cuda_device.CudaDevice._cublas_workspace
+    device = SimpleNamespace(properties={"major": 9}, cp=None)
+
+    def workspace(stream):
+        call = SimpleNamespace(gpu=gpu.gpu, index=0, stream=stream, torch_device=gpu.device)
+        return cuda_gemm_workspace(device, torch_stream.TorchStream(None, torch_stream.TorchCapture(), call))
+
+    before = len(gpu.allocations)
+    side, other = gpu.new_stream(), gpu.new_stream()
+    first, again, elsewhere = workspace(side), workspace(side), workspace(other)
+    size = gemm.capture_workspace_bytes(9)
+    assert first[1] == size and first == again and elsewhere[0] != first[0]
+    made = gpu.allocations[before:]
+    assert [(ptr, nbytes) for ptr, nbytes, _, _ in made] == [(first[0], size), (elsewhere[0], size)]
+    assert cuda_gemm_workspace(device, torch_stream.TorchStream(None, None, None)) is None   # not capturing
 
 
 # ---------------------------------------------------------------------------- a GPU only
@@ -352,6 +408,36 @@ def test_cuda_graph_capture_of_a_training_step(gpu, mode):
         torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
         for a, e in zip(static_grads, grads):
             torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["global", "relaxed"])
+def test_cuda_graph_capture_of_ctc_mean(gpu, mode):
+    """torch.cuda.graph captures CTC with host targets and lengths and the mean reduction (host tables,
+    a host tensor copied to the GPU, the lengths' tensor made on the GPU) forward and backward, in
+    PyTorch's default global mode too; replays give the eager loss and gradient."""
+    _gpu_only(gpu)
+    (lp, targets, il, tl, blank, zi), _ = _case("ctc_loss", gpu.kind)
+    static = lp.to(gpu.device).requires_grad_(True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            torch.autograd.grad(AT.ctc_loss(static, targets, il, tl, blank, "mean", zi), [static])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode=mode):
+        static_loss = AT.ctc_loss(static, targets, il, tl, blank, "mean", zi)
+        static_grad, = torch.autograd.grad(static_loss, [static])
+    for value in (lp.flip(2).contiguous(), lp):
+        with torch.no_grad():
+            static.copy_(value.to(gpu.device))
+        graph.replay()
+        x = value.to(gpu.device).requires_grad_(True)
+        loss = AT.ctc_loss(x, targets, il, tl, blank, "mean", zi)
+        grad, = torch.autograd.grad(loss, [x])
+        torch.cuda.synchronize()
+        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(static_grad, grad, rtol=1e-4, atol=1e-6)
 
 
 def test_results_live_in_the_caching_allocator_on_the_side_stream(gpu):

@@ -15,7 +15,10 @@ path) runs in CI:
 - `record_stream(tensor, stream)` keeps the tensor (any CPU tensor: the stand-in's "GPU" memory is the
   host's, freed at once when dropped) until the stand-in closes, and logs it: PyTorch's allocator
   frees a recorded block only after the work queued on the stream by the time of the free has run;
-- `capturing` is the fakecupy stream's capture state.
+- `capturing` is the fakecupy stream's capture state;
+- `pinned` (PyTorch's host allocator) is a copy, logged, kept until the stand-in closes;
+- `host` names tensors the stand-in treats as host tensors among its "GPU" ones (by storage address),
+  so the call's copy of a host tensor to the GPU runs too.
 
 `Harness` is what a test drives: the same methods over the stand-in (kind "emulated") and over PyTorch's
 CUDA streams and caching allocator (kind "cuda", on a machine with a GPU).
@@ -65,10 +68,12 @@ class StandIn:
         self.alive: list[torch.Tensor] = []
         self.recorded: list[tuple[int, int]] = []    # (storage address, stream handle) of record_stream
         self.external_calls: list[int] = []
+        self.pinned_copies: list[torch.Tensor] = []
+        self.host: set[int] = set()                 # storage addresses of the "host" tensors
 
     # ------------------------------------------------------------------ the seam (torch_stream.TorchCuda's)
     def owns(self, tensor: torch.Tensor) -> bool:
-        return tensor.device.type == "cpu"
+        return tensor.device.type == "cpu" and tensor.untyped_storage().data_ptr() not in self.host
 
     def index(self, tensor: torch.Tensor) -> int:
         return 0
@@ -99,6 +104,11 @@ class StandIn:
 
     def capturing(self, stream: FakeTorchStream, index: int) -> bool:
         return stream.cupy.is_capturing()
+
+    def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
+        copy = tensor.clone()
+        self.pinned_copies.append(copy)
+        return copy
 
     # ------------------------------------------------------------------ what PyTorch offers besides
     def new_stream(self) -> FakeTorchStream:

@@ -106,6 +106,16 @@ class CudaStream(DeviceStream):
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
         self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
 
+    # What a capture on this stream keeps for its graph's replays (an ACL capture: relaxed mode, so
+    # CuPy's allocations may run inside it; `torch_stream.TorchStream` allocates through PyTorch instead).
+    pinned_for_capture: Any = None    # None: uploads.captured_upload's own pinned buffer
+
+    def capture_workspace(self, cp: Any, nbytes: int) -> int:
+        """Device memory for the GEMMs of this stream's capture, kept by its model (`capture.keep`)."""
+        memory = cp.cuda.alloc(nbytes)   # in the device's scope (enqueue)
+        self.capture.keep.append(memory)
+        return int(memory.ptr)
+
     def synchronize(self) -> None:
         self.cupy.synchronize()
 
@@ -185,7 +195,8 @@ class CudaKernelContext:
         if capture is None:
             self.device.uploads.upload(dst, host, self.stream.cupy, address)
         else:   # the graph re-reads its source at every replay: a pinned copy the model keeps
-            capture.keep.append(captured_upload(self.device.cp, dst, host, self.stream.cupy))
+            capture.keep.append(captured_upload(self.device.cp, dst, host, self.stream.cupy,
+                                                self.stream.pinned_for_capture))
 
     def run_frozen(self, frozen: Any, workspace: int) -> None:
         """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy calls
@@ -503,9 +514,7 @@ class CudaDevice(Device):
         if stream.cublas_workspace is None or stream.cublas_workspace[0] is not capture:
             from ..kernels import gemm
             size = gemm.capture_workspace_bytes(int(self.properties.get("major", 0)))
-            memory = self.cp.cuda.alloc(size)   # in the device's scope (enqueue)
-            capture.keep.append(memory)
-            stream.cublas_workspace = (capture, int(memory.ptr), size)
+            stream.cublas_workspace = (capture, stream.capture_workspace(self.cp, size), size)
         return stream.cublas_workspace[1], stream.cublas_workspace[2]
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:

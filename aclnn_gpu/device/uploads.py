@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -20,13 +20,21 @@ UPLOAD_SLOT_BYTES = 4096
 LARGE_UPLOAD_BUFFERS = 8
 
 
-def captured_upload(cp: Any, dst: int, host: np.ndarray, stream: Any) -> Any:
+def captured_upload(cp: Any, dst: int, host: np.ndarray, stream: Any,
+                    pinned: Callable[[int], tuple[Any, int]] | None = None) -> Any:
     """Queue the upload of `host` to `dst` from a fresh pinned buffer; returns the buffer, which
-    the caller (the capture's model) must keep alive as long as the graph can be launched."""
+    the caller (the capture's model) must keep alive as long as the graph can be launched.
+    `pinned(nbytes)` -> (buffer, address) allocates it (default: CuPy's pinned memory, cudaHostAlloc,
+    which a relaxed capture allows; a capture in PyTorch's global mode needs PyTorch's host allocator,
+    which switches the thread to relaxed mode around its cudaHostAlloc)."""
     host = np.ascontiguousarray(host)
-    buffer = cp.cuda.alloc_pinned_memory(max(host.nbytes, 1))
-    ctypes.memmove(buffer.ptr, host.ctypes.data, host.nbytes)
-    cp.cuda.runtime.memcpyAsync(dst, buffer.ptr, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
+    if pinned is None:
+        buffer = cp.cuda.alloc_pinned_memory(max(host.nbytes, 1))
+        address = int(buffer.ptr)
+    else:
+        buffer, address = pinned(max(host.nbytes, 1))
+    ctypes.memmove(address, host.ctypes.data, host.nbytes)
+    cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
     return buffer
 
 
