@@ -42,7 +42,8 @@ Where a call runs, and when it returns:
     `torch.cuda.graph(...)` the calls are captured, in any capture_error_mode (warm up first, as for
     PyTorch's ops): the tables they upload live in pinned buffers from PyTorch's host allocator, kept
     for the life of the process; captured GEMMs share one cuBLAS workspace per stream, from PyTorch's
-    allocator; a host tensor among the inputs is captured as its value then. The host waits only where PyTorch's own op
+    allocator; a host tensor among the inputs is captured as its value then (CTC lengths: host
+    values, not CUDA tensors, in a capture). The host waits only where PyTorch's own op
     would: CTC lengths given as CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has
     the details.
   * CPU tensors: through `functional` on the cpu (or emulated) device, zero-copy: the tensors are lent

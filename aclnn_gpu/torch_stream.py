@@ -36,7 +36,8 @@ replays that copy: the value at capture time). The GEMMs of captured calls share
 per capturing stream and GPU (`torch.empty`, kept for the process), as PyTorch's own cuBLAS workspace
 is one per stream: graphs captured on one stream must not replay at the same time on two. Warm up
 before capturing, as PyTorch asks for its own ops: the first call on a GPU creates the device (streams,
-pinned upload ring) and compiles its kernels, which a capture cannot hold.
+pinned upload ring) and compiles its kernels, which a capture cannot hold. CTC lengths given as CUDA
+tensors are read on the host, which no capture allows: give them as host values.
 
 The registry: the tensors' storages are lent to the device's allocation registry for the length of the
 call (reference-counted: two concurrent calls may lend the same storage), so phase 2's pointer checks
@@ -50,10 +51,11 @@ GPU `TorchCuda` answers.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -109,9 +111,14 @@ class TorchCuda:
         return torch.empty(tuple(shape), dtype=dtype, device=device)
 
     def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A page-locked copy of host `tensor` from PyTorch's host allocator (which may run inside a
-        capture in any mode: it switches the thread to relaxed mode around its cudaHostAlloc)."""
-        return tensor.pin_memory()
+        """A page-locked copy of host `tensor` (always a copy: `pin_memory()` of a pinned tensor is the
+        tensor) from PyTorch's host allocator, the thread in relaxed capture mode around it, as
+        PyTorch's device allocator puts itself around cudaMalloc: a cudaHostAlloc (or an event query
+        of the host allocator) inside a capture in global mode would end it, and PyTorch's host
+        allocator switches the mode itself only in recent releases."""
+        with _relaxed_capture_mode():
+            copy = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, pin_memory=True)
+        return copy.copy_(tensor)
 
     def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
         """PyTorch's allocator reuses `tensor`'s memory only after the work queued on `stream` by the time
@@ -124,6 +131,22 @@ class TorchCuda:
             return torch.cuda.is_current_stream_capturing()
         with torch.cuda.device(index):
             return torch.cuda.is_current_stream_capturing()
+
+
+@contextlib.contextmanager
+def _relaxed_capture_mode() -> Iterator[None]:
+    """The calling thread in cudaStreamCaptureModeRelaxed for the block, then back to its mode
+    (cudaThreadExchangeStreamCaptureMode, push-pop as CUDA's docs advise; cuda-bindings: a
+    `(cudaError_t, previous mode)` tuple back)."""
+    from cuda.bindings import runtime as cudart
+    err, previous = cudart.cudaThreadExchangeStreamCaptureMode(
+        cudart.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed)
+    if err != cudart.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"cudaThreadExchangeStreamCaptureMode: {getattr(err, 'name', err)}")
+    try:
+        yield
+    finally:
+        cudart.cudaThreadExchangeStreamCaptureMode(previous)
 
 
 _backend: Any = TorchCuda()
@@ -234,8 +257,8 @@ class TorchStream(CudaStream):
         call = self.call
         key = (call.index, int(call.stream.cuda_stream))
         with _capture_workspaces_lock:
-            space = _capture_workspaces.get(key)
-            if space is None or space.numel() < nbytes:
+            space = _capture_workspaces.get(key)   # never replaced: graphs captured before may use it
+            if space is None:                        # (its size depends only on the GPU)
                 space = _capture_workspaces[key] = call.gpu.empty((nbytes,), torch.uint8, call.torch_device)
         return space.data_ptr()
 
@@ -257,6 +280,8 @@ class TorchCall:
         self.stream = gpu.current_stream(index)
         self.capturing = gpu.capturing(self.stream, index)
         self.capture = TorchCapture() if self.capturing else None
+        if self.capture is not None:   # kept from the start: a failed call's captured work stays in the graph
+            _captured.append(self.capture)
         self.lent: list[tuple[Any, int]] = []
         self.keep: list[torch.Tensor] = []
 
@@ -328,10 +353,7 @@ class TorchCall:
         if workspace_size:
             space = self._lend_tensor(self.gpu.empty((workspace_size,), torch.uint8, self.torch_device))
             workspace = space.data_ptr()
-        capture = self.capture
-        if capture is not None:
-            _captured.append(capture)
-        impl = TorchStream(self.gpu.external(self.device.cp, self.stream, self.index), capture, self)
+        impl = TorchStream(self.gpu.external(self.device.cp, self.stream, self.index), self.capture, self)
         check_status(execute(workspace, workspace_size, executor, aclrtStream(impl, self.device)))
 
     def result(self, handle: torch.Tensor) -> torch.Tensor:

@@ -109,20 +109,20 @@ sed -n '/^::: tests /,/^::: /p' "$STEPS" > "$OUT/pytest.log"
 
 # ---------------------------------------------------------------- 4. capture example, bench, ncu
 ACLNN_GPU_DEVICE="$DEV" run_step capture_example 30 "$PY" examples/capture_training_step.py --steps 20
-# the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under
-# torch.compile(fullgraph=True) (aot_eager: no Triton build inside the deadline), steps/s and tokens/s from
-# CUDA events in the same run; the stand-in runs it on cpu tensors
-train_args=(--backend aot_eager)
-[ "$DEV" = cuda ] && train_args+=(--device cuda --steps 50) || train_args+=(--steps 3 --batch 4)
-for model in attention ctc; do
-  ACLNN_GPU_DEVICE="$DEV" run_step "train_$model" 40 "$PY" examples/compile_training_step.py --model "$model" "${train_args[@]}"
-done
 bench_dir=$(mktemp -d -t gpu_bench.XXXXXX)
 run_step bench 60 "$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$bench_dir"
 [ -f "$bench_dir/bench.json" ] && cp "$bench_dir/bench.json" "$OUT/bench.json"
 # the per-launch breakdown of ConvTbc at bench's mid size (fp32 ran 15.9x / 4.8x PyTorch's on an H200)
 run_step convtbc_launches 25 "$PY" bench/conv_tbc.py --device "$DEV" --launches \
   $([ "$DEV" = cuda ] || echo "20 2 8 3 1")
+# the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under
+# torch.compile(fullgraph=True) (aot_eager: no Triton build inside the deadline), steps/s and tokens/s from
+# CUDA events in the same run; elsewhere cpu tensors through functional on the check's device
+train_args=(--backend aot_eager)
+[ "$DEV" = cuda ] && train_args+=(--device cuda --steps 20 --warmup 2) || train_args+=(--steps 3 --batch 4)
+for model in attention ctc; do
+  ACLNN_GPU_DEVICE="$DEV" run_step "train_$model" 30 "$PY" examples/compile_training_step.py --model "$model" "${train_args[@]}"
+done
 if [ "$DEV" = cuda ] && [ "${GPU_CHECK_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   run_step ncu 60 "$PY" -m aclnn_gpu.profile.ncu_compare --out "$(mktemp -d)" --ncu-only "$OUT/ncu.json" \
     ${GPU_CHECK_NCU_CASES:+--cases "$GPU_CHECK_NCU_CASES"}

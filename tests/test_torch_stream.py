@@ -321,10 +321,11 @@ def test_captured_host_tensor_is_copied_from_pinned_memory_the_capture_keeps(gpu
     _close((out,), (expected,))
 
 
-def test_captured_gemm_workspace_comes_from_torch_one_per_stream(gpu):
+def test_captured_gemm_workspace_comes_from_torch_one_per_stream(gpu, monkeypatch):
     """The cuBLAS workspace of GEMMs captured on a PyTorch stream comes from PyTorch's allocator (CuPy's
     cudaMalloc would end a global-mode capture), one per GPU and stream, shared by later captures there."""
     from types import SimpleNamespace
+    monkeypatch.setattr(torch_stream, "_capture_workspaces", {})   # (PyTorch recycles stream handles)
 
     from aclnn_gpu.kernels import gemm
     cuda_gemm_workspace = cuda_device.CudaDevice._cublas_workspace
@@ -342,6 +343,31 @@ def test_captured_gemm_workspace_comes_from_torch_one_per_stream(gpu):
     made = gpu.allocations[before:]
     assert [(ptr, nbytes) for ptr, nbytes, _, _ in made] == [(first[0], size), (elsewhere[0], size)]
     assert cuda_gemm_workspace(device, torch_stream.TorchStream(None, None, None)) is None   # not capturing
+
+
+def test_relaxed_capture_mode_swaps_and_restores(monkeypatch):
+    """TorchCuda.pinned's host allocation runs with the thread in relaxed capture mode, then the thread's
+    own mode again, also when the block raises; a failed swap is an error, not a silent global mode."""
+    cudart = pytest.importorskip("cuda.bindings.runtime")
+    mode, success = cudart.cudaStreamCaptureMode, cudart.cudaError_t.cudaSuccess
+    calls, current = [], [mode.cudaStreamCaptureModeGlobal]
+
+    def exchange(new):
+        calls.append(new)
+        previous, current[0] = current[0], new
+        return success, previous
+    monkeypatch.setattr(cudart, "cudaThreadExchangeStreamCaptureMode", exchange)
+    with torch_stream._relaxed_capture_mode():
+        assert current[0] == mode.cudaStreamCaptureModeRelaxed
+    assert calls == [mode.cudaStreamCaptureModeRelaxed, mode.cudaStreamCaptureModeGlobal]
+    with pytest.raises(KeyError), torch_stream._relaxed_capture_mode():
+        raise KeyError("inside")
+    assert current[0] == mode.cudaStreamCaptureModeGlobal
+    monkeypatch.setattr(cudart, "cudaThreadExchangeStreamCaptureMode",
+                        lambda new: (cudart.cudaError_t.cudaErrorInvalidValue, None))
+    with pytest.raises(RuntimeError, match="cudaThreadExchangeStreamCaptureMode: cudaErrorInvalidValue"):
+        with torch_stream._relaxed_capture_mode():
+            pass
 
 
 # ---------------------------------------------------------------------------- a GPU only
