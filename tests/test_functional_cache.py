@@ -344,21 +344,24 @@ def test_a_cached_call_never_overlaps_work_another_thread_queues_on_its_stream()
     a result that is not uniform)."""
     n = 1 << 20
     ptr, x = _device_floats(n)
-    t = np.full(n, 0.5, f32)
+    assert acl.aclrtMemset(ptr, 4 * n, 0, 4 * n) == 0   # aclrtMalloc's memory is not initialised (reused
+    t = np.full(n, 0.5, f32)                             # heap memory: a result of many values, "torn")
     ret, stream = acl.aclrtCreateStream()
     assert ret == 0
     F.kl_div(x, t, "none", stream=stream)          # caches the signature
     hits = call_cache.cache.hits
-    stop = threading.Event()
+    stop, writing = threading.Event(), threading.Event()
 
     def writer():
         while not stop.is_set():
             acl.aclrtMemsetAsync(ptr, 4 * n, 0x3F, 4 * n, stream)
             acl.aclrtMemsetAsync(ptr, 4 * n, 0x00, 4 * n, stream)
             acl.aclrtSynchronizeStream(stream)
+            writing.set()
 
     thread = threading.Thread(target=writer)
     thread.start()
+    assert writing.wait(60), "the writer thread queued nothing"   # every call below races its memsets
     torn = []
     try:
         for i in range(30):
@@ -374,7 +377,8 @@ def test_a_cached_call_never_overlaps_work_another_thread_queues_on_its_stream()
         stop.set()
         thread.join(timeout=60)
     assert call_cache.cache.hits > hits            # the cached path ran
-    # x = 0.747 (0x3F3F3F3F) beside 0.0 means a memset ran during the call; any other value, a stray write
+    # x = 0.747 (0x3F3F3F3F) beside 0.0 means a memset ran during the call; any other value, a write
+    # into x from elsewhere
     assert not torn, "results mixing x values: " + "; ".join(torn)
     acl.aclrtSynchronizeStream(stream)
     acl.aclrtDestroyStream(stream)
