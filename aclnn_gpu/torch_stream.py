@@ -278,8 +278,7 @@ class TorchCall:
         self.torch_device = like.device
         self.index = index
         self.stream = gpu.current_stream(index)
-        self.capturing = gpu.capturing(self.stream, index)
-        self.capture = TorchCapture() if self.capturing else None
+        self.capture = TorchCapture() if gpu.capturing(self.stream, index) else None
         if self.capture is not None:   # kept from the start: a failed call's captured work stays in the graph
             _captured.append(self.capture)
         self.lent: list[tuple[Any, int]] = []
@@ -328,7 +327,7 @@ class TorchCall:
         elif tensor.device != self.torch_device:
             raise AclnnError(INVALID, f"{self.name}: expected all tensors to be on the same device, but found at "
                                       f"least two devices, {self.torch_device} and {tensor.device}")
-        elif not self.capturing:
+        elif self.capture is None:
             self.gpu.record_stream(tensor, self.stream)
         return self._describe(self._lend_tensor(tensor), fmt, name)
 

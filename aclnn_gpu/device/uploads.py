@@ -25,8 +25,8 @@ def captured_upload(cp: Any, dst: int, host: np.ndarray, stream: Any,
     """Queue the upload of `host` to `dst` from a fresh pinned buffer; returns the buffer, which
     the caller (the capture's model) must keep alive as long as the graph can be launched.
     `pinned(nbytes)` -> (buffer, address) allocates it (default: CuPy's pinned memory, cudaHostAlloc,
-    which a relaxed capture allows; a capture in PyTorch's global mode needs PyTorch's host allocator,
-    which switches the thread to relaxed mode around its cudaHostAlloc)."""
+    which the ACL capture's relaxed mode allows; a PyTorch capture passes `TorchStream`'s, which
+    allocates through PyTorch with the thread in relaxed mode, so a global-mode capture holds too)."""
     host = np.ascontiguousarray(host)
     if pinned is None:
         buffer = cp.cuda.alloc_pinned_memory(max(host.nbytes, 1))
