@@ -64,12 +64,19 @@ __global__ void tbc_col_sums(const Tin* src, Tsum* sums, i64 R, i64 C, i64 rows_
 #pragma unroll
     for (int i = 0; i < W; ++i) part[wy][i][lane] = s[i];
     __syncthreads();
-    if (wy == 0 && c0 < C) {
-      for (int i = 0; i < w; ++i) {
-        float acc = part[0][i][lane];
+    if (wy == 0) {
+      // warp 0 adds the 8 warps' sums in a fixed order and stores them coalesced: pass j writes the
+      // tile's columns j*32 .. j*32 + 31, column f being lane f / w's value i = f % w
+      for (int j = 0; j < w; ++j) {
+        const int f = j * aclg::kWarp + lane;
+        const int owner = f / w, i = f - owner * w;
+        const i64 col = tile * span + f;
+        if (col < C) {
+          float acc = part[0][i][owner];
 #pragma unroll
-        for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][lane];
-        sums[chunk * C + c0 + i] = aclg::from_math<Tsum>(acc);
+          for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][owner];
+          sums[chunk * C + col] = aclg::from_math<Tsum>(acc);
+        }
       }
     }
     __syncthreads();

@@ -21,11 +21,10 @@ fp32 (CUBLAS_COMPUTE_32F); 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: TF32 tens
 (COMPUTE_32F_FAST_TF32); 2 USE_FP16: fp32 operands rounded to fp16, fp32 accumulation. fp16 and
 bf16 inputs always run their own tensor-core path with fp32 accumulation.
 
-The GPU plan (ops/conv_tbc/launch.py) never pads: each product covers only the rows its tap reads
-(inf/NaN meet no padding zeros, as in PyTorch), the K taps of gradInput and of the forward add up
-inside one GEMM depth over a batch-major copy (fp32 accumulation, one rounding, no accumulator
-pass; the interior rows in one pointer-array GEMM), gradWeight's K taps run as one batched GEMM in
-fp32 rounded once, and gradBias comes from the pass that makes that copy.
+The GPU plan (ops/conv_tbc/launch.py) is ATen's: one GEMM per tap on row-shifted views of the
+time-major tensors (no copy of x or dy, no padding multiplied: inf/NaN meet exactly the outputs they
+meet in PyTorch), gradWeight split along its depth into fixed-order fp32 partials when its output
+tiles are too few to fill the GPU, gradBias as full-grid column sums, fp16/bf16 outputs rounded once.
 
 Empty input/weight (T, Cin or K == 0 with a non-empty self): gradInput = gradWeight = 0 and
 gradBias = sum of self over time and batch (docs/API.md §7; CANN writes B*Tout), on every device.
