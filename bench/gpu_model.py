@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
@@ -163,6 +165,102 @@ def write_readme(block: str, path: Path = ROOT / "bench" / "README.md") -> None:
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     path.write_text(head + BEGIN + "\n" + block + "\n" + END + tail)
+
+
+# ------------------------------------------------------------------ launch lists at the bench ladder
+LADDER = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)   # bench/run.py's ladder positions (full and --quick)
+
+
+class ShapeBuffers:
+    """A bench.common.Buffers stand-in that gives each tensor device memory without copying anything
+    into it: a plan's launch list depends on shapes, dtypes, addresses and host arguments (CTC's lengths),
+    never on device values, so the bench's largest shapes cost no data. `op` runs GetWorkspaceSize and
+    returns the plan (the emulated device records it for its own SM count; `parallel.plan_steps`
+    records it again for the modelled GPU's)."""
+
+    def __init__(self) -> None:
+        self.pointers: list[int] = []
+        self.tensors: list = []
+        self.arrays: list = []
+        self.executors: list = []
+
+    def malloc(self, nbytes: int) -> int:
+        import aclnn_gpu as acl
+        status, ptr = acl.aclrtMalloc(max(int(nbytes), 1), 0)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        self.pointers.append(ptr)
+        return ptr
+
+    def tensor(self, array):
+        import aclnn_gpu as acl
+        from aclnn_gpu import dtypes
+        shape = list(array.shape)
+        t = acl.aclCreateTensor(shape, dtypes.from_numpy(array.dtype), None, 0, acl.ACL_FORMAT_ND, shape,
+                                self.malloc(array.nbytes))
+        self.tensors.append(t)
+        return t
+
+    def empty(self, shape, dtype):
+        return self.tensor(np.empty(tuple(shape), np.dtype(dtype)))
+
+    def int_array(self, values):
+        import aclnn_gpu as acl
+        a = acl.aclCreateIntArray([int(v) for v in values])
+        self.arrays.append(a)
+        return a
+
+    def op(self, get_ws, execute, *args):
+        import aclnn_gpu as acl
+        status, _, ex = get_ws(*args)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        self.executors.append(ex)
+        return ex.plan
+
+    def close(self) -> None:
+        import aclnn_gpu as acl
+        for ex in self.executors:
+            acl.aclDestroyAclOpExecutor(ex)
+        for t in self.tensors:
+            acl.aclDestroyTensor(t)
+        for a in self.arrays:
+            acl.aclDestroyIntArray(a)
+        for p in self.pointers:
+            acl.aclrtFree(p)
+        self.__init__()
+
+
+def shape_data(fam, p: tuple, dt) -> dict:
+    """The inputs `fam.ours` reads, as uninitialised host arrays of the right shapes (no page touched);
+    CTC's real data (its lengths are host arguments the plan reads; small at every ladder shape)."""
+    e = lambda *shape, t=dt: np.empty(shape, t)  # noqa: E731
+    if fam.name == "KlDiv":
+        return {"x": e(*p), "t": e(*p), "g": e()}
+    if fam.name == "CrossEntropy":
+        return {"x": e(*p), "t": e(p[0], t=np.int64), "lp": e(*p), "g": e()}
+    if fam.name == "ConvTbc":
+        T, B, Cin, Cout, K, pad = p
+        return {"g": e(T + 2 * pad - K + 1, B, Cout), "x": e(T, B, Cin), "w": e(K, Cin, Cout), "b": e(Cout)}
+    if fam.name == "ScaledMaskedSoftmax":
+        B, N, S1, S2 = p
+        return {"x": e(*p), "y": e(*p), "g": e(*p), "mask": e(B, 1, S1, S2, t=np.bool_)}
+    return fam.data(p, dt, np.random.default_rng(0))
+
+
+def ladder_plans(fams=None, ladder=LADDER, dt=np.dtype(np.float32), directions=("forward", "backward")):
+    """(family, direction, params, plan) of every operator at every ladder shape, plans built on the
+    current device (emulated in the test) over ShapeBuffers. A generator: each case's buffers are freed
+    once the next is asked for."""
+    from bench.families import FAMILIES
+    for fam in fams or FAMILIES:
+        for e_ in ladder:
+            p = fam.params(e_)
+            for direction in directions:
+                b = ShapeBuffers()
+                try:
+                    plan = fam.ours(b, shape_data(fam, p, dt), direction, p)
+                    yield fam, direction, p, plan
+                finally:
+                    b.close()
 
 
 def main(argv: list[str] | None = None) -> int:
