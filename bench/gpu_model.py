@@ -7,6 +7,7 @@ cpu device against PyTorch CPU from one run of bench.cpu_gap at bench's mid size
     python -m bench.gpu_model --write-readme    # and replaces the generated block in bench/README.md
     python -m bench.gpu_model --ops CtcLossBackward,ConvTbcBackward --no-cpu
     python -m bench.gpu_model --cpu-json FILE   # cpu figures from an earlier bench.cpu_gap --json run
+    python -m bench.gpu_model --conv-tbc        # ConvTbc's launch lists on the parallelism-aware H200 model
 
 Nothing here ran on a GPU: the GPU columns are models. The emulator needs clang++ (like the profiler).
 The cpu timings run in a child process on the cpu device (the profiler needs the emulated device with
@@ -263,6 +264,54 @@ def ladder_plans(fams=None, ladder=LADDER, dt=np.dtype(np.float32), directions=(
                     b.close()
 
 
+# ------------------------------------------------------------------ ConvTbc on the parallel model
+CONV_SHAPES = [(2530, 16, 128, 3, 1), (2530, 16, 64, 3, 1), (1024, 16, 1024, 5, 2), (50, 256, 128, 3, 1)]
+
+
+def conv_tbc_model(shapes=CONV_SHAPES, dtypes=("fp32", "fp16", "bf16")) -> list[dict]:
+    """ConvTbc forward and backward's present launch lists (recorded for the H200's 132 SMs on the
+    emulated device, cubeMathType 0) priced by aclnn_gpu/profile/parallel.py: a MODEL, not a
+    measurement. Needs the emulated device selected (`main` does it)."""
+    from aclnn_gpu.profile import parallel
+    from aclnn_gpu.profile.operators import DTYPES
+    from bench.families import ConvTbc
+    fam = ConvTbc()
+    rows = []
+    for T, B, C, K, pad in shapes:
+        p = (T, B, C, C, K, pad)
+        for dtype in dtypes:
+            for direction in ("forward", "backward"):
+                b = ShapeBuffers()
+                try:
+                    plan = fam.ours(b, shape_data(fam, p, DTYPES[dtype]), direction, p)
+                    steps = parallel.plan_steps(plan)
+                finally:
+                    b.close()
+                slowest = max(steps, key=lambda s: s.seconds)
+                rows.append({"shape": p, "dtype": dtype, "direction": direction, "launches": len(steps),
+                             "seconds": sum(s.seconds for s in steps),
+                             "full_seconds": sum(s.full_seconds for s in steps),
+                             "fill_problems": parallel.fill_problems(steps), "slowest": slowest.describe(),
+                             "slowest_seconds": slowest.seconds})
+    return rows
+
+
+def render_conv_tbc(rows: list[dict]) -> str:
+    lines = ["ConvTbc's present launch lists on the parallelism-aware H200 MODEL (aclnn_gpu/profile/parallel.py: "
+             "132 SMs, 4.0 TB/s, dense fp32 67 / TF32 495 / fp16 and bf16 989 TFLOP/s, 3 us per launch; "
+             "cubeMathType 0), beside the same launches priced as if each filled the GPU (the roofline). "
+             "Not a measurement.", "",
+             "| input (T, B, C), K, pad | dtype | direction | launches | model | if every launch filled the GPU "
+             "| launches under the fill rule | slowest launch (model) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        T, B, C, _, K, pad = r["shape"]
+        lines.append(f"| ({T}, {B}, {C}), K={K}, pad={pad} | {r['dtype']} | {r['direction']} | {r['launches']} | "
+                     f"{_us(r['seconds'])} | {_us(r['full_seconds'])} | {len(r['fill_problems'])} | "
+                     f"{r['slowest']}: {_us(r['slowest_seconds'])} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="", help="comma-separated aclnn names without 'aclnn' (default: all ten)")
@@ -272,7 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=1, metavar="N", help="profiler: trace every N-th block")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     ap.add_argument("--write-readme", action="store_true", help="replace the generated block of bench/README.md")
+    ap.add_argument("--conv-tbc", action="store_true",
+                    help="only ConvTbc's launch lists at the GPU check's four shapes on the parallelism-aware "
+                         "H200 model (seconds, no emulator run)")
     args = ap.parse_args(argv)
+    if args.conv_tbc:
+        os.environ["ACLNN_GPU_DEVICE"] = "emulated"
+        import aclnn_gpu as acl
+        assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+        rows = conv_tbc_model()
+        print(render_conv_tbc(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        return 0
     wanted = [s for s in args.ops.split(",") if s]
     cases = [c for c in CASES if not wanted or c[0] in wanted]
     if not cases:

@@ -108,3 +108,16 @@ def test_fill_problems_name_the_kernel_grid_and_bytes():
     assert len(bad) == 2
     assert "tbc_batch_major" in bad[0] and "(1, 1, 1)" in bad[0] and "41.0 MiB" in bad[0]
     assert "3 output tiles" in bad[1] and "3.98 GFLOP" in bad[1]
+
+
+def test_conv_tbc_model_table_prices_no_launch_below_its_full_gpu_figure(emulated):
+    """bench.gpu_model --conv-tbc: every row's parallel model is at least the roofline of the same launch
+    list (fill <= 1), and the table names the model as one."""
+    from bench import gpu_model
+    rows = gpu_model.conv_tbc_model(shapes=[(40, 4, 16, 3, 1)], dtypes=("fp32", "bf16"))
+    assert [(r["dtype"], r["direction"]) for r in rows] == [("fp32", "forward"), ("fp32", "backward"),
+                                                           ("bf16", "forward"), ("bf16", "backward")]
+    for r in rows:
+        assert r["launches"] > 0 and r["seconds"] >= r["full_seconds"] > 0
+    text = gpu_model.render_conv_tbc(rows)
+    assert "MODEL" in text and text.count("| (40, 4, 16), K=3, pad=1 |") == 4

@@ -135,6 +135,7 @@ class Step:
     flops: float
     units: int                # blocks (kernels) or output tiles times batch (GEMMs)
     seconds: float
+    full_seconds: float = 0.0  # the same launch on the whole GPU (fill 1): the roofline's figure
 
     def describe(self) -> str:
         if self.kind == "kernel":
@@ -222,7 +223,7 @@ def launch_steps(frozen: Any, tensors: Sequence[tuple[int, int]], workspace_size
             threads = int(np.prod(step.block))
             per_sm = blocks_per_sm(step.file, step.expr, threads, step.shared_mem, gpu.arch)
             steps.append(Step("kernel", step.expr, step.grid, threads, nbytes, 0.0, blocks,
-                              kernel_seconds(nbytes, blocks, threads, per_sm, gpu)))
+                              kernel_seconds(nbytes, blocks, threads, per_sm, gpu), nbytes / gpu.hbm + gpu.launch))
         elif isinstance(step, frozen_module.Gemm):
             args = list(step.args)
             for j, off in step.patches:
@@ -241,9 +242,10 @@ def launch_steps(frozen: Any, tensors: Sequence[tuple[int, int]], workspace_size
                                         a["b_type"], int(a["ldb"]), a["beta"], ec, a["c_type"], int(a["ldc"]))
             kind = gemm_kind(a["a_type"], a.get("compute", "32F"))
             tiles = gemm_tiles(m, n, batch)
+            flops = 2.0 * m * n * k * batch
             steps.append(Step("gemm", f"gemm {m}x{n}x{k}" + (f" x{batch}" if batch > 1 else "") + f" {kind}",
-                              (tiles,), 0, int(nbytes), 2.0 * m * n * k * batch, tiles,
-                              gemm_seconds(m, n, k, batch, kind, nbytes, gpu)))
+                              (tiles,), 0, int(nbytes), flops, tiles, gemm_seconds(m, n, k, batch, kind, nbytes, gpu),
+                              max(nbytes / gpu.hbm, flops / PEAK_FLOPS[kind]) + gpu.launch))
     return steps
 
 
