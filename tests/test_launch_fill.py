@@ -17,11 +17,6 @@ from support import use_device
 
 # Cases whose present plan leaves SMs idle, each with the change that fixes it (strict: a fixed plan
 # turns the xfail into a failure, so its entry goes with the fix).
-CONV_TBC = ("ConvTbc forward: tbc_batch_major copies x on one block (grid (1, 1, 1): rows are split "
-            "into chunks only when the pass also sums); backward: gradWeight is one strided batch of "
-            "K GEMMs of 128x128 outputs (3 tiles) with k = T*B, and the batch-major copy of dy has "
-            "T*B / chunk rows blocks. ConvTbc's plan is being rewritten (per-tap GEMMs, split-k "
-            "gradWeight with a fixed-order reduce, full-grid fills)")
 CE_FORWARD = ("CrossEntropyLoss forward: ce_forward runs one block per row, so N = 19 and 60 rows of "
               "C = 8192 fp32 (1.2 and 3.8 MiB) run on 19 and 60 blocks; filling the GPU needs rows split "
               "over blocks with a second, fixed-order combine of the row partials (not a grid-size change)")
@@ -32,8 +27,6 @@ CTC_RECURSION = ("CtcLoss: the alpha (forward) and beta (backward) recursions ru
 
 
 def _xfail(family: str, direction: str, params: tuple) -> str | None:
-    if family == "ConvTbc" and params[0] >= 80:
-        return CONV_TBC
     if family == "CrossEntropy" and direction == "forward" and params[0] in (19, 60):
         return CE_FORWARD
     if family == "CtcLoss" and params[1] in (16, 50):

@@ -14,8 +14,8 @@
 //   tbc_reduce<O, T>          the backward's split-k gradWeight sums (partials + remainder rows) and
 //                             gradBias's chunk sums, in a fixed order, rounded once, one launch.
 //
-// Sizes are long long; copy/fill/round/reduce are grid-stride with block size 256; tbc_col_sums needs
-// exactly 256 threads (8 warps).
+// Sizes are long long; copy/fill/round are grid-stride with block size 256; tbc_col_sums and
+// tbc_reduce need exactly 256 threads (8 warps) and loop over their tiles.
 #include "common.cuh"
 
 using aclg::i64;
@@ -120,14 +120,23 @@ __global__ void tbc_bias_round(const float* acc, const T* bias, T* out, i64 R, i
 //    GEMM (its partials are not read): all its rows are remainder. Tap k pairs output rows
 //    [o0, o0 + n) with input rows from i0 = o0 + k - pad (the forward's geometry).
 //  * gradBias (part_b != null): gb[c] = sum over s < Sb of part_b[s, c] (tbc_col_sums' chunk sums).
-// Threads [0, K*Cin*Cout) take gradWeight, the next Cout gradBias. fp32 sums in a fixed order, rounded once.
+// Outputs [0, K*Cin*Cout) are gradWeight's, the next Cout gradBias's. A block (8 warps) takes 32
+// consecutive outputs: warp y adds the chunks s = y, y + 8, ... and the remainder rows r = S*c + y,
+// y + 8, ... of its lane's output, then warp 0 adds the 8 warp sums in order: fp32, a fixed order
+// whatever the grid, rounded once. Blocks per output tile rather than per 256 outputs: a small
+// gradWeight (64 x 64 channels) still spreads its partials over enough SMs.
 template <class O, class T>
 __global__ void tbc_reduce(const float* part_w, const O* x, const O* dy, T* dw, const float* part_b, T* gb,
                            i64 K, i64 Cin, i64 Cout, i64 S, i64 Sb, i64 Tin, i64 Tout, i64 B, i64 pad) {
+  __shared__ float warp_sums[tbc::kColWarps][aclg::kWarp + 1];
+  const int lane = threadIdx.x % aclg::kWarp;
+  const int wy = threadIdx.x / aclg::kWarp;
   const i64 CC = Cin * Cout;
   const i64 nw = part_w != nullptr ? K * CC : 0;
   const i64 n = nw + (part_b != nullptr ? Cout : 0);
-  for (i64 idx = aclg::global_thread(); idx < n; idx += aclg::grid_threads()) {
+  const i64 ntiles = (n + aclg::kWarp - 1) / aclg::kWarp;
+  for (i64 tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const i64 idx = tile * aclg::kWarp + lane;
     float acc = 0.0f;
     if (idx < nw) {
       const i64 k = idx / CC;
@@ -139,18 +148,26 @@ __global__ void tbc_reduce(const float* part_w, const O* x, const O* dy, T* dw, 
       const i64 D = o1 > o0 ? (o1 - o0) * B : 0;
       const i64 c = D / S;
       if (c > 0)
-        for (i64 s = 0; s < S; ++s) acc += part_w[(s * K + k) * CC + e];
+        for (i64 s = wy; s < S; s += tbc::kColWarps) acc += part_w[(s * K + k) * CC + e];
       if (D > S * c) {   // (only then is o0 + k - pad a valid input row)
         const O* xr = x + ((o0 + k - pad) * B) * Cin + ci;
         const O* dr = dy + (o0 * B) * Cout + co;
-        for (i64 r = S * c; r < D; ++r) acc += aclg::to_math(xr[r * Cin]) * aclg::to_math(dr[r * Cout]);
+        for (i64 r = S * c + wy; r < D; r += tbc::kColWarps)
+          acc += aclg::to_math(xr[r * Cin]) * aclg::to_math(dr[r * Cout]);
       }
-      dw[idx] = aclg::from_math<T>(acc);
-    } else {
-      const i64 col = idx - nw;
-      for (i64 s = 0; s < Sb; ++s) acc += part_b[s * Cout + col];
-      gb[col] = aclg::from_math<T>(acc);
+    } else if (idx < n) {
+      for (i64 s = wy; s < Sb; s += tbc::kColWarps) acc += part_b[s * Cout + (idx - nw)];
     }
+    warp_sums[wy][lane] = acc;
+    __syncthreads();
+    if (wy == 0 && idx < n) {
+      float total = warp_sums[0][lane];
+#pragma unroll
+      for (int y = 1; y < tbc::kColWarps; ++y) total += warp_sums[y][lane];
+      if (idx < nw) dw[idx] = aclg::from_math<T>(total);
+      else gb[idx - nw] = aclg::from_math<T>(total);
+    }
+    __syncthreads();
   }
 }
 

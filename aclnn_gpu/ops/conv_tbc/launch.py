@@ -155,7 +155,7 @@ def weight_split(tap_list: list[Tap], B: int, Cin: int, Cout: int, K: int) -> in
         return 1
     S = min(-(-SPLIT_TARGET // tiles), depth // SPLIT_MIN_ROWS)
     outputs = K * Cin * Cout
-    if -(-outputs // BLOCK) < SPLIT_TARGET:      # a small reduce: bound what it reads
+    if -(-outputs // WARP) < SPLIT_TARGET:       # a reduce of few blocks (32 outputs each): bound what it reads
         S = min(S, max(2, REDUCE_SMALL_BYTES // (outputs * 4)))
     return S if S >= 2 else 1
 
@@ -319,7 +319,11 @@ def _reduce(ctx, odt, dtype, *, part_w, x, dy, dw, part_b, gb, K, Cin, Cout, S, 
     n = (K * Cin * Cout if part_w else 0) + (Cout if part_b else 0)
     if n == 0:
         return
-    ctx.launch(FILE, f"tbc_reduce<{_ctype(odt)}, {_ctype(dtype)}>", _grid(ctx, n), (BLOCK, 1, 1),
+    if not part_w:   # gradBias alone: the gradWeight operands are not read
+        x = dy = dw = 0
+    tiles = -(-n // WARP)            # a block adds 32 outputs (its 8 warps split the chunks)
+    grid = (max(1, min(tiles, ctx.sm_count * BLOCKS_PER_SM)), 1, 1)
+    ctx.launch(FILE, f"tbc_reduce<{_ctype(odt)}, {_ctype(dtype)}>", grid, (BLOCK, 1, 1),
                (ptr(part_w), ptr(x), ptr(dy), ptr(dw), ptr(part_b), ptr(gb), np.int64(K), np.int64(Cin),
                 np.int64(Cout), np.int64(S), np.int64(Sb), np.int64(T), np.int64(Tout), np.int64(B),
                 np.int64(pad)))
