@@ -8,9 +8,8 @@
 //                             several, which tbc_reduce adds up). No atomics.
 //   tbc_copy<Tin, Tout>       dst (R, B, C) contiguous = a strided (R, B, C) view of src (any strides,
 //                             negative too) with dtype conversion: operand staging, fp16 copies for
-//                             cubeMathType 2, the bias broadcast, the fp32 accumulator's rounding.
-//   tbc_fill_zero<T>          zeros (a gradWeight tap without valid rows; accumulators no tap covers).
-//   tbc_bias_round<T>         the fp16 / bf16 forward's end: fp32 tap sums + bias, rounded once.
+//                             cubeMathType 2, the bias broadcast.
+//   tbc_fill_zero<T>          zeros (a gradWeight tap without rows; a gradInput no tap covers whole).
 //   tbc_reduce<O, T>          the backward's split-k gradWeight sums (partials + remainder rows) and
 //                             gradBias's chunk sums, in a fixed order, rounded once, one launch.
 //
@@ -100,16 +99,6 @@ __global__ void tbc_copy(const Tin* src, Tout* dst, i64 R, i64 B, i64 C, i64 s_t
       off = j * s_t + b * s_b + (r - b * C) * s_c;
     }
     dst[idx] = tbc::cvt<Tout>(src[off]);
-  }
-}
-
-// out[r, c] = acc[r, c] + bias[c], rounded once to T (the fp16 / bf16 forward: its taps summed in fp32).
-template <class T>
-__global__ void tbc_bias_round(const float* acc, const T* bias, T* out, i64 R, i64 C) {
-  const i64 n = R * C;
-  for (i64 idx = aclg::global_thread(); idx < n; idx += aclg::grid_threads()) {
-    const i64 r = idx / C;
-    out[idx] = aclg::from_math<T>(acc[idx] + aclg::to_math(bias[idx - r * C]));
   }
 }
 

@@ -9,7 +9,7 @@ the products through `ctx.gemm_strided_batched` (cuBLAS on the cuda device, NumP
 Precision (`kernels/gemm.compute_mode`): fp32 with cubeMathType 0 -> true fp32 (COMPUTE_32F);
 1, 3 -> TF32 (COMPUTE_32F_FAST_TF32); 2 -> operands converted to fp16 by one tbc_copy each, fp32
 accumulation, fp32 results. fp16/bf16: tensor cores with fp32 accumulation (COMPUTE_32F and
-CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, kernels/gemm.py), every output rounded once.
+CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, kernels/gemm.py).
 
 The products are ATen's (aten/src/ATen/native/ConvolutionTBC.cpp): one GEMM per tap on row-shifted
 views of the time-major layout, no copy of x or dy. Tap k pairs output row o with input row
@@ -17,15 +17,15 @@ i = o + k - pad for o in [o0, o0 + n) (o0 = max(0, pad - k), o0 + n = min(Tout, 
 (n*B, C) blocks of rows are contiguous, so each product is a plain GEMM of M = n*B rows. Only rows
 that exist are multiplied (no padding zeros: an inf/NaN meets exactly the outputs it meets in
 PyTorch).
-  * Forward: y = bias (one tbc_copy broadcast), then the K taps' GEMMs with beta = 1 (fp32; or any
-    dtype when at most one tap has rows: cuBLAS adds the bias in fp32 and rounds once). fp16 / bf16
-    with several taps: the taps sum into an fp32 accumulator -- the tap that covers every output row
-    (it exists when 2*pad <= K - 1) first with beta = 0, else the accumulator zero-filled -- and
-    tbc_bias_round adds the bias and rounds once. K + 1 launches, ATen's count.
+  * Forward: y = bias (one tbc_copy broadcast), then the K taps' GEMMs with beta = 1: K + 1 launches,
+    ATen's sequence (cuBLAS reads y, adds its fp32 product, rounds once per tap).
   * gradInput: dx[i] += dy[o] @ w[k]^T over the same pairs; the tap that covers every input row (it
-    exists when 2*pad >= K - 1) first with beta = 0 (no zero-fill), else a tbc_fill_zero; fp16 / bf16
-    with several taps through an fp32 accumulator rounded once by a tbc_copy.
-  * gradWeight: dw[k] = x[i0 : i0 + n]^T @ dy[o0 : o0 + n], depth D = n*B. When the K taps' 128x128
+    exists when 2*pad >= K - 1) first with beta = 0 (no zero-fill), else a tbc_fill_zero first.
+    fp16 / bf16 outputs round once per tap, as ATen's addmm_ sequence does: an fp32 accumulator
+    rounded once would move 1.3x the bytes at the realistic shape (T=1024, B=32, C=1024: fp32 reads
+    and writes per tap plus a rounding pass; 594 us against ATen's 495 us in the roofline model), so
+    only gradWeight, whose split sums are fp32 anyway, and the unsplit GEMMs round once.
+  * gradWeight: dw[k] = x[i0 : i0 + n]^T @ dy[o0 : o0 + n], depth D = n*B. When a tap's 128x128
     output tiles cannot fill the GPU (`weight_split`), each tap's GEMM is split along its depth into S
     chunks of c = D // S rows, one strided batch of S GEMMs per tap into fp32 partials, and tbc_reduce
     adds the S partials and the D - S*c remainder rows in a fixed order and rounds once (split-k
@@ -35,15 +35,14 @@ PyTorch).
   * gradBias: column sums of dy by tbc_col_sums over (tile of columns, chunk of rows) blocks, enough
     chunks to fill the GPU when dy is large (`bias_chunks`); with several chunks the fp32 chunk sums
     are added up by the same tbc_reduce launch as gradWeight's partials.
-Launches at the bench shape (2530, 16, 128), K = 3, pad = 1, fp32: forward 4 (ATen's conv_tbc: 4),
-backward 8 (1 column-sum pass, 3 split gradWeight GEMMs, 1 reduce, 3 gradInput GEMMs; ATen's: two
-zero-fills, 6 GEMMs and its bias reduction).
+Launches at the bench shape (2530, 16, 128), K = 3, pad = 1, every dtype: forward 4 (ATen's
+conv_tbc: 4), backward 8 (1 column-sum pass, 3 split gradWeight GEMMs, 1 reduce, 3 gradInput GEMMs;
+ATen's: two zero-fills, 6 GEMMs and its bias reduction).
 
 Workspace (bytes; every region rounded up to 256):
-  forward  = X16 + W16 (cubeMathType 2: fp16 copies of x and w) + ACC (fp16 / bf16 with several taps:
-             Tout * B * Cout * 4)
-  backward = X16 + DY16 + W16 (cubeMathType 2) + ACC (fp16 / bf16 with several taps: T * B * Cin * 4)
-             + PART_W (split gradWeight: S * K * Cin * Cout * 4) + PART_B (gradBias chunks: Sb * Cout * 4)
+  forward  = X16 + W16 (cubeMathType 2: fp16 copies of x and w; else nothing)
+  backward = X16 + DY16 + W16 (cubeMathType 2) + PART_W (split gradWeight: S * K * Cin * Cout * 4)
+             + PART_B (gradBias chunks: Sb * Cout * 4)
   Empty input/weight (T, Cin or K == 0): gradInput = gradWeight = 0 (tbc_fill_zero), gradBias = the
   column sums of dy (docs/API.md §7); forward: y = bias broadcast.
 """
@@ -170,7 +169,6 @@ class _BackwardPlan:
     S: int                # gradWeight depth chunks (1: no split)
     Sb: int               # gradBias row chunks
     rpc: int              # gradBias rows per chunk
-    direct: bool          # gradInput's taps add up in gradInput itself (no fp32 accumulator)
     layout: _Layout
 
 
@@ -180,18 +178,16 @@ def _backward_plan(T, B, Cin, Cout, K, pad, dtype, cube_math_type) -> _BackwardP
     Sb, rpc = bias_chunks(Tout * B, Cout, dtype.itemsize)
     part_b = Sb * Cout * 4 if Sb > 1 else 0
     if _is_empty(T, Cin, K):
-        return _BackwardPlan([], 1, Sb, rpc, True, _layout([("part_b", part_b)]))
+        return _BackwardPlan([], 1, Sb, rpc, _layout([("part_b", part_b)]))
     odt, _ = compute_mode(cube_math_type, dtype)
     conv = odt != dtype
     tl = taps(T, Tout, K, pad)
     S = weight_split(tl, B, Cin, Cout, K)
-    direct = dtype == F32 or len(tl) <= 1
     o = odt.itemsize
-    return _BackwardPlan(tl, S, Sb, rpc, direct, _layout([
+    return _BackwardPlan(tl, S, Sb, rpc, _layout([
         ("x16", T * B * Cin * o if conv else 0),
         ("dy16", Tout * B * Cout * o if conv else 0),
         ("w16", K * Cin * Cout * o if conv else 0),
-        ("acc", 0 if direct else T * B * Cin * 4),
         ("part_w", S * K * Cin * Cout * 4 if S > 1 else 0),
         ("part_b", part_b),
     ]))
@@ -201,15 +197,12 @@ def _forward_layout(T, B, Cin, Cout, K, pad, dtype, cube_math_type) -> _Layout:
     dtype = np.dtype(dtype)
     if _is_empty(T, Cin, K):
         return _layout([])
-    Tout = T + 2 * pad - K + 1
     odt, _ = compute_mode(cube_math_type, dtype)
     conv = odt != dtype
     o = odt.itemsize
-    direct = dtype == F32 or len(taps(T, Tout, K, pad)) <= 1
     return _layout([
         ("x16", T * B * Cin * o if conv else 0),
         ("w16", K * Cin * Cout * o if conv else 0),
-        ("acc", 0 if direct else Tout * B * Cout * 4),
     ])
 
 
@@ -358,15 +351,12 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
                  compute=compute)
     # gradInput: dx[i0 : i0 + n] += dy[o0 : o0 + n] @ w[k]^T per tap, the covering tap first with beta = 0
     order, covered = _covering_first(plan.taps, T, "i")
-    target, tdt = (grad_input, dtype) if plan.direct else (ws("acc"), F32)
     if not covered:
-        _fill_zero(ctx, tdt, target, T * B * Cin)
+        _fill_zero(ctx, dtype, grad_input, T * B * Cin)
     for j, tap in enumerate(order):
         _tap_gemm(gemm, tap, B=B, src=dy, src_row=tap.o0, src_c=Cout, w=w + tap.k * Cin * Cout * odt.itemsize,
-                  w_trans=True, odt=odt, out=target, out_row=tap.i0, out_c=Cin, cdt=tdt,
+                  w_trans=True, odt=odt, out=grad_input, out_row=tap.i0, out_c=Cin, cdt=dtype,
                   beta=0.0 if covered and j == 0 else 1.0, compute=compute)
-    if not plan.direct:   # one rounding of the fp32 sums
-        _copy(ctx, F32, dtype, target, grad_input, (T, B, Cin), _dense((T, B, Cin)))
 
 
 def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_math_type, input, weight,
@@ -386,39 +376,23 @@ def launch_forward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_m
         x, w = ws("x16"), ws("w16")
         _copy(ctx, dtype, odt, input, x, (T, B, Cin), _dense((T, B, Cin)))
         _copy(ctx, dtype, odt, weight, w, (K, Cin, Cout), _dense((K, Cin, Cout)))
-    tap_list = taps(T, Tout, K, pad)
-    if "acc" not in lay.offsets:
-        # y = bias, then every tap adds (fp32 y; or a single tap: cuBLAS adds in fp32, rounds once)
-        _copy(ctx, dtype, dtype, bias, out, (Tout, B, Cout), (0, 0, 1))
-        for tap in tap_list:
-            _tap_gemm(gemm, tap, B=B, src=x, src_row=tap.i0, src_c=Cin, w=w + tap.k * Cin * Cout * odt.itemsize,
-                      w_trans=False, odt=odt, out=out, out_row=tap.o0, out_c=Cout, cdt=dtype, beta=1.0,
-                      compute=compute)
-        return
-    # fp16 / bf16, several taps: fp32 sums (the covering tap first with beta = 0), bias added, rounded once
-    acc = ws("acc")
-    order, covered = _covering_first(tap_list, Tout, "o")
-    if not covered:
-        _fill_zero(ctx, F32, acc, Tout * B * Cout)
-    for j, tap in enumerate(order):
+    # y = bias, then every tap adds: cuBLAS reads y, adds its fp32 product and rounds (ATen's sequence)
+    _copy(ctx, dtype, dtype, bias, out, (Tout, B, Cout), (0, 0, 1))
+    for tap in taps(T, Tout, K, pad):
         _tap_gemm(gemm, tap, B=B, src=x, src_row=tap.i0, src_c=Cin, w=w + tap.k * Cin * Cout * odt.itemsize,
-                  w_trans=False, odt=odt, out=acc, out_row=tap.o0, out_c=Cout, cdt=F32,
-                  beta=0.0 if covered and j == 0 else 1.0, compute=compute)
-    ctx.launch(FILE, f"tbc_bias_round<{_ctype(dtype)}>", _grid(ctx, Tout * B * Cout), (BLOCK, 1, 1),
-               (ptr(acc), ptr(bias), ptr(out), np.int64(Tout * B), np.int64(Cout)))
+                  w_trans=False, odt=odt, out=out, out_row=tap.o0, out_c=Cout, cdt=dtype, beta=1.0, compute=compute)
 
 
 def all_name_expressions() -> list[str]:
     """Every instantiation this plan can launch (registered with kernels/manifest.py)."""
     types = list(_CTYPE.values())
     # operand staging / output conversion of mixed dtypes (ops/conv_tbc/api.py), the fp16 copies of
-    # cubeMathType 2, the bias broadcast, the rounding of gradInput's fp32 sums
+    # cubeMathType 2, the bias broadcast
     exprs = [f"tbc_copy<{a}, {b}>" for a in types for b in types]
     # gradBias column sums: final sums in the dtype, or fp32 chunk sums
     exprs += [f"tbc_col_sums<{c}, {c}>" for c in types]
     exprs += [f"tbc_col_sums<{c}, float>" for c in types if c != "float"]
     exprs += [f"tbc_fill_zero<{c}>" for c in types]
-    exprs += [f"tbc_bias_round<{c}>" for c in types if c != "float"]
     # split gradWeight / gradBias chunk sums: operands of the storage dtype, or fp16 (cubeMathType 2)
     exprs += [f"tbc_reduce<{c}, {c}>" for c in types]
     exprs += ["tbc_reduce<__half, float>"]
