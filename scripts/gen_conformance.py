@@ -37,7 +37,8 @@ SOURCES: dict[str, tuple[list[str], str | None]] = {
                      "loss/ctc_loss_v2/tests/st/aclnnCtcLoss/atk_aclnnCtcLoss.json"),
     "aclnnCtcLossBackward": (["loss/ctc_loss_v2_grad/tests/ut/op_api/test_aclnn_ctclossbackward.cpp"],
                              "loss/ctc_loss_v2_grad/tests/st/aclnnCtcLossBackward/atk_aclnnCtcLossBackward.json"),
-    "aclnnCrossEntropyLoss": ([], "loss/cross_entropy_loss/tests/st/aclnnCrossEntropyLoss/atk_aclnnCrossEntropyLoss.json"),
+    "aclnnCrossEntropyLoss": (
+        [], "loss/cross_entropy_loss/tests/st/aclnnCrossEntropyLoss/atk_aclnnCrossEntropyLoss.json"),
     "aclnnCrossEntropyLossGrad": (
         [], "loss/cross_entropy_loss_grad/tests/st/aclnnCrossEntropyLossGrad/atk_aclnnCrossEntropyLossGrad.json"),
     "aclnnKlDivBackward": (["loss/kl_div_loss_grad/tests/ut/op_api/test_aclnn_kl_div_backward.cpp"],
@@ -70,6 +71,10 @@ def git_show(git_dir: str, rev: str, path: str) -> str:
 
 
 # ------------------------------------------------------------------------- unit tests (C++ subset)
+SCALAR_TYPES = r"(?:int64_t|int32_t|int8_t|int|uint64_t|double|float|bool)"
+GLOBAL_DECL = r"(?:static\s+)?(?:const\s+)?" + SCALAR_TYPES + r"\s+(\w+)\s*=\s*(.+)"
+LOCAL_DECL = r"(?:" + SCALAR_TYPES + r"|auto)\s+(\w+)\s*=\s*(.+)"
+
 def strip_comments(text: str) -> str:
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return re.sub(r"//[^\n]*", "", text)
@@ -168,8 +173,7 @@ class UnitTestReader:
         for chunk in split_top(self.text[:first], ";"):
             lines = [line for line in chunk.split("\n") if line.strip() and not line.startswith("#")]
             stmt = lines[-1].strip() if lines else ""
-            m = re.fullmatch(r"(?:static\s+)?(?:const\s+)?(?:int64_t|int32_t|int8_t|int|uint64_t|double|float|bool)\s+(\w+)\s*=\s*(.+)",
-                             stmt, flags=re.S)
+            m = re.fullmatch(GLOBAL_DECL, stmt, flags=re.S)
             if m:
                 self.globals[m.group(1)] = self.value(m.group(2), self.globals)
         for m in re.finditer(r"TEST_F\s*\(\s*\w+\s*,\s*(\w+)\s*\)\s*\{", self.text):
@@ -247,7 +251,7 @@ class UnitTestReader:
             if m:
                 env[m.group(1)] = len(env[m.group(2)])
                 continue
-            m = re.fullmatch(r"(?:int64_t|int32_t|int8_t|int|bool|double|float|auto)\s+(\w+)\s*=\s*(.+)", stmt, flags=re.S)
+            m = re.fullmatch(LOCAL_DECL, stmt, flags=re.S)
             if m:
                 env[m.group(1)] = self.value(m.group(2), env)
                 continue
@@ -307,12 +311,10 @@ def read_operator(git_dir: str, rev: str, op: str) -> dict[str, Any]:
             case: dict[str, Any] = {"id": f"st:{raw['id']}", "kind": "st", "inputs": inputs}
             if sum(numel(i.get("shape")) for i in inputs if i["type"] == "tensor") > MAX_ELEMENTS:
                 case["inputs"] = cap(op, inputs, MAX_ELEMENTS)
-                case["cap"] = {"from": {i["name"]: i.get("shape", i.get("values")) for i in inputs
-                                        if i["type"] in ("tensor", "int_array")} | {
-                                   i["name"]: i["range"] for i in inputs if i["type"] == "attr"},
-                               "why": f"drawn at <= {MAX_ELEMENTS} elements over its tensors (the CI budget): "
-                                      "the same ranks, broadcast pattern, dtypes and options, sizes and the "
-                                      "indices that depend on them scaled down (tests/conformance/caps.py)"}
+                case["cap"] = {"from": {i["name"]: i["shape"] for i in inputs if i["type"] == "tensor"} | {
+                                   i["name"]: f"{len(i['values'])} values, max {max(i['values'], default=0)}"
+                                   for i in inputs if i["type"] == "int_array"} | {
+                                   i["name"]: i["range"] for i in inputs if i["type"] == "attr"}}
             cases.append(case)
     for case in cases:
         mark = mark_for(op, case)
@@ -322,7 +324,11 @@ def read_operator(git_dir: str, rev: str, op: str) -> dict[str, Any]:
         if xfail:
             case["xfail"] = xfail
     return {"op": op, "ops_nn": {"repository": "hicann/ops-nn", "commit": rev, "unit_tests": ut_paths,
-                                 "system_tests": st_path}, "cases": cases}
+                                 "system_tests": st_path},
+            "cap": f"a case with \"cap\" is drawn at <= {MAX_ELEMENTS} elements over its tensors (the CI budget): "
+                   "the same ranks, broadcast pattern, dtypes and options, with the sizes and the indices that "
+                   "depend on them scaled down (tests/conformance/caps.py); \"from\" holds the case's own values",
+            "cases": cases}
 
 
 def main() -> None:
@@ -337,9 +343,11 @@ def main() -> None:
     for op in args.only or SOURCES:
         data = read_operator(args.git_dir, rev, op)
         path = CASES_DIR / f"{op}.json"
-        with open(path, "w") as f:
-            json.dump(data, f, indent=None, separators=(",", ":"))
-            f.write("\n")
+        with open(path, "w") as f:   # one case per line: a regenerated file diffs case by case
+            head = json.dumps({k: v for k, v in data.items() if k != "cases"})
+            f.write(head[:-1] + ', "cases": [\n')
+            f.write(",\n".join(json.dumps(c, separators=(",", ":")) for c in data["cases"]))
+            f.write("\n]}\n")
         ut = sum(c["kind"] == "ut" for c in data["cases"])
         print(f"{path.relative_to(ROOT)}: {ut} unit-test cases, {len(data['cases']) - ut} system-test cases, "
               f"{sum('cap' in c for c in data['cases'])} capped, {sum('mark' in c for c in data['cases'])} marked")

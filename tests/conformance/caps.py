@@ -100,7 +100,7 @@ def cap_ctc(inputs: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
     tg = n["targets"]
     if len(tg["shape"]) == 2:
         S = tg["shape"][1]
-        tg["shape"] = [N2, max(max_l2, min(S, S - max_l + max_l2))]
+        tg["shape"] = [N2, max_l2 + min(max(S - max_l, 0), 4)]   # the padding past maxL: up to 4 kept
     else:
         tg["shape"] = [sum(tl["values"])]
     tg["range"], n["blank"]["range"], C2 = _ctc_labels(tg["range"], int(n["blank"]["range"]), C, C2)

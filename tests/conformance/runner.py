@@ -157,7 +157,8 @@ def _compare(got: np.ndarray, want: np.ndarray, dtype: Any, what: str, scale: fl
     mag = np.abs(want64)
     if magnitude is not None:
         mag = mag + np.broadcast_to(np.abs(magnitude), want64.shape)
-    err = np.abs(got64 - want64)
+    with np.errstate(invalid="ignore"):   # inf - inf at the infinities checked above
+        err = np.abs(got64 - want64)
     bad = fin & (err > atol + rtol * mag)
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
