@@ -9,7 +9,10 @@ every output with the golden: PyTorch in float64 (CtcLoss, CtcLossBackward, Cros
 ConvTbc(Backward), ScaledMaskedSoftmax(Backward)), CANN's documented formula in float64 for
 CrossEntropyLossGrad (its golden, ops-nn's assets/golden.py, is that formula: logProb is drawn, not a
 log_softmax, so PyTorch autograd does not apply). A case marked with a docs/API.md §7 decision
-(marks.py) is checked against that decision instead.
+(marks.py) is checked against that decision instead; so is a case whose drawn data meets one
+(CE_MEAN_NO_WEIGHT), which then counts as marked. One draw rule is the runner's: a class target
+drawn outside [0, C) that is not ignoreIndex (the CrossEntropy tables draw targets from [-1, C-1])
+becomes ignoreIndex, since PyTorch refuses it and CANN's golden indexes out of bounds with it.
 """
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ ATK_DTYPES = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32), "fp64"
 # the inputs (the math runs in fp32 for 16-bit types, in fp64 for DOUBLE)
 TOLERANCE = {np.dtype(np.float64): (1e-9, 1e-11), np.dtype(np.float32): (5e-5, 1e-5),
              np.dtype(np.float16): (8e-3, 2e-3), dtypes.bfloat16: (4e-2, 2e-2)}
+
+
+# a §7 decision that only the drawn data can meet (every counted row ignored, or weights summing to
+# 0): the runner checks the documented result and reports the case as marked
+CE_MEAN_NO_WEIGHT = 'docs/API.md §7: CE "mean", every target ignored (or only weight-0 targets): zeros'
 
 
 class Outcome(Exception):
@@ -176,6 +184,7 @@ class Draw:
     def __init__(self, case: dict[str, Any], rng: np.random.Generator):
         self.rng = rng
         self.inputs = _by_name(case["inputs"])
+        self.applied: str | None = None   # the §7 row the drawn data met, when the golden follows it
 
     def tensor(self, name: str, dtype: Any = None) -> np.ndarray:
         i = self.inputs[name]
@@ -295,7 +304,8 @@ def st_cross_entropy_loss(s: Any, d: Draw, mark: dict[str, Any] | None) -> None:
     counted = t != ignore_index
     w64 = w.astype(np.float64)
     if reduction == "mean" and (not counted.any() or w64[t[counted]].sum() == 0):
-        want = np.zeros(())   # docs/API.md §7: "mean" over no weight gives 0 (PyTorch: NaN)
+        want = np.zeros(())
+        d.applied = CE_MEAN_NO_WEIGHT
     want_lp = torch.log_softmax(x64, 1).numpy()
     mag = np.abs(want_lp).sum(1) * np.abs(w64).max(initial=1.0)
     _compare(s.read(lp), want_lp, x.dtype, "logProbOut", scale=2, magnitude=np.abs(want_lp) + 1)
@@ -346,7 +356,8 @@ def st_cross_entropy_loss_grad(s: Any, d: Draw, mark: dict[str, Any] | None) -> 
     want, mag = ce_grad_golden(g, lp, t, w, reduction, ii, ls)
     D = (w.astype(np.float64)[np.where(t != ii, t, 0)] * (t != ii)).sum()
     if reduction == "mean" and D == 0:
-        want = np.zeros_like(want)   # docs/API.md §7: D = 0 gives zeros
+        want = np.zeros_like(want)
+        d.applied = CE_MEAN_NO_WEIGHT
     _compare(s.read(out), want, lp.dtype, "out", scale=4, magnitude=mag)
 
 
@@ -441,6 +452,9 @@ SYSTEM: dict[str, Callable[[Any, Draw, dict[str, Any] | None], None]] = {
 }
 
 
-def run_system_case(s: Any, op: str, case: dict[str, Any], rng: np.random.Generator) -> None:
-    """Raises Outcome when the case does not pass."""
-    SYSTEM[op](s, Draw(case, rng), case.get("mark"))
+def run_system_case(s: Any, op: str, case: dict[str, Any], rng: np.random.Generator) -> str | None:
+    """Raises Outcome when the case does not pass; returns the docs/API.md §7 row the drawn data met
+    (the golden then follows that decision and the case counts as marked), or None."""
+    d = Draw(case, rng)
+    SYSTEM[op](s, d, case.get("mark"))
+    return d.applied

@@ -25,10 +25,15 @@ _held: dict[str, Any] = {}
 
 def session_for(kind: str) -> Session:
     """One session per device kind for the whole run (a fresh one per case would cost more than the
-    case), switched when the kind changes."""
-    if _held.get("kind") != kind:
-        if "session" in _held:
-            _held["session"].close()
+    case), switched when the kind changes, and made again when another test reset the devices in
+    between (pytest-xdist interleaves modules: its stream is then refused)."""
+    import aclnn_gpu as acl
+    held = _held.get("session")
+    if held is not None and (_held["kind"] != kind or acl.aclrtSynchronizeStream(held.stream) != 0):
+        if _held["kind"] != kind:
+            held.close()
+        held = None
+    if held is None:
         _held.update(kind=kind, session=Session(kind))
     return _held["session"]
 
@@ -82,7 +87,10 @@ def test_case(request, kind, op, case):
                 pytest.fail(f"{op} {case['id']}: status {status} ({message}); {what}")
         else:
             try:
-                run_system_case(s, op, case, rng)
+                applied = run_system_case(s, op, case, rng)
+                if applied and not mark:
+                    mark = {"section": applied}
+                    print(f"marked: {applied}")
             except Outcome as why:
                 note = f" (marked {mark['section']})" if mark else ""
                 pytest.fail(f"{op} {case['id']}{note}: {why}")
