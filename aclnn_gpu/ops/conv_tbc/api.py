@@ -150,6 +150,18 @@ def _check_sizes_and_pad(c: Checks, input_name: str, input_: aclTensor, weight: 
     return T, B, Cin, K, Cout, pad, Tout
 
 
+def _check_forward_window(c: Checks, input_: aclTensor, weight: aclTensor, T: int, K: int, pad: int) -> None:
+    """aclnnConvTbc's own two rules beyond the backward's (ops-nn's ValueCheckerTbc, which its unit tests
+    test_convTbc_empty_tensor_1 and _3 exercise): the kernel size K > 0, and a non-empty self must reach
+    the last tap with one side's padding, T + pad - (K - 1) - 1 >= 0 (an output of length 0 from
+    T + 2*pad - K + 1 is not enough)."""
+    if K <= 0:
+        c.fail(INVALID, f"weight shape {list(weight.shape)}: dim 0 (the kernel size K) must be > 0")
+    if input_.numel > 0 and T + pad - (K - 1) - 1 < 0:
+        c.fail(INVALID, f"self shape {list(input_.shape)}, weight shape {list(weight.shape)}, pad {pad}: "
+                        f"T + pad - (K - 1) - 1 = {T} + {pad} - {K - 1} - 1 = {T + pad - K} must be >= 0")
+
+
 def _check_gemm_limits(c: Checks, device: Any, T: int, B: int, Cin: int, Cout: int, K: int, pad: int) -> None:
     """Sizes the GPU GEMM plan cannot address are refused here (161002); the cpu has no limit."""
     if device.kind == "cpu":
@@ -292,6 +304,7 @@ def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out
     _check_dtypes_and_formats(c, tensors, ("self", "weight", "bias", "out"), three_d, one_d)
     _check_ranks(c, tensors, three_d, one_d)
     T, B, Cin, K, Cout, pad, Tout = _check_sizes_and_pad(c, "self", input_, weight_, bias_, pad)
+    _check_forward_window(c, input_, weight_, T, K, pad)
     c.shape_eq("out", out_, (Tout, B, Cout), "(Tout, B, Cout) =")
     cube_math_type = _cube_math(c, cubeMathType)
     if out_.numel == 0:
