@@ -134,14 +134,19 @@ def _autograd(op: Any, setup: Callable[..., None], backward: Callable[..., Any],
     this kernel as it traces custom_op's."""
 
     class Function(torch.autograd.Function):
+        # apply(keyset, grad_mode, *args): grad_mode is the caller's, which autograd turns off around
+        # forward and jvp; restored there, the transforms of lower levels (the reverse mode under
+        # jacrev(jacfwd(f))) still record what runs inside them
         @staticmethod
-        def forward(keyset: Any, *args: Any) -> Any:
-            with torch._C._AutoDispatchBelowAutograd(), forward_ad._set_fwd_grad_enabled(True):
+        def forward(keyset: Any, grad_mode: bool, *args: Any) -> Any:
+            with torch._C._AutoDispatchBelowAutograd(), forward_ad._set_fwd_grad_enabled(True), \
+                    torch.set_grad_enabled(grad_mode):
                 return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-            setup(ctx, inputs[1:], output)
+            ctx.grad_mode = inputs[1]
+            setup(ctx, inputs[2:], output)
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
@@ -149,15 +154,16 @@ def _autograd(op: Any, setup: Callable[..., None], backward: Callable[..., Any],
             if all(g is None for g in grads):           # (grads are not materialised: _save)
                 return (None,) * len(needs)
             try:
-                ctx.needs_input_grad = needs[1:]
+                ctx.needs_input_grad = needs[2:]
                 result = backward(ctx, *grads)
             finally:
                 ctx.needs_input_grad = needs
-            return (None, *result) if isinstance(result, tuple) else (None, result)
+            return (None, None, *result) if isinstance(result, tuple) else (None, None, result)
 
         @staticmethod
         def jvp(ctx: Any, *tangents: Any) -> Any:
-            return jvp(ctx, *tangents[1:])
+            with torch.set_grad_enabled(ctx.grad_mode):
+                return jvp(ctx, *tangents[2:])
 
     Function.__name__ = Function.__qualname__ = f"{op._opname}_function"
     apply = super(torch.autograd.Function, Function).apply   # the C++ apply: one level, no functorch lifting
@@ -171,7 +177,7 @@ def _autograd(op: Any, setup: Callable[..., None], backward: Callable[..., Any],
         if ((torch.is_grad_enabled() and torch._C._any_requires_grad(*args))
                 or torch._C._are_functorch_transforms_active() or _has_tangent(args)):
             with enable_single_level_autograd_function():
-                return apply(keyset, *args)
+                return apply(keyset, torch.is_grad_enabled(), *args)
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 

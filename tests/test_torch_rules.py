@@ -102,6 +102,29 @@ def test_jacfwd_and_hessian_of_cross_entropy_are_pytorch(dev, gen):
           torch.func.hessian(lambda a: TF.cross_entropy(a, t, label_smoothing=0.2))(x))
 
 
+def test_forward_over_reverse_and_reverse_over_forward_are_pytorch(dev, gen):
+    """torch.func.hessian (jacfwd of jacrev) and jacrev of jacfwd: the tangents of the backward operators,
+    and the reverse mode through the forward-mode rules, against PyTorch's own Hessians."""
+    x, t = randn(gen, 3, 4, device=dev), torch.tensor([1, 0, 3], device=dev)
+    kl_target = torch.rand(3, 4, dtype=D, generator=gen).to(dev)
+    w, b = randn(gen, 2, 4, 3, device=dev), randn(gen, 3, device=dev)
+    pairs = [
+        (lambda a: AT.cross_entropy(a, t, label_smoothing=0.1), lambda a: TF.cross_entropy(a, t, label_smoothing=0.1)),
+        (lambda a: AT.nll_loss(a.log_softmax(-1), t), lambda a: TF.nll_loss(a.log_softmax(-1), t)),
+        (lambda a: (AT.kl_div(a, kl_target, reduction="none") ** 2).sum(),
+         lambda a: (TF.kl_div(a, kl_target, reduction="none") ** 2).sum()),
+        (lambda a: (AT.scaled_masked_softmax(a.reshape(1, 1, 3, 4), None, 0.5) ** 3).sum(),
+         lambda a: (torch.softmax(a.reshape(1, 1, 3, 4) * 0.5, -1) ** 3).sum()),
+        (lambda a: (AT.conv_tbc(a.reshape(3, 1, 4), w, b, 1) ** 2).sum(),
+         lambda a: (reference_conv_tbc(a.reshape(3, 1, 4), w, b, 1) ** 2).sum()),
+    ]
+    for ours, theirs in pairs:
+        expected = torch.func.hessian(theirs)(x)
+        assert expected.abs().sum() > 0
+        close(torch.func.hessian(ours)(x), expected)
+        close(torch.func.jacrev(torch.func.jacfwd(ours))(x), expected)
+
+
 @pytest.mark.parametrize("reduction", ["none", "mean"])
 def test_nll_loss_and_zloss_forward_mode(reduction, dev, gen):
     x, t = ce_case(gen, dev)
