@@ -73,10 +73,12 @@ from . import functional as _F
 from . import torch_stream as _stream
 
 NAMESPACE = "aclnn"
-FIRST_ORDER_ONLY = ("aclnn_gpu.torch: aclnn::ctc_loss_backward has no derivative (no double backward through "
-                    "the CTC loss, as PyTorch's _ctc_loss_backward has none)")
-NO_FORWARD_AD = ("Trying to use forward AD with aclnn::ctc_loss that does not support it (PyTorch's _ctc_loss has "
-                 "no forward-mode derivative either)")
+# PyTorch's own messages for the same refusals (aten::_ctc_loss_backward has no derivative, _ctc_loss no
+# forward-mode rule), naming these operators
+FIRST_ORDER_ONLY = ("derivative for aclnn::ctc_loss_backward is not implemented (as PyTorch's for "
+                    "aten::_ctc_loss_backward: no double backward through the CTC loss)")
+NO_FORWARD_AD = ("Trying to use forward AD with aclnn::ctc_loss that does not support it because it has not been "
+                 "implemented yet (as PyTorch's _ctc_loss)")
 
 _LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 

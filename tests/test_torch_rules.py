@@ -257,6 +257,15 @@ def test_double_backward_through_the_operators_in_float32(dev, gen):
     close(ours.double(), theirs, rtol=1e-4, atol=1e-5)
 
 
+def test_ctc_double_backward_is_refused_as_pytorch(dev, gen):
+    tg = torch.tensor([[1, 2], [3, 1]])
+    for f, device in ((TF.ctc_loss, "cpu"), (AT.ctc_loss, dev)):
+        lp = randn(gen, 6, 2, 5, device=device).log_softmax(-1).requires_grad_()
+        (g,) = torch.autograd.grad(f(lp, tg.to(device), [6, 6], [2, 2]), [lp], create_graph=True)
+        with pytest.raises(RuntimeError, match="derivative for .*ctc_loss_backward is not implemented"):
+            torch.autograd.grad(g.pow(2).sum(), [lp])
+
+
 def test_zloss_second_derivative_is_refused(dev, gen):
     x, t = ce_case(gen, dev)
     x.requires_grad_()
