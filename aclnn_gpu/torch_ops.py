@@ -107,8 +107,8 @@ def _dense(grad: torch.Tensor) -> torch.Tensor:
 
 def _define(name: str, schema: str, impl: Callable[..., Any], fake: Callable[..., Any]) -> Any:
     """The operator `aclnn::name`: `impl` for every backend (CompositeExplicitAutograd, as custom_op
-    registers it), `fake` for FakeTensor / meta tracing; returns its OpOverload. Its autograd kernel comes
-    from `_autograd` (a forward without one is an error, not a silent zero)."""
+    registers it), `fake` for FakeTensor / meta tracing; returns its OpOverload. Its Autograd kernel comes
+    from `_autograd` (every operator here gets one)."""
     _LIB.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
     _LIB.impl(name, impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
@@ -130,10 +130,13 @@ def _autograd(op: Any, setup: Callable[..., None], backward: Callable[..., Any],
     and PyTorch then gives zero tangents without a word: hence this kernel, modelled on custom_op's.
 
     The Function runs at the dispatcher level (below any torch.func transform, as custom_op's does):
-    applied as a single-level Function, its forward redispatches below autograd with forward grad
-    enabled, so that a transform of a lower level (the jvp under jacfwd(jacrev(f))) still sees its
-    tangents. torch.compile sees only the operator (Dynamo does not look inside), and AOTAutograd traces
-    this kernel as it traces custom_op's."""
+    applied as a single-level Function, its forward redispatches below autograd with forward grad on
+    and the caller's grad mode (autograd turns both off around a Function's forward), so that the
+    transforms of lower levels still work inside it: the jvp under jacfwd(jacrev(f)) sees its tangents,
+    the reverse mode under jacrev(jacfwd(f)) records. It is applied whenever a rule may be needed (an
+    input requires grad, carries a tangent, or a torch.func transform is active). torch.compile sees only
+    the operator (Dynamo does not look inside), and AOTAutograd traces this kernel as it traces
+    custom_op's."""
 
     class Function(torch.autograd.Function):
         # apply(keyset, grad_mode, *args): grad_mode is the caller's, which autograd turns off around

@@ -355,23 +355,25 @@ ROUNDED = {"softmax masked row", "softmax none", "softmax -inf row", "conv pad",
            "ctc infeasible zeroed", "ctc uint8", "ctc int16"}
 
 
-def test_one_answer_per_call_on_cpu_and_emulated():
-    """The same call gives the same result on the cpu and emulated device kinds: exactly, NaN for NaN;
-    for ROUNDED, the same 0 / NaN / inf positions exactly and the finite values to float32 rounding."""
+@pytest.mark.parametrize("kind", [k for k in DEVICE_KINDS if k != "cpu"])
+def test_one_answer_per_call_on_every_device_kind(kind):
+    """The same call gives the same result on the cpu device and on `kind` (emulated in CI, cuda in the
+    GPU check): exactly, NaN for NaN; for ROUNDED, the same 0 / NaN / inf positions exactly and the
+    finite values to float32 rounding."""
     results = {}
-    for kind in ("cpu", "emulated"):
-        use_device(kind)
-        results[kind] = {name: case() for name, case in _edge_cases().items()}
+    for each in ("cpu", kind):
+        use_device(each)
+        results[each] = {name: case() for name, case in _edge_cases().items()}
     for name, cpu in results["cpu"].items():
-        emulated = results["emulated"][name]
-        assert cpu.dtype == emulated.dtype and cpu.shape == emulated.shape, name
+        other = results[kind][name]
+        assert cpu.dtype == other.dtype and cpu.shape == other.shape, name
         if name not in ROUNDED:
-            torch.testing.assert_close(emulated, cpu, rtol=0, atol=0, equal_nan=True, msg=name)
+            torch.testing.assert_close(other, cpu, rtol=0, atol=0, equal_nan=True, msg=name)
             continue
         for special in (torch.isnan, torch.isposinf, torch.isneginf, lambda v: v == 0):
-            assert torch.equal(special(cpu), special(emulated)), name
+            assert torch.equal(special(cpu), special(other)), name
         finite = torch.isfinite(cpu)
-        torch.testing.assert_close(emulated[finite], cpu[finite], rtol=1e-6, atol=1e-6, msg=name)
+        torch.testing.assert_close(other[finite], cpu[finite], rtol=1e-6, atol=1e-6, msg=name)
 
 
 def test_edge_cases_against_pytorch(dev):
