@@ -116,7 +116,11 @@ def _define(name: str, schema: str, impl: Callable[..., Any], fake: Callable[...
 
 
 def _has_tangent(args: tuple) -> bool:
-    """Whether a tensor argument carries a forward-mode tangent (torch.autograd.forward_ad, torch.func.jvp)."""
+    """Whether a tensor argument carries a forward-mode tangent of torch.autograd.forward_ad (torch.func's
+    transforms are seen by the kernel itself). Tangents exist only inside a dual_level: outside one,
+    nothing is unpacked (that costs microseconds per tensor, a call's whole host budget on a GPU)."""
+    if forward_ad._current_level < 0:
+        return False
     return any(isinstance(a, torch.Tensor) and torch._VF._unpack_dual(a, 0)[1] is not None for a in args)
 
 
