@@ -373,7 +373,7 @@ def test_one_answer_per_call_on_every_device_kind(kind):
         for special in (torch.isnan, torch.isposinf, torch.isneginf, lambda v: v == 0):
             assert torch.equal(special(cpu), special(other)), name
         finite = torch.isfinite(cpu)
-        torch.testing.assert_close(other[finite], cpu[finite], rtol=1e-6, atol=1e-6, msg=name)
+        torch.testing.assert_close(other[finite], cpu[finite], rtol=4e-6, atol=4e-6, msg=name)
 
 
 def test_edge_cases_against_pytorch(dev):
