@@ -93,7 +93,9 @@ Semantics, and where they differ from PyTorch:
     dim 0). No gradient for target: a target that requires grad is refused.
   * conv_tbc / scaled_masked_softmax: the operators take FLOAT, FLOAT16, BFLOAT16 (CANN's contract,
     kept at the aclnn level); float64 tensors are computed by this layer itself with PyTorch's ops on
-    the tensors' device (the same formulas), so gradcheck runs in float64. The mask is bool (or uint8,
+    the tensors' device (the same formulas), so gradcheck runs in float64. A conv_tbc input that does
+    not reach the last tap with one side's padding (T + pad < K), which aclnnConvTbc refuses as CANN
+    does, runs PyTorch's own torch.conv_tbc. The mask is bool (or uint8,
     as apex takes it), true = masked out, or None (nothing masked); a fully masked row gives zeros
     (PyTorch's softmax gives NaN, apex's -10000 fill a uniform row).
   * Class-index targets: int64 or uint8 (PyTorch's two) for cross_entropy / nll_loss; CTC targets of

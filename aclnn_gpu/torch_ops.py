@@ -665,9 +665,17 @@ def _float64(*tensors: torch.Tensor) -> bool:
     return all(t.dtype == torch.float64 for t in tensors)
 
 
+def _conv_tbc_window_refused(input: torch.Tensor, weight: torch.Tensor, pad: int) -> bool:
+    """The shapes aclnnConvTbc refuses, as CANN's forward does, though torch.conv_tbc computes them: a
+    non-empty input that does not reach the last tap with one side's padding (T + pad < K, Tout >= 0)."""
+    return input.numel() > 0 and input.shape[0] + pad < weight.shape[0] <= input.shape[0] + 2 * pad + 1
+
+
 def _conv_tbc(input, weight, bias, pad, cube_math_type):
     if _float64(input, weight, bias):
         return _conv_tbc_float64(input, weight, bias, pad)
+    if _conv_tbc_window_refused(input, weight, pad):   # PyTorch's answer, by PyTorch's own op
+        return torch.conv_tbc(input, weight, bias, pad)
     return _run(_F.conv_tbc, input, input, weight, bias, pad, cube_math_type)
 
 
