@@ -335,6 +335,24 @@ def test_conv_tbc_empty_output_backward(shape, pad, gen):
         assert t.grad is not None and t.grad.shape == t.shape and not t.grad.any()
 
 
+def test_conv_tbc_shapes_cann_refuses_give_pytorchs_answer(gen):
+    """T + pad < K with Tout >= 1: aclnnConvTbc refuses it (CANN's forward rule), torch.conv_tbc computes
+    it; the torch layer gives PyTorch's values and gradients."""
+    x = torch.randn(1, 2, 3, generator=gen, dtype=torch.float32)
+    w = torch.randn(3, 3, 4, generator=gen)
+    b = torch.randn(4, generator=gen)
+    ours = [t.clone().requires_grad_() for t in (x, w, b)]
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    y, ey = AT.conv_tbc(*ours, 1), torch.conv_tbc(*ref, 1)
+    assert y.shape == ey.shape == (1, 2, 4)
+    torch.testing.assert_close(y, ey)
+    g = torch.randn(y.shape, generator=gen)
+    y.backward(g)
+    ey.backward(g)
+    for a, e in zip(ours, ref):
+        torch.testing.assert_close(a.grad, e.grad)
+
+
 def test_non_tensor_arguments_raise_type_error():
     import numpy as np
     with pytest.raises(TypeError, match="conv_tbc: bias must be a torch.Tensor"):
