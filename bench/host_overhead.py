@@ -2,8 +2,9 @@
 the GPU and CuPy cost nothing.
 
 The `cuda` device's code runs over `bench/instant_cupy.py` (launches, copies and synchronizes
-return at once), so a timed call is exactly the Python a GPU user pays before any kernel runs:
-the executor checks, the pointer checks and the frozen launches. Timed for the five backward
+return at once; libcublas's C entry points are a null library, `null_cublas.c`, under the library's
+own GEMM wrapper), so a timed call is exactly the host time a GPU user pays before any kernel runs:
+the executor checks, the pointer checks, the frozen launches and the cuBLAS calls. Timed for the five backward
 operators on tiny tensors (the figures do not depend on the size: nothing is computed), beside
 one tiny PyTorch op (`torch.add` of two 8-element tensors) timed in the same run. Per-call figures
 are medians over batches of calls. Also run alone: `python -m bench.host_overhead [--calls N]`.
@@ -55,21 +56,25 @@ def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable
 
 
 class InstantDevice:
-    """The cuda device over instant_cupy as the calling thread's current device for the `with` block."""
+    """The cuda device over instant_cupy, its GEMMs through the library's cuBLAS wrapper into
+    `instant_cupy.null_cublas()`, as the calling thread's current device for the `with` block."""
 
     def __enter__(self) -> Any:
         from aclnn_gpu import runtime
         from aclnn_gpu.device.cuda import CudaDevice
+        from aclnn_gpu.kernels import gemm
 
-        class InstantCudaDevice(CudaDevice):
-            def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
-                return None  # cuBLAS is CuPy's cost, not the library's
-
-        self.scope = runtime.using_device(InstantCudaDevice(instant_cupy, kind="cuda"))
+        self.functions = gemm._FUNCTIONS
+        gemm._FUNCTIONS = instant_cupy.null_cublas()   # what gemm.cublas_functions() hands the handles
+        self.scope = runtime.using_device(CudaDevice(instant_cupy, kind="cuda"))
         return self.scope.__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self.scope.__exit__(*exc)
+        from aclnn_gpu.kernels import gemm
+        try:
+            self.scope.__exit__(*exc)
+        finally:
+            gemm._FUNCTIONS = self.functions
 
 
 def cuda_code_path(families: list, calls: int = 200, batches: int = 9) -> dict:
