@@ -207,6 +207,7 @@ class CudaKernelContext:
         (`Gemm.native`); the handle's workspace is settled at the first GEMM of the execute."""
         kernels, stream, device = self.device._kernels, self.stream.cupy, self.device
         native, handle = device.native_gemm, None
+        strided = batched = cublas = None   # the handle's two entry points and its C handle
         for step in frozen.steps:
             kind = type(step)
             if kind is Launch:
@@ -221,11 +222,15 @@ class CudaKernelContext:
                 data, address = step.rebased_at(workspace)
                 self.upload_at(workspace + step.offset, data, address)
             elif native:
-                arguments = step.native(workspace)
+                last = step._native   # Gemm.native's cache, read here: this loop is the per-call cost
+                arguments = last[1] if last[0] == (workspace if step.patches else 0) else step.native(workspace)
                 if arguments is not None:
                     if handle is None:
                         handle = device.cublas(self.stream)
-                    handle.gemm(step.batched, arguments)
+                        cublas, strided, batched = handle.handle, handle.strided, handle.batched
+                    status = (batched if step.batched else strided)(cublas, *arguments)
+                    if status:
+                        handle.check(status, "cublasGemmBatchedEx" if step.batched else "cublasGemmStridedBatchedEx")
             else:
                 args = step.rebased(workspace) if step.patches else step.args
                 (device.gemm_batched if step.batched else device.gemm)(self.stream, *args, **step.kwargs)

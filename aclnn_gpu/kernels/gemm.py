@@ -225,8 +225,8 @@ def cupy_cublas() -> Any:
 
 # The libcublas entry points the library calls, by C name -> ctypes argument types (cublas_api.h; the
 # cublasStatus_t result is an int). p: a pointer or handle, i: an int (or enum), q: long long. None: the
-# GEMMs, called with arguments converted once (`native_arguments`) -- ctypes then converts nothing per call
-# (an argtypes list would run a from_param per argument per call, about 2 us for a GEMM's 23).
+# GEMMs, called with arguments converted once (`native_arguments`), so ctypes converts nothing per call
+# (an argtypes list would run a from_param per argument per call: about 2 us more for a GEMM's 23).
 _P, _I, _Q = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 _CUBLAS_FUNCTIONS: dict[str, list[Any] | None] = {
     "cublasCreate_v2": [ctypes.POINTER(_P)],
@@ -300,10 +300,17 @@ def _scale(value: float) -> Any:
     key = float(np.float32(value))
     pointer = _SCALARS.get(key)
     if pointer is None:
-        pointer = ctypes.pointer(ctypes.c_float(key))   # passed as a float*, keeps its float alive
+        pointer = ctypes.byref(ctypes.c_float(key))   # passed as a float*, keeps its float alive
         if len(_SCALARS) < _SCALARS_KEPT:
             _SCALARS[key] = pointer
     return pointer
+
+
+# The C arguments are ctypes' own parameter objects (what `from_param` and `byref` return): a foreign call
+# copies such an object's value as it is, where a c_void_p or c_longlong instance would first be turned
+# into a new one per call (CPython's _ctypes/callproc.c, ConvParam). Ints below 2**31 pass as C ints.
+_pointer = _P.from_param
+_long = _Q.from_param
 
 
 def _c_int(value: Any, name: str) -> int:
@@ -321,8 +328,8 @@ def _op(trans: Any) -> int:
 def native_arguments(batched: bool, args: tuple, kwargs: dict) -> tuple | None:
     """The C arguments after the handle of cublasGemmStridedBatchedEx (or, `batched`, cublasGemmBatchedEx)
     for the portable argument list (`gemm_strided_batched`'s or `gemm_batched`'s, module docstring),
-    checked and converted for a ctypes call without argument types: ints as Python ints, pointers as
-    c_void_p, strides as c_longlong, alpha / beta as pointers to interned floats. None: an empty product
+    checked and converted for a ctypes call without argument types: ints as Python ints, pointers and
+    strides as ctypes parameter objects, alpha / beta as pointers to interned floats. None: an empty product
     (m, n or batch 0), which cuBLAS is not called for. A frozen GEMM converts once (ops/frozen.Gemm.native)."""
     if batched:
         (transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch,
@@ -338,12 +345,12 @@ def native_arguments(batched: bool, args: tuple, kwargs: dict) -> tuple | None:
     if comp is None:
         raise ValueError(f"gemm: unsupported compute mode {compute!r}")
     if batched:
-        return (*head, _P(int(a)), _cuda_type(a_type), _c_int(lda, "lda"), _P(int(b)), _cuda_type(b_type),
-                _c_int(ldb, "ldb"), _scale(beta), _P(int(c)), _cuda_type(c_type), _c_int(ldc, "ldc"),
+        return (*head, _pointer(int(a)), _cuda_type(a_type), _c_int(lda, "lda"), _pointer(int(b)), _cuda_type(b_type),
+                _c_int(ldb, "ldb"), _scale(beta), _pointer(int(c)), _cuda_type(c_type), _c_int(ldc, "ldc"),
                 _c_int(batch, "batch"), comp, CUBLAS_GEMM_DEFAULT)
-    return (*head, _P(int(a)), _cuda_type(a_type), _c_int(lda, "lda"), _Q(int(stride_a)), _P(int(b)),
-            _cuda_type(b_type), _c_int(ldb, "ldb"), _Q(int(stride_b)), _scale(beta), _P(int(c)),
-            _cuda_type(c_type), _c_int(ldc, "ldc"), _Q(int(stride_c)), _c_int(batch, "batch"), comp,
+    return (*head, _pointer(int(a)), _cuda_type(a_type), _c_int(lda, "lda"), _long(int(stride_a)), _pointer(int(b)),
+            _cuda_type(b_type), _c_int(ldb, "ldb"), _long(int(stride_b)), _scale(beta), _pointer(int(c)),
+            _cuda_type(c_type), _c_int(ldc, "ldc"), _long(int(stride_c)), _c_int(batch, "batch"), comp,
             CUBLAS_GEMM_DEFAULT)
 
 
@@ -390,13 +397,14 @@ class CublasHandle:
         self.functions = fns
         handle = _P()
         self.check(fns.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-        self.handle: Any = handle
+        self.made: Any = handle
+        self.handle: Any = _pointer(handle.value)   # as the GEMMs take it (a parameter object)
         self.stream_ptr: int | None = None                # what the handle is set to now
         self.workspace: tuple[int, int] | None = None
         self.check(fns.cublasSetMathMode(handle, LIBRARY_MATH_MODE), "cublasSetMathMode")
         self.check(fns.cublasSetPointerMode_v2(handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode")
-        self._strided = fns.cublasGemmStridedBatchedEx
-        self._batched = fns.cublasGemmBatchedEx
+        self.strided = fns.cublasGemmStridedBatchedEx   # (handle, *native_arguments(False, ...))
+        self.batched = fns.cublasGemmBatchedEx          # (handle, *native_arguments(True, ...))
 
     def use(self, stream_ptr: int, workspace: tuple[int, int] | None) -> None:
         """The GEMMs that follow run on the stream at `stream_ptr` with `workspace` ((address, bytes) of a
@@ -413,7 +421,7 @@ class CublasHandle:
 
     def gemm(self, batched: bool, arguments: tuple) -> None:
         """One GEMM of `native_arguments`' C arguments on the handle's stream."""
-        status = (self._batched if batched else self._strided)(self.handle, *arguments)
+        status = (self.batched if batched else self.strided)(self.handle, *arguments)
         if status:
             self.check(status, "cublasGemmBatchedEx" if batched else "cublasGemmStridedBatchedEx")
 
@@ -425,7 +433,7 @@ class CublasHandle:
 
     def close(self) -> None:
         """cublasDestroy (with its device current, after the work queued with it)."""
-        handle, self.handle = self.handle, None
+        handle, self.made, self.handle = self.made, None, None
         if handle is not None and handle.value:
             self.check(self.functions.cublasDestroy_v2(handle), "cublasDestroy")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from types import MethodType, SimpleNamespace
 
 import numpy as np
@@ -35,9 +36,10 @@ CUPY_HANDLE = 0x1234        # CuPy's handle for the device: the library must nev
 
 
 def _value(x):
-    """An argument as the C function receives it: a ctypes pointer, c_void_p or c_longlong, or an int."""
-    if isinstance(x, ctypes._Pointer):
-        return ctypes.cast(x, ctypes.c_void_p).value
+    """An argument as the C function receives it: a ctypes parameter object (what from_param and byref
+    return: its repr shows the value, "<cparam 'P' (0x7f...)>"), a ctypes instance, or an int."""
+    if type(x).__name__ == "CArgObject":
+        return int(re.fullmatch(r"<cparam '.' \((-?(?:0x)?[0-9a-f]+)\)>", repr(x)).group(1), 0)
     return x.value if hasattr(x, "value") else int(x)
 
 
