@@ -207,7 +207,9 @@ class CudaKernelContext:
         (`Gemm.native`); the handle's workspace is settled at the first GEMM of the execute."""
         kernels, stream, device = self.device._kernels, self.stream.cupy, self.device
         native, handle = device.native_gemm, None
-        strided = batched = cublas = None   # the handle's two entry points and its C handle
+        strided: Any = None   # the handle's two entry points and its C handle, at the first GEMM
+        batched: Any = None
+        cublas: Any = None
         for step in frozen.steps:
             kind = type(step)
             if kind is Launch:
