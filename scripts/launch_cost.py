@@ -6,9 +6,9 @@ Paths: CuPy's `RawKernel.__call__` with a frozen launch's argument tuple (what `
 today: CuPy packs every argument per call); cuda-bindings' `cuLaunchKernel` with the kernel parameters
 packed once (a void* array of the argument values, the packing a frozen launch could keep);
 cuda.core's `launch` (its own compiled kernel, same source and arguments) where it is installed; and
-the library's cuBLAS GEMM (`kernels/gemm.CublasHandle` on arguments converted once) beside CuPy's own
-`cublas.sgemm`. Each path in its own try: one that this machine's versions lack prints its error
-instead. Not part of the test suite: no GPU in CI."""
+the library's cuBLAS GEMM (`kernels/gemm.CublasHandle` on arguments converted once, one ctypes call)
+beside CuPy's Cython wrapper of the same entry point on the same handle. Each path in its own try:
+one that this machine's versions lack prints its error instead. Not part of the test suite."""
 from __future__ import annotations
 
 import argparse
@@ -110,19 +110,26 @@ def main() -> int:
         return per_call_us(lambda: handle.gemm(False, arguments), sync, calls)
     row("library cuBLAS GEMM (CublasHandle, arguments converted once)", library_gemm)
 
-    def cupy_sgemm() -> float:
-        from cupy.cuda import cublas, device
+    def cupy_gemm() -> float:
+        # the candidate outside a capture: CuPy's Cython wrapper on the library's own handle (it points the
+        # handle at CuPy's current stream before each call and refuses a capturing stream, so a capture
+        # would keep the ctypes call)
+        from cupy.cuda import cublas
+        from aclnn_gpu.kernels import gemm
         m = n = k = 16
         a = cp.ones((m, k), cp.float32)
-        handle = device.get_cublas_handle()
-        one, zero = np.ones((), np.float32), np.zeros((), np.float32)
+        handle = gemm.CublasHandle()
+        scalars = [ctypes.c_float(1.0), ctypes.c_float(0.0)]
+        one, zero = (ctypes.addressof(v) for v in scalars)
+        address = int(handle.made.value)
 
         def call() -> None:
-            with stream:
-                cublas.sgemm(handle, 0, 0, m, n, k, one.ctypes.data, a.data.ptr, m, a.data.ptr, k,
-                             zero.ctypes.data, buf.data.ptr, m)
-        return per_call_us(call, sync, calls)
-    row("CuPy cublas.sgemm (its Cython wrapper, in `with stream`)", cupy_sgemm)
+            cublas.gemmStridedBatchedEx(address, 0, 0, m, n, k, one, a.data.ptr, 0, m, 0, a.data.ptr, 0, k, 0,
+                                        zero, buf.data.ptr, 0, m, 0, 1, gemm.CUBLAS_COMPUTE_32F,
+                                        gemm.CUBLAS_GEMM_DEFAULT)
+        with stream:
+            return per_call_us(call, sync, calls)
+    row("CuPy cublas.gemmStridedBatchedEx on the library's handle (in `with stream`)", cupy_gemm)
 
     try:
         import torch
