@@ -485,17 +485,18 @@ class _Lease:
 
 class CublasGemm:
     """gemm_strided_batched (and `batched`) on a CUDA stream through a CublasHandle (module docstring),
-    for callers outside a device (scripts/gpu_probe.py): its own handle, made at the first GEMM with the
-    stream's device current; `workspace` is (address, bytes) of device memory for a capture, else None."""
+    for callers outside a device (scripts/gpu_probe.py): its own handle, made here (with the stream's device
+    current, before any capture the GEMMs may go into); `workspace` is (address, bytes) of device memory
+    for a capture, else None."""
 
     def __init__(self, stream: Any, workspace: tuple[int, int] | None = None):
         self.stream = stream   # a cupy Stream
         self.workspace = workspace
-        self._handle: CublasHandle | None = None
+        self._handle: CublasHandle | None = CublasHandle()
 
     def _ready(self) -> CublasHandle:
         if self._handle is None:
-            self._handle = CublasHandle()
+            raise ValueError("CublasGemm: used after close()")
         self._handle.use(int(self.stream.ptr), self.workspace)
         return self._handle
 

@@ -329,3 +329,43 @@ def test_pointer_array_gemm_through_cublas(emulated, monkeypatch):
     assert [call["batched"] for call in recorder.calls] == [True]
     expected = np.einsum("bkm,bnk->bnm", A.astype(np.float64), B.astype(np.float64))
     np.testing.assert_allclose(s.read(C), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cublas_gemm_outside_a_device(emulated, monkeypatch):
+    """kernels/gemm.CublasGemm (scripts/gpu_probe.py's GEMM): its own handle, made when it is built, set to
+    its stream at the first GEMM; a row-major product through rm_gemm against float64; close destroys it."""
+    recorder = use_cublas(monkeypatch)
+    s = emulated
+    rng = np.random.default_rng(8)
+    A, B = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
+    f32 = np.dtype(np.float32)
+    a, b, c = s.tensor(A), s.tensor(B), s.poisoned((6, 7), f32)
+    cublas = gemm.CublasGemm(s.stream.impl.cupy)
+    assert recorder.setup == ["create", "math", "pointer"]
+    gemm.rm_gemm(cublas, 6, 7, 5, a.data, f32, 5, False, b.data, f32, 7, False, c.data, f32, 7, alpha=2.0)
+    assert acl.aclrtSynchronizeStream(s.stream) == 0
+    np.testing.assert_allclose(s.read(c), 2.0 * (A.astype(np.float64) @ B), rtol=1e-5, atol=1e-5)
+    assert recorder.setup[-1] == "stream" and recorder.calls[-1]["stream"] == s.stream.impl.cupy.ptr
+    handles = len(recorder.handles)
+    cublas.close()
+    assert len(recorder.handles) == handles - 1
+
+
+def test_a_thread_gives_its_handle_back_when_it_ends(monkeypatch):
+    """HandlePool: one handle per thread; a thread's handle serves the next thread once it has ended, so
+    starting threads again and again makes no new handles."""
+    import threading
+    recorder = RecordingCublas()
+    monkeypatch.setattr(gemm, "cupy_cublas", lambda: recorder)
+    pool = gemm.HandlePool(recorder)
+    mine = pool.for_thread()
+    assert pool.for_thread() is mine
+    seen = []
+    for _ in range(3):
+        worker = threading.Thread(target=lambda: seen.append(pool.for_thread()))
+        worker.start()
+        worker.join()
+    assert all(h is not mine for h in seen) and len({id(h) for h in seen}) == 1
+    assert recorder.setup.count("create") == 2
+    pool.close()
+    assert set(recorder.handles) == {CUPY_HANDLE}   # every handle the pool made is destroyed
