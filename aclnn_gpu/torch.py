@@ -61,8 +61,10 @@ recompile until each length that varies is symbolic (PyTorch's automatic dynamic
 torch.compile(..., dynamic=True) makes one graph for any lengths. conv_tbc's matrix precision is a
 constant to the compiler, which guards on PyTorch's float32 matmul precision (a change recompiles).
 
-Errors where PyTorch raises, with the same exception type: a bad reduction string (ValueError), an
-out-of-range class label of cross_entropy / nll_loss on CPU tensors ("Target 9 is out of bounds.",
+Errors where PyTorch raises, with the same exception type: a bad reduction string (ValueError), a
+class-index target whose batch size is not the input's (ValueError "Expected input batch_size (3) to
+match target batch_size (2).", the shapes as passed) or whose other dimensions differ (RuntimeError),
+an out-of-range class label of cross_entropy / nll_loss on CPU tensors ("Target 9 is out of bounds.",
 IndexError; on the GPU cross_entropy's row becomes NaN instead of PyTorch's device-side assertion,
 since checking on the host would wait for the GPU, and nll_loss's forward, PyTorch's own, asserts),
 floating-point CTC length tensors ("input_lengths must be integral", RuntimeError). The deprecated
@@ -89,16 +91,34 @@ Semantics, and where they differ from PyTorch:
   * kl_div: reductions "none" | "mean" | "sum" | "batchmean" (batchmean divides by the broadcast
     shape's dim 0, CANN's rule; PyTorch divides by input.size(0): equal unless input broadcasts in
     dim 0). No gradient for target: a target that requires grad is refused.
-  * conv_tbc / scaled_masked_softmax: FLOAT, FLOAT16, BFLOAT16 only (the operators refuse DOUBLE).
-    The mask is bool (or uint8, as apex takes it), true = masked out; a fully masked row gives zeros
+  * conv_tbc / scaled_masked_softmax: the operators take FLOAT, FLOAT16, BFLOAT16 (CANN's contract,
+    kept at the aclnn level); float64 tensors are computed by this layer itself with PyTorch's ops on
+    the tensors' device (the same formulas), so gradcheck runs in float64. A conv_tbc input that does
+    not reach the last tap with one side's padding (T + pad < K), which aclnnConvTbc refuses as CANN
+    does, runs PyTorch's own torch.conv_tbc. The mask is bool (or uint8,
+    as apex takes it), true = masked out, or None (nothing masked); a fully masked row gives zeros
     (PyTorch's softmax gives NaN, apex's -10000 fill a uniform row).
+  * Class-index targets: int64 or uint8 (PyTorch's two) for cross_entropy / nll_loss; CTC targets of
+    any integer type (uint8, int8 and int16 are widened to int64 for the operator).
   * kl_div with reduction "mean" does not repeat PyTorch's warning that "mean" is not the
     mathematical KL divergence; the value is PyTorch's.
-  * Zeros where PyTorch gives NaN (docs/API.md §7): cross_entropy "mean" with every target ignored,
-    kl_div "mean" / "batchmean" of an empty input. Out-of-range CTC labels are not checked on the
+  * Zeros where PyTorch gives NaN (docs/API.md §7): cross_entropy "mean" with every target ignored.
+    kl_div "mean" / "batchmean" of an empty input is NaN (0 / 0), as PyTorch's, on every device.
+    Out-of-range CTC labels are not checked on the
     host (PyTorch does not check them either): the operator's documented device behaviour applies.
-  * First derivatives only: with create_graph=True a double backward raises instead of silently
-    dropping the second-order terms (each backward operator's autograd formula raises).
+  * Forward mode (torch.autograd.forward_ad, torch.func.jvp / jacfwd / hessian): exact tangents for
+    cross_entropy, nll_loss, kl_div, conv_tbc and scaled_masked_softmax (and their backward operators,
+    so forward-over-reverse works); ctc_loss raises NotImplementedError as PyTorch's does. A tangent
+    on kl_div's target or on a class weight raises NotImplementedError (no gradient there either).
+  * Double backward (create_graph=True, gradgradcheck, Hessians): every operator but CTC, whose second
+    derivative raises, as PyTorch's (_ctc_loss_backward has no derivative); the z-loss has none in
+    log_prob either (NotImplementedError).
+  * Autocast (cpu and cuda): the losses run in float32 (PyTorch's float32 list: nll_loss, kl_div,
+    log_softmax for cross_entropy; ctc_loss on the CPU list), conv_tbc in the autocast dtype (its
+    lower-precision list); the fused softmax keeps its input's dtype, as apex's kernel does.
+  * torch.jit.script of code calling these functions fails at once, naming the function and why
+    (TorchScript compiles no Python, and the operators are Python custom operators); torch.jit.trace,
+    torch.compile and torch.export work.
   * The former autograd.Function classes (CtcLossFunction, ..., ScaledMaskedSoftmaxFunction) remain as
     thin classes whose `apply` calls the custom operator, with the same arguments.
 Failures raise `aclnn_gpu.AclnnError` (a RuntimeError with `.status`); arguments that are not torch
@@ -141,6 +161,19 @@ def _lengths(values: Any, name: str = "lengths") -> list:
     return [v if isinstance(v, (int, torch.SymInt)) else int(v) for v in values]
 
 
+def _not_scriptable(function: Any) -> Any:
+    """torch.jit.script of code calling the wrapper fails here, saying why (TorchScript asks a function's
+    __prepare_scriptable__ before compiling it): TorchScript compiles no Python, and the operators run
+    Python (their kernels call the library); its ignored functions would not keep PyTorch's defaults."""
+    def refuse() -> Any:
+        raise RuntimeError(
+            f"aclnn_gpu.torch.{function.__name__} cannot be compiled by torch.jit.script: its aclnn:: operators "
+            "are Python custom operators, which TorchScript does not compile. Use torch.compile or torch.export "
+            "(or torch.jit.trace, which records the operators)")
+    function.__prepare_scriptable__ = refuse
+    return function
+
+
 _REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -174,6 +207,7 @@ def _as_tensor(values: list, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(values, dtype=like.dtype).to(like.device, non_blocking=True)
 
 
+@_not_scriptable
 def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any, target_lengths: Any,
              blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> torch.Tensor:
     """torch.nn.functional.ctc_loss through aclnnCtcLoss / aclnnCtcLossBackward. log_probs (T, N, C)
@@ -181,6 +215,8 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
     _tensors("ctc_loss", log_probs=log_probs, targets=targets)
     reduction = _reduction(reduction)
     input_lengths, target_lengths = _lengths(input_lengths, "input_lengths"), _lengths(target_lengths, "target_lengths")
+    if targets.dtype in (torch.uint8, torch.int8, torch.int16):   # PyTorch takes any integer type
+        targets = targets.long()
     unbatched = log_probs.dim() == 2
     if unbatched:
         log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
@@ -193,6 +229,21 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
 
 
 # ---------------------------------------------------------------------------- cross-entropy
+def _check_class_shapes(input: torch.Tensor, target: torch.Tensor) -> None:
+    """PyTorch's checks (and exception types) of a class-index target against the input, quoting the
+    shapes as passed (the operator would see them flattened)."""
+    if input.dim() < 2:
+        return
+    batch = target.shape[0] if target.dim() else 0
+    if batch != input.shape[0]:
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size ({batch}).")
+    if input.dim() == 2 and target.dim() != 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    expected = [input.shape[0], *input.shape[2:]]
+    if input.dim() > 2 and list(target.shape) != expected:
+        raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
+
+
 def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple | None]:
     """cross_entropy / nll_loss arguments as the operator takes them: (N, C) input, (N,) target, float32
@@ -200,6 +251,9 @@ def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weig
     _tensors(function, input=input, target=target)
     if target.is_floating_point():
         raise NotImplementedError(f"{function}: class-probability targets are not supported (class indices only)")
+    _check_class_shapes(input, target)
+    if target.dtype == torch.uint8:                   # PyTorch takes Long or Byte class indices
+        target = target.long()
     if weight is not None:
         if weight.requires_grad and torch.is_grad_enabled():
             raise NotImplementedError(f"{function}: no gradient for weight (aclnnCrossEntropyLossGrad gives "
@@ -215,6 +269,7 @@ def _class_inputs(function: str, input: torch.Tensor, target: torch.Tensor, weig
     return input, target, weight, shape
 
 
+@_not_scriptable
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
                   size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
                   reduction: str = "mean", label_smoothing: float = 0.0, *,
@@ -233,6 +288,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     return loss.reshape(shape) if reduction == "none" and shape is not None else loss
 
 
+@_not_scriptable
 def nll_loss(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
              size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
              reduction: str = "mean") -> torch.Tensor:
@@ -245,6 +301,7 @@ def nll_loss(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | N
 
 
 # ---------------------------------------------------------------------------- KL divergence
+@_not_scriptable
 def kl_div(input: torch.Tensor, target: torch.Tensor, size_average: bool | None = None, reduce: bool | None = None,
            reduction: str = "mean", log_target: bool = False) -> torch.Tensor:
     """torch.nn.functional.kl_div through aclnnKlDiv / aclnnKlDivBackward: input holds log-probabilities,
@@ -266,6 +323,7 @@ def _cube_math_type() -> int:
     return 0 if torch.get_float32_matmul_precision() == "highest" else 1
 
 
+@_not_scriptable
 def conv_tbc(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pad: int = 0) -> torch.Tensor:
     """torch.conv_tbc through aclnnConvTbc / aclnnConvTbcBackward: input (T, B, Cin), weight
     (K, Cin, Cout), bias (Cout,) -> (T + 2*pad - K + 1, B, Cout). The GPU matrix precision follows
@@ -286,6 +344,7 @@ def _softmax(function: str, inputs: torch.Tensor, mask: torch.Tensor | None, sca
     return _aclnn.scaled_masked_softmax(inputs, mask, scale, fix_triu_mask)
 
 
+@_not_scriptable
 def scaled_masked_softmax(inputs: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
     """apex's / Megatron's scaled_masked_softmax(inputs, mask, scale): softmax(scale * inputs) over the
     last axis with masked positions (mask true / 1) excluded, through aclnnScaledMaskedSoftmax /
@@ -294,6 +353,7 @@ def scaled_masked_softmax(inputs: torch.Tensor, mask: torch.Tensor | None, scale
     return _softmax("scaled_masked_softmax", inputs, mask, scale, False)
 
 
+@_not_scriptable
 def scaled_upper_triang_masked_softmax(inputs: torch.Tensor, _: Any, scale: float) -> torch.Tensor:
     """apex's / Megatron's scaled_upper_triang_masked_softmax(inputs, _, scale): the causal softmax
     (entry j of row i masked when j > i) of inputs (attn_batches, S1, S2) or (B, N, S1, S2); the second

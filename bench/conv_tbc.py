@@ -6,6 +6,8 @@ executor; timed = execute + synchronize) against PyTorch's conv_tbc backward
     python bench/conv_tbc.py --model [T B C K pad]     (no GPU: modelled H100 bytes and time)
     python bench/conv_tbc.py --device cuda --launches [T B C K pad]   (each launch of one call, timed)
 
+(The GPU check runs `launches` through bench/gpu_speed.py, beside torch.conv_tbc and cuDNN.)
+
 GPU (cuda): T=1024, B=64, C=512, K=3, pad=1 in fp32 with each cubeMathType and in bf16; achieved
 TFLOP/s (backward = 2 products of 2*K*T*B*Cin*Cout flops each: gradInput and gradWeight) against
 the matrix throughput of a large cuBLAS GEMM timed in the same run (fp32, TF32 and bf16).

@@ -7,6 +7,7 @@ cpu device against PyTorch CPU from one run of bench.cpu_gap at bench's mid size
     python -m bench.gpu_model --write-readme    # and replaces the generated block in bench/README.md
     python -m bench.gpu_model --ops CtcLossBackward,ConvTbcBackward --no-cpu
     python -m bench.gpu_model --cpu-json FILE   # cpu figures from an earlier bench.cpu_gap --json run
+    python -m bench.gpu_model --conv-tbc        # ConvTbc's launch lists on the parallelism-aware H200 model
 
 Nothing here ran on a GPU: the GPU columns are models. The emulator needs clang++ (like the profiler).
 The cpu timings run in a child process on the cpu device (the profiler needs the emulated device with
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):
@@ -165,6 +168,150 @@ def write_readme(block: str, path: Path = ROOT / "bench" / "README.md") -> None:
     path.write_text(head + BEGIN + "\n" + block + "\n" + END + tail)
 
 
+# ------------------------------------------------------------------ launch lists at the bench ladder
+LADDER = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)   # bench/run.py's ladder positions (full and --quick)
+
+
+class ShapeBuffers:
+    """A bench.common.Buffers stand-in that gives each tensor device memory without copying anything
+    into it: a plan's launch list depends on shapes, dtypes, addresses and host arguments (CTC's lengths),
+    never on device values, so the bench's largest shapes cost no data. `op` runs GetWorkspaceSize and
+    returns the plan (the emulated device records it for its own SM count; `parallel.plan_steps`
+    records it again for the modelled GPU's)."""
+
+    def __init__(self) -> None:
+        self.pointers: list[int] = []
+        self.tensors: list = []
+        self.arrays: list = []
+        self.executors: list = []
+
+    def malloc(self, nbytes: int) -> int:
+        import aclnn_gpu as acl
+        status, ptr = acl.aclrtMalloc(max(int(nbytes), 1), 0)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        self.pointers.append(ptr)
+        return ptr
+
+    def tensor(self, array):
+        import aclnn_gpu as acl
+        from aclnn_gpu import dtypes
+        shape = list(array.shape)
+        t = acl.aclCreateTensor(shape, dtypes.from_numpy(array.dtype), None, 0, acl.ACL_FORMAT_ND, shape,
+                                self.malloc(array.nbytes))
+        self.tensors.append(t)
+        return t
+
+    def empty(self, shape, dtype):
+        return self.tensor(np.empty(tuple(shape), np.dtype(dtype)))
+
+    def int_array(self, values):
+        import aclnn_gpu as acl
+        a = acl.aclCreateIntArray([int(v) for v in values])
+        self.arrays.append(a)
+        return a
+
+    def op(self, get_ws, execute, *args):
+        import aclnn_gpu as acl
+        status, _, ex = get_ws(*args)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        self.executors.append(ex)
+        return ex.plan
+
+    def close(self) -> None:
+        import aclnn_gpu as acl
+        for ex in self.executors:
+            acl.aclDestroyAclOpExecutor(ex)
+        for t in self.tensors:
+            acl.aclDestroyTensor(t)
+        for a in self.arrays:
+            acl.aclDestroyIntArray(a)
+        for p in self.pointers:
+            acl.aclrtFree(p)
+        self.__init__()
+
+
+def shape_data(fam, p: tuple, dt) -> dict:
+    """The inputs `fam.ours` reads, as uninitialised host arrays of the right shapes (no page touched);
+    CTC's real data (its lengths are host arguments the plan reads; small at every ladder shape)."""
+    e = lambda *shape, t=dt: np.empty(shape, t)  # noqa: E731
+    if fam.name == "KlDiv":
+        return {"x": e(*p), "t": e(*p), "g": e()}
+    if fam.name == "CrossEntropy":
+        return {"x": e(*p), "t": e(p[0], t=np.int64), "lp": e(*p), "g": e()}
+    if fam.name == "ConvTbc":
+        T, B, Cin, Cout, K, pad = p
+        return {"g": e(T + 2 * pad - K + 1, B, Cout), "x": e(T, B, Cin), "w": e(K, Cin, Cout), "b": e(Cout)}
+    if fam.name == "ScaledMaskedSoftmax":
+        B, N, S1, S2 = p
+        return {"x": e(*p), "y": e(*p), "g": e(*p), "mask": e(B, 1, S1, S2, t=np.bool_)}
+    return fam.data(p, dt, np.random.default_rng(0))
+
+
+def ladder_plans(fams=None, ladder=LADDER, dt=np.dtype(np.float32), directions=("forward", "backward")):
+    """(family, direction, params, plan) of every operator at every ladder shape, plans built on the
+    current device (emulated in the test) over ShapeBuffers. A generator: each case's buffers are freed
+    once the next is asked for."""
+    from bench.families import FAMILIES
+    for fam in fams or FAMILIES:
+        for e_ in ladder:
+            p = fam.params(e_)
+            for direction in directions:
+                b = ShapeBuffers()
+                try:
+                    plan = fam.ours(b, shape_data(fam, p, dt), direction, p)
+                    yield fam, direction, p, plan
+                finally:
+                    b.close()
+
+
+# ------------------------------------------------------------------ ConvTbc on the parallel model
+CONV_SHAPES = [(2530, 16, 128, 3, 1), (2530, 16, 64, 3, 1), (1024, 16, 1024, 5, 2), (50, 256, 128, 3, 1)]
+
+
+def conv_tbc_model(shapes=CONV_SHAPES, dtypes=("fp32", "fp16", "bf16")) -> list[dict]:
+    """ConvTbc forward and backward's present launch lists (recorded for the H200's 132 SMs on the
+    emulated device, cubeMathType 0) priced by aclnn_gpu/profile/parallel.py: a MODEL, not a
+    measurement. Needs the emulated device selected (`main` does it)."""
+    from aclnn_gpu.profile import parallel
+    from aclnn_gpu.profile.operators import DTYPES
+    from bench.families import ConvTbc
+    fam = ConvTbc()
+    rows = []
+    for T, B, C, K, pad in shapes:
+        p = (T, B, C, C, K, pad)
+        for dtype in dtypes:
+            for direction in ("forward", "backward"):
+                b = ShapeBuffers()
+                try:
+                    plan = fam.ours(b, shape_data(fam, p, DTYPES[dtype]), direction, p)
+                    steps = parallel.plan_steps(plan)
+                finally:
+                    b.close()
+                slowest = max(steps, key=lambda s: s.seconds)
+                rows.append({"shape": p, "dtype": dtype, "direction": direction, "launches": len(steps),
+                             "seconds": sum(s.seconds for s in steps),
+                             "full_seconds": sum(s.full_seconds for s in steps),
+                             "fill_problems": parallel.fill_problems(steps), "slowest": slowest.describe(),
+                             "slowest_seconds": slowest.seconds})
+    return rows
+
+
+def render_conv_tbc(rows: list[dict]) -> str:
+    lines = ["ConvTbc's present launch lists on the parallelism-aware H200 MODEL (aclnn_gpu/profile/parallel.py: "
+             "132 SMs, 4.0 TB/s, dense fp32 67 / TF32 495 / fp16 and bf16 989 TFLOP/s, 3 us per launch; "
+             "cubeMathType 0), beside the same launches priced as if each filled the GPU (the roofline). "
+             "Not a measurement.", "",
+             "| input (T, B, C), K, pad | dtype | direction | launches | model | if every launch filled the GPU "
+             "| launches under the fill rule | slowest launch (model) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        T, B, C, _, K, pad = r["shape"]
+        lines.append(f"| ({T}, {B}, {C}), K={K}, pad={pad} | {r['dtype']} | {r['direction']} | {r['launches']} | "
+                     f"{_us(r['seconds'])} | {_us(r['full_seconds'])} | {len(r['fill_problems'])} | "
+                     f"{r['slowest']}: {_us(r['slowest_seconds'])} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="", help="comma-separated aclnn names without 'aclnn' (default: all ten)")
@@ -174,7 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=1, metavar="N", help="profiler: trace every N-th block")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     ap.add_argument("--write-readme", action="store_true", help="replace the generated block of bench/README.md")
+    ap.add_argument("--conv-tbc", action="store_true",
+                    help="only ConvTbc's launch lists at the GPU check's four shapes on the parallelism-aware "
+                         "H200 model (seconds, no emulator run)")
     args = ap.parse_args(argv)
+    if args.conv_tbc:
+        os.environ["ACLNN_GPU_DEVICE"] = "emulated"
+        import aclnn_gpu as acl
+        assert acl.aclrtSetDevice(0) == 0, acl.aclGetRecentErrMsg()
+        rows = conv_tbc_model()
+        print(render_conv_tbc(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        return 0
     wanted = [s for s in args.ops.split(",") if s]
     cases = [c for c in CASES if not wanted or c[0] in wanted]
     if not cases:

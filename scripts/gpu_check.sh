@@ -7,25 +7,32 @@
 #   ACLNN_GPU_CHECK_DEVICE=emulated bash scripts/gpu_check.sh   # the same steps on the emulated device
 #
 # It installs nothing: the working tree runs from PYTHONPATH on $PYTHON (default python3). Every
-# result goes to $OUT (default: a new temporary folder), written as each step completes, most
-# important first, so a run cut short still says the most:
+# result goes to $OUT (default: a new temporary folder), written as each step completes, the speed
+# questions first, then what an earlier run did not reach, so a run cut short still says the most:
 #   env.txt      the machine, driver, packages, the commit
+#   speed.json   python -m bench.gpu_speed: ConvTbc's launches one by one; ConvTbc forward and backward
+#                against torch.conv_tbc and cuDNN (conv1d) at four shapes in fp32, fp16 and bf16; host
+#                time per execute and per GetWorkspaceSize + execute of the ten operators against a
+#                tiny PyTorch op; KL, CE and softmax at the mid and a >= 256 MB size as a fraction of
+#                the measured copy ceiling (its short lines also go to summary.txt)
 #   probe.json   scripts/gpu_probe.py: each driver-level capability in its own try (NVRTC compile of
 #                every kernel, streams/events/copies/memset, pinned memory, capture and replay of a
 #                kernel, a copy and a GEMM, cuBLAS fp32/TF32/fp16/bf16 against NumPy, a one-rank NCCL
 #                all-reduce, one HCCL communicator)
-#   steps.log    the output of the demo, the probe, the capture example and the bench
-#   pytest.log, junit.xml   the operator tests on the device (a subset that fits; --maxfail and a
-#                per-test timeout; tests that need two GPUs, a computing fork child or the emulator
-#                skip themselves with the reason)
+#   steps.log    the output of every step (the speed tables, the demo, the probe, the fork and
+#                torch.cuda.graph tests, the training-step benchmark, the test run, the bench)
+#   junit.xml    the operator tests on the device (a subset that fits; --maxfail and a per-test
+#                timeout; tests that need two GPUs, a computing fork child or the emulator skip
+#                themselves with the reason); their output is the "tests" section of steps.log
 #   bench.json   python -m bench --quick on the device against PyTorch on the same GPU (CUDA events)
-#                (steps.log also holds the training-step table of examples/compile_training_step.py:
-#                aclnn_gpu.torch eager and compiled against PyTorch's ops eager, each model)
 #   ncu.json     Nsight Compute's DRAM bytes and sectors of one launch per kernel, where ncu works
 #                (GPU_CHECK_NCU=0 skips it); pair it with the profiler's model on any machine with
 #                python -m aclnn_gpu.profile.ncu_compare --from-ncu ncu.json
-#   summary.txt  one line per step, and last a line to paste into a note
-# Knobs: GPU_CHECK_DEADLINE_S (default 345: every step's timeout is cut to what is left of it),
+#   summary.txt  one line per step, the speed lines, and last a line to paste into a note
+# Order: env, speed, probe, demo, the fork tests and torch.cuda.graph captures (CTC and the attention
+# step, global and relaxed capture modes), the training-step benchmark (attention, CTC), the test run,
+# the capture example, the bench, ncu. Knobs: GPU_CHECK_DEADLINE_S (default 345: every step's
+# timeout is cut to what is left of it), GPU_CHECK_SPEED_SECTIONS (bench.gpu_speed's sections),
 # GPU_CHECK_TESTS (the test files), GPU_CHECK_PYTEST_ARGS (added to pytest's), GPU_CHECK_FULL_BENCH=1,
 # GPU_CHECK_NCU_CASES (operators of the traffic budget for ncu, comma-separated; default all).
 # compute-sanitizer over one call of each operator is separate: scripts/gpu_sanitize.sh (or, at the end
@@ -85,16 +92,42 @@ run_step() {
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-# ---------------------------------------------------------------- 2. the probe, then the demo
-run_step probe 90 "$PY" scripts/gpu_probe.py "$OUT" --device "$DEV"
-run_step demo 45 "$PY" -m aclnn_gpu --device "$DEV" --repeat 3
+# ---------------------------------------------------------------- 2. the speed questions
+# ConvTbc per launch, against torch.conv_tbc and cuDNN; host time against a tiny PyTorch op; the
+# memory-bound families against the copy ceiling (bench/gpu_speed.py; speed.json rewritten per row)
+run_step speed 110 "$PY" -m bench.gpu_speed --device "$DEV" --json "$OUT/speed.json" --summary "$SUMMARY" \
+  ${GPU_CHECK_SPEED_SECTIONS:+--sections "$GPU_CHECK_SPEED_SECTIONS"}
 
-# ---------------------------------------------------------------- 3. the operator tests on the device
+# ---------------------------------------------------------------- 3. the probe, then the demo
+run_step probe 60 "$PY" scripts/gpu_probe.py "$OUT" --device "$DEV"
+run_step demo 30 "$PY" -m aclnn_gpu --device "$DEV" --repeat 3
+
+# ---------------------------------------------------------------- 4. what the last GPU run did not reach
+# the fork tests (a computing fork child of a CUDA process is refused, a pool worker's AclnnError
+# reaches the parent) and torch.cuda.graph of the attention training step and of CTC's mean, in the
+# global and relaxed capture modes
+ACLNN_GPU_TEST_DEVICES="$DEV" run_step fork_and_graphs 45 "$PY" -m pytest -q -p no:cacheprovider -rfEs --tb=short \
+  -o faulthandler_timeout=40 tests/test_fork.py \
+  "tests/test_torch_stream.py::test_cuda_graph_capture_of_a_training_step" \
+  "tests/test_torch_stream.py::test_cuda_graph_capture_of_ctc_mean"
+# the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under
+# torch.compile(fullgraph=True) (aot_eager: no Triton build inside the deadline), steps/s and tokens/s from
+# CUDA events in the same run; elsewhere cpu tensors through functional on the check's device
+train_args=(--backend aot_eager)
+[ "$DEV" = cuda ] && train_args+=(--device cuda --steps 20 --warmup 2) || train_args+=(--steps 3 --batch 4)
+train_limit=30
+[ "$DEV" = cuda ] || train_limit=60   # the emulated device on a shared CPU runs the step several times slower
+for model in attention ctc; do
+  ACLNN_GPU_DEVICE="$DEV" run_step "train_$model" "$train_limit" "$PY" examples/compile_training_step.py --model "$model" "${train_args[@]}"
+done
+
+# ---------------------------------------------------------------- 5. the operator tests on the device
 DEFAULT_TESTS="tests/test_kl_div.py tests/test_cross_entropy.py tests/test_scaled_masked_softmax.py
   tests/test_ctc_loss.py tests/test_conv_tbc.py tests/test_cross_entropy_zloss.py tests/test_capture.py tests/test_frozen_launch.py
   tests/test_devices.py tests/test_runtime.py tests/test_functional.py tests/test_torch_autograd.py
-  tests/test_hccl.py tests/test_fork.py tests/test_examples.py tests/test_functional_cache.py
-  tests/test_workspace_builder.py tests/test_torch_stream.py tests/hardening tests/kernels/test_gemm_math_mode.py"
+  tests/test_torch_rules.py
+  tests/test_hccl.py tests/test_examples.py tests/test_functional_cache.py
+  tests/test_workspace_builder.py tests/test_torch_stream.py tests/hardening tests/kernels/test_gemm_math_mode.py tests/conformance"
 workers=()
 if [ "$DEV" = cuda ] && "$PY" -c "import xdist" 2>/dev/null; then   # one CUDA context per worker: ample on one GPU
   workers=(-n "${GPU_CHECK_WORKERS:-8}")
@@ -104,25 +137,12 @@ ACLNN_GPU_TEST_DEVICES="$DEV" run_step tests 190 "$PY" -m pytest -q -p no:cachep
   "${workers[@]}" --maxfail="${GPU_CHECK_MAXFAIL:-40}" -o faulthandler_timeout=80 \
   $("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout=80") \
   -rfEs --tb=short --junitxml="$OUT/junit.xml" ${GPU_CHECK_TESTS:-$DEFAULT_TESTS} ${GPU_CHECK_PYTEST_ARGS:-}
-# steps.log holds the run; pytest.log is its own copy (the step's section) for a reader of the artifacts
-sed -n '/^::: tests /,/^::: /p' "$STEPS" > "$OUT/pytest.log"
 
-# ---------------------------------------------------------------- 4. capture example, bench, ncu
+# ---------------------------------------------------------------- 6. capture example, bench, ncu
 ACLNN_GPU_DEVICE="$DEV" run_step capture_example 30 "$PY" examples/capture_training_step.py --steps 20
 bench_dir=$(mktemp -d -t gpu_bench.XXXXXX)
 run_step bench 60 "$PY" -m bench --device "$DEV" $([ "${GPU_CHECK_FULL_BENCH:-0}" = 1 ] || echo --quick) --out "$bench_dir"
 [ -f "$bench_dir/bench.json" ] && cp "$bench_dir/bench.json" "$OUT/bench.json"
-# the per-launch breakdown of ConvTbc at bench's mid size (fp32 ran 15.9x / 4.8x PyTorch's on an H200)
-run_step convtbc_launches 25 "$PY" bench/conv_tbc.py --device "$DEV" --launches \
-  $([ "$DEV" = cuda ] || echo "20 2 8 3 1")
-# the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under
-# torch.compile(fullgraph=True) (aot_eager: no Triton build inside the deadline), steps/s and tokens/s from
-# CUDA events in the same run; elsewhere cpu tensors through functional on the check's device
-train_args=(--backend aot_eager)
-[ "$DEV" = cuda ] && train_args+=(--device cuda --steps 20 --warmup 2) || train_args+=(--steps 3 --batch 4)
-for model in attention ctc; do
-  ACLNN_GPU_DEVICE="$DEV" run_step "train_$model" 30 "$PY" examples/compile_training_step.py --model "$model" "${train_args[@]}"
-done
 if [ "$DEV" = cuda ] && [ "${GPU_CHECK_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   run_step ncu 60 "$PY" -m aclnn_gpu.profile.ncu_compare --out "$(mktemp -d)" --ncu-only "$OUT/ncu.json" \
     ${GPU_CHECK_NCU_CASES:+--cases "$GPU_CHECK_NCU_CASES"}
@@ -134,7 +154,7 @@ if [ "$DEV" = cuda ] && [ "${GPU_CHECK_SANITIZE:-0}" = 1 ]; then   # its log is 
   run_step sanitize 120 bash scripts/gpu_sanitize.sh "$(mktemp -d)"
 fi
 
-# ---------------------------------------------------------------- 5. the line for a note
+# ---------------------------------------------------------------- 7. the line for a note
 tests_line=$("$PY" - "$OUT/junit.xml" <<'EOF' 2>/dev/null || echo "tests: no junit.xml"
 import sys, xml.etree.ElementTree as ET
 s = ET.parse(sys.argv[1]).getroot()

@@ -40,9 +40,10 @@ set -e
 echo "::: rehearsal artifacts: $(cd "$WORK/out" && ls | tr '\n' ' ')"
 n=$(find "$WORK/out" -type f | wc -l)
 [ "$n" -le 8 ] || { echo "rehearsal: $n files in OUT (the device tool returns 8)"; rc=1; }
-for f in env.txt probe.json summary.txt junit.xml steps.log; do
+for f in env.txt speed.json probe.json summary.txt junit.xml steps.log; do
   [ -s "$WORK/out/$f" ] || { echo "rehearsal: OUT/$f is missing or empty"; rc=1; }
 done
+grep -q '^speed: ConvTbc backward' "$WORK/out/summary.txt" || { echo "rehearsal: summary.txt has no speed lines"; rc=1; }
 if [ -n "$(git -C "$WORK/repo" status --porcelain --ignored | grep -v -E '__pycache__|\.pyc$' || true)" ]; then
   echo "rehearsal: the check wrote into the working tree:"; git -C "$WORK/repo" status --porcelain --ignored; rc=1
 fi

@@ -88,6 +88,19 @@ def run_backward(s, g, x, w, b, pad, cube, *, strided=False, offset=0, fmt=ND, o
     return s.read(gi), s.read(gw), s.read(gb)
 
 
+def forward_refused(T, K, pad) -> bool:
+    """aclnnConvTbc's window rule (CANN's ValueCheckerTbc): a non-empty input must reach the last tap with
+    one side's padding, T + pad >= K; the backward checks only Tout >= 0."""
+    return T > 0 and T + pad < K
+
+
+def assert_forward_refused(s, x, w, b, pad):
+    Tout = x.shape[0] + 2 * pad - w.shape[0] + 1
+    y = s.poisoned((Tout, x.shape[1], w.shape[2]), x.dtype)
+    status, *_ = acl.aclnnConvTbcGetWorkspaceSize(s.tensor(x), s.tensor(w), s.tensor(b), pad, y, 0)
+    assert status == 161002 and "T + pad - (K - 1) - 1" in acl.aclGetRecentErrMsg(), acl.aclGetRecentErrMsg()
+
+
 def run_forward(s, x, w, b, pad, cube, *, strided=False, offset=0, fmt=ND, out_dtype=None):
     Tout = x.shape[0] + 2 * pad - w.shape[0] + 1
     tx, tw = (s.tensor(a, strided=strided, offset=offset, fmt=fmt) for a in (x, w))
@@ -130,7 +143,7 @@ SHAPES = {   # T, B, Cin, Cout, K, pad
     "Tout1_pad": (2, 2, 3, 2, 4, 1),
     "Cin_ne_Cout": (5, 2, 7, 2, 2, 1),
     "K_gt_T": (2, 2, 3, 3, 4, 2),
-    "wide_bias_chunks": (40, 30, 2, 3, 2, 1),   # R = 1230 rows: two-pass gradBias reduction
+    "many_rows": (40, 30, 2, 3, 2, 1),          # R = 1230 rows of dy
 }
 
 
@@ -139,25 +152,39 @@ def test_backward_shapes(session, rng, name):
     check_backward(session, rng, SHAPES[name], F32, 0)
 
 
-GEMM_SHAPES = {   # T, B, Cin, Cout, K, pad: several interior rows per tap residue, boundary rows
-    "same_c16": (11, 3, 16, 24, 3, 1),       # C multiples of 8: the 16-byte path of tbc_batch_major
+GEMM_SHAPES = {   # T, B, Cin, Cout, K, pad: taps of different row ranges, covering taps or none
+    "same_c16": (11, 3, 16, 24, 3, 1),       # C multiples of 8: the 16-byte path of tbc_col_sums
     "same_c_odd": (10, 2, 13, 7, 3, 1),      # C not a multiple of 8: the scalar path
-    "pad0_k5": (12, 2, 8, 16, 5, 0),         # no padding: 4 boundary rows at each end for gradInput
+    "pad0_k5": (12, 2, 8, 16, 5, 0),         # no padding: no tap covers every input row (zero-fill)
     "pad_ge_K": (6, 2, 16, 8, 3, 3),         # output rows that read padding only (forward: bias)
-    "T_lt_K": (2, 3, 8, 16, 5, 2),           # no interior row at all
+    "T_lt_K": (2, 3, 8, 16, 5, 2),           # taps without rows
     "B1_k2": (9, 1, 24, 16, 2, 1),
-    "weight_tiles": (7, 2, 40, 70, 3, 1),    # several 32 x 32 tiles of tbc_weights, partial at both edges
+    "wide": (7, 2, 40, 70, 3, 1),            # several column tiles of the sums, odd channel counts
 }
+
+
+@pytest.fixture(params=["plain", "split"])
+def plan_mode(request, monkeypatch):
+    """plain: the GPU plan's own choices at these small shapes; split: gradWeight split into depth chunks
+    and gradBias into row chunks everywhere (the split-k path a large shape takes, tbc_reduce)."""
+    if request.param == "split":
+        from aclnn_gpu.ops.conv_tbc import launch
+        for name, value in dict(SPLIT_MIN_FLOP=0, SPLIT_MIN_ROWS=1, SUM_SPLIT_BYTES=0, SUM_MIN_ROWS=1).items():
+            monkeypatch.setattr(launch, name, value)
+    return request.param
 
 
 @pytest.mark.parametrize("name", list(GEMM_SHAPES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-def test_backward_and_forward_gemm_shapes(session, rng, name, dtype):
-    """Every dtype over shapes that exercise the GPU plan's pieces: taps summed by residue over the
-    batch-major copy, boundary rows over their valid taps, per-tap gradWeight row ranges."""
+def test_backward_and_forward_gemm_shapes(session, rng, plan_mode, name, dtype):
+    """Every dtype over shapes that exercise the GPU plan's pieces: per-tap row ranges, the covering
+    tap or the zero-filled accumulator, gradWeight whole or in depth chunks with remainder rows."""
     shape = GEMM_SHAPES[name]
     check_backward(session, rng, shape, dtype, 0)
     x, w, b, _ = arrays(rng, *shape, dtype)
+    if forward_refused(shape[0], shape[4], shape[5]):
+        assert_forward_refused(session, x, w, b, shape[5])
+        return
     (ey, *_), (my, *_) = torch_conv_tbc(x, w, b, None, shape[5])
     check(run_forward(session, x, w, b, shape[5], 0), ey, my + np.abs(ey), tolerance(dtype, 0, session.kind),
           f"y {shape}")
@@ -177,7 +204,7 @@ def _same_nonfinite(actual, expected, mag, rtol, what):
 @pytest.mark.parametrize("value", [np.inf, np.nan], ids=["inf", "nan"])
 @pytest.mark.parametrize("where", ["weight", "grad"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-def test_nonfinite_like_pytorch(session, rng, value, where, dtype):
+def test_nonfinite_like_pytorch(session, rng, plan_mode, value, where, dtype):
     """An inf / NaN in the weight or the output gradient reaches exactly the outputs it reaches in
     PyTorch: taps that would read time padding are skipped, never multiplied by zeros."""
     for shape in ((7, 2, 3, 4, 3, 1), (5, 2, 4, 3, 2, 3), (6, 1, 3, 2, 4, 0)):
@@ -274,6 +301,9 @@ def test_forward_random(session, rng, dtype, cube):
 def test_forward_shapes_strided(session, rng, name):
     shape = SHAPES[name]
     x, w, b, _ = arrays(rng, *shape, F32)
+    if forward_refused(shape[0], shape[4], shape[5]):
+        assert_forward_refused(session, x, w, b, shape[5])
+        return
     (ey, *_), (my, *_) = torch_conv_tbc(x, w, b, None, shape[5])
     check(run_forward(session, x, w, b, shape[5], 0), ey, my, 1e-5, "y")
     check(run_forward(session, x, w, b, shape[5], 0, strided=True, offset=2, fmt=NCL), ey, my, 1e-5, "y strided")

@@ -192,6 +192,62 @@ def test_zloss_scale_zero_is_the_plain_loss(session, rng, reduction):
     assert got.tobytes() == plain.tobytes()
 
 
+# z-loss tensors of any shape at scale 0, as CANN's own system tests of aclnnCrossEntropyLossGrad pass
+# them ((17,) or (256,) with N = 7 or 17, 0-D, 2-D) and of aclnnCrossEntropyLoss ([1]-shaped outputs)
+ANY_ZLOSS_SHAPES = [((17,), (256,)), ((256,), ()), ((), (17,)), ((3, 5), (1,)), ((9,), (7, 1))]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("shapes", ANY_ZLOSS_SHAPES, ids=str)
+def test_zloss_scale_zero_grad_takes_any_shape(session, rng, reduction, shapes):
+    """lseSquareScaleForZloss = 0: gradZlossOptional / lseForZlossOptional of any shape are accepted
+    (CANN checks only their dtype then) and not read: the gradient has the bits of the call without
+    them, and matches PyTorch."""
+    N, C = 7, 5
+    gz_shape, lse_shape = shapes
+    x = (rng.standard_normal((N, C)) * 2).astype(f32)
+    t = rng.integers(0, C, N)
+    t[1] = -100
+    lp = torch.log_softmax(torch.tensor(x, dtype=torch.float64), 1).numpy().astype(f32)
+    g = loss_input(rng, reduction, N, f32)
+    plain = run_grad(session, g, lp, t, None, reduction, -100, 0.0, 0.0, None, None)
+    got = run_grad(session, g, lp, t, None, reduction, -100, 0.0, 0.0, np.full(gz_shape, np.nan, f32),
+                   np.full(lse_shape, np.nan, f32))
+    assert got.tobytes() == plain.tobytes()
+    want = torch_zloss(lp.astype(np.float64), t, None, reduction, -100, 0.0, 0.0, g)[3]
+    assert_close(got, want, f32, scale=4)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("return_zloss", [False, True])
+def test_zloss_scale_zero_forward_takes_cann_output_shapes(session, rng, reduction, return_zloss):
+    """lseSquareScaleForZloss = 0 with CANN's system-test outputs: zlossOut and lseForZlossOut [1]
+    whatever N and the reduction. Accepted; the loss and logProb are the plain call's; an output whose
+    shape is not the documented one is left untouched."""
+    N, C = 6, 4
+    x = (rng.standard_normal((N, C)) * 2).astype(f32)
+    t = rng.integers(0, C, N)
+    shape = (N,) if reduction == "none" else ()
+    results = []
+    for zl_shape in (None, (1,)):   # the plain call, then CANN's [1] buffers
+        loss, lp = session.poisoned(shape, f32), session.poisoned((N, C), f32)
+        zl = lse = None if zl_shape is None else session.poisoned(zl_shape, f32)
+        if zl_shape is not None:
+            lse = session.poisoned(zl_shape, f32)
+        status = session.run(*FWD, session.tensor(x), session.tensor(t), None, reduction, -100, 0.0, 0.0,
+                             return_zloss and zl is not None, loss, lp, zl, lse)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        results.append(session.read(loss).tobytes() + session.read(lp).tobytes())
+    assert results[0] == results[1]
+    assert_close(session.read(loss), F.cross_entropy(torch.tensor(x, dtype=torch.float64), torch.tensor(t),
+                                                     reduction=reduction).numpy(), f32)
+    assert np.isnan(session.read(lse)).all()
+    if reduction == "none":   # (1,) is not the documented (N,): untouched
+        assert np.isnan(session.read(zl)).all()
+    else:                     # [1] is the documented shape: the z-loss, 0 at k = 0, when asked for
+        assert (session.read(zl) == 0).all() if return_zloss else np.isnan(session.read(zl)).all()
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float64), dtypes.bfloat16],
                          ids=lambda d: d.name)
@@ -312,8 +368,10 @@ BAD_GRAD = [
                                                  gradZlossOptional=_t((3,))), TIL, "gradZlossOptional"),
     ("bf16 gradZloss with fp32 logProb", lambda s: _bwd(s, gradZlossOptional=_t((), dtypes.bfloat16)), I,
      "gradZlossOptional"),
-    ("gradZloss of the wrong shape at scale 0", lambda s: _bwd(s, lseSquareScaleForZloss=0.0,
-                                                               gradZlossOptional=_t((2,))), TIL, "gradZlossOptional"),
+    ("fp16 gradZloss at scale 0 (CANN checks the dtype whatever the scale)",
+     lambda s: _bwd(s, lseSquareScaleForZloss=0.0, gradZlossOptional=_t((17,), np.float16)), I, "gradZlossOptional"),
+    ("fp16 lse at scale 0", lambda s: _bwd(s, lseSquareScaleForZloss=0.0, lseForZlossOptional=_t((256,), np.float16)),
+     I, "lseForZlossOptional"),
     ("scale 1.5", lambda s: _bwd(s, lseSquareScaleForZloss=1.5), TIL, "lseSquareScaleForZloss"),
     ("scale nan", lambda s: _bwd(s, lseSquareScaleForZloss=float("nan")), TIL, "lseSquareScaleForZloss"),
     ("out aliases lse", _out_aliases_lse, I, "out"),

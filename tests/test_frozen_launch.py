@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu.ops.frozen import SENTINEL, Recorder, Upload, freeze
+from aclnn_gpu.ops.frozen import SENTINEL, Gemm, Recorder, freeze
 from support import Session
 
 
@@ -52,7 +52,7 @@ def _kl_backward(s):
 
 def _conv_tbc_backward(s):
     rng = np.random.default_rng(1)
-    T, B, Cin, Cout, K, pad = 5, 2, 4, 4, 3, 1     # 16-byte rows: a pointer table with workspace words
+    T, B, Cin, Cout, K, pad = 5, 2, 4, 4, 3, 1     # a strided grad: its staged copy in the workspace
     Tout = T + 2 * pad - K + 1
     mk = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     grad = s.tensor(mk(Tout, B, Cout), strided=True)
@@ -69,8 +69,8 @@ def test_replay_issues_the_launchers_calls(session, build):
     assert plan.frozen is not None and plan.frozen.rebased == (ws > 0)
     assert ws > 0  # strided operands: the workspace holds staging or tiling, so patches are exercised
     assert any(getattr(step, "patches", ()) or hasattr(step, "data") for step in plan.frozen.steps)
-    if build is _conv_tbc_backward:   # the interior GEMM's pointer arrays point into the workspace
-        assert any(isinstance(step, Upload) and step.patches for step in plan.frozen.steps)
+    if build is _conv_tbc_backward:   # GEMMs read the staged grad in the workspace
+        assert any(isinstance(step, Gemm) and step.patches for step in plan.frozen.steps)
     work = session.malloc(ws)
     for base in (work, work + 16 * 7):   # any 16-byte aligned base
         live, replay = Calls(plan.frozen.sm_count), Calls(plan.frozen.sm_count)

@@ -15,7 +15,6 @@ import torch.nn.functional as TF  # noqa: E402
 
 from support import use_device  # noqa: E402
 
-import aclnn_gpu  # noqa: E402
 import aclnn_gpu.torch as AT  # noqa: E402
 
 # (rtol, atol) of our result against PyTorch's own in the same dtype
@@ -191,13 +190,17 @@ def test_conv_tbc_matches_torch(pad, gen):
     close(ours[0].double(), exact[0], torch.float32, 5)
 
 
-def test_conv_tbc_partial_grads_and_double_refused(gen):
+def test_conv_tbc_partial_grads_and_float64(gen):
+    """A gradient for the input only; float64 (which aclnnConvTbc refuses) computed by the torch layer."""
     x = torch.randn(8, 2, 3, generator=gen, requires_grad=True)
     w, b = torch.randn(2, 3, 4, generator=gen), torch.randn(4, generator=gen)
     (gx,) = torch.autograd.grad(AT.conv_tbc(x, w, b).sum(), [x])
     close(gx, torch.autograd.grad(torch.conv_tbc(x, w, b, 0).sum(), [x])[0], torch.float32)
-    with pytest.raises(aclnn_gpu.AclnnError):
-        AT.conv_tbc(x.double(), w.double(), b.double())
+    args = [x.double(), w.double(), b.double()]
+    ours, theirs = grads(lambda *a: AT.conv_tbc(*a, 1), args), grads(lambda *a: torch.conv_tbc(*a, 1), args)
+    close(ours[0], theirs[0], torch.float64)
+    for mine, exact in zip(ours[1], theirs[1]):
+        close(mine, exact, torch.float64)
 
 
 # ---------------------------------------------------------------------------- scaled masked softmax
@@ -304,17 +307,20 @@ def _wrapper_cases(gen):
     ]
 
 
-def test_double_backward_raises_instead_of_dropping_terms(gen):
-    """The backwards are first-order only: create_graph=True then a second backward must raise (a
-    silently graph-less gradient would give a wrong Hessian)."""
+def test_create_graph_changes_no_value_and_ctc_refuses_double_backward(gen):
+    """create_graph=True gives the same first derivative; a second derivative exists for every operator but
+    CTC (tests/test_torch_rules.py checks them against PyTorch), whose double backward raises as
+    PyTorch's (_ctc_loss_backward has no derivative) instead of dropping terms."""
     for name, loss_fn, x in _wrapper_cases(gen):
         z = x.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(loss_fn(z), [z], create_graph=True)
         (plain,) = torch.autograd.grad(loss_fn(z), [z])         # create_graph changes no value
         assert torch.equal(g.detach(), plain), name
-        with pytest.raises(RuntimeError, match="first derivatives only"):
+        if name != "ctc_loss":
+            continue
+        with pytest.raises(RuntimeError, match="derivative for aclnn::ctc_loss_backward is not implemented"):
             torch.autograd.grad((g ** 2).sum(), [z])          # what a Hessian or gradient penalty does
-        with pytest.raises(RuntimeError, match="first derivatives only"):
+        with pytest.raises(RuntimeError, match="derivative for aclnn::ctc_loss_backward is not implemented"):
             torch.autograd.functional.hessian(loss_fn, x)
 
 
@@ -327,6 +333,24 @@ def test_conv_tbc_empty_output_backward(shape, pad, gen):
     AT.conv_tbc(x, w, b, pad).sum().backward()
     for t in (x, w, b):
         assert t.grad is not None and t.grad.shape == t.shape and not t.grad.any()
+
+
+def test_conv_tbc_shapes_cann_refuses_give_pytorchs_answer(gen):
+    """T + pad < K with Tout >= 1: aclnnConvTbc refuses it (CANN's forward rule), torch.conv_tbc computes
+    it; the torch layer gives PyTorch's values and gradients."""
+    x = torch.randn(1, 2, 3, generator=gen, dtype=torch.float32)
+    w = torch.randn(3, 3, 4, generator=gen)
+    b = torch.randn(4, generator=gen)
+    ours = [t.clone().requires_grad_() for t in (x, w, b)]
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    y, ey = AT.conv_tbc(*ours, 1), torch.conv_tbc(*ref, 1)
+    assert y.shape == ey.shape == (1, 2, 4)
+    torch.testing.assert_close(y, ey)
+    g = torch.randn(y.shape, generator=gen)
+    y.backward(g)
+    ey.backward(g)
+    for a, e in zip(ours, ref):
+        torch.testing.assert_close(a.grad, e.grad)
 
 
 def test_non_tensor_arguments_raise_type_error():

@@ -1,27 +1,20 @@
 // conv_tbc.cu -- the non-GEMM kernels of ConvTBC forward/backward (the products run in cuBLAS; see
 // ops/conv_tbc/launch.py for the plan).
 //
-//   tbc_batch_major<Tin, Tout, Tsum>  one pass over a time-major (Tn, B, C) tensor: its batch-major
-//                             copy (B, Tn, C) (the operand whose K consecutive time rows of one
-//                             sample are one contiguous GEMM row), optional, and its column sums
-//                             over the Tn*B rows (gradBias), optional. 16-byte loads and stores when
-//                             the host says so. Deterministic: block = (tile of columns, chunk of
-//                             rows), fixed per-thread order, fixed order across the 8 warps; with
-//                             S > 1 row chunks the block writes an fp32 partial row and a second
-//                             launch (Tn = S, B = 1, no copy) sums the (S, C) partials. No atomics.
-//                             Chunks run in reverse block order (blocks dispatch roughly in index
-//                             order), so the pass ends on the head of src, which the next launch
-//                             reads first (gradWeight's GEMM); partials stay indexed by chunk.
+//   tbc_col_sums<Tin, Tsum>   column sums of a row-major (R, C) tensor over chunks of rows (gradBias):
+//                             block = (tile of columns, chunk of rows), fixed per-thread order, fixed
+//                             order across the 8 warps, 16-byte loads when the host says so; one sum
+//                             row per chunk (the final sums with one chunk, fp32 partials with
+//                             several, which tbc_reduce adds up). No atomics.
 //   tbc_copy<Tin, Tout>       dst (R, B, C) contiguous = a strided (R, B, C) view of src (any strides,
 //                             negative too) with dtype conversion: operand staging, fp16 copies for
-//                             cubeMathType 2, the tap-reversed transposed weights, bias broadcast.
-//   tbc_fill_zero<T>          zeros (a gradWeight tap without valid rows; the empty-input path).
-//   tbc_weights<T>            the backward's two weight-sized passes in one launch (fp16 / bf16):
-//                             gradInput's tap-reversed transposed weights and gradWeight rounded once
-//                             from the fp32 sums of its GEMMs.
+//                             cubeMathType 2, the bias broadcast.
+//   tbc_fill_zero<T>          zeros (a gradWeight tap without rows; a gradInput no tap covers whole).
+//   tbc_reduce<O, T>          the backward's split-k gradWeight sums (partials + remainder rows) and
+//                             gradBias's chunk sums, in a fixed order, rounded once, one launch.
 //
-// Sizes are long long; copy/fill are grid-stride with block size 256; tbc_batch_major needs
-// exactly 256 threads (8 warps).
+// Sizes are long long; copy/fill/round are grid-stride with block size 256; tbc_col_sums and
+// tbc_reduce need exactly 256 threads (8 warps) and loop over their tiles.
 #include "common.cuh"
 
 using aclg::i64;
@@ -31,31 +24,21 @@ template <class To, class From> __device__ __forceinline__ To cvt(From v) {
   return aclg::from_math<To>(aclg::to_math(v));
 }
 template <class T> __device__ __forceinline__ T zero() { return aclg::from_math<T>(0.0f); }
-enum { kColWarps = 8 };  // warps per tbc_batch_major block (blockDim.x == 256)
-
-// The 16-byte path copies a packet unchanged: only when source and destination types agree (the
-// host never asks for it otherwise; the second overload only makes every instantiation compile).
-template <class T> __device__ __forceinline__ void store_packet(T* p, i64 i, const aclg::Vec16<T>& v) {
-  aclg::store16(p, i, v);
-}
-template <class A, class B> __device__ __forceinline__ void store_packet(A*, i64, const aclg::Vec16<B>&) {}
+enum { kColWarps = 8 };  // warps per tbc_col_sums block (blockDim.x == 256)
 }  // namespace tbc
 
-// Source row r = t*B + b of the row-major (Tn*B, C) `src` goes to row b*Tn + t of `dst` (when dst is
-// not null); sums[blockIdx.y, c] = sum over the rows of chunk blockIdx.y ([y*rpc, min(R, (y+1)*rpc)))
-// of src[r, c] (when sums is not null). vec != 0: every lane owns 16 bytes of columns (C a multiple
-// of the packet, src/dst 16-byte aligned, Tin == Tout), else one column.
-template <class Tin, class Tout, class Tsum>
-__global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i64 B, i64 C, i64 rows_per_chunk,
-                                int vec) {
+// sums[chunk, c] = sum over the rows [chunk*rpc, min(R, (chunk+1)*rpc)) of the row-major (R, C) src,
+// chunk = one per blockIdx.y (in fp32, rounded once to Tsum). vec != 0: every lane owns 16 bytes of
+// columns (C a multiple of the packet, src 16-byte aligned), else one column.
+template <class Tin, class Tsum>
+__global__ void tbc_col_sums(const Tin* src, Tsum* sums, i64 R, i64 C, i64 rows_per_chunk, int vec) {
   constexpr int W = aclg::Vec16<Tin>::N;
   __shared__ float part[tbc::kColWarps][W][aclg::kWarp + 1];
   const int lane = threadIdx.x % aclg::kWarp;
   const int wy = threadIdx.x / aclg::kWarp;
   const int w = vec ? W : 1;
-  const i64 R = Tn * B;
   // chunks in reverse block order: the pass's last loads are the head of src, which the next launch
-  // (gradWeight's GEMM) reads first and finds in L2; partials stay indexed by chunk (fixed sum order)
+  // (gradWeight's first GEMM) reads first and may find in L2; sums stay indexed by chunk (fixed order)
   const i64 chunk = (i64)gridDim.y - 1 - blockIdx.y;
   const i64 r0 = chunk * rows_per_chunk;
   const i64 r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
@@ -68,34 +51,34 @@ __global__ void tbc_batch_major(const Tin* src, Tout* dst, Tsum* sums, i64 Tn, i
     for (int i = 0; i < W; ++i) s[i] = 0.0f;
     if (c0 < C) {
       for (i64 r = r0 + wy; r < r1; r += tbc::kColWarps) {
-        const i64 t = r / B;
-        const i64 drow = (r - t * B) * Tn + t;
         if (vec) {
           const aclg::Vec16<Tin> v = aclg::load16(src, (r * C + c0) / W);
 #pragma unroll
           for (int i = 0; i < W; ++i) s[i] += aclg::to_math(v.v[i]);
-          if (dst != nullptr) tbc::store_packet(dst, (drow * C + c0) / W, v);
         } else {
-          const Tin v = src[r * C + c0];
-          s[0] += aclg::to_math(v);
-          if (dst != nullptr) dst[drow * C + c0] = tbc::cvt<Tout>(v);
+          s[0] += aclg::to_math(src[r * C + c0]);
         }
       }
     }
-    if (sums != nullptr) {
 #pragma unroll
-      for (int i = 0; i < W; ++i) part[wy][i][lane] = s[i];
-      __syncthreads();
-      if (wy == 0 && c0 < C) {
-        for (int i = 0; i < w; ++i) {
-          float acc = part[0][i][lane];
+    for (int i = 0; i < W; ++i) part[wy][i][lane] = s[i];
+    __syncthreads();
+    if (wy == 0) {
+      // warp 0 adds the 8 warps' sums in a fixed order and stores them coalesced: pass j writes the
+      // tile's columns j*32 .. j*32 + 31, column f being lane f / w's value i = f % w
+      for (int j = 0; j < w; ++j) {
+        const int f = j * aclg::kWarp + lane;
+        const int owner = f / w, i = f - owner * w;
+        const i64 col = tile * span + f;
+        if (col < C) {
+          float acc = part[0][i][owner];
 #pragma unroll
-          for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][lane];
-          sums[chunk * C + c0 + i] = aclg::from_math<Tsum>(acc);
+          for (int y = 1; y < tbc::kColWarps; ++y) acc += part[y][i][owner];
+          sums[chunk * C + col] = aclg::from_math<Tsum>(acc);
         }
       }
-      __syncthreads();
     }
+    __syncthreads();
   }
 }
 
@@ -119,35 +102,59 @@ __global__ void tbc_copy(const Tin* src, Tout* dst, i64 R, i64 B, i64 C, i64 s_t
   }
 }
 
-// wt[((K-1-k)*Cout + co)*Cin + ci] = w[(k*Cin + ci)*Cout + co] (the tap-reversed transpose) and
-// gw[i] = acc[i] rounded to T, i < K*Cin*Cout. Block = 256 threads (32 x 8) over 32 x 32 (ci, co) tiles
-// of one tap: w, acc and gw are read / written along co, wt along ci (coalesced both ways through a
-// shared tile; fp32 in shared memory: no bank conflicts, and T -> float -> T is exact).
-template <class T>
-__global__ void tbc_weights(const T* w, T* wt, const float* acc, T* gw, i64 K, i64 Cin, i64 Cout) {
-  __shared__ float tile[aclg::kWarp][aclg::kWarp + 1];
-  const int tx = threadIdx.x % aclg::kWarp;
-  const int ty = threadIdx.x / aclg::kWarp;
-  const int rows = blockDim.x / aclg::kWarp;
-  const i64 tiles_ci = (Cin + aclg::kWarp - 1) / aclg::kWarp;
-  const i64 tiles_co = (Cout + aclg::kWarp - 1) / aclg::kWarp;
-  const i64 per_tap = tiles_ci * tiles_co;
-  for (i64 id = blockIdx.x; id < K * per_tap; id += gridDim.x) {
-    const i64 k = id / per_tap;
-    const i64 ci0 = (id - k * per_tap) / tiles_co * aclg::kWarp;
-    const i64 co0 = (id - k * per_tap) % tiles_co * aclg::kWarp;
-    for (int i = ty; i < aclg::kWarp; i += rows) {
-      const i64 ci = ci0 + i, co = co0 + tx;
-      if (ci < Cin && co < Cout) {
-        const i64 at = (k * Cin + ci) * Cout + co;
-        tile[i][tx] = aclg::to_math(w[at]);
-        gw[at] = tbc::cvt<T>(acc[at]);
+// The backward's fixed-order reductions, one launch:
+//  * gradWeight (part_w != null): dw[k, ci, co] = sum over s < S of part_w[s, k, ci, co] (the split-k GEMM
+//    of tap k over its chunk s of c = D / S depth rows, D = n * B its valid (time, sample) rows) plus the
+//    D - S*c remainder rows, summed here: x[i0*B + r, ci] * dy[o0*B + r, co]. A tap with c == 0 had no
+//    GEMM (its partials are not read): all its rows are remainder. Tap k pairs output rows
+//    [o0, o0 + n) with input rows from i0 = o0 + k - pad (the forward's geometry).
+//  * gradBias (part_b != null): gb[c] = sum over s < Sb of part_b[s, c] (tbc_col_sums' chunk sums).
+// Outputs [0, K*Cin*Cout) are gradWeight's, the next Cout gradBias's. A block (8 warps) takes 32
+// consecutive outputs: warp y adds the chunks s = y, y + 8, ... and the remainder rows r = S*c + y,
+// y + 8, ... of its lane's output, then warp 0 adds the 8 warp sums in order: fp32, a fixed order
+// whatever the grid, rounded once. Blocks per output tile rather than per 256 outputs: a small
+// gradWeight (64 x 64 channels) still spreads its partials over enough SMs.
+template <class O, class T>
+__global__ void tbc_reduce(const float* part_w, const O* x, const O* dy, T* dw, const float* part_b, T* gb,
+                           i64 K, i64 Cin, i64 Cout, i64 S, i64 Sb, i64 Tin, i64 Tout, i64 B, i64 pad) {
+  __shared__ float warp_sums[tbc::kColWarps][aclg::kWarp + 1];
+  const int lane = threadIdx.x % aclg::kWarp;
+  const int wy = threadIdx.x / aclg::kWarp;
+  const i64 CC = Cin * Cout;
+  const i64 nw = part_w != nullptr ? K * CC : 0;
+  const i64 n = nw + (part_b != nullptr ? Cout : 0);
+  const i64 ntiles = (n + aclg::kWarp - 1) / aclg::kWarp;
+  for (i64 tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const i64 idx = tile * aclg::kWarp + lane;
+    float acc = 0.0f;
+    if (idx < nw) {
+      const i64 k = idx / CC;
+      const i64 e = idx - k * CC;
+      const i64 ci = e / Cout;
+      const i64 co = e - ci * Cout;
+      const i64 o0 = pad - k > 0 ? pad - k : 0;
+      const i64 o1 = Tin + pad - k < Tout ? Tin + pad - k : Tout;
+      const i64 D = o1 > o0 ? (o1 - o0) * B : 0;
+      const i64 c = D / S;
+      if (c > 0)
+        for (i64 s = wy; s < S; s += tbc::kColWarps) acc += part_w[(s * K + k) * CC + e];
+      if (D > S * c) {   // (only then is o0 + k - pad a valid input row)
+        const O* xr = x + ((o0 + k - pad) * B) * Cin + ci;
+        const O* dr = dy + (o0 * B) * Cout + co;
+        for (i64 r = S * c + wy; r < D; r += tbc::kColWarps)
+          acc += aclg::to_math(xr[r * Cin]) * aclg::to_math(dr[r * Cout]);
       }
+    } else if (idx < n) {
+      for (i64 s = wy; s < Sb; s += tbc::kColWarps) acc += part_b[s * Cout + (idx - nw)];
     }
+    warp_sums[wy][lane] = acc;
     __syncthreads();
-    for (int i = ty; i < aclg::kWarp; i += rows) {
-      const i64 co = co0 + i, ci = ci0 + tx;
-      if (ci < Cin && co < Cout) wt[((K - 1 - k) * Cout + co) * Cin + ci] = aclg::from_math<T>(tile[tx][i]);
+    if (wy == 0 && idx < n) {
+      float total = warp_sums[0][lane];
+#pragma unroll
+      for (int y = 1; y < tbc::kColWarps; ++y) total += warp_sums[y][lane];
+      if (idx < nw) dw[idx] = aclg::from_math<T>(total);
+      else gb[idx - nw] = aclg::from_math<T>(total);
     }
     __syncthreads();
   }

@@ -19,10 +19,14 @@ at the dense peak of their type (fp16/bf16 tensor cores 989 TFLOP/s, fp32 67 TFL
 bytes-only figure ignores the step latency of recursions (CTC's alpha and beta: T dependent steps);
 `CallProfile.latency_model_seconds` adds it (latency.py: per recursion kernel the larger of its bytes
 and its steps times the step's critical path), the same function bench/torch_launches.py applies to
-PyTorch's kernels.
+PyTorch's kernels. `CallProfile.parallel_model_seconds` is the parallelism-aware H200 model
+(parallel.py: a kernel's bytes at the share of the GPU its grid and occupancy reach, a GEMM's FLOPs at
+the share its 128x128 output tiles fill); parallel.py also prices a plan's frozen launch list without
+the emulator and holds the launch-fill rule (tests/test_launch_fill.py).
 
 Modules: operators.py (inputs, calls and minimum bytes of the ten operators), latency.py (the step
-latency of recursion kernels), report.py (tables),
+latency of recursion kernels), parallel.py (the H200 parallelism model and the launch-fill rule),
+report.py (tables),
 budget.py (the CI traffic budget, kernels/traffic_budget.json), __main__.py (the command).
 """
 from __future__ import annotations
@@ -32,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import latency
+from . import latency, parallel
 
 HBM_BYTES_PER_S = 3.35e12
 LAUNCH_S = 3e-6
@@ -49,6 +53,8 @@ class GemmLaunch:
     dtype: str
     modelled: bool = True
     l2_bytes: int | None = None      # None: not run through the L2 model (counted as cold)
+    shape: tuple[int, int, int, int] = (0, 0, 0, 1)   # m, n, k, batch (the parallel model's tiles)
+    compute: str = "32F"
 
     @property
     def l2_dram_bytes(self) -> int:
@@ -83,6 +89,22 @@ class CallProfile:
         """Bytes-only model: per launch its L2-model bytes at HBM_BYTES_PER_S + LAUNCH_S."""
         return sum(x.model_seconds if isinstance(x, GemmLaunch) else x.l2_dram_bytes / HBM_BYTES_PER_S + LAUNCH_S
                    for x in self.launches)
+
+    @property
+    def parallel_model_seconds(self) -> float:
+        """Parallelism-aware H200 model (parallel.py): each kernel's L2-model bytes at the share of
+        the GPU its grid and occupancy reach, each GEMM's FLOPs at the share its output tiles fill."""
+        total = 0.0
+        for x in self.launches:
+            if isinstance(x, GemmLaunch):
+                m, n, k, batch = x.shape
+                total += parallel.gemm_seconds(m, n, k, batch, parallel.gemm_kind(x.dtype, x.compute),
+                                               x.l2_dram_bytes)
+            else:
+                threads = int(np.prod(x.block))
+                per_sm = parallel.blocks_per_sm(x.file, x.kernel, threads)
+                total += parallel.kernel_seconds(x.l2_dram_bytes, x.blocks, threads, per_sm)
+        return total
 
     @property
     def latency_model_seconds(self) -> float:
@@ -151,7 +173,7 @@ def _recorder(launches, l2: bool):
     from ..kernels.emulator import profiling
     shift = np.vectorize(profiling.gpu_sector_shift, otypes=[np.int64]) if l2 else None
 
-    def record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch):
+    def record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch, compute):
         if shift is not None and batch and m and n:
             # the L2 model addresses allocations at their 256-aligned GPU base (profiling.gpu_sector_shift)
             a, b, c = (x + shift(x) for x in (a, b, c))
@@ -161,7 +183,8 @@ def _recorder(launches, l2: bool):
             moved = [profiling.l2_touch(iv[:, 0], iv[:, 1], store) for iv, store in touches]
             l2_bytes = SECTOR * sum(misses + dirtied for misses, dirtied in moved)
         launches.append(GemmLaunch(f"cuBLAS gemm {m}x{n}x{k}" + (f" x{batch}" if batch > 1 else ""), cold,
-                                   2 * m * n * k * batch, np.dtype(a_type).name, l2_bytes=l2_bytes))
+                                   2 * m * n * k * batch, np.dtype(a_type).name, l2_bytes=l2_bytes,
+                                   shape=(m, n, k, batch), compute=compute))
     return record
 
 
@@ -172,7 +195,7 @@ def _recording_gemm(original, launches, l2: bool = False):
              beta, c, c_type, ldc, stride_c, batch, compute="32F"):
         record(transa, transb, m, n, k, _strided_entries(a, a_type, stride_a, batch), a_type, lda,
                _strided_entries(b, b_type, stride_b, batch), b_type, ldb, beta,
-               _strided_entries(c, c_type, stride_c, batch), c_type, ldc, batch)
+               _strided_entries(c, c_type, stride_c, batch), c_type, ldc, batch, compute)
         return original(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
                         beta, c, c_type, ldc, stride_c, batch, compute)
     return gemm
@@ -187,7 +210,7 @@ def _recording_gemm_batched(original, launches, l2: bool = False):
     def gemm(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb, beta, c_array, c_type,
              ldc, batch, compute="32F"):
         a, b, c = (np.array(host_pointers(x, batch), dtype=np.int64) for x in (a_array, b_array, c_array))
-        record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch)
+        record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch, compute)
         return original(transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb, beta, c_array,
                         c_type, ldc, batch, compute)
     return gemm

@@ -259,4 +259,5 @@ COVERAGE += [
     ("CtcLoss", {"T": 4, "N": 1, "L": 2100}), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}),   # long targets
     ("CtcLossBackward", {}, "fp16"), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}, "bf16"),
     ("ConvTbcBackward", {"T": 0, "K": 2}),
+    ("ConvTbcBackward", {"T": 2048}),          # split gradWeight, gradBias in row chunks: tbc_reduce
 ]

@@ -2,7 +2,8 @@
 
 Semantics (docs/OPERATORS.md §3): on B = broadcast(self, target),
 forward  `t * (log t - x)` (0 where t == 0, as PyTorch's xlogy) or, with log_target,
-`exp(t) * (t - x)`, reduced by none / mean (1/numel B) / sum / batchmean (1/B[0]);
+`exp(t) * (t - x)`, reduced by none / mean (1/numel B) / sum / batchmean (1/B[0]; 0/0 = NaN for an
+empty B, as PyTorch);
 backward `-(e * g) * coef` with e = t or exp(t), summed back to self's shape.
 Math runs in `math_dtype` (float32 unless a float64 tensor is involved).
 """
@@ -25,10 +26,16 @@ _PARALLEL_MIN = 1 << 19   # elements: below this one thread is faster
 
 
 def coefficient(reduction: int, broadcast_shape: Sequence[int]) -> float:
+    """The reduction's divisor as a factor. Dividing by 0 (mean of an empty B, batchmean with B[0] = 0)
+    gives NaN for the loss, 0 / 0, as PyTorch and the cuda kernels give (docs/API.md §7 lists no
+    departure here)."""
     if reduction == MEAN:
-        return 1.0 / max(math.prod(broadcast_shape), 1)
+        count = math.prod(broadcast_shape)
+        return 1.0 / count if count else math.nan
     if reduction == BATCHMEAN:
-        return 1.0 / (broadcast_shape[0] if len(broadcast_shape) and broadcast_shape[0] else 1)
+        if not len(broadcast_shape):
+            return 1.0
+        return 1.0 / broadcast_shape[0] if broadcast_shape[0] else math.nan
     return 1.0
 
 

@@ -162,7 +162,7 @@ def use_cublas(monkeypatch) -> RecordingCublas:
 
 
 def conv_tbc_backward(s, dtype, cube, rng):
-    T, B, Cin, Cout, K, pad = 40, 3, 8, 16, 3, 1    # channels of 16-byte rows: the pointer-array GEMM runs
+    T, B, Cin, Cout, K, pad = 40, 3, 8, 16, 3, 1    # per-tap GEMMs: fp32 and fp16 / bf16 results
     mk = lambda *shape: rng.standard_normal(shape).astype(np.float32).astype(dtype)  # noqa: E731
     x, w, b, g = mk(T, B, Cin), mk(K, Cin, Cout), mk(Cout), mk(T + 2 * pad - K + 1, B, Cout)
     outs = [s.poisoned(a.shape, dtype) for a in (x, w, b)]
@@ -189,6 +189,7 @@ def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
     recorder = use_cublas(monkeypatch)
     got = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))
     assert recorder.calls, "no GEMM went through cuBLAS"
+    assert len(recorder.calls) == 2 * 3, "gradWeight's and gradInput's GEMM per tap, all through cuBLAS"
     for call in recorder.calls:
         assert call["math"] & gemm.CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, call
         assert call["math"] & 0xF != TF32_TENSOR_OP_MATH, call   # TF32 only by the compute type
@@ -220,7 +221,7 @@ def test_cublas_gemms_in_an_acl_graph(emulated, monkeypatch):
     status, model = acl.aclmdlRICaptureEnd(s.stream)
     assert (run, status) == (0, 0), acl.aclGetRecentErrMsg()
     captured = [call for call in recorder.calls if call["captured"]]
-    assert captured, recorder.calls
+    assert len(captured) == 2 * K, recorder.calls                    # every GEMM of the call captured
     workspaces = {call["workspace"] for call in captured}
     assert len(workspaces) == 1 and None not in workspaces           # one workspace per capture
     address, nbytes = workspaces.pop()

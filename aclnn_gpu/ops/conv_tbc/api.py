@@ -21,11 +21,10 @@ fp32 (CUBLAS_COMPUTE_32F); 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: TF32 tens
 (COMPUTE_32F_FAST_TF32); 2 USE_FP16: fp32 operands rounded to fp16, fp32 accumulation. fp16 and
 bf16 inputs always run their own tensor-core path with fp32 accumulation.
 
-The GPU plan (ops/conv_tbc/launch.py) never pads: each product covers only the rows its tap reads
-(inf/NaN meet no padding zeros, as in PyTorch), the K taps of gradInput and of the forward add up
-inside one GEMM depth over a batch-major copy (fp32 accumulation, one rounding, no accumulator
-pass; the interior rows in one pointer-array GEMM), gradWeight's K taps run as one batched GEMM in
-fp32 rounded once, and gradBias comes from the pass that makes that copy.
+The GPU plan (ops/conv_tbc/launch.py) is ATen's: one GEMM per tap on row-shifted views of the
+time-major tensors (no copy of x or dy, no padding multiplied: inf/NaN meet exactly the outputs they
+meet in PyTorch), gradWeight split along its depth into fixed-order fp32 partials when its output
+tiles are too few to fill the GPU, gradBias as full-grid column sums, fp16/bf16 outputs rounded once.
 
 Empty input/weight (T, Cin or K == 0 with a non-empty self): gradInput = gradWeight = 0 and
 gradBias = sum of self over time and batch (docs/API.md §7; CANN writes B*Tout), on every device.
@@ -149,6 +148,18 @@ def _check_sizes_and_pad(c: Checks, input_name: str, input_: aclTensor, weight: 
     if Tout < 0:
         c.fail(INVALID, f"output length Tout = T + 2*pad - K + 1 = {T} + {2 * pad} - {K} + 1 = {Tout} must be >= 0")
     return T, B, Cin, K, Cout, pad, Tout
+
+
+def _check_forward_window(c: Checks, input_: aclTensor, weight: aclTensor, T: int, K: int, pad: int) -> None:
+    """aclnnConvTbc's own two rules beyond the backward's (ops-nn's ValueCheckerTbc, which its unit tests
+    test_convTbc_empty_tensor_1 and _3 exercise): the kernel size K > 0, and a non-empty self must reach
+    the last tap with one side's padding, T + pad - (K - 1) - 1 >= 0 (an output of length 0 from
+    T + 2*pad - K + 1 is not enough)."""
+    if K <= 0:
+        c.fail(INVALID, f"weight shape {list(weight.shape)}: dim 0 (the kernel size K) must be > 0")
+    if input_.numel > 0 and T + pad - (K - 1) - 1 < 0:
+        c.fail(INVALID, f"self shape {list(input_.shape)}, weight shape {list(weight.shape)}, pad {pad}: "
+                        f"T + pad - (K - 1) - 1 = {T} + {pad} - {K - 1} - 1 = {T + pad - K} must be >= 0")
 
 
 def _check_gemm_limits(c: Checks, device: Any, T: int, B: int, Cin: int, Cout: int, K: int, pad: int) -> None:
@@ -293,6 +304,7 @@ def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out
     _check_dtypes_and_formats(c, tensors, ("self", "weight", "bias", "out"), three_d, one_d)
     _check_ranks(c, tensors, three_d, one_d)
     T, B, Cin, K, Cout, pad, Tout = _check_sizes_and_pad(c, "self", input_, weight_, bias_, pad)
+    _check_forward_window(c, input_, weight_, T, K, pad)
     c.shape_eq("out", out_, (Tout, B, Cout), "(Tout, B, Cout) =")
     cube_math_type = _cube_math(c, cubeMathType)
     if out_.numel == 0:

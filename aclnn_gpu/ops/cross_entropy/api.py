@@ -19,7 +19,10 @@ given, receives lse_i (N,) of every row; a zlossOut given with returnZloss=False
 written. Backward: out += 2 k lse_i (G_i + gradZloss_i) [/ n] * p[i, :] for the rows not ignored, with
 lse_i from lseForZlossOptional ((N,); null while k != 0 -> 161001) and gradZlossOptional shaped like
 gradLoss (null: 0); k == 0 reads neither. Every z-loss tensor has the dtype of input / logProb (161002)
-and its documented shape (561002).
+and, when k != 0, its documented shape (561002). With k == 0 CANN checks the z-loss tensors' dtypes
+alone (its system tests pass them in any shape): the backward neither checks nor reads
+gradZlossOptional / lseForZlossOptional then, and the forward leaves a zlossOut / lseForZlossOut of
+another shape than documented unwritten.
 
 Codes (docs/OPERATORS.md §2; CrossEntropyLossGrad is an auto-generated API, so shape problems are tiling
 errors): 161001 a null required tensor; 161002 dtypes (gradLoss / logProb / out one dtype among
@@ -138,12 +141,18 @@ def _check_lse_shape(c: Checks, name: str, lse: aclTensor | None, N: int) -> Non
         c.fail(TILING, f"{name} shape {list(lse.shape)} must be 1-D [N] = [{N}]")
 
 
-def _check_loss_shape(c: Checks, name: str, loss: aclTensor, reduction: str, N: int) -> None:
-    """A per-row loss (or its gradient) is (N,) for none, 0-D or [1] for mean and sum (561002)."""
+def _loss_shape_ok(loss: aclTensor, reduction: str, N: int) -> bool:
+    """A per-row loss (or its gradient) is (N,) for none, 0-D or [1] for mean and sum."""
     if reduction == "none":
-        if tuple(loss.shape) != (N,):
+        return tuple(loss.shape) == (N,)
+    return loss.rank == 0 or tuple(loss.shape) == (1,)
+
+
+def _check_loss_shape(c: Checks, name: str, loss: aclTensor, reduction: str, N: int) -> None:
+    """_loss_shape_ok, or 561002."""
+    if not _loss_shape_ok(loss, reduction, N):
+        if reduction == "none":
             c.fail(TILING, f"{name} shape {list(loss.shape)} must be 1-D [N] = [{N}] for reduction none")
-    elif not (loss.rank == 0 or tuple(loss.shape) == (1,)):
         c.fail(TILING, f"{name} shape {list(loss.shape)} must be 0-D (or [1]) for reduction {reduction}")
 
 
@@ -254,8 +263,8 @@ def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weigh
     grad_loss, log_prob, target_, out_ = (c.tensor(n, t) for n, t in (
         ("gradLoss", gradLoss), ("logProb", logProb), ("target", target), ("out", out)))
     weight = None if weightOptional is None else c.tensor("weightOptional", weightOptional)
-    # z-loss inputs: a tensor given must be a live aclTensor of logProb's dtype (CANN's dtype table)
-    # and of its documented shape, read only when lseSquareScaleForZloss != 0
+    # z-loss inputs: a tensor given must be a live aclTensor of logProb's dtype (CANN's dtype table);
+    # its documented shape is checked, and it is read, only when lseSquareScaleForZloss != 0
     grad_z = None if gradZlossOptional is None else c.tensor("gradZlossOptional", gradZlossOptional)
     lse = None if lseForZlossOptional is None else c.tensor("lseForZlossOptional", lseForZlossOptional)
     same_as_log_prob = {"gradLoss": grad_loss, "out": out_}
@@ -269,9 +278,12 @@ def _build_backward(device: Any, gradLoss: Any, logProb: Any, target: Any, weigh
         c.fail(NULLPTR, f"lseForZlossOptional is null, but lseSquareScaleForZloss = {zscale!r} != 0 needs the "
                         "forward's lse (its lseForZlossOut)")
     _check_loss_shape(c, "gradLoss", grad_loss, reduction, N)
-    if grad_z is not None:
-        _check_loss_shape(c, "gradZlossOptional", grad_z, reduction, N)
-    _check_lse_shape(c, "lseForZlossOptional", lse, N)
+    if zscale != 0.0:
+        # their shapes matter only to the z-loss term; with k = 0 CANN checks their dtypes alone (its
+        # system tests pass them in any shape), so the library does too
+        if grad_z is not None:
+            _check_loss_shape(c, "gradZlossOptional", grad_z, reduction, N)
+        _check_lse_shape(c, "lseForZlossOptional", lse, N)
     if tuple(out_.shape) != (N, C):
         c.fail(TILING, f"out shape {list(out_.shape)} must equal logProb shape {[N, C]}")
     if out_.numel == 0:
@@ -320,9 +332,17 @@ def _build_forward(device: Any, input: Any, target: Any, weightOptional: Any, re
     _check_loss_shape(c, "lossOut", loss, reduction, N)
     if tuple(log_prob.shape) != (N, C):
         c.fail(TILING, f"logProbOut shape {list(log_prob.shape)} must equal input shape {[N, C]}")
-    if zloss is not None:
-        _check_loss_shape(c, "zlossOut", zloss, reduction, N)
-    _check_lse_shape(c, "lseForZlossOut", lse, N)
+    if zscale != 0.0:
+        if zloss is not None:
+            _check_loss_shape(c, "zlossOut", zloss, reduction, N)
+        _check_lse_shape(c, "lseForZlossOut", lse, N)
+    else:
+        # k = 0: CANN checks the z-loss outputs' dtypes alone (its system tests pass [1]-shaped buffers
+        # whatever N and the reduction); one of another shape than documented is accepted and not written
+        if zloss is not None and not _loss_shape_ok(zloss, reduction, N):
+            zloss = None
+        if lse is not None and tuple(lse.shape) != (N,):
+            lse = None
     if not return_zloss:   # given but not asked for: checked above, never written
         zloss = None
     if loss.numel == 0 and log_prob.numel == 0:   # N == 0 under "none": zlossOut and lse are empty too

@@ -22,7 +22,8 @@ register and staged variants read every input once and write once; the unstaged 
 reads g, y (x) twice, the second time mostly from L2 (one row is at most a few hundred KB).
 
 Workspace: none (0 bytes); all launch parameters are kernel scalars. Grids are capped at
-sm_count * (2048 // threads per block) blocks; kernels use grid-stride loops over rows.
+sm_count * (2048 // threads per block) blocks; kernels use grid-stride loops over rows. The warp-per-row
+variant puts fewer than 4 rows in a block when rows < 4 * sm_count, so its grid reaches every SM.
 """
 from __future__ import annotations
 
@@ -108,9 +109,12 @@ def choose(S2: int, dtype, rows: int, sm_count: int, aligned: bool, direction: s
     nchunks = S2 // vw
     if S2 <= WARP_MAX_S2:
         c = next(c for c in _warp_chunks(vw) if 32 * c >= nchunks)
-        rows_per_block = WARP_BLOCK // 32
+        # 4 rows per block, fewer when that would leave SMs without a block (the kernel takes its
+        # warps per block from blockDim: 1-3 warps when rows < 4 * sm_count)
+        rows_per_block = max(1, min(WARP_BLOCK // 32, rows // max(1, sm_count)))
+        block = 32 * rows_per_block
         grid = min(_ceil_div(rows, rows_per_block), sm_count * (THREADS_PER_SM // WARP_BLOCK))
-        return KERNELS.name(f"smsm_{direction}_rows", t, vw, c, "false"), grid, WARP_BLOCK, 0
+        return KERNELS.name(f"smsm_{direction}_rows", t, vw, c, "false"), grid, block, 0
     if S2 <= BLOCK_MAX_S2:
         c = next(c for c in _block_chunks(vw) if ROW_BLOCK_MAX * c >= nchunks)
         threads = min(ROW_BLOCK_MAX, 32 * _ceil_div(_ceil_div(nchunks, c), 32))
