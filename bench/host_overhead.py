@@ -2,8 +2,9 @@
 the GPU and CuPy cost nothing.
 
 The `cuda` device's code runs over `bench/instant_cupy.py` (launches, copies and synchronizes
-return at once), so a timed call is exactly the Python a GPU user pays before any kernel runs:
-the executor checks, the pointer checks and the frozen launches. Timed for the five backward
+return at once; libcublas's C entry points are a null library, `null_cublas.c`, under the library's
+own GEMM wrapper), so a timed call is exactly the host time a GPU user pays before any kernel runs:
+the executor checks, the pointer checks, the frozen launches and the cuBLAS calls. Timed for the five backward
 operators on tiny tensors (the figures do not depend on the size: nothing is computed), beside
 one tiny PyTorch op (`torch.add` of two 8-element tensors) timed in the same run. Per-call figures
 are medians over batches of calls. Also run alone: `python -m bench.host_overhead [--calls N]`.
@@ -49,38 +50,46 @@ def batch_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[]
     return samples
 
 
-def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[], Any] = lambda: None) -> float:
-    """The median of batch_us: the per-call figure of the host-overhead tables."""
-    return statistics.median(batch_us(fn, calls, batches, after))
+def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable[[], Any] = lambda: None,
+                pick: Callable[[list[float]], float] = statistics.median) -> float:
+    """The median (or `pick`) of batch_us: the per-call figure of the host-overhead tables."""
+    return pick(batch_us(fn, calls, batches, after))
 
 
 class InstantDevice:
-    """The cuda device over instant_cupy as the calling thread's current device for the `with` block."""
+    """The cuda device over instant_cupy, its GEMMs through the library's cuBLAS wrapper into
+    `instant_cupy.null_cublas()`, as the calling thread's current device for the `with` block."""
 
     def __enter__(self) -> Any:
         from aclnn_gpu import runtime
         from aclnn_gpu.device.cuda import CudaDevice
+        from aclnn_gpu.kernels import gemm
 
-        class InstantCudaDevice(CudaDevice):
-            def gemm(self, stream: Any, *args: Any, **kwargs: Any) -> None:
-                return None  # cuBLAS is CuPy's cost, not the library's
-
-        self.scope = runtime.using_device(InstantCudaDevice(instant_cupy, kind="cuda"))
+        self.functions = gemm._FUNCTIONS
+        gemm._FUNCTIONS = instant_cupy.null_cublas()   # what gemm.cublas_functions() hands the handles
+        self.scope = runtime.using_device(CudaDevice(instant_cupy, kind="cuda"))
         return self.scope.__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self.scope.__exit__(*exc)
+        from aclnn_gpu.kernels import gemm
+        try:
+            self.scope.__exit__(*exc)
+        finally:
+            gemm._FUNCTIONS = self.functions
 
 
-def cuda_code_path(families: list, calls: int = 200, batches: int = 9) -> dict:
+def cuda_code_path(families: list, calls: int = 200, batches: int = 9,
+                   pick: Callable[[list[float]], float] = statistics.median) -> dict:
     """Per-call microseconds of the five backward operators over the instant CuPy stand-in."""
     with InstantDevice():
-        return per_operator(families, calls, batches)
+        return per_operator(families, calls, batches, pick)
 
 
-def per_operator(families: list, calls: int = 200, batches: int = 9) -> dict:
+def per_operator(families: list, calls: int = 200, batches: int = 9,
+                 pick: Callable[[list[float]], float] = statistics.median) -> dict:
     """Per-call microseconds of the five backward operators on the process's device: execute of a
-    repeatable executor (queued only) and GetWorkspaceSize + execute."""
+    repeatable executor (queued only) and GetWorkspaceSize + execute; the median batch, or `pick`'s
+    (min: the fastest batch, the figure that escapes preemption on a loaded machine)."""
     import torch
 
     import aclnn_gpu as acl
@@ -108,12 +117,12 @@ def per_operator(families: list, calls: int = 200, batches: int = 9) -> dict:
                 execute(work if ws else None, ws, ex, stream)
 
             rows.append({"operator": fam.backward,
-                         "execute_us": per_call_us(op.enqueue, calls, batches, sync),
-                         "get_ws_execute_us": per_call_us(fresh, calls, batches, sync),
-                         "uncached_get_ws_execute_us": per_call_us(uncached, calls, batches, sync)})
+                         "execute_us": per_call_us(op.enqueue, calls, batches, sync, pick),
+                         "get_ws_execute_us": per_call_us(fresh, calls, batches, sync, pick),
+                         "uncached_get_ws_execute_us": per_call_us(uncached, calls, batches, sync, pick)})
         finally:
             buffers.close()
-    torch_us = per_call_us(lambda: torch.add(a, b), calls, batches)
+    torch_us = per_call_us(lambda: torch.add(a, b), calls, batches, pick=pick)
     for row in rows:
         row["torch_add_us"] = torch_us
     return {"rows": rows, "torch_add_us": torch_us,
@@ -466,16 +475,18 @@ def table(result: dict) -> str:
     torch_us = result["torch_add_us"]
     rows = [[r["operator"], r["execute_us"], r["get_ws_execute_us"], r["uncached_get_ws_execute_us"],
              f"{r['get_ws_execute_us'] / torch_us:.1f}x"] for r in result["rows"]]
+    rows = [[*r, f"{r[1] / torch_us:.1f}x"] for r in rows]
     rows.append(["median", result["median_execute_us"], result["median_get_ws_execute_us"],
                  result["median_uncached_get_ws_execute_us"],
-                 f"{result['median_get_ws_execute_us'] / torch_us:.1f}x"])
-    rows.append(["slowest", max(r["execute_us"] for r in result["rows"]),
-                 max(r["get_ws_execute_us"] for r in result["rows"]),
-                 max(r["uncached_get_ws_execute_us"] for r in result["rows"]), ""])
+                 f"{result['median_get_ws_execute_us'] / torch_us:.1f}x",
+                 f"{result['median_execute_us'] / torch_us:.1f}x"])
+    slowest = [max(r[k] for r in result["rows"]) for k in ("execute_us", "get_ws_execute_us",
+                                                           "uncached_get_ws_execute_us")]
+    rows.append(["slowest", *slowest, f"{slowest[1] / torch_us:.1f}x", f"{slowest[0] / torch_us:.1f}x"])
     return (common.markdown_table(["operator", "execute (repeatable executor)", "GetWorkspaceSize + execute",
                                    "the same, uncached (ACLNN_CACHE_LIMIT=0)",
-                                   "GetWorkspaceSize + execute / torch.add"],
-                                  rows, "lrrrr")
+                                   "GetWorkspaceSize + execute / torch.add", "execute / torch.add"],
+                                  rows, "lrrrrr")
             + f"\n\nOne tiny PyTorch op (torch.add, 8 elements), same run: {torch_us:.2f} us. "
             + f"Load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs.")
 
@@ -484,8 +495,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.host_overhead",
                                  description="Per-call host overhead of the cuda device's code path, "
                                              "over a CuPy stand-in whose launches return at once.")
-    ap.add_argument("--calls", type=int, default=200, help="calls per timed batch (default 200)")
+    ap.add_argument("--calls", type=int, default=None, help="calls per timed batch (default 200; 50 with --fastest)")
     ap.add_argument("--cpu", action="store_true", help="time the cpu device instead (execute only queues)")
+    ap.add_argument("--fastest", action="store_true",
+                    help="the fastest of 41 batches instead of the median of 9 (a loaded machine: default 50 calls)")
     ap.add_argument("--phases", action="store_true", help="the cost of each phase of GetWorkspaceSize + execute")
     ap.add_argument("--callgrind", action="store_true",
                     help="instructions per call under callgrind instead of microseconds (deterministic)")
@@ -496,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measures", default="", help=argparse.SUPPRESS)
     ap.add_argument("--operators", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    fastest_calls = args.calls or 50
+    args.calls = args.calls or 200
     common.setup_device("cpu")
     if args.callgrind_child:
         _callgrind_child(args.calls, args.measures.split(","), [o for o in args.operators.split(",") if o])
@@ -522,7 +537,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         print(threads_table(threads_throughput(FAMILIES)))
         return 0
-    print(table(per_operator(FAMILIES, args.calls) if args.cpu else cuda_code_path(FAMILIES, args.calls)))
+    batches, pick = (41, min) if args.fastest else (9, statistics.median)
+    calls = fastest_calls if args.fastest else args.calls
+    measure = per_operator if args.cpu else cuda_code_path
+    print(table(measure(FAMILIES, calls, batches, pick)))
     return 0
 
 

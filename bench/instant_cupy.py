@@ -2,14 +2,22 @@
 
 The `cuda` device's code (`aclnn_gpu/device/cuda.py`) runs over it unchanged: memory is host memory
 (`device/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
-record, a stream synchronize, a stream capture and a graph launch do nothing. What a call then
-costs is what the library's Python costs on a GPU before CuPy's own few microseconds per launch:
+record, a stream synchronize, a stream capture and a graph launch do nothing; `null_cublas()` is a
+libcublas whose C entry points return at once (bench/null_cublas.c, compiled on first use), under the
+library's own GEMM wrapper. What a call then costs is what the library's code costs on a GPU before
+CuPy's own few microseconds per launch and cuBLAS's work inside its entry points:
 the "cuda code path" tables of `python -m bench` (bench/host_overhead.py, bench/capture.py). Never
 a device to compute with.
 """
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -90,6 +98,8 @@ class _Runtime:
     def deviceSynchronize() -> None:
         return None
 
+    getDevice = staticmethod(fakecupy.cuda.runtime.getDevice)   # the device `Device` makes current
+
     memcpy = memcpyAsync = memset = memsetAsync = hostRegister = hostUnregister = staticmethod(lambda *args: None)
 
 
@@ -98,3 +108,24 @@ cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc,
                        Graph=Graph,
                        get_elapsed_time=lambda start, end: 0.0, get_current_stream=lambda: _null,
                        runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer, Device=fakecupy.Device)
+
+
+NULL_CUBLAS_SOURCE = Path(__file__).with_name("null_cublas.c")
+
+
+def null_cublas() -> Any:
+    """The entry points kernels/gemm.py binds (`gemm.bind_functions`) in bench/null_cublas.c, built once
+    into the library's compile cache with the emulator's C++ compiler and loaded through ctypes, as the
+    real libcublas is."""
+    from aclnn_gpu.kernels import gemm
+    from aclnn_gpu.kernels.emulator import build
+    source = NULL_CUBLAS_SOURCE.read_bytes()
+    target = build.cache_dir() / f"null_cublas_{hashlib.sha256(source).hexdigest()[:16]}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+        subprocess.run([build.CXX, "-x", "c++", "-O2", "-shared", "-fPIC", str(NULL_CUBLAS_SOURCE), "-o", tmp],
+                       check=True, capture_output=True)
+        os.replace(tmp, target)   # atomic: a concurrent build never loads half a library
+    return gemm.bind_functions(ctypes.CDLL(str(target)))

@@ -45,11 +45,32 @@ def test_over_ceiling_names_exactly_the_counts_above_their_ceiling(tmp_path, mon
 
 @pytest.mark.skipif(host_overhead.callgrind_unavailable() is not None, reason="valgrind (callgrind) is not installed")
 def test_instruction_counts_stay_under_their_committed_ceilings():
-    """The CI-visible regression check, not a timed one: instructions per call of KlDivBackward's execute and
-    of its cached GetWorkspaceSize + execute under callgrind (deterministic), against bench/callgrind_ceilings.json
-    (1.5x the counts when they were set). One valgrind run of ~10 s. A GetWorkspaceSize that missed the
-    executor cache would cost ~4x its ceiling."""
-    counts = host_overhead.callgrind_counts(["execute", "total_cached"], ["aclnnKlDivBackward"], calls=10)
+    """The CI-visible regression check, not a timed one: instructions per call of the execute and of the
+    cached GetWorkspaceSize + execute of KlDivBackward (one kernel launch) and ConvTbcBackward (its GEMMs
+    through the library's cuBLAS wrapper into the null libcublas) under callgrind (deterministic), against
+    bench/callgrind_ceilings.json. One valgrind run of ~20 s. A GetWorkspaceSize that missed the executor
+    cache would cost ~4x its ceiling; a GEMM back at the former wrapper's cost (a handle fetched and its
+    modes read, set and restored per call) ~10x ConvTbc's."""
+    operators = ["aclnnKlDivBackward", "aclnnConvTbcBackward"]
+    counts = host_overhead.callgrind_counts(["execute", "total_cached"], operators, calls=10)
     print(f"instructions per call: {counts}")
-    assert counts["aclnnKlDivBackward"]["total_cached"] > counts["aclnnKlDivBackward"]["execute"] > 1000
+    for operator in operators:
+        assert counts[operator]["total_cached"] > counts[operator]["execute"] > 1000, operator
     assert host_overhead.over_ceiling(counts) == []
+
+
+def test_the_null_gpu_keeps_the_gemm_wrapper_and_stubs_only_libcublas():
+    """Over the bench's stand-in the cuda device's GEMMs run the library's own wrapper (the device's
+    cuBLAS handle, the frozen step's converted arguments) into the null libcublas's C entry points."""
+    from aclnn_gpu.device.cuda import CudaDevice
+    from aclnn_gpu.kernels import gemm
+    conv_tbc = next(fam for fam in FAMILIES if fam.backward == "aclnnConvTbcBackward")
+    with host_overhead.InstantDevice() as device, host_overhead.operator_case(conv_tbc) as case:
+        assert type(device) is CudaDevice and device.native_gemm
+        assert type(gemm.cublas_functions().cublasGemmStridedBatchedEx).__module__ == "ctypes"
+        case.op.enqueue()
+        host_overhead._sync(case.stream)
+        steps = case.op.ex.plan.frozen.steps
+        assert any(type(step).__name__ == "Gemm" and step._native[1] is not None for step in steps)
+        handle = device._cublas_pool.for_thread()
+        assert handle.stream_ptr == case.stream.impl.cupy.ptr and handle.workspace is None

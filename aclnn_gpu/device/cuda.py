@@ -31,11 +31,13 @@ call takes is decided inside the device's `CaptureGate`: a capture begins only w
 call is between its decision and its last CUDA call, so none issues a legacy-stream copy after a
 capture began.
 
-cuBLAS (`kernels/gemm.CublasGemm`) is called through ctypes on CuPy's own libcublas with CuPy's handle
-for the device, never through CuPy's cuBLAS wrappers: those (and `cublas.setStream`) raise
-NotImplementedError while the stream captures, which CUDA itself allows. While the stream captures,
-the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as cuBLAS's "CUDA Graphs Support"
-asks of captured routines).
+cuBLAS (`kernels/gemm.py`) is called through ctypes on CuPy's own libcublas with handles of the
+library's own (one per thread: `CudaDevice.cublas`), never through CuPy's cuBLAS wrappers: those (and
+`cublas.setStream`) raise NotImplementedError while the stream captures, which CUDA itself allows.
+While the stream captures, the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as
+cuBLAS's "CUDA Graphs Support" asks of captured routines). A frozen launch's GEMM is one C call with
+arguments converted once (`ops/frozen.Gemm.native`); the handle's stream and workspace are set once
+per execute, only when they change.
 
 NCCL (`hccl/nccl.py`) creates its communicator and makes every call inside the device's scope:
 ncclCommInitRank binds the GPU current on the calling thread.
@@ -199,9 +201,15 @@ class CudaKernelContext:
                                                 self.stream.pinned_for_capture))
 
     def run_frozen(self, frozen: Any, workspace: int) -> None:
-        """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy calls
-        as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of phase 2)."""
+        """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy and
+        cuBLAS calls as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of
+        phase 2). A GEMM is one C call on the stream's handle with the arguments the step converted once
+        (`Gemm.native`); the handle's workspace is settled at the first GEMM of the execute."""
         kernels, stream, device = self.device._kernels, self.stream.cupy, self.device
+        native, handle = device.native_gemm, None
+        strided: Any = None   # the handle's two entry points and its C handle, at the first GEMM
+        batched: Any = None
+        cublas: Any = None
         for step in frozen.steps:
             kind = type(step)
             if kind is Launch:
@@ -215,6 +223,16 @@ class CudaKernelContext:
             elif kind is Upload:
                 data, address = step.rebased_at(workspace)
                 self.upload_at(workspace + step.offset, data, address)
+            elif native:
+                last = step._native   # Gemm.native's cache, read here: this loop is the per-call cost
+                arguments = last[1] if last[0] == (workspace if step.patches else 0) else step.native(workspace)
+                if arguments is not None:
+                    if handle is None:
+                        handle = device.cublas(self.stream)
+                        cublas, strided, batched = handle.handle, handle.strided, handle.batched
+                    status = (batched if step.batched else strided)(cublas, *arguments)
+                    if status:
+                        handle.check(status, "cublasGemmBatchedEx" if step.batched else "cublasGemmStridedBatchedEx")
             else:
                 args = step.rebased(workspace) if step.patches else step.args
                 (device.gemm_batched if step.batched else device.gemm)(self.stream, *args, **step.kwargs)
@@ -305,6 +323,8 @@ class CaptureGate:
 class CudaDevice(Device):
     capturing = 0   # streams of this device capturing now (read inside `gate`; see CaptureGate)
     _side_stream: Any = None
+    native_gemm = True   # GEMMs are cuBLAS calls (`cublas`); False: the device's own `gemm` (emulated)
+    _cublas_pool: Any = None   # kernels/gemm.HandlePool, made at the first GEMM
 
     def __init__(self, cp: Any, kind: str = "cuda", device_id: int = 0):
         self.cp = cp
@@ -495,14 +515,33 @@ class CudaDevice(Device):
         return kernel
 
     def gemm(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
-        """cublasGemmStridedBatchedEx on `stream`; kernels/gemm.CublasGemm."""
+        """cublasGemmStridedBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream.cupy, self._cublas_workspace(stream))(*args, **kwargs)
+        arguments = gemm.native_arguments(False, args, kwargs)
+        if arguments is not None:
+            self.cublas(stream).gemm(False, arguments)
 
     def gemm_batched(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
-        """cublasGemmBatchedEx on `stream`; kernels/gemm.CublasGemm.batched."""
+        """cublasGemmBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""
         from ..kernels import gemm
-        gemm.CublasGemm(stream.cupy, self._cublas_workspace(stream)).batched(*args, **kwargs)
+        arguments = gemm.native_arguments(True, args, kwargs)
+        if arguments is not None:
+            self.cublas(stream).gemm(True, arguments)
+
+    def cublas(self, stream: CudaStream) -> Any:
+        """The calling thread's cuBLAS handle of this device (kernels/gemm.HandlePool; called inside the
+        device's scope), set to `stream` and to the workspace its GEMMs need now: the capture's while it
+        captures, else cuBLAS's own pool."""
+        pool = self._cublas_pool
+        if pool is None:
+            from ..kernels import gemm
+            with self._module_lock:
+                if self._cublas_pool is None:
+                    self._cublas_pool = gemm.HandlePool()
+            pool = self._cublas_pool
+        handle = pool.for_thread()
+        handle.use(int(stream.cupy.ptr), self._cublas_workspace(stream))
+        return handle
 
     def _cublas_workspace(self, stream: CudaStream) -> tuple[int, int] | None:
         """None outside a capture (cuBLAS's own workspace pool); while `stream` captures, (address, size)
@@ -524,11 +563,18 @@ class CudaDevice(Device):
         if context is None:
             context = stream.kernel_context = CudaKernelContext(self, stream)  # type: ignore[arg-type]
         frozen = plan.frozen
+        if self.cp.cuda.runtime.getDevice() == self.id:   # current already: no device switch
+            self._run(context, plan, frozen, workspace)
+            return
         with self.scope:   # launches, module loads and the cuBLAS handle of this GPU
-            if frozen is not None and not workspace % FROZEN_ALIGN:   # (Plan.run_kernels, one call less)
-                context.run_frozen(frozen, workspace)
-            else:
-                plan.run_kernels(context, workspace)
+            self._run(context, plan, frozen, workspace)
+
+    @staticmethod
+    def _run(context: CudaKernelContext, plan: Any, frozen: Any, workspace: int) -> None:
+        if frozen is not None and not workspace % FROZEN_ALIGN:   # (Plan.run_kernels, one call less)
+            context.run_frozen(frozen, workspace)
+        else:
+            plan.run_kernels(context, workspace)
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:
@@ -584,3 +630,6 @@ class CudaDevice(Device):
                     pass
         with self.gate.shared(), self.scope:
             self._drain()
+            pool = self._cublas_pool
+            if pool is not None:   # after the drain: no queued GEMM uses them any more
+                pool.close()

@@ -20,6 +20,8 @@ def emulator_available() -> bool:
 
 
 class EmulatedDevice(CudaDevice):
+    native_gemm = False   # its GEMMs run in NumPy, queued on the fake stream (`gemm` below)
+
     def __init__(self, device_id: int, find_allocation: FindAllocation) -> None:
         super().__init__(fakecupy, kind="emulated", device_id=device_id)
         from ..kernels.emulator import set_memory_resolver

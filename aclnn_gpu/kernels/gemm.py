@@ -27,23 +27,27 @@ Implementations:
 * `NumpyGemm`  -- over host memory (the `emulated` device and StandaloneEmuContext): views of the
   memory through ctypes, float32 matmul, TF32 emulated by rounding the operands' mantissas to 10
   bits (round to nearest even), results rounded to C's dtype.
-* `CublasGemm` -- cublasGemmStridedBatchedEx / cublasGemmBatchedEx on the stream of the plan (CUDA
-  device), with CuPy's cuBLAS handle for the device, called through ctypes on the libcublas CuPy
-  loaded, never through CuPy's cuBLAS wrappers: each of those first points the handle at CuPy's
-  current stream through `cublas.setStream`, which raises NotImplementedError("calling cuBLAS API
+* cuBLAS (the CUDA device) -- cublasGemmStridedBatchedEx / cublasGemmBatchedEx through ctypes on the
+  libcublas CuPy loaded, never through CuPy's cuBLAS wrappers: each of those first points the handle at
+  CuPy's current stream through `cublas.setStream`, which raises NotImplementedError("calling cuBLAS API
   during stream capture is currently unsupported") when that stream captures
-  (cupy_backends/cuda/libs/cublas.pyx, setStream / _setStream), so a GEMM in an ACL graph would fail
-  there, while CUDA allows cublasSetStream and the GEMMs in a capture. cuBLAS's "CUDA Graphs Support"
-  (cuBLAS library documentation): a captured routine may otherwise allocate its workspace with
-  stream-ordered allocations (memory nodes in the graph); give it a user-owned workspace with
-  cublasSetWorkspace. cublasSetStream resets the handle to the default workspace pool, so the
-  workspace is set after the stream, on each call; alpha/beta in host pointer mode are captured by value.
+  (cupy_backends/cuda/libs/cublas.pyx, setStream / _setStream), while CUDA allows cublasSetStream and
+  the GEMMs in a capture. The host cost of a GEMM is one C call: `CublasHandle` is a handle of the
+  library's own (one per device and thread: `HandlePool`), its modes set once when it is made, its
+  stream and workspace once per execute and only when they change; `native_arguments` converts
+  a GEMM's argument list to C values once (a frozen launch keeps them: ops/frozen.Gemm.native), alpha
+  and beta at fixed addresses. cuBLAS's "CUDA Graphs Support" (cuBLAS library documentation): a captured
+  routine may otherwise allocate its workspace with stream-ordered allocations (memory nodes in the
+  graph); give it a user-owned workspace with cublasSetWorkspace. cublasSetStream resets the handle to
+  the default workspace pool, so the workspace is set after the stream, whenever the handle's differs
+  from the one the call needs (`CublasHandle.use`); alpha/beta in host pointer mode are
+  captured by value. `CublasGemm` is the same for a caller outside a device (scripts/gpu_probe.py).
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
+import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -200,50 +204,67 @@ CUBLAS_DEFAULT_MATH = 0                             # cublasMath_t
 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77   # cublasComputeType_t
 CUBLAS_GEMM_DEFAULT = -1                            # cublasGemmAlgo_t
+_COMPUTE_TYPES = {COMPUTE_32F: CUBLAS_COMPUTE_32F, COMPUTE_32F_FAST_TF32: CUBLAS_COMPUTE_32F_FAST_TF32}
+# The handle's math mode, set once when it is made: CUBLAS_DEFAULT_MATH (so a global TF32 setting cannot
+# downgrade true fp32: TF32 comes only from the compute type) with DISALLOW_REDUCED_PRECISION_REDUCTION
+# (without it cuBLAS may reduce split-K partial sums of fp16 / bf16 outputs in the output type).
+LIBRARY_MATH_MODE = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
 
 
-def cublas_and_handle() -> tuple[Any, Any]:
-    """CuPy's cuBLAS module (its constants and check_status) and the current device's handle, CuPy's
-    own for this thread and device (tests replace this with a recorder)."""
+def cupy_cublas() -> Any:
+    """CuPy's cuBLAS module: importing it loads CuPy's libcublas, and its check_status raises the
+    CUBLASError of a failed call (tests replace this with a double)."""
     try:
-        from cupy.cuda import cublas, device
+        from cupy.cuda import cublas
     except ImportError as e:   # CuPy finds cuBLAS in a CUDA toolkit or the nvidia-cublas wheel
         raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                       f"cuBLAS could not be loaded ({e}): install a CUDA toolkit or "
                       "`pip install 'aclnn_gpu[cuda]'` (it brings the nvidia-cublas wheel)") from None
-    return cublas, device.get_cublas_handle()
+    return cublas
 
 
-# The libcublas entry points CublasGemm calls, by C name -> ctypes argument types (cublas_api.h; the
-# cublasStatus_t result is an int). p: a pointer or handle, i: an int (or enum), q: long long.
+# The libcublas entry points the library calls, by C name -> ctypes argument types (cublas_api.h; the
+# cublasStatus_t result is an int). p: a pointer or handle, i: an int (or enum), q: long long. None: the
+# GEMMs, called with arguments converted once (`native_arguments`), so ctypes converts nothing per call
+# (an argtypes list would run a from_param per argument per call: about 2 us more for a GEMM's 23).
 _P, _I, _Q = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-_CUBLAS_FUNCTIONS: dict[str, list[Any]] = {
+_CUBLAS_FUNCTIONS: dict[str, list[Any] | None] = {
+    "cublasCreate_v2": [ctypes.POINTER(_P)],
+    "cublasDestroy_v2": [_P],
     "cublasSetStream_v2": [_P, _P],
     "cublasSetWorkspace_v2": [_P, _P, ctypes.c_size_t],
-    "cublasGetMathMode": [_P, ctypes.POINTER(_I)],
     "cublasSetMathMode": [_P, _I],
-    "cublasGetPointerMode_v2": [_P, ctypes.POINTER(_I)],
     "cublasSetPointerMode_v2": [_P, _I],
     # (handle, transa, transb, m, n, k, alpha*, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta*, C,
     #  Ctype, ldc, strideC, batchCount, computeType, algo)
-    "cublasGemmStridedBatchedEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _Q, _P, _I, _I, _Q, _P, _P, _I, _I, _Q,
-                                   _I, _I, _I],
+    "cublasGemmStridedBatchedEx": None,
     # (handle, transa, transb, m, n, k, alpha*, Aarray, Atype, lda, Barray, Btype, ldb, beta*, Carray,
     #  Ctype, ldc, batchCount, computeType, algo)
-    "cublasGemmBatchedEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _I],
+    "cublasGemmBatchedEx": None,
 }
 
 
+def bind_functions(lib: Any) -> SimpleNamespace:
+    """The entry points of `_CUBLAS_FUNCTIONS` in a loaded library (a ctypes.CDLL), their argument types
+    set, as attributes named after them."""
+    functions = SimpleNamespace()
+    for symbol, argtypes in _CUBLAS_FUNCTIONS.items():
+        fn = getattr(lib, symbol)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        setattr(functions, symbol, fn)
+    return functions
+
+
 def cublas_functions() -> Any:
-    """The entry points of `_CUBLAS_FUNCTIONS` in the libcublas CuPy loaded, through ctypes, as
-    attributes named after them (tests replace this with a double of the same C signatures)."""
+    """The entry points of `_CUBLAS_FUNCTIONS` in the libcublas CuPy loaded, through ctypes (tests and the
+    host-overhead bench replace them with doubles of the same C signatures)."""
     global _FUNCTIONS
     if _FUNCTIONS is None:
         from cupy.cuda import runtime
-        cublas_and_handle()                      # loads CuPy's cuBLAS module, hence libcublas.so.<major>
+        cupy_cublas()                            # loads CuPy's cuBLAS module, hence libcublas.so.<major>
         name = f"libcublas.so.{runtime.runtimeGetVersion() // 1000}"
-        # RTLD_NOLOAD: the very copy CuPy's handle belongs to, never a second one from the search path
-        # (a handle passed into another libcublas instance is undefined behaviour)
+        # RTLD_NOLOAD: the very copy CuPy loaded, never a second one from the search path (two copies of
+        # cuBLAS in one process would each keep their own state)
         try:
             lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
         except OSError:
@@ -251,12 +272,7 @@ def cublas_functions() -> Any:
                           f"cuBLAS: {name} is not loaded by CuPy's cuBLAS module; the GEMMs (cublasGemmBatchedEx, "
                           "cublasGemmStridedBatchedEx) call CuPy's own libcublas (install the nvidia-cublas wheel "
                           "of this CUDA major version)") from None
-        functions = SimpleNamespace()
-        for symbol, argtypes in _CUBLAS_FUNCTIONS.items():
-            fn = getattr(lib, symbol)
-            fn.argtypes, fn.restype = argtypes, ctypes.c_int
-            setattr(functions, symbol, fn)
-        _FUNCTIONS = functions
+        _FUNCTIONS = bind_functions(lib)
     return _FUNCTIONS
 
 
@@ -273,78 +289,229 @@ def capture_workspace_bytes(major: int) -> int:
     return WORKSPACE_BYTES_HOPPER if major >= 9 else WORKSPACE_BYTES
 
 
-class CublasGemm:
-    """gemm_strided_batched (and `batched`) on a CUDA stream through libcublas (module docstring).
+# ------------------------------------------------------------------------------ arguments, converted once
+# alpha / beta live at fixed addresses: host pointer mode reads them when the call is made (a captured
+# call by value), so one float per distinct value serves every GEMM for the life of the process.
+_SCALARS: dict[float, Any] = {}
+_SCALARS_KEPT = 1024   # distinct values interned; past that a GEMM's arguments keep their own float
 
-    alpha/beta are host fp32 scalars (the scale type of CUBLAS_COMPUTE_32F*, pointer mode HOST: read
-    when the call is made -- captured by value in a graph -- so temporaries are fine). The handle's
-    math mode is, for the call, CUBLAS_DEFAULT_MATH (so a global TF32 setting, CUPY_TF32, cannot
-    downgrade true fp32: TF32 comes only from the compute type) with
-    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (without it cuBLAS may reduce split-K partial sums
-    of fp16 / bf16 outputs in the output type, so a deep gradWeight product would not accumulate in
-    fp32); the previous modes are restored. `workspace` is (address, bytes) of device memory for the
-    call while the stream captures (CudaDevice gives one per capture), None otherwise."""
+
+def _scale(value: float) -> Any:
+    key = float(np.float32(value))
+    pointer = _SCALARS.get(key)
+    if pointer is None:
+        pointer = ctypes.byref(ctypes.c_float(key))   # passed as a float*, keeps its float alive
+        if len(_SCALARS) < _SCALARS_KEPT:
+            _SCALARS[key] = pointer
+    return pointer
+
+
+# The C arguments are ctypes' own parameter objects (what `from_param` and `byref` return): a foreign call
+# copies such an object's value as it is, where a c_void_p or c_longlong instance would first be turned
+# into a new one per call (CPython's _ctypes/callproc.c, ConvParam). Ints below 2**31 pass as C ints.
+_pointer = _P.from_param
+_long = _Q.from_param
+
+
+def _c_int(value: Any, name: str) -> int:
+    """An int argument of cuBLAS (passed as a C int without ctypes checking its range)."""
+    v = int(value)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise ValueError(f"gemm: {name}={v} does not fit cuBLAS's 32-bit int")
+    return v
+
+
+def _op(trans: Any) -> int:
+    return CUBLAS_OP_T if trans else CUBLAS_OP_N
+
+
+def native_arguments(batched: bool, args: tuple, kwargs: dict) -> tuple | None:
+    """The C arguments after the handle of cublasGemmStridedBatchedEx (or, `batched`, cublasGemmBatchedEx)
+    for the portable argument list (`gemm_strided_batched`'s or `gemm_batched`'s, module docstring),
+    checked and converted for a ctypes call without argument types: ints as Python ints, pointers and
+    strides as ctypes parameter objects, alpha / beta as pointers to interned floats. None: an empty product
+    (m, n or batch 0), which cuBLAS is not called for. A frozen GEMM converts once (ops/frozen.Gemm.native)."""
+    if batched:
+        (transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch,
+         compute) = _bind(_BATCHED_NAMES, args, kwargs)
+    else:
+        (transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b, beta, c, c_type, ldc,
+         stride_c, batch, compute) = _bind(_STRIDED_NAMES, args, kwargs)
+    _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
+    if m == 0 or n == 0 or batch == 0:
+        return None
+    head = (_op(transa), _op(transb), _c_int(m, "m"), _c_int(n, "n"), _c_int(k, "k"), _scale(alpha))
+    comp = _COMPUTE_TYPES.get(compute)
+    if comp is None:
+        raise ValueError(f"gemm: unsupported compute mode {compute!r}")
+    if batched:
+        return (*head, _pointer(int(a)), _cuda_type(a_type), _c_int(lda, "lda"), _pointer(int(b)), _cuda_type(b_type),
+                _c_int(ldb, "ldb"), _scale(beta), _pointer(int(c)), _cuda_type(c_type), _c_int(ldc, "ldc"),
+                _c_int(batch, "batch"), comp, CUBLAS_GEMM_DEFAULT)
+    return (*head, _pointer(int(a)), _cuda_type(a_type), _c_int(lda, "lda"), _long(int(stride_a)), _pointer(int(b)),
+            _cuda_type(b_type), _c_int(ldb, "ldb"), _long(int(stride_b)), _scale(beta), _pointer(int(c)),
+            _cuda_type(c_type), _c_int(ldc, "ldc"), _long(int(stride_c)), _c_int(batch, "batch"), comp,
+            CUBLAS_GEMM_DEFAULT)
+
+
+_STRIDED_NAMES = ("transa", "transb", "m", "n", "k", "alpha", "a", "a_type", "lda", "stride_a", "b", "b_type", "ldb",
+                  "stride_b", "beta", "c", "c_type", "ldc", "stride_c", "batch", "compute")
+_BATCHED_NAMES = ("transa", "transb", "m", "n", "k", "alpha", "a_array", "a_type", "lda", "b_array", "b_type", "ldb",
+                  "beta", "c_array", "c_type", "ldc", "batch", "compute")
+
+
+def _bind(names: tuple[str, ...], args: tuple, kwargs: dict) -> list[Any]:
+    """The values of `names` from positional and keyword arguments (compute defaults to COMPUTE_32F)."""
+    if len(args) > len(names) or any(name not in names[len(args):] for name in kwargs):
+        raise TypeError(f"gemm: unexpected arguments {args!r} {kwargs!r}")
+    values = [*args, *(kwargs.get(name, _MISSING) for name in names[len(args):])]
+    if values[-1] is _MISSING:
+        values[-1] = COMPUTE_32F
+    if _MISSING in values:
+        raise TypeError(f"gemm: missing argument {names[values.index(_MISSING)]}")
+    return values
+
+
+_MISSING = object()
+
+
+# ------------------------------------------------------------------------------ the library's handles
+class CublasHandle:
+    """A cuBLAS handle of the library's own (the cuda device keeps one per device and thread, as CuPy and
+    PyTorch do: a handle made at a warm-up call outside any capture serves the capture's stream too,
+    where cublasCreate might allocate). What cuBLAS reads from a handle is set once, when it is made:
+    LIBRARY_MATH_MODE and host pointer mode (alpha / beta read at the call). Nothing but the library
+    uses it, so no GEMM reads, sets or restores a mode, while CuPy's handles
+    (cupy.cuda.device.get_cublas_handle) keep whatever CuPy or its user set on them.
+
+    What changes is the stream and, while a stream captures, the workspace: cuBLAS's "CUDA Graphs
+    Support" asks captured routines for a user-owned one (cublasSetWorkspace), or they may allocate
+    inside the graph. `use` sets both before the first GEMM of an execute, and only when they differ
+    from the handle's. cublasSetStream resets the handle to cuBLAS's default workspace pool (cuBLAS
+    documentation, cublasSetStream), so the workspace is set after it, and a handle leaving a capture
+    goes back to the pool: a graph replayed on another stream never shares its workspace with a direct
+    GEMM. Made and used with its device current."""
+
+    def __init__(self, functions: Any = None):
+        fns = cublas_functions() if functions is None else functions
+        self.functions = fns
+        handle = _P()
+        self.check(fns.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        self.made: Any = handle
+        self.handle: Any = _pointer(handle.value)   # as the GEMMs take it (a parameter object)
+        self.stream_ptr: int | None = None                # what the handle is set to now
+        self.workspace: tuple[int, int] | None = None
+        self.check(fns.cublasSetMathMode(handle, LIBRARY_MATH_MODE), "cublasSetMathMode")
+        self.check(fns.cublasSetPointerMode_v2(handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode")
+        self.strided = fns.cublasGemmStridedBatchedEx   # (handle, *native_arguments(False, ...))
+        self.batched = fns.cublasGemmBatchedEx          # (handle, *native_arguments(True, ...))
+
+    def use(self, stream_ptr: int, workspace: tuple[int, int] | None) -> None:
+        """The GEMMs that follow run on the stream at `stream_ptr` with `workspace` ((address, bytes) of a
+        capture's, or None: cuBLAS's own pool); no cuBLAS call when the handle is so already."""
+        if stream_ptr == self.stream_ptr and workspace == self.workspace:
+            return
+        fns = self.functions
+        self.stream_ptr = self.workspace = None   # unknown until both calls succeeded
+        self.check(fns.cublasSetStream_v2(self.handle, stream_ptr), "cublasSetStream")   # resets the workspace
+        if workspace is not None:
+            self.check(fns.cublasSetWorkspace_v2(self.handle, int(workspace[0]), int(workspace[1])),
+                       "cublasSetWorkspace")
+        self.stream_ptr, self.workspace = stream_ptr, workspace
+
+    def gemm(self, batched: bool, arguments: tuple) -> None:
+        """One GEMM of `native_arguments`' C arguments on the handle's stream."""
+        status = (self.batched if batched else self.strided)(self.handle, *arguments)
+        if status:
+            self.check(status, "cublasGemmBatchedEx" if batched else "cublasGemmStridedBatchedEx")
+
+    @staticmethod
+    def check(status: int, what: str) -> None:
+        if status != 0:   # CuPy's own check: the CUBLASError its wrapped calls raise
+            cupy_cublas().check_status(status)
+            raise RuntimeError(f"{what}: cuBLAS status {status}")
+
+    def close(self) -> None:
+        """cublasDestroy (with its device current, after the work queued with it)."""
+        handle, self.made, self.handle = self.made, None, None
+        if handle is not None and handle.value:
+            self.check(self.functions.cublasDestroy_v2(handle), "cublasDestroy")
+
+
+class HandlePool:
+    """The handles of one device, one per thread that runs GEMMs on it (`for_thread`). A thread's lease
+    gives its handle back to the pool when the thread ends (its thread-local storage is dropped), so a
+    process that starts threads again and again reuses handles instead of making new ones."""
+
+    def __init__(self, functions: Any = None) -> None:
+        self.functions = functions
+        self.free: list[CublasHandle] = []
+        self._local = threading.local()
+
+    def for_thread(self) -> CublasHandle:
+        """The calling thread's handle (made, or taken from the pool, with the device current)."""
+        lease = getattr(self._local, "lease", None)
+        if lease is None:
+            try:
+                handle = self.free.pop()
+            except IndexError:
+                handle = CublasHandle(self.functions)
+            lease = self._local.lease = _Lease(handle, self.free)
+        return lease.handle
+
+    def close(self) -> None:
+        """Destroy the pooled handles and the calling thread's (the device's reset; other threads' stay)."""
+        lease = getattr(self._local, "lease", None)
+        if lease is not None:
+            self._local.lease = None
+            lease.pool = None
+            lease.handle.close()
+        while self.free:
+            self.free.pop().close()
+
+
+class _Lease:
+    """A thread's hold on a pooled handle (in its thread-local storage)."""
+
+    __slots__ = ("handle", "pool")
+
+    def __init__(self, handle: CublasHandle, pool: list[CublasHandle]):
+        self.handle, self.pool = handle, pool
+
+    def __del__(self) -> None:   # the thread ended: the handle serves the next thread (no CUDA call here)
+        if self.pool is not None:
+            self.pool.append(self.handle)
+
+
+class CublasGemm:
+    """gemm_strided_batched (and `batched`) on a CUDA stream through a CublasHandle (module docstring),
+    for callers outside a device (scripts/gpu_probe.py): its own handle, made here (with the stream's device
+    current, before any capture the GEMMs may go into); `workspace` is (address, bytes) of device memory
+    for a capture, else None."""
 
     def __init__(self, stream: Any, workspace: tuple[int, int] | None = None):
         self.stream = stream   # a cupy Stream
         self.workspace = workspace
+        self._handle: CublasHandle | None = CublasHandle()
 
-    def __call__(self, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b,
-                 beta, c, c_type, ldc, stride_c, batch, compute=COMPUTE_32F):
-        _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
-        if m == 0 or n == 0 or batch == 0:
-            return
-        al, be = _scalar(alpha), _scalar(beta)   # alive until the call returns (host pointer mode)
-        with self._call() as (fns, check, handle, comp, op):
-            check(fns.cublasGemmStridedBatchedEx(
-                handle, op(transa), op(transb), int(m), int(n), int(k),
-                al.ctypes.data, int(a), _cuda_type(a_type), int(lda), int(stride_a),
-                int(b), _cuda_type(b_type), int(ldb), int(stride_b),
-                be.ctypes.data, int(c), _cuda_type(c_type), int(ldc), int(stride_c),
-                int(batch), comp(compute), CUBLAS_GEMM_DEFAULT))
+    def _ready(self) -> CublasHandle:
+        if self._handle is None:
+            raise ValueError("CublasGemm: used after close()")
+        self._handle.use(int(self.stream.ptr), self.workspace)
+        return self._handle
 
-    def batched(self, transa, transb, m, n, k, alpha, a_array, a_type, lda, b_array, b_type, ldb,
-                beta, c_array, c_type, ldc, batch, compute=COMPUTE_32F):
-        """cublasGemmBatchedEx (pointer arrays in device memory) with the same modes as __call__."""
-        _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
-        if m == 0 or n == 0 or batch == 0:
-            return
-        al, be = _scalar(alpha), _scalar(beta)   # alive until the call returns (host pointer mode)
-        with self._call() as (fns, check, handle, comp, op):
-            check(fns.cublasGemmBatchedEx(
-                handle, op(transa), op(transb), int(m), int(n), int(k), al.ctypes.data,
-                int(a_array), _cuda_type(a_type), int(lda), int(b_array), _cuda_type(b_type), int(ldb),
-                be.ctypes.data, int(c_array), _cuda_type(c_type), int(ldc), int(batch), comp(compute),
-                CUBLAS_GEMM_DEFAULT))
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        arguments = native_arguments(False, args, kwargs)
+        if arguments is not None:
+            self._ready().gemm(False, arguments)
 
-    @contextlib.contextmanager
-    def _call(self):
-        """The handle for one call: on the plan's stream (then the capture's workspace), math mode
-        CUBLAS_DEFAULT_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION, host pointer mode; the previous
-        modes restored after it. Yields (the entry points, a status check, the handle, the compute type
-        of a compute string, the operation of a transpose flag)."""
-        cublas, handle = cublas_and_handle()
-        fns = cublas_functions()
+    def batched(self, *args: Any, **kwargs: Any) -> None:
+        """cublasGemmBatchedEx (pointer arrays in device memory)."""
+        arguments = native_arguments(True, args, kwargs)
+        if arguments is not None:
+            self._ready().gemm(True, arguments)
 
-        def check(status: int) -> None:
-            if status != 0:   # CuPy's own check: the CUBLASError its wrapped calls raise
-                cublas.check_status(status)
-
-        old_math, old_pointer = ctypes.c_int(), ctypes.c_int()
-        check(fns.cublasGetMathMode(handle, ctypes.pointer(old_math)))
-        check(fns.cublasGetPointerMode_v2(handle, ctypes.pointer(old_pointer)))
-        compute_types = {COMPUTE_32F: CUBLAS_COMPUTE_32F, COMPUTE_32F_FAST_TF32: CUBLAS_COMPUTE_32F_FAST_TF32}
-        try:
-            check(fns.cublasSetStream_v2(handle, int(self.stream.ptr)))
-            if self.workspace is not None:   # after the stream: cublasSetStream resets the workspace
-                check(fns.cublasSetWorkspace_v2(handle, int(self.workspace[0]), int(self.workspace[1])))
-            check(fns.cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
-            check(fns.cublasSetPointerMode_v2(handle, CUBLAS_POINTER_MODE_HOST))   # alpha/beta read at the call
-            yield (fns, check, handle, compute_types.__getitem__, lambda trans: CUBLAS_OP_T if trans else CUBLAS_OP_N)
-        finally:
-            check(fns.cublasSetMathMode(handle, old_math.value))
-            check(fns.cublasSetPointerMode_v2(handle, old_pointer.value))
-
-
-def _scalar(value: float) -> np.ndarray:
-    return np.array(value, dtype=np.float32)
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

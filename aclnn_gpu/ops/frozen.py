@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import manifest
+from ..kernels.gemm import native_arguments
 from ..kernels.occupancy import DEFAULT_ARCH
 
 # The workspace base while recording: far above any user-space or CUDA virtual address (47-49 bits)
@@ -117,10 +118,26 @@ class Gemm:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_last", (None if self.patches else 0, self.args))
+        object.__setattr__(self, "_native", (_UNSET, None))
 
     def rebased(self, workspace: int) -> tuple[Any, ...]:
         """The arguments with the workspace at `workspace` (pointers as int, as recorded)."""
         return self.args if not self.patches else _rebased_args(self, workspace, int)
+
+    def native(self, workspace: int) -> tuple[Any, ...] | None:
+        """The C arguments of the cuBLAS call after its handle (kernels/gemm.native_arguments; None: an empty
+        product) with the workspace at `workspace`: converted once, kept for the last workspace (and for
+        good when no argument points into the workspace)."""
+        key = workspace if self.patches else 0
+        last = self._native
+        if last[0] == key:
+            return last[1]
+        arguments = native_arguments(self.batched, self.rebased(workspace), self.kwargs)
+        object.__setattr__(self, "_native", (key, arguments))   # one tuple: threads see a whole one
+        return arguments
+
+
+_UNSET = object()   # no workspace converted yet
 
 
 @dataclass(frozen=True)

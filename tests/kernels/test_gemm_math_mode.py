@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from types import MethodType, SimpleNamespace
 
 import numpy as np
@@ -31,18 +32,35 @@ TYPES = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 14: dtypes.bfloat16}
 COMPUTE = {68: gemm.COMPUTE_32F, 77: gemm.COMPUTE_32F_FAST_TF32}
 
 
+CUPY_HANDLE = 0x1234        # CuPy's handle for the device: the library must never touch it
+
+
+def _value(x):
+    """An argument as the C function receives it: a ctypes parameter object (what from_param and byref
+    return: its repr shows the value, "<cparam 'P' (0x7f...)>"), a ctypes instance, or an int."""
+    if type(x).__name__ == "CArgObject":
+        return int(re.fullmatch(r"<cparam '.' \((-?(?:0x)?[0-9a-f]+)\)>", repr(x)).group(1), 0)
+    return x.value if hasattr(x, "value") else int(x)
+
+
 class RecordingCublas(SimpleNamespace):
-    """Both faces of cuBLAS, over one handle's state. CuPy's module (`cublas_and_handle`): check_status,
-    and wrappers that first point the handle at CuPy's current stream as CuPy's do (`_setStream`), so
-    they refuse a capturing stream. libcublas's entry points (`cublas_functions`): C signatures and
-    statuses, the work queued on the handle's stream; cublasSetStream resets the workspace (cuBLAS
-    documentation), and a GEMM on a capturing stream without a workspace set is refused."""
+    """Both faces of cuBLAS, over each handle's state. CuPy's module (`cupy_cublas`): check_status, and
+    wrappers that first point the handle at CuPy's current stream as CuPy's do (`_setStream`), so they
+    refuse a capturing stream. libcublas's entry points (`cublas_functions`): C signatures and statuses,
+    the work queued on the handle's stream; a new handle has cuBLAS's defaults (CUBLAS_DEFAULT_MATH, host
+    pointer mode, the legacy stream); cublasSetStream resets the workspace (cuBLAS documentation), and a
+    GEMM on a capturing stream without a workspace set is refused. CuPy's own handle (CUPY_HANDLE) starts
+    with modes a user set on it."""
 
     def __init__(self) -> None:
         super().__init__(CUBLAS_DEFAULT_MATH=0, CUBLAS_POINTER_MODE_HOST=0, CUBLAS_OP_N=0, CUBLAS_OP_T=1,
                          CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_32F_FAST_TF32=77, CUBLAS_GEMM_DEFAULT=-1)
-        self.math_mode, self.pointer_mode, self.stream, self.workspace = USER_MODE, 1, 0, None
+        self.handles = {CUPY_HANDLE: SimpleNamespace(math=USER_MODE, pointer=1, stream=0, workspace=None)}
         self.calls: list[dict] = []
+        self.setup: list[str] = []   # the configuring calls, in order
+
+    def state(self, handle):
+        return self.handles[_value(handle)]
 
     # ---------------------------------------------------------------- CuPy's module
     @staticmethod
@@ -58,57 +76,56 @@ class RecordingCublas(SimpleNamespace):
         self.setStream(handle, fakecupy.get_current_stream().ptr)
         assert self.cublasGemmStridedBatchedEx(handle, *args) == 0
 
-    def getMathMode(self, handle):
-        return self.math_mode
-
-    def setMathMode(self, handle, mode):
-        self.math_mode = mode
-
-    def getPointerMode(self, handle):
-        return self.pointer_mode
-
-    def setPointerMode(self, handle, mode):
-        self.pointer_mode = mode
-
     # ---------------------------------------------------------------- libcublas
+    def cublasCreate_v2(self, pointer):
+        handle = 0x10000 + len(self.handles)
+        self.handles[handle] = SimpleNamespace(math=0, pointer=0, stream=0, workspace=None)
+        pointer._obj.value = handle   # a byref(c_void_p)
+        self.setup.append("create")
+        return 0
+
+    def cublasDestroy_v2(self, handle):
+        del self.handles[_value(handle)]
+        return 0
+
     def cublasSetStream_v2(self, handle, stream):
-        self.stream, self.workspace = int(stream), None
+        state = self.state(handle)
+        state.stream, state.workspace = int(stream), None
+        self.setup.append("stream")
         return 0
 
     def cublasSetWorkspace_v2(self, handle, workspace, size):
         assert workspace % 256 == 0 and size > 0, "cublasSetWorkspace: 256-byte aligned memory"
-        self.workspace = (int(workspace), int(size))
-        return 0
-
-    def cublasGetMathMode(self, handle, mode):
-        mode.contents.value = self.math_mode
+        self.state(handle).workspace = (int(workspace), int(size))
+        self.setup.append("workspace")
         return 0
 
     def cublasSetMathMode(self, handle, mode):
-        self.math_mode = mode
-        return 0
-
-    def cublasGetPointerMode_v2(self, handle, mode):
-        mode.contents.value = self.pointer_mode
+        self.state(handle).math = mode
+        self.setup.append("math")
         return 0
 
     def cublasSetPointerMode_v2(self, handle, mode):
-        self.pointer_mode = mode
+        self.state(handle).pointer = mode
+        self.setup.append("pointer")
         return 0
 
-    def _record(self, compute, a_type, b_type, c_type, batched):
-        stream = fakecupy._stream(self.stream)
+    def _record(self, handle, compute, a_type, b_type, c_type, batched):
+        state = self.state(handle)
+        stream = fakecupy._stream(state.stream)
         captured = stream.is_capturing()
-        if captured and self.workspace is None:   # it would allocate inside the graph
+        if captured and state.workspace is None:   # it would allocate inside the graph
             return stream, None
-        self.calls.append({"math": self.math_mode, "pointer": self.pointer_mode, "compute": compute,
+        self.calls.append({"math": state.math, "pointer": state.pointer, "compute": compute,
                            "types": (TYPES[a_type], TYPES[b_type], TYPES[c_type]), "batched": batched,
-                           "stream": self.stream, "captured": captured, "workspace": self.workspace})
-        return stream, self.pointer_mode == 0 and compute in COMPUTE
+                           "stream": state.stream, "captured": captured, "workspace": state.workspace,
+                           "handle": _value(handle)})
+        return stream, state.pointer == 0 and compute in COMPUTE
 
-    def cublasGemmStridedBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b,
-                                   b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo):
-        stream, ok = self._record(compute, a_type, b_type, c_type, False)
+    def cublasGemmStridedBatchedEx(self, handle, *arguments):
+        (transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b, beta, c, c_type, ldc,
+         stride_c, batch, compute, algo) = (_value(x) for x in arguments)
+        stream, ok = self._record(handle, compute, a_type, b_type, c_type, False)
         if not ok:
             return CUBLAS_STATUS_NOT_SUPPORTED
         al, be = (ctypes.c_float.from_address(p).value for p in (alpha, beta))   # host pointer mode: by value
@@ -117,9 +134,10 @@ class RecordingCublas(SimpleNamespace):
         stream.submit(lambda: gemm.gemm_numpy(*args))
         return 0
 
-    def cublasGemmBatchedEx(self, handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
-                            c_type, ldc, batch, compute, algo):
-        stream, ok = self._record(compute, a_type, b_type, c_type, True)
+    def cublasGemmBatchedEx(self, handle, *arguments):
+        (transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch, compute,
+         algo) = (_value(x) for x in arguments)
+        stream, ok = self._record(handle, compute, a_type, b_type, c_type, True)
         if not ok:
             return CUBLAS_STATUS_NOT_SUPPORTED
         al, be = (ctypes.c_float.from_address(p).value for p in (alpha, beta))
@@ -130,11 +148,14 @@ class RecordingCublas(SimpleNamespace):
 
 
 def use_cublas(monkeypatch) -> RecordingCublas:
-    """The emulated device's GEMMs go through the cuda device's cuBLAS calls, into a RecordingCublas."""
+    """The emulated device's GEMMs go through the cuda device's cuBLAS calls (its frozen launches' one C
+    call per GEMM included), into a RecordingCublas."""
     recorder = RecordingCublas()
-    monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (recorder, 0x1234))
+    monkeypatch.setattr(gemm, "cupy_cublas", lambda: recorder)
     monkeypatch.setattr(gemm, "cublas_functions", lambda: recorder)
     device = get_device()
+    monkeypatch.setattr(device, "native_gemm", True)
+    monkeypatch.setattr(device, "_cublas_pool", None)
     monkeypatch.setattr(device, "gemm", MethodType(CudaDevice.gemm, device))
     monkeypatch.setattr(device, "gemm_batched", MethodType(CudaDevice.gemm_batched, device))
     return recorder
@@ -174,7 +195,8 @@ def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
         assert call["math"] & 0xF != TF32_TENSOR_OP_MATH, call   # TF32 only by the compute type
         assert call["math"] == 16 and call["pointer"] == 0 and call["compute"] == compute, call
         assert call["stream"] == emulated.stream.impl.cupy.ptr and call["workspace"] is None, call
-    assert recorder.math_mode == USER_MODE and recorder.pointer_mode == 1   # restored
+        assert call["handle"] != CUPY_HANDLE, call
+    assert vars(recorder.handles[CUPY_HANDLE]) == {"math": USER_MODE, "pointer": 1, "stream": 0, "workspace": None}
     for a, e in zip(got, expected):
         np.testing.assert_array_equal(a.view(np.uint8), e.view(np.uint8))
 
@@ -211,7 +233,11 @@ def test_cublas_gemms_in_an_acl_graph(emulated, monkeypatch):
     assert acl.aclrtSynchronizeStream(s.stream) == 0
     for out, e in zip(outs, expected):
         np.testing.assert_array_equal(s.read(out).view(np.uint8), e.view(np.uint8))
-    assert recorder.math_mode == USER_MODE and recorder.pointer_mode == 1
+    assert vars(recorder.handles[CUPY_HANDLE])["math"] == USER_MODE
+    # back outside the capture, the handle leaves the model's workspace for cuBLAS's own pool
+    recorder.calls.clear()
+    conv_tbc_backward(s, dtype, cube, np.random.default_rng(seed))
+    assert recorder.calls and all(call["workspace"] is None and not call["captured"] for call in recorder.calls)
     assert acl.aclmdlRIDestroy(model) == 0
 
 
@@ -237,7 +263,7 @@ def test_gemm_batched_ex_never_loads_a_second_libcublas(monkeypatch):
     copy from the search path and handing it CuPy's handle."""
     pytest.importorskip("cupy")
     monkeypatch.setattr(gemm, "_FUNCTIONS", None)
-    monkeypatch.setattr(gemm, "cublas_and_handle", lambda: (None, None))
+    monkeypatch.setattr(gemm, "cupy_cublas", lambda: None)
     loaded = []
     real_cdll = ctypes.CDLL
 
@@ -250,3 +276,97 @@ def test_gemm_batched_ex_never_loads_a_second_libcublas(monkeypatch):
     assert err.value.status == gemm.aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     assert "libcublas.so." in str(err.value) and "cublasGemmBatchedEx" in str(err.value)
     assert loaded and loaded[0][0].startswith("libcublas.so.") and loaded[0][1] & os.RTLD_NOLOAD
+
+
+def test_a_gemm_is_one_cublas_call(emulated, monkeypatch):
+    """The handle is configured once (made, math mode, pointer mode, then its stream at the first GEMM):
+    later executes on the same stream make GEMM calls only, never a mode read, set or restore."""
+    recorder = use_cublas(monkeypatch)
+    rng = np.random.default_rng(5)
+    conv_tbc_backward(emulated, np.dtype(np.float32), 0, rng)
+    first = list(recorder.setup)
+    assert first == ["create", "math", "pointer", "stream"], first
+    gemms = len(recorder.calls)
+    assert gemms
+    for _ in range(2):
+        conv_tbc_backward(emulated, np.dtype(np.float32), 0, rng)
+    assert recorder.setup == first and len(recorder.calls) == 3 * gemms
+    other = acl.aclrtCreateStream()[1]
+    try:   # another stream: the same handle, pointed at it once
+        s = emulated
+        x = s.tensor(np.ones((5, 2, 4), np.float32))
+        w, b = s.tensor(np.ones((3, 4, 8), np.float32)), s.tensor(np.zeros(8, np.float32))
+        out = s.poisoned((5, 2, 8), np.dtype(np.float32))
+        status, ws, size, executor = s.prepare(acl.aclnnConvTbcGetWorkspaceSize, x, w, b, 1, out, 0)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        assert acl.aclnnConvTbc(ws, size, executor, other) == 0
+        assert acl.aclrtSynchronizeStream(other) == 0
+        assert recorder.setup == [*first, "stream"]
+        assert recorder.calls[-1]["stream"] == other.impl.cupy.ptr
+        np.testing.assert_allclose(s.read(out)[1:4], np.full((3, 2, 8), 12.0))   # 3 taps x 4 channels
+    finally:
+        acl.aclrtDestroyStream(other)
+
+
+def test_pointer_array_gemm_through_cublas(emulated, monkeypatch):
+    """gemm_batched (cublasGemmBatchedEx) on the cuda device's path: the C_i of pointer arrays in device
+    memory, against a float64 product."""
+    recorder = use_cublas(monkeypatch)
+    s, device = emulated, get_device()
+    rng = np.random.default_rng(3)
+    m, n, k, batch = 5, 4, 3, 3
+    A = rng.standard_normal((batch, k, m)).astype(np.float32)   # column-major m x k: stored as (k, m)
+    B = rng.standard_normal((batch, n, k)).astype(np.float32)
+    f32 = np.dtype(np.float32)
+    mats = [s.tensor(x) for x in (A, B)]
+    C = s.poisoned((batch, n, m), f32)
+    address = lambda t, i, shape: t.data + i * shape * 4   # noqa: E731
+    tables = [np.array([address(t, i, size) for i in range(batch)], np.uint64)
+              for t, size in ((mats[0], k * m), (mats[1], n * k), (C, n * m))]
+    arrays = [s.tensor(t) for t in tables]
+    device.gemm_batched(s.stream.impl, False, False, m, n, k, 1.0, arrays[0].data, f32, m, arrays[1].data, f32, k,
+                        0.0, arrays[2].data, f32, m, batch)
+    assert acl.aclrtSynchronizeStream(s.stream) == 0
+    assert [call["batched"] for call in recorder.calls] == [True]
+    expected = np.einsum("bkm,bnk->bnm", A.astype(np.float64), B.astype(np.float64))
+    np.testing.assert_allclose(s.read(C), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cublas_gemm_outside_a_device(emulated, monkeypatch):
+    """kernels/gemm.CublasGemm (scripts/gpu_probe.py's GEMM): its own handle, made when it is built, set to
+    its stream at the first GEMM; a row-major product through rm_gemm against float64; close destroys it."""
+    recorder = use_cublas(monkeypatch)
+    s = emulated
+    rng = np.random.default_rng(8)
+    A, B = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
+    f32 = np.dtype(np.float32)
+    a, b, c = s.tensor(A), s.tensor(B), s.poisoned((6, 7), f32)
+    cublas = gemm.CublasGemm(s.stream.impl.cupy)
+    assert recorder.setup == ["create", "math", "pointer"]
+    gemm.rm_gemm(cublas, 6, 7, 5, a.data, f32, 5, False, b.data, f32, 7, False, c.data, f32, 7, alpha=2.0)
+    assert acl.aclrtSynchronizeStream(s.stream) == 0
+    np.testing.assert_allclose(s.read(c), 2.0 * (A.astype(np.float64) @ B), rtol=1e-5, atol=1e-5)
+    assert recorder.setup[-1] == "stream" and recorder.calls[-1]["stream"] == s.stream.impl.cupy.ptr
+    handles = len(recorder.handles)
+    cublas.close()
+    assert len(recorder.handles) == handles - 1
+
+
+def test_a_thread_gives_its_handle_back_when_it_ends(monkeypatch):
+    """HandlePool: one handle per thread; a thread's handle serves the next thread once it has ended, so
+    starting threads again and again makes no new handles."""
+    import threading
+    recorder = RecordingCublas()
+    monkeypatch.setattr(gemm, "cupy_cublas", lambda: recorder)
+    pool = gemm.HandlePool(recorder)
+    mine = pool.for_thread()
+    assert pool.for_thread() is mine
+    seen = []
+    for _ in range(3):
+        worker = threading.Thread(target=lambda: seen.append(pool.for_thread()))
+        worker.start()
+        worker.join()
+    assert all(h is not mine for h in seen) and len({id(h) for h in seen}) == 1
+    assert recorder.setup.count("create") == 2
+    pool.close()
+    assert set(recorder.handles) == {CUPY_HANDLE}   # every handle the pool made is destroyed
