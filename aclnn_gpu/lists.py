@@ -115,7 +115,7 @@ def aclCreateScalarList(value: Sequence[aclScalar]) -> aclScalarList | None:
 def _destroy(fn: str, obj: Any, cls: type[_HostList], destroy_member: Any = None) -> int:
     if obj is None:   # CANN: destroying nullptr is a no-op
         return SUCCESS
-    live_handle(obj, cls, fn, "array", INVALID, destroyer=fn)
+    live_handle(obj, cls, fn, "array", INVALID)
     obj.destroyed = True
     if destroy_member is not None:   # a list's members go with it (once each: a list may name one twice)
         for member in obj._items:

@@ -408,13 +408,19 @@ def _size(value: Any, fn: str, what: str, allow_zero: bool = False) -> int:
     return int(value)
 
 
+MAX_ALLOCATION = (1 << 63) - 1   # PTRDIFF_MAX: no allocation of one address space is larger
+
+
 def _allocate(fn: str, size: int, on_device: bool) -> int:
     device = get_device()
     if _capture.ACTIVE:
         _capture.refuse_unsafe(fn)
+    if size > MAX_ALLOCATION:   # before NumPy's / CuPy's size conversions (ValueError, OverflowError)
+        fail(aclError.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{fn}: {size} bytes exceed the largest allocation an address "
+                                                      f"space holds ({MAX_ALLOCATION} bytes)")
     try:
         return device.malloc(size) if on_device else device.malloc_host(size)
-    except MemoryError:
+    except (MemoryError, ValueError, OverflowError):   # NumPy: "array is too big" for what no memory holds
         fail(aclError.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{fn}: out of memory allocating {size} bytes")
     except Exception as e:  # CuPy's OutOfMemoryError is not a MemoryError
         if "OutOfMemory" in type(e).__name__:

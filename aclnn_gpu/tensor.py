@@ -204,7 +204,7 @@ def aclCreateTensor(viewDims: Sequence[int], dataType: int, stride: Sequence[int
 def aclDestroyTensor(tensor: aclTensor | None) -> int:
     if tensor is None:
         return aclnnStatus.ACLNN_SUCCESS
-    live_handle(tensor, aclTensor, "aclDestroyTensor", "tensor", INVALID, destroyer="aclDestroyTensor")
+    live_handle(tensor, aclTensor, "aclDestroyTensor", "tensor", INVALID)
     _set_destroyed(tensor, True)   # (the `destroyed` property's setter)
     if tensor.cache_keys:   # its cache entries can never hit again: they go now
         forget(tensor.cache_keys)
@@ -281,7 +281,7 @@ def aclCreateIntArray(values: Sequence[int]) -> aclIntArray | None:
 def aclDestroyIntArray(array: aclIntArray | None) -> int:
     if array is None:
         return aclnnStatus.ACLNN_SUCCESS
-    live_handle(array, aclIntArray, "aclDestroyIntArray", "array", INVALID, destroyer="aclDestroyIntArray")
+    live_handle(array, aclIntArray, "aclDestroyIntArray", "array", INVALID)
     _set_destroyed(array, True)
     if array.cache_keys:
         forget(array.cache_keys)
@@ -312,7 +312,7 @@ def aclCreateScalar(value: Any, dataType: int) -> aclScalar | None:
 def aclDestroyScalar(scalar: aclScalar | None) -> int:
     if scalar is None:   # CANN: destroying nullptr is a no-op
         return aclnnStatus.ACLNN_SUCCESS
-    live_handle(scalar, aclScalar, "aclDestroyScalar", "scalar", INVALID, destroyer="aclDestroyScalar")
+    live_handle(scalar, aclScalar, "aclDestroyScalar", "scalar", INVALID)
     scalar.destroyed = True
     return aclnnStatus.ACLNN_SUCCESS
 

@@ -2,7 +2,7 @@
 handles"): destroyed with nullptr, destroyed twice, used after its destroy, given to the destroy of
 every other kind, and forged (an object the API never made). Each misuse gets a documented code
 that is not an internal error, a message that names the function, and a handle given to the wrong
-destroy is left alive and usable (tests/capi/handle_misuse.c does the same from C, under ASan).
+destroy is left alive and usable (tests/capi/test_capi_handle_misuse.py does the same from C, under ASan).
 """
 from __future__ import annotations
 
