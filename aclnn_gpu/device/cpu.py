@@ -35,7 +35,8 @@ class CpuStream(DeviceStream):
 
     def __init__(self, name: str = "stream") -> None:
         self.worker = HostStream(name)
-        weakref.finalize(self, self.worker.retire)
+        # not at interpreter exit: there hoststream.stop_all abandons every queue instead
+        weakref.finalize(self, self.worker.retire).atexit = False
 
     def synchronize(self) -> None:
         self.worker.synchronize()
