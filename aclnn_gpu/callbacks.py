@@ -87,8 +87,10 @@ def aclrtUnSubscribeReport(threadId: int, stream: aclrtStream | None) -> int:
     return OK
 
 
-def _deliver(impl: Any, report: _Report, block: bool) -> None:
-    """The task the stream runs: hand the callback to its thread; wait for it when it blocks."""
+def _deliver(impl: Any, device: Any, report: _Report, block: bool) -> None:
+    """The task the stream runs: hand the callback to its thread; wait for it when it blocks (until
+    the process exits, the subscription is withdrawn, or a reset / aclFinalize of `device` has
+    waited its bound: Device.drain_overdue, counted in device.callbacks_stopped)."""
     with _lock:
         tid = _subscriber.get(impl)
         if tid is None:   # unsubscribed meanwhile: nobody would ever run it
@@ -97,6 +99,9 @@ def _deliver(impl: Any, report: _Report, block: bool) -> None:
         _lock.notify_all()
     while block and not report.done.wait(WAIT_SLICE_S):
         if hoststream._exiting or _subscriber.get(impl) is None:
+            return
+        if device.drain_overdue():
+            device.callbacks_stopped += 1
             return
 
 
@@ -121,7 +126,7 @@ def aclrtLaunchCallback(fn: Callable[[Any], Any], userData: Any, blockType: int,
     block = int(blockType) == BLOCK
 
     def task() -> None:
-        _deliver(impl, report, block)
+        _deliver(impl, device, report, block)
 
     worker = getattr(impl, "worker", None)
     cupy_stream: Any = getattr(impl, "cupy", None)

@@ -86,6 +86,23 @@ def fail(status: int, message: str) -> NoReturn:
     raise OpError(status, message)
 
 
+def live_handle(obj: Any, kind: type | tuple[type, ...], fn: str, what: str, status: int,
+                null_status: int | None = None, destroyer: str = "") -> Any:
+    """`obj` when it is a live handle of `kind` (an object with a false `destroyed`), else OpError:
+    nullptr (None) gets `null_status` (default `status`), any other kind of object or a forged
+    handle (the C ABI's UnknownHandle) and a destroyed handle get `status`, each with a message that
+    names `fn`, the parameter `what` and what is wrong. The one check every destroy and every use of
+    a handle makes; a destroy that accepts nullptr as a no-op tests for None before calling it."""
+    if obj is None:
+        fail(status if null_status is None else null_status, f"{fn}: {what} is nullptr")
+    if not isinstance(obj, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        fail(status, f"{fn}: {what} is not an {names}: it is {type(obj).__name__}")
+    if getattr(obj, "destroyed", False):
+        fail(status, f"{fn}: {what} was already destroyed{f' ({destroyer})' if destroyer else ''}")
+    return obj
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -52,8 +52,8 @@ class aclOpExecutor:
 def _executor(executor: Any, fn: str) -> aclOpExecutor:
     if executor is None:
         fail(aclnnStatus.ACLNN_ERR_INNER_NULLPTR, f"{fn}: executor is null")
-    if not isinstance(executor, aclOpExecutor):
-        fail(aclnnStatus.ACLNN_ERR_INNER, f"{fn}: {type(executor).__name__} is not an aclOpExecutor")
+    if not isinstance(executor, aclOpExecutor):   # a bad argument, not an internal error
+        fail(INVALID, f"{fn}: executor is not an aclOpExecutor: it is {type(executor).__name__}")
     return executor
 
 

@@ -13,7 +13,7 @@ import math
 import numbers
 from typing import Any, Sequence
 
-from .errors import c_api, fail
+from .errors import c_api, fail, live_handle
 from .status import aclnnStatus
 from .tensor import aclDestroyScalar, aclDestroyTensor, aclIntArray, aclScalar, aclTensor
 
@@ -115,10 +115,7 @@ def aclCreateScalarList(value: Sequence[aclScalar]) -> aclScalarList | None:
 def _destroy(fn: str, obj: Any, cls: type[_HostList], destroy_member: Any = None) -> int:
     if obj is None:   # CANN: destroying nullptr is a no-op
         return SUCCESS
-    if not isinstance(obj, cls):
-        fail(INVALID, f"{fn}: array is not an {cls.__name__} (a handle that was never created)")
-    if obj.destroyed:
-        fail(INVALID, f"{fn}: array was already destroyed")
+    live_handle(obj, cls, fn, "array", INVALID)
     obj.destroyed = True
     if destroy_member is not None:   # a list's members go with it (once each: a list may name one twice)
         for member in obj._items:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .device import current
-from .device.base import Device, DeviceEvent, DeviceStream
+from .device.base import STOP_TIMEOUT_ENV, Device, DeviceEvent, DeviceStream, stop_timeout_s
 from .device.registry import Registry
 from .device.current import (  # noqa: F401 - re-exported: the names other code imports from here
     current_device, current_device_kind, device_of, find_allocation, get_device, release_devices, using_device,
@@ -83,12 +83,25 @@ def aclInit(configPath: str | None = None) -> int:
 
 @c_api()
 def aclFinalize() -> int:
+    # every stream of every device runs its queued work first (a blocking host callback: at most the
+    # stop bound); outside the lock, as queued callbacks may call ACL themselves
+    stopped = current.drain_all() if _state.initialized else 0
     with _state.lock:
         if not _state.initialized:
             fail(aclError.ACL_ERROR_REPEAT_FINALIZE, "aclFinalize: not initialised (or already finalised)")
         _state.initialized = False
         _state.finalized = True
+    if stopped:
+        _callbacks_stopped("aclFinalize", stopped)
     return OK
+
+
+def _callbacks_stopped(fn: str, stopped: int) -> None:
+    fail(aclError.ACL_ERROR_RT_WAIT_TIMEOUT,
+         f"{fn}: {stopped} blocking host callback(s) (aclrtLaunchCallback with ACL_CALLBACK_BLOCK) were not "
+         f"processed within {stop_timeout_s():g} s ({STOP_TIMEOUT_ENV}); their streams stopped waiting for them "
+         f"and ran the rest of their work; {'the device was reset' if fn == 'aclrtResetDevice' else 'finalized'} "
+         "(call aclrtProcessReport in the subscribed thread, or aclrtUnSubscribeReport, before it)")
 
 
 def _device_id(value: Any, fn: str, what: str = "deviceId", code: int = aclError.ACL_ERROR_RT_INVALID_DEVICEID,
@@ -111,7 +124,9 @@ def aclrtSetDevice(deviceId: int) -> int:
 
 @c_api()
 def aclrtResetDevice(deviceId: int) -> int:
-    current.reset(_device_id(deviceId, "aclrtResetDevice", choose=False))   # resetting never creates one
+    stopped = current.reset(_device_id(deviceId, "aclrtResetDevice", choose=False))   # never creates one
+    if stopped:
+        _callbacks_stopped("aclrtResetDevice", stopped)
     return OK
 
 
@@ -134,7 +149,8 @@ def aclrtSynchronizeDevice() -> int:
     device = get_device()
     if _capture.ACTIVE:
         _capture.refuse_device_sync("aclrtSynchronizeDevice", device)
-    for stream in device.live_streams():
+    device.synchronize_quietly()   # every stream, those whose handle was dropped included
+    for stream in device.live_streams():   # the failures of queued work, reported once
         _sync(stream, "aclrtSynchronizeDevice")
     return OK
 
@@ -392,13 +408,19 @@ def _size(value: Any, fn: str, what: str, allow_zero: bool = False) -> int:
     return int(value)
 
 
+MAX_ALLOCATION = (1 << 63) - 1   # PTRDIFF_MAX: no allocation of one address space is larger
+
+
 def _allocate(fn: str, size: int, on_device: bool) -> int:
     device = get_device()
     if _capture.ACTIVE:
         _capture.refuse_unsafe(fn)
+    if size > MAX_ALLOCATION:   # before NumPy's / CuPy's size conversions (ValueError, OverflowError)
+        fail(aclError.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{fn}: {size} bytes exceed the largest allocation an address "
+                                                      f"space holds ({MAX_ALLOCATION} bytes)")
     try:
         return device.malloc(size) if on_device else device.malloc_host(size)
-    except MemoryError:
+    except (MemoryError, ValueError, OverflowError):   # NumPy: "array is too big" for what no memory holds
         fail(aclError.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{fn}: out of memory allocating {size} bytes")
     except Exception as e:  # CuPy's OutOfMemoryError is not a MemoryError
         if "OutOfMemory" in type(e).__name__:

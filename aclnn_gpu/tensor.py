@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import dtypes
-from .errors import c_api, fail
+from .errors import c_api, fail, live_handle
 from .status import aclDataType, aclFormat, aclnnStatus
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
@@ -204,10 +204,7 @@ def aclCreateTensor(viewDims: Sequence[int], dataType: int, stride: Sequence[int
 def aclDestroyTensor(tensor: aclTensor | None) -> int:
     if tensor is None:
         return aclnnStatus.ACLNN_SUCCESS
-    if not isinstance(tensor, aclTensor):
-        fail(INVALID, f"aclDestroyTensor: {type(tensor).__name__} is not an aclTensor")
-    if tensor.destroyed:
-        fail(INVALID, "aclDestroyTensor: tensor was already destroyed")
+    live_handle(tensor, aclTensor, "aclDestroyTensor", "tensor", INVALID)
     _set_destroyed(tensor, True)   # (the `destroyed` property's setter)
     if tensor.cache_keys:   # its cache entries can never hit again: they go now
         forget(tensor.cache_keys)
@@ -284,10 +281,7 @@ def aclCreateIntArray(values: Sequence[int]) -> aclIntArray | None:
 def aclDestroyIntArray(array: aclIntArray | None) -> int:
     if array is None:
         return aclnnStatus.ACLNN_SUCCESS
-    if not isinstance(array, aclIntArray):
-        fail(INVALID, f"aclDestroyIntArray: {type(array).__name__} is not an aclIntArray")
-    if array.destroyed:
-        fail(INVALID, "aclDestroyIntArray: array was already destroyed")
+    live_handle(array, aclIntArray, "aclDestroyIntArray", "array", INVALID)
     _set_destroyed(array, True)
     if array.cache_keys:
         forget(array.cache_keys)
@@ -316,8 +310,10 @@ def aclCreateScalar(value: Any, dataType: int) -> aclScalar | None:
 
 @c_api()
 def aclDestroyScalar(scalar: aclScalar | None) -> int:
-    if scalar is not None:
-        scalar.destroyed = True
+    if scalar is None:   # CANN: destroying nullptr is a no-op
+        return aclnnStatus.ACLNN_SUCCESS
+    live_handle(scalar, aclScalar, "aclDestroyScalar", "scalar", INVALID)
+    scalar.destroyed = True
     return aclnnStatus.ACLNN_SUCCESS
 
 

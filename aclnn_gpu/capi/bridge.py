@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import sys
 import threading
 from typing import Any, Callable
 
@@ -50,6 +51,11 @@ UNSUPPORTED = {"aclError": int(acl.ACL_ERROR_FEATURE_UNSUPPORTED), "aclnnStatus"
 INTERNAL = {"aclError": int(acl.ACL_ERROR_INTERNAL_ERROR), "aclnnStatus": int(acl.ACLNN_ERR_INNER),
             "HcclResult": 4}       # HCCL_E_INTERNAL
 INVALID = int(acl.ACLNN_ERR_PARAM_INVALID)
+RT_PARAM = int(acl.ACL_ERROR_RT_PARAM_INVALID)
+# The most items the C ABI reads from a caller's array (aclCreateIntArray, aclCreateTensorList, ...):
+# a count beyond it is refused before anything is read (a length of UINT64_MAX would otherwise walk
+# off the caller's array until the process dies).
+MAX_ARRAY_ITEMS = 1 << 24
 
 # C names whose Python function has another name (none today; the table's escape hatch).
 PYTHON_NAME: dict[str, str] = {}
@@ -90,6 +96,8 @@ def _dead_stand_in(obj: Any) -> Any:
                 dead = cls.__new__(cls)
             except TypeError:
                 return obj
+            if hasattr(dead, "__dict__"):   # the flags its class's checks read before `destroyed` (HcclComm's forked)
+                vars(dead).update({k: v for k, v in vars(obj).items() if type(v) is bool})
         try:
             dead.destroyed = True
         except AttributeError:  # a class with no `destroyed`: remember the object itself
@@ -213,6 +221,9 @@ def _array(ffi: Any, entry: Entry, p: Any, length: str) -> Callable[[Any, int], 
     def array(pointer: Any, n: int) -> Any:
         if dims and n > MAX_DIMS:
             raise CError(INVALID, f"{entry.name}: {length} {n} exceeds {MAX_DIMS} dims")
+        if n > MAX_ARRAY_ITEMS:
+            raise CError(INVALID, f"{entry.name}: {length} {n} exceeds {MAX_ARRAY_ITEMS} items, the most the C ABI "
+                                  "reads from an array")
         if pointer == NULL:
             if n and p.name in ("viewDims", "storageDims"):
                 raise CError(INVALID, f"{entry.name}: {p.name} is null but {length} is {n}")
@@ -225,10 +236,11 @@ def _array(ffi: Any, entry: Entry, p: Any, length: str) -> Callable[[Any, int], 
 _HOST_SIDES = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}
 
 
-def _host_buffers(ffi: Any, args: list, kind: Any, reaches: tuple[int, int]) -> list:
+def _host_buffers(ffi: Any, args: list, kind: Any, reaches: tuple[int, int], fn: str) -> list:
     """A copy's dst (args[0]) and src (args[2]) that may be host memory under `kind` become buffers of
     `reaches` bytes when they are the caller's: no device of this process holds them (another device's
-    pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read)."""
+    pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read). A reach beyond any
+    address space (count SIZE_MAX, a height of 2^61) is refused before a buffer is made of it."""
     host = _HOST_SIDES.get(kind, (False, False))
     try:
         acl.runtime.get_device()
@@ -238,6 +250,9 @@ def _host_buffers(ffi: Any, args: list, kind: Any, reaches: tuple[int, int]) -> 
     for position, is_host, reach in ((0, host[0], reaches[0]), (2, host[1], reaches[1])):
         addr = args[position]
         if is_host and addr is not None and reach > 0 and find(addr, 0) is None:
+            if reach > sys.maxsize:
+                raise CError(RT_PARAM, f"{fn}: {'dst' if position == 0 else 'src'} would span {reach} bytes of host "
+                                       f"memory from {hex(addr)}, more than an address space holds ({sys.maxsize})")
             args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
     return args
 
@@ -247,7 +262,7 @@ def _memcpy_host_sides(ffi: Any, args: list) -> list:
     allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
     Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
     count, kind = args[3], args[4]
-    return _host_buffers(ffi, args, kind, (count, count))
+    return _host_buffers(ffi, args, kind, (count, count), "aclrtMemcpy")
 
 
 def _scalar_value(ffi: Any, args: list) -> list:
@@ -267,7 +282,7 @@ def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
 
     def reach(pitch: int) -> int:
         return pitch * (height - 1) + width if height else 0
-    return _host_buffers(ffi, args, kind, (reach(dpitch), reach(spitch)))
+    return _host_buffers(ffi, args, kind, (reach(dpitch), reach(spitch)), "aclrtMemcpy2d")
 
 
 ADAPTERS: dict[str, Callable[[Any, list], list]] = {
@@ -304,7 +319,7 @@ def wrapper_source(entry: Entry) -> str:
             if destroys:
                 retires.append(f"_retire({c}, {a})")
                 if p.base in ("aclTensorList", "aclScalarList"):   # its members were destroyed with it
-                    retires.append(f"for _m in {a}.values:\n    _retire_object(_m)")
+                    retires.append(f"if {a} is not None:\n    for _m in {a}.values:\n        _retire_object(_m)")
             elif p.base == "aclOpExecutor":
                 # an execute spends a single-use executor: Handles._remember written out (no call in a
                 # call), without the lock: only the thread whose pop finds the executor records it
@@ -391,6 +406,9 @@ def _generic_input(ffi: Any, entry: Entry, index: int, position: dict[str, int])
         def handle_array(a: tuple) -> Any:
             if a[index] == NULL:
                 return None
+            if a[at] > MAX_ARRAY_ITEMS:
+                raise CError(INVALID, f"{entry.name}: {p.name} of {a[at]} handles exceeds {MAX_ARRAY_ITEMS}, the most "
+                                      "the C ABI reads from an array")
             return [None if a[index][i] == NULL else handles.get(_address(ffi, a[index][i])) for i in range(a[at])]
         return handle_array
     if p.kind == "addr":

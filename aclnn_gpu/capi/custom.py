@@ -28,14 +28,34 @@ Conversion = Callable[[Any, tuple, Any], tuple[list, Writer]]
 NULLPTR = 161001        # ACLNN_ERR_PARAM_NULLPTR
 HCCL_E_PTR = 2
 # (aclrtPointerGetAttributes' null out-pointer answers ACL_ERROR_RT_PARAM_INVALID, 107000, as bridge.NULL_OUT)
-_libc = ctypes.CDLL(None)
-_libc.malloc.restype = ctypes.c_void_p
-_libc.malloc.argtypes = [ctypes.c_size_t]
+_new_array: Any = None
+
+
+def new_array(nbytes: int) -> int:
+    """`new (std::nothrow) char[nbytes]`: memory that `delete[]` releases, as CANN's aclGetViewShape
+    allocates its array (`new int64_t[n]`, a trivial type: no array cookie). The operator is looked up
+    in the process's global scope, so a program built with AddressSanitizer gets ASan's own operator,
+    which its `delete[]` matches; libstdc++ is loaded globally first when the program is plain C. 0
+    when the memory cannot be had."""
+    global _new_array
+    if _new_array is None:
+        name = "_ZnamRKSt9nothrow_t"   # operator new[](std::size_t, const std::nothrow_t&)
+        try:
+            function = getattr(ctypes.CDLL(None), name)
+        except AttributeError:
+            ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+            function = getattr(ctypes.CDLL(None), name)
+        function.restype = ctypes.c_void_p
+        function.argtypes = [ctypes.c_size_t, ctypes.c_void_p]
+        _new_array = function
+    tag = ctypes.c_char(0)   # std::nothrow: an empty tag object; only its type matters
+    return _new_array(nbytes, ctypes.byref(tag)) or 0
 
 
 def _out_array(name: str) -> Conversion:
     """aclGetViewShape / aclGetStorageShape / aclGetViewStrides(tensor, int64_t **values, uint64_t *num):
-    *values is a new malloc'd array (free() in C; operator delete[] of a trivial type releases it too)."""
+    *values is a new[] array, as CANN's (`delete[]` in C++; `free()` in C, since libstdc++'s operator
+    new[] takes its memory from malloc: a program under ASan's alloc/dealloc check must be C++)."""
     def convert(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, Writer]:
         tensor, values, num = cargs
         for ptr, what in ((values, "the array pointer"), (num, "the count pointer")):
@@ -44,7 +64,7 @@ def _out_array(name: str) -> Conversion:
 
         def write(results: tuple) -> None:
             items = list(results[0])
-            address = _libc.malloc(max(1, len(items)) * 8)
+            address = new_array(max(1, len(items)) * 8)
             if not address:
                 raise MemoryError(f"{name}: cannot allocate {len(items)} int64 values")
             array = ffi.cast("int64_t *", address)

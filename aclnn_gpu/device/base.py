@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,20 @@ def virtual_device_count() -> int:
     if count < 1:
         raise ValueError(f"ACLNN_GPU_DEVICE_COUNT={text!r} must be an integer >= 1")
     return count
+
+
+STOP_TIMEOUT_ENV = "ACLNN_GPU_STOP_TIMEOUT_S"
+STOP_TIMEOUT_S = 5.0   # default: how long a reset / aclFinalize waits on a blocking host callback
+
+
+def stop_timeout_s() -> float:
+    """How long aclrtResetDevice and aclFinalize let a blocking host callback keep a stream from
+    draining before they stop it: ACLNN_GPU_STOP_TIMEOUT_S (seconds, default 5; a bad value: 5)."""
+    try:
+        value = float(os.environ.get(STOP_TIMEOUT_ENV, "") or STOP_TIMEOUT_S)
+    except ValueError:
+        return STOP_TIMEOUT_S
+    return value if value >= 0 else STOP_TIMEOUT_S
 
 
 class DeviceStream(abc.ABC):
@@ -71,6 +86,8 @@ class Device(abc.ABC):
     kind: str = "abstract"
     id: int = 0
     stale: str | None = None
+    stopping_since: float | None = None   # time.monotonic() when a reset / aclFinalize began draining
+    callbacks_stopped = 0                 # blocking host callbacks that draining stopped waiting for
     registry: Registry
     default_stream: DeviceStream
 
@@ -153,6 +170,13 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def graph_busy(self, graph: Any) -> bool:
         """True while a replay of `graph` is queued or running."""
+
+    def drain_overdue(self) -> bool:
+        """True when a reset / aclFinalize has been draining this device's streams for longer than
+        `stop_timeout_s()`: a blocking host callback stops waiting then (and is counted), so that no
+        reset hangs on a callback nobody processes."""
+        since = self.stopping_since
+        return since is not None and time.monotonic() - since > stop_timeout_s()
 
     def host_view(self, ptr: int, nbytes: int) -> np.ndarray:  # pragma: no cover - host devices only
         raise NotImplementedError(f"{self.kind} memory has no host view")

@@ -29,8 +29,14 @@ def aligned_buffer(size: int, align: int = ALIGN) -> tuple[int, np.ndarray]:
 
 
 class CpuStream(DeviceStream):
+    """A stream handle's device side. Its worker belongs to the device (`CpuDevice.workers`): when
+    the wrapper is collected without a close (an aclrtStream dropped, never destroyed), the worker
+    runs what is queued and then stops, and the device still waits for it until then."""
+
     def __init__(self, name: str = "stream") -> None:
         self.worker = HostStream(name)
+        # not at interpreter exit: there hoststream.stop_all abandons every queue instead
+        weakref.finalize(self, self.worker.retire).atexit = False
 
     def synchronize(self) -> None:
         self.worker.synchronize()
@@ -69,7 +75,10 @@ class CpuDevice(Device):
     def __init__(self, device_id: int = 0) -> None:
         self.id = device_id
         self.registry = Registry(device_id)
-        self._streams: "weakref.WeakSet[CpuStream]" = weakref.WeakSet()
+        self._streams: "weakref.WeakSet[CpuStream]" = weakref.WeakSet()   # the handles' side, for errors
+        # The workers of every stream made here, handle dropped or not, until each has ended: what a
+        # synchronize, a free and the reset wait for (CUDA's streams belong to their context alike).
+        self._workers: set[HostStream] = set()
         self._lock = threading.Lock()
         self.default_stream = self.create_stream()
 
@@ -120,17 +129,25 @@ class CpuDevice(Device):
 
     # ------------------------------------------------------------------ streams and events
     def create_stream(self) -> CpuStream:
-        stream = CpuStream(f"cpu{self.id}-stream-{len(self._streams)}")
-        self._streams.add(stream)
+        with self._lock:
+            self._workers = {worker for worker in self._workers if not worker.ended()}
+            stream = CpuStream(f"cpu{self.id}-stream-{len(self._workers)}")
+            self._workers.add(stream.worker)
+            self._streams.add(stream)
         return stream
+
+    def workers(self) -> list[HostStream]:
+        """The workers of this device's streams that have not ended (dropped handles' included)."""
+        with self._lock:
+            return [worker for worker in self._workers if not worker.ended()]
 
     def live_streams(self) -> list[DeviceStream]:
         return [s for s in list(self._streams) if not s.worker.closed]
 
     def synchronize_quietly(self) -> None:
-        """Drain every stream without consuming their pending errors."""
-        for stream in self.live_streams():
-            stream.worker.drain()  # type: ignore[attr-defined]
+        """Drain every stream, dropped handles' included, without consuming their pending errors."""
+        for worker in self.workers():
+            worker.drain()
 
     def create_event(self) -> HostEvent:
         return HostEvent()
@@ -172,8 +189,9 @@ class CpuDevice(Device):
         return f"cpu device {self.id}"
 
     def close(self) -> None:
-        for stream in self.live_streams():
-            stream.close()
+        """Every stream's queued work runs (dropped handles' included), then its worker stops."""
+        for worker in self.workers():
+            worker.close()
 
 
 def run_quietly(plan: Any, device: Any, workspace: int) -> None:

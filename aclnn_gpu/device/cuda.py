@@ -621,7 +621,9 @@ class CudaDevice(Device):
 
     def close(self) -> None:
         """aclrtResetDevice: the captures still in progress are ended first (their graphs dropped;
-        CUDA refuses cudaDeviceSynchronize while a stream captures), then the device is drained."""
+        CUDA refuses cudaDeviceSynchronize while a stream captures), then the device is drained
+        (cudaDeviceSynchronize: every stream, those whose handle was dropped included) and its
+        streams are released, before the runtime frees the device's memory."""
         for stream in self.live_streams():
             if getattr(stream, "before_capture", None) is not None:
                 try:
@@ -630,6 +632,8 @@ class CudaDevice(Device):
                     pass
         with self.gate.shared(), self.scope:
             self._drain()
+            for stream in self.live_streams():
+                stream.close()
             pool = self._cublas_pool
             if pool is not None:   # after the drain: no queued GEMM uses them any more
                 pool.close()

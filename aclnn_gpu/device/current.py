@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 from ..errors import DeviceUnavailable, NoDevice, fail
@@ -219,8 +220,30 @@ def release_devices() -> None:
         reset(device_id)
 
 
-def reset(device_id: int) -> None:
-    """Release device `device_id` (nothing when it does not exist); its handles are refused afterwards."""
+def drain(device: Device) -> int:
+    """Wait for every stream of `device` (dropped handles' included), a blocking host callback for
+    at most base.stop_timeout_s(); the number of such callbacks that were stopped."""
+    device.callbacks_stopped = 0
+    device.stopping_since = time.monotonic()
+    try:
+        device.synchronize_quietly()
+    finally:
+        device.stopping_since = None
+    return device.callbacks_stopped
+
+
+def drain_all() -> int:
+    """aclFinalize: `drain` every device of the process; the blocking callbacks stopped."""
+    with _state.lock:
+        devices = list(_state.devices.values())
+    return sum(drain(device) for device in devices if device.stale is None)
+
+
+def reset(device_id: int) -> int:
+    """Release device `device_id` (nothing when it does not exist); its handles are refused afterwards.
+    Every stream of the device, dropped handles' included, runs its queued work before any memory
+    is freed (a blocking host callback is waited for up to base.stop_timeout_s(), then stopped);
+    returns the number of callbacks so stopped."""
     with _state.lock:
         device = _state.devices.pop(device_id, None)
         _state.peers = {pair for pair in _state.peers if device_id not in pair}
@@ -231,15 +254,20 @@ def reset(device_id: int) -> None:
         device.stale = f"was reset by aclrtResetDevice({device_id})"
     for listener in _reset_listeners:
         listener(device, last)
+    stopped = 0
     if device is not None:
         try:
+            device.callbacks_stopped = 0
+            device.stopping_since = time.monotonic()
             device.close()
+            stopped = device.callbacks_stopped
         finally:
             # its memory is released (aclrtResetDevice frees what the device held) and every cached
             # pointer check is void: a check that passed through this device, or through peer access
             # to it, must be made again (Registry.generation)
             device.registry.clear()
     Registry.bump()
+    return stopped
 
 
 def _after_fork_in_child() -> None:

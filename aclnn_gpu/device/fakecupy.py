@@ -195,6 +195,11 @@ def _page_locked(ptr: int, end: int, device: int | None = None) -> bool:
 
 
 _streams: "weakref.WeakValueDictionary[int, Stream]" = weakref.WeakValueDictionary()
+# device id -> the workers of its streams until each has ended: a stream collected without close()
+# (cudaStreamDestroy returns before the stream's work is done) still runs its queue, and
+# cudaDeviceSynchronize waits for it, as CUDA's device-wide synchronize waits for every stream.
+_workers: dict[int, set[HostStream]] = {}
+_workers_lock = threading.Lock()
 _stream_ids = iter(range(1, 1 << 62))
 
 
@@ -237,6 +242,10 @@ class Stream:
         self.non_blocking = non_blocking
         self.worker = HostStream(f"emulated-stream-dev{device}")
         self.ptr = ptr
+        with _workers_lock:
+            kept = {worker for worker in _workers.get(device, ()) if not worker.ended()}
+            kept.add(self.worker)
+            _workers[device] = kept
 
     @classmethod
     def _legacy(cls, device: int) -> "Stream":
@@ -320,8 +329,8 @@ class Stream:
         self.worker.close()
 
     def __del__(self) -> None:
-        try:
-            self.worker.close()
+        try:   # cudaStreamDestroy: the queued work still runs (device_workers keeps the worker)
+            self.worker.retire()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -419,6 +428,12 @@ def get_elapsed_time(start: Event, end: Event) -> float:
     return (end.mark.time - start.mark.time) * 1e3
 
 
+def device_workers(device: int) -> list[HostStream]:
+    """The workers of every stream of `device` that have not ended (collected streams' included)."""
+    with _workers_lock:
+        return [worker for worker in _workers.get(device, ()) if not worker.ended()]
+
+
 def _all_streams() -> list[Stream]:
     """The live streams (a closed one is destroyed: it neither captures nor holds work)."""
     return [stream for stream in list(_streams.values()) + list(_null_streams.values()) if not stream.worker.closed]
@@ -463,8 +478,8 @@ class _Runtime:
         if capturing:   # a device-wide wait includes the capturing stream: refused, the capture invalidated
             _invalidate(capturing, "cudaDeviceSynchronize")
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize")
-        for stream in streams:
-            stream.worker.drain()
+        for worker in device_workers(device):
+            worker.drain()
 
     @staticmethod
     def hostRegister(ptr: int, size: int, flags: int) -> None:
@@ -573,11 +588,12 @@ cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pin
 def _forget_after_fork() -> None:
     """A fork() child: the parent's streams have no worker threads here; forget them (never drain). Page
     locks are per process: the child has none of the parent's registrations."""
-    global _local, _null_lock
+    global _local, _null_lock, _workers_lock
     _streams.clear()
     _null_streams.clear()
+    _workers.clear()
     _registered.clear()
-    _local, _null_lock = threading.local(), threading.Lock()
+    _local, _null_lock, _workers_lock = threading.local(), threading.Lock(), threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

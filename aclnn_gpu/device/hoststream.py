@@ -374,9 +374,12 @@ class HostStream:
         """Process exit: drop the queued work (its event marks complete and its replays finish, so no
         waiter hangs on them) and queue the stop after the task the worker is running."""
         with self._lock:
-            dropped = list(self._tasks)
+            dropped = [task for task in self._tasks if task is not _STOP]
+            stop_queued = len(dropped) != len(self._tasks)   # closed (or retired): its stop stays queued
             self._tasks.clear()
             self._finished += len(dropped)   # counted as skipped: a drain() does not wait for them
+            if stop_queued:
+                self._tasks.append(_STOP)
             if not self.closed:
                 self._queue_stop()
             elif self._sleeping:
@@ -398,15 +401,29 @@ class HostStream:
             self._sleeping = False
             self._work.notify()
 
+    def retire(self) -> None:
+        """Its handle is gone (dropped without a destroy; cudaStreamDestroy returns at once too): the
+        queued work still runs, then the worker stops. Nothing waits here; the device that made the
+        stream keeps it (and waits for it at a synchronize, a free or a reset) until its worker ends."""
+        if self.generation != _generation:
+            self.closed = True
+            return
+        with self._lock:
+            if not self.closed:
+                self._queue_stop()
+
+    def ended(self) -> bool:
+        """True once the worker has stopped (or never ran: made at exit, or in the parent before fork())."""
+        return self.generation != _generation or not self._thread.is_alive()
+
     def close(self) -> None:
         """Finish the queued work and stop the worker (errors still pending are dropped)."""
         if self.generation != _generation:   # the parent's stream in a fork() child: nothing runs it
             self.closed = True
             return
         with self._lock:
-            if self.closed:
-                return
-            self._queue_stop()
+            if not self.closed:   # a retired stream (its handle dropped) is still waited for here
+                self._queue_stop()
         if threading.current_thread() is not self._thread and self._thread.ident is not None:
             self._thread.join()
 

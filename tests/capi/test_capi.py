@@ -290,7 +290,7 @@ def _python_answers() -> dict[str, tuple[int, str]]:
 # The C-only mistakes (no Python spelling): CANN's codes.
 C_ONLY = {
     "create_null_dims": -1, "null_workspace_size_out": 161001, "null_executor_out": 161001,
-    "never_created_tensor": 161002, "never_created_executor": 161002, "repeatable_never_created": 561000,
+    "never_created_tensor": 161002, "never_created_executor": 161002, "repeatable_never_created": 161002,
     "free_foreign": 107000, "free_null": 107000, "malloc_null_out": 107000, "memcpy_foreign_device": 107000,
     "stream_create_null_out": 107000, "never_created_stream": 107000, "never_created_event": 107000,
     "first_run_phase1": 0,

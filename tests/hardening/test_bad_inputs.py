@@ -28,7 +28,6 @@ from support import Session, near_end
 NULLPTR = int(acl.aclnnStatus.ACLNN_ERR_PARAM_NULLPTR)
 INVALID = int(acl.aclnnStatus.ACLNN_ERR_PARAM_INVALID)
 TILING = int(acl.aclnnStatus.ACLNN_ERR_INNER_TILING_ERROR)
-INNER = int(acl.aclnnStatus.ACLNN_ERR_INNER)
 INNER_NULLPTR = int(acl.aclnnStatus.ACLNN_ERR_INNER_NULLPTR)
 RT_PARAM = int(acl.aclError.ACL_ERROR_RT_PARAM_INVALID)
 RT_DEVID = int(acl.aclError.ACL_ERROR_RT_INVALID_DEVICEID)
@@ -685,10 +684,10 @@ def _runtime_rows() -> list[Row]:
         ("aclDestroyIntArray", E, ["aclIntArray"], lambda s: (5,)),
         ("aclDestroyIntArray", E, ["destroyed"], lambda s: (_dead_array(s),)),
         ("aclSetAclOpExecutorRepeatable", INNER_NULLPTR, ["executor"], lambda s: (None,)),
-        ("aclSetAclOpExecutorRepeatable", INNER, ["aclOpExecutor"], lambda s: ("ex",)),
+        ("aclSetAclOpExecutorRepeatable", E, ["aclOpExecutor"], lambda s: ("ex",)),
         ("aclSetAclOpExecutorRepeatable", E, ["destroyed"], lambda s: (_dead_executor(s),)),
         ("aclDestroyAclOpExecutor", INNER_NULLPTR, ["executor"], lambda s: (None,)),
-        ("aclDestroyAclOpExecutor", INNER, ["aclOpExecutor"], lambda s: (1.0,)),
+        ("aclDestroyAclOpExecutor", E, ["aclOpExecutor"], lambda s: (1.0,)),
         ("aclDestroyAclOpExecutor", E, ["destroyed"], lambda s: (_dead_executor(s),)),
         ("aclGetViewShape", NULLPTR, ["tensor"], lambda s: (None,)),
         ("aclGetViewShape", E, ["aclTensor"], lambda s: ("t",)),

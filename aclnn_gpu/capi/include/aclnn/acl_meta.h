@@ -47,8 +47,9 @@ ACL_FUNC_VISIBILITY aclnnStatus aclGetBoolArraySize(const aclBoolArray *array, u
 ACL_FUNC_VISIBILITY aclnnStatus aclGetTensorListSize(const aclTensorList *tensorList, uint64_t *size);
 ACL_FUNC_VISIBILITY aclnnStatus aclGetScalarListSize(const aclScalarList *scalarList, uint64_t *size);
 
-/* *viewDims (strides, storage dims) is a new int64_t array the caller releases with free() (C) or
-   delete[] (C++, as CANN's documentation says) */
+/* *viewDims (strides, storage dims) is a new int64_t[] array, as CANN's: the caller releases it with
+   delete[] (C++); a C caller with free() (libstdc++'s operator new[] takes malloc's memory; an
+   AddressSanitizer build of a C caller reports that free() as an alloc-dealloc mismatch) */
 ACL_FUNC_VISIBILITY aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum);
 ACL_FUNC_VISIBILITY aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims,
                                                    uint64_t *storageDimsNum);
