@@ -96,17 +96,8 @@ def timer(kind: str) -> Callable[[Callable[[], Any], int], float]:
 
 def host_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int = 200, batches: int = 7) -> float:
     """Median per-call host microseconds of `fn` over batches (sync between batches, untimed)."""
-    for _ in range(calls // 4):
-        fn()
-    sync()
-    per = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-        sync()
-    return statistics.median(per)
+    from bench.host_overhead import batch_us
+    return statistics.median(batch_us(fn, calls, batches, after=sync))
 
 
 # ------------------------------------------------------------------------------ ConvTbc

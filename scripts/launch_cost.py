@@ -15,7 +15,6 @@ import argparse
 import ctypes
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,17 +31,8 @@ extern "C" __global__ void touch(const float* a, float* b, long long n, int c, i
 
 
 def per_call_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, batches: int = 9) -> float:
-    for _ in range(calls):
-        fn()
-    sync()
-    samples = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        sync()
-    return statistics.median(samples)
+    from bench.host_overhead import batch_us
+    return statistics.median(batch_us(fn, calls, batches, after=sync))
 
 
 def main() -> int:
