@@ -71,7 +71,8 @@ def compile_file(file: str, target: str, include_dirs: list[str]) -> tuple[bytes
         _check(getattr(nvrtc, f"nvrtcGet{kind}")(prog, binary), f"nvrtcGet{kind}")
         names = {e: _check(nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName").decode()
                  for e in exprs}
-        return binary, names
+        # PTX without nvrtcGetPTX's terminating NUL: a text file for cuModuleLoad, as CuPy keeps it
+        return (binary.rstrip(bytes(1)) if kind == "PTX" else binary), names
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

@@ -8,6 +8,7 @@ import logging
 import lzma
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ def index():
 def test_shipped_binaries_are_the_current_sources(index):
     stale = shipped.stale_files(index)
     assert not stale, ("the shipped kernels are not the current sources':\n  " + "\n  ".join(stale) +
-                       f"\nrebuild them with `{shipped.REBUILD}` (no GPU needed) and commit aclnn_gpu/kernels/cubins/")
+                       f"\nrebuild them with `PYTHON={sys.executable} {shipped.REBUILD}` (no GPU needed) and commit "
+                       "aclnn_gpu/kernels/cubins/")
 
 
 def test_every_major_of_the_extras_is_shipped(index):
@@ -57,7 +59,12 @@ def test_each_binary_is_for_its_target_and_names_every_expression(index):
                 if target.startswith("sm_"):
                     assert data[:4] == b"\x7fELF", relative
                     machine, = struct.unpack_from("<H", data, 18)
+                    flags, = struct.unpack_from("<I", data, 48)
                     assert machine == EM_CUDA, (relative, machine)
+                    # the SM in e_flags: its low byte in the older CUDA ELF ABI (EI_OSABI 0x33, CUDA 12's
+                    # NVRTC below sm_100), the next byte in the newer (EI_OSABI 0x41)
+                    sm = flags & 0xFF if data[7] == 0x33 else (flags >> 8) & 0xFF
+                    assert sm == number, (relative, hex(flags))
                     for lowered in entry["names"].values():
                         assert lowered.encode() in data, (relative, lowered)
                 else:
