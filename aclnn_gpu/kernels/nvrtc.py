@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 from typing import Any
 
 ENV = "ACLNN_GPU_NVRTC"
@@ -31,6 +32,10 @@ class CtypesNvrtc:
 
     def __init__(self, path: str):
         self.path = path
+        # NVRTC dlopens its builtins library by soname; CUDA 13's wheel has no $ORIGIN runpath to find
+        # it beside libnvrtc, so it is loaded first (a loaded soname satisfies the later dlopen)
+        for builtins in sorted(Path(path).parent.glob("libnvrtc-builtins.so.*")):
+            ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
         lib = ctypes.CDLL(path)
         p, cp = ctypes.c_void_p, ctypes.c_char_p
         lib.nvrtcGetErrorString.restype = cp
