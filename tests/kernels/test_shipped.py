@@ -243,3 +243,17 @@ def test_check_command(capsys):
     from aclnn_gpu.kernels.__main__ import main
     assert main(["check"]) == 0
     assert "current sources" in capsys.readouterr().out
+
+
+def test_the_package_data_takes_every_shipped_file():
+    """pyproject.toml's package data covers index.json and every binary (a wheel, or an sdist, carries
+    them; an editable install reads them in place)."""
+    import fnmatch
+    tomllib = pytest.importorskip("tomllib")
+    root = loader.KERNEL_DIR.parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["aclnn_gpu"]
+    package = loader.KERNEL_DIR.parent
+    files = [p.relative_to(package).as_posix() for p in shipped.CUBIN_DIR.rglob("*") if p.is_file()]
+    assert len(files) == 1 + sum(len(e["binaries"]) for b in shipped.read_index()["builds"].values()
+                                 for e in b["files"].values())
+    assert [f for f in files if not any(fnmatch.fnmatchcase(f, p) for p in patterns)] == []
