@@ -299,12 +299,13 @@ def load_all(cp: Any, arch: str, scope: Callable[[], ContextManager[Any]], files
     return modules
 
 
-def warm(device_id: int = 0, out: Any = None, jobs: int | None = None) -> dict[str, Any]:
-    """Make every kernel file ready on GPU `device_id` with CuPy: shipped binaries loaded, the rest
-    compiled by NVRTC into CuPy's cache (CUPY_CACHE_DIR), so a container or CI image built with
-    `python -m aclnn_gpu.kernels warm` never compiles at first use. A text progress bar goes to `out`
-    (stderr). Returns {file: "shipped sm_90" | "NVRTC"}."""
-    import cupy as cp
+def warm(device_id: int = 0, out: Any = None, jobs: int | None = None, cp: Any = None) -> dict[str, Any]:
+    """Make every kernel file ready on GPU `device_id` with CuPy (`cp`: CuPy, or a stand-in of it):
+    shipped binaries loaded, the rest compiled by NVRTC into CuPy's cache (CUPY_CACHE_DIR), so a
+    container or CI image built with `python -m aclnn_gpu.kernels warm` never compiles at first use.
+    A text progress bar goes to `out` (stderr). Returns {file: "shipped sm_90" | "NVRTC"}."""
+    if cp is None:
+        import cupy as cp
     out = sys.stderr if out is None else out
     with cp.cuda.Device(device_id):
         props = cp.cuda.runtime.getDeviceProperties(device_id)

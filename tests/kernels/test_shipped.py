@@ -257,3 +257,22 @@ def test_the_package_data_takes_every_shipped_file():
     assert len(files) == 1 + sum(len(e["binaries"]) for b in shipped.read_index()["builds"].values()
                                  for e in b["files"].values())
     assert [f for f in files if not any(fnmatch.fnmatchcase(f, p) for p in patterns)] == []
+
+
+@pytest.mark.parametrize("shipped_on", [True, False])
+def test_warm_makes_every_file_ready_with_a_progress_bar(monkeypatch, shipped_on):
+    """`python -m aclnn_gpu.kernels warm` over the stand-in: every kernel file, one progress line each
+    (the bar filling up), shipped binaries where they serve, NVRTC otherwise."""
+    import io
+    monkeypatch.setattr(fakecupy, "DRIVER_VERSION", 13000)
+    if not shipped_on:
+        monkeypatch.setenv(shipped.ENV, "0")
+    out = io.StringIO()
+    done = shipped.warm(0, out=out, jobs=2, cp=fakecupy)
+    assert sorted(done) == sorted(loader.kernel_files())
+    assert set(done.values()) == ({"shipped sm_90"} if shipped_on else {"NVRTC"})
+    lines = out.getvalue().splitlines()
+    assert "(sm_90, CUDA driver 13)" in lines[0]
+    n = len(loader.kernel_files())
+    assert [line.split("]")[0].count("#") for line in lines[1:]] == list(range(1, n + 1))
+    assert lines[-1].split("] ")[1].startswith(f"{n}/{n}")
