@@ -305,7 +305,8 @@ def warm(device_id: int = 0, out: Any = None, jobs: int | None = None, cp: Any =
     container or CI image built with `python -m aclnn_gpu.kernels warm` never compiles at first use.
     A text progress bar goes to `out` (stderr). Returns {file: "shipped sm_90" | "NVRTC"}."""
     if cp is None:
-        import cupy as cp
+        import cupy
+        cp = cupy
     out = sys.stderr if out is None else out
     with cp.cuda.Device(device_id):
         props = cp.cuda.runtime.getDeviceProperties(device_id)
