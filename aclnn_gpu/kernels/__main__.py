@@ -1,7 +1,8 @@
 """`python -m aclnn_gpu.kernels COMMAND`: the shipped kernels' commands.
 
-    build-cubins [--nvrtc LIB --cuda-include DIR] [--jobs N]   compile kernels/cubins/ for one CUDA major
-                                                               (scripts/build_cubins.sh: both majors)
+    build-cubins [--nvrtc LIB --cuda-include DIR] [--all]      compile kernels/cubins/ for one CUDA major:
+                                                               the stale files, or --all (scripts/
+                                                               build_cubins.sh: both majors)
     check                                                      exit 1 when a shipped binary is not the
                                                                current sources' (says the rebuild command)
     warm [--device N] [--jobs N]                               make every kernel file ready on the GPU:
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--nvrtc", metavar="LIB", help="this libnvrtc.so.N instead of cuda-python's (ACLNN_GPU_NVRTC)")
     b.add_argument("--cuda-include", metavar="DIR", help="the CUDA headers (cuda_fp16.h) of that NVRTC's major")
     b.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPU count)")
+    b.add_argument("--all", action="store_true", help="recompile every file (default: only the files whose "
+                   "shipped binaries are not the current sources')")
     sub.add_parser("check", help="are the shipped binaries the current sources'?")
     w = sub.add_parser("warm", help="load or compile every kernel file for the present GPU")
     w.add_argument("--device", type=int, default=0, help="the GPU (CuPy's device id; default 0)")
@@ -34,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.nvrtc:
             os.environ["ACLNN_GPU_NVRTC"] = a.nvrtc
         from . import cubins, loader
-        cubins.build([a.cuda_include] if a.cuda_include else list(loader.cuda_include_dirs()), a.jobs)
+        cubins.build([a.cuda_include] if a.cuda_include else list(loader.cuda_include_dirs()), a.jobs,
+                     everything=a.all)
         return 0
     if a.command == "check":
         stale = shipped.stale_files()

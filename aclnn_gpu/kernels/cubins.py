@@ -77,9 +77,11 @@ def compile_file(file: str, target: str, include_dirs: list[str]) -> tuple[bytes
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def build(include_dirs: list[str], jobs: int | None = None, out=None) -> dict[str, Any]:
-    """Compile every kernel file for every target this NVRTC supports; write `cubins/cuda<major>/`
-    and the major's entry of index.json. Returns that entry."""
+def build(include_dirs: list[str], jobs: int | None = None, out=None, everything: bool = False) -> dict[str, Any]:
+    """Compile the kernel files for every target this NVRTC supports; write `cubins/cuda<major>/` and
+    the major's entry of index.json. A file whose shipped binaries are current (same source hash, NVRTC
+    version and targets, every binary present) is kept as it is unless `everything`: a rebuild after
+    one kernel changed compiles that file only. Returns the entry."""
     out = sys.stderr if out is None else out
     nvrtc_version = version()
     major = nvrtc_version.split(".")[0]
@@ -87,10 +89,17 @@ def build(include_dirs: list[str], jobs: int | None = None, out=None) -> dict[st
     targets = [f"sm_{a}" for a in ARCHS if a in supported]
     if PTX_ARCH in supported:
         targets.append(f"compute_{PTX_ARCH}")
-    files = sorted(loader.kernel_files(), key=lambda f: -(loader.KERNEL_DIR / f).stat().st_size)
+    folder = shipped.CUBIN_DIR / f"cuda{major}"
+    old = shipped.read_index().get("builds", {}).get(major, {})
+    kept = {} if everything or old.get("nvrtc") != nvrtc_version or old.get("targets") != targets else \
+        {f: e for f, e in old["files"].items() if f in loader.kernel_files() and e["source"] == shipped.source_hash(f)
+         and all((shipped.CUBIN_DIR / e["binaries"].get(t, "-")).is_file() for t in targets)}
+    files = sorted((f for f in loader.kernel_files() if f not in kept),
+                   key=lambda f: -(loader.KERNEL_DIR / f).stat().st_size)
     work = [(f, t) for f in files for t in targets]
-    print(f"build-cubins: NVRTC {nvrtc_version}, {len(files)} files x {', '.join(targets)}, headers "
-          f"{include_dirs}", file=out, flush=True)
+    print(f"build-cubins: NVRTC {nvrtc_version}, {', '.join(targets)}: compiling {', '.join(files) or 'nothing'}"
+          f"{f'; current, kept: {chr(44).join(sorted(kept))}' if kept else ''}; headers {include_dirs}",
+          file=out, flush=True)
     t0 = time.perf_counter()
 
     def one(item: tuple[str, str]) -> tuple[str, str, bytes, dict[str, str]]:
@@ -101,11 +110,13 @@ def build(include_dirs: list[str], jobs: int | None = None, out=None) -> dict[st
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
         results = list(pool.map(one, work))
 
-    folder = shipped.CUBIN_DIR / f"cuda{major}"
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    entry: dict[str, Any] = {"nvrtc": nvrtc_version, "targets": targets, "files": {}}
+    entry: dict[str, Any] = {"nvrtc": nvrtc_version, "targets": targets, "files": dict(kept)}
+    for e in kept.values():
+        for relative in e["binaries"].values():
+            shutil.copy2(shipped.CUBIN_DIR / relative, tmp / Path(relative).name)
     for file, target, binary, names in results:
         stem = Path(file).stem
         name = f"{stem}.{target}.{'cubin' if target.startswith('sm_') else 'ptx'}.xz"
@@ -120,8 +131,8 @@ def build(include_dirs: list[str], jobs: int | None = None, out=None) -> dict[st
     index = shipped.read_index() or {"rebuild": shipped.REBUILD, "builds": {}}
     index["builds"][major] = entry
     index["builds"] = dict(sorted(index["builds"].items(), key=lambda kv: int(kv[0])))
-    shipped.INDEX.write_text(json.dumps(index, indent=1, sort_keys=False) + "\n")
+    shipped.INDEX.write_text(json.dumps(index, indent=1) + "\n")
     size = sum(p.stat().st_size for p in folder.iterdir())
-    print(f"build-cubins: CUDA {major}: {len(results)} binaries, {size / 2**20:.2f} MiB in {folder} "
-          f"({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
+    print(f"build-cubins: CUDA {major}: {len(results)} binaries compiled, {len(kept)} files kept; "
+          f"{size / 2**20:.2f} MiB in {folder} ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
     return entry
