@@ -49,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("the shipped kernels are the current sources'")
         return 0
-    shipped.warm(a.device, jobs=a.jobs)
+    try:
+        shipped.warm(a.device, jobs=a.jobs)
+    except Exception as e:  # noqa: BLE001 - no CuPy, no driver, no GPU: said in one line
+        print(f"python -m aclnn_gpu.kernels warm: GPU {a.device} cannot be used ({type(e).__name__}: {e}); "
+              "it needs CuPy and a GPU: pip install 'aclnn_gpu[cuda]'", file=sys.stderr)
+        return 2
     return 0
 
 

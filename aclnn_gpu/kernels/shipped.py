@@ -199,7 +199,8 @@ def unpacked(packed: Path) -> Path:
     stem, _, ext = packed.name.removesuffix(".xz").rpartition(".")
     name = f"{stem}.{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
     with _unpack_lock:
-        for root in (_cache_root(), Path(tempfile.gettempdir()) / f"aclnn_gpu-cubins-{os.getuid()}"):
+        user = os.getuid() if hasattr(os, "getuid") else "user"
+        for root in (_cache_root(), Path(tempfile.gettempdir()) / f"aclnn_gpu-cubins-{user}"):
             target = root / packed.parent.name / name
             if target.is_file():
                 return target

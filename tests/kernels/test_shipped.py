@@ -276,3 +276,12 @@ def test_warm_makes_every_file_ready_with_a_progress_bar(monkeypatch, shipped_on
     n = len(loader.kernel_files())
     assert [line.split("]")[0].count("#") for line in lines[1:]] == list(range(1, n + 1))
     assert lines[-1].split("] ")[1].startswith(f"{n}/{n}")
+
+
+def test_warm_without_a_gpu_says_so(capsys):
+    from aclnn_gpu.device.cuda import cuda_available
+    from aclnn_gpu.kernels.__main__ import main
+    if cuda_available():
+        pytest.skip("a GPU is present: warm would compile for it")
+    assert main(["warm"]) == 2
+    assert "cannot be used" in capsys.readouterr().err
