@@ -179,3 +179,42 @@ line="gpu_check on $DEV, $(date -u +%F), commit $(git -C "$ROOT" rev-parse --sho
 echo "$line" | tee -a "$SUMMARY"
 echo "::: artifacts: $OUT"
 [ "$status" = OK ]
+
+# ================================================================ cold start: the shipped kernels
+# (kernels/shipped.py) The first call of every operator on a cold CuPy cache (CUPY_CACHE_DIR, and on
+# cuda the cubin unpack cache ACLNN_GPU_CACHE, empty temporary folders), with the shipped kernels and
+# without them (ACLNN_GPU_SHIPPED_KERNELS=0: every kernel file compiled by NVRTC at first use), each
+# against the operator's tenth call: scripts/cold_start.py, its JSON line and a table in steps.log, the
+# table in summary.txt too (no new file: 8 come back). Runs after the summary line, on its own time
+# (GPU_CHECK_COLDSTART_S per run, default 150; GPU_CHECK_COLDSTART=0 skips it); the script's exit
+# status stays the summary's unless this fails.
+check_status=$?
+if [ "${GPU_CHECK_COLDSTART:-1}" = 1 ]; then
+  cold_rc=0
+  cold_json=$(mktemp -t coldstart.XXXXXX)
+  for shipped_kernels in 1 0; do
+    cold_tmp=$(mktemp -d -t coldstart.XXXXXX)
+    cold_env=(CUPY_CACHE_DIR="$cold_tmp/cupy" ACLNN_GPU_SHIPPED_KERNELS=$shipped_kernels)
+    [ "$DEV" = cuda ] && cold_env+=(ACLNN_GPU_CACHE="$cold_tmp/aclnn_gpu")   # (emulated: its kernel builds stay)
+    echo "::: coldstart shipped=$shipped_kernels" | tee -a "$STEPS"
+    env "${cold_env[@]}" timeout -s INT -k 10 "${GPU_CHECK_COLDSTART_S:-150}" "$PY" scripts/cold_start.py \
+      --device "$DEV" >> "$cold_json" 2>> "$STEPS" || cold_rc=1
+    rm -rf "$cold_tmp"
+  done
+  sed 's/^/coldstart-json: /' "$cold_json" >> "$STEPS"
+  "$PY" - "$cold_json" <<'PYEOF' 2>&1 | tee -a "$STEPS" "$SUMMARY"
+import json, sys
+runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip().startswith("{")]
+for run in runs:
+    label = "shipped kernels" if run["shipped"] else "NVRTC at first use"
+    print(f"coldstart ({label}, {run['device']}): first calls {run['total_first_s']} s in all, "
+          f"{run['nvrtc_compiles']} NVRTC compiles")
+    for r in run["operators"]:
+        print(f"  {r['operator']:34} first {r['first_ms']:9.2f} ms  tenth {r['tenth_ms']:7.2f} ms  "
+              f"x{r['ratio']:<7} {' '.join(r['first_call_kernels'])}")
+PYEOF
+  rm -f "$cold_json"
+  echo "coldstart: $([ $cold_rc = 0 ] && echo ok || echo FAILED) (steps.log)" | tee -a "$SUMMARY"
+  [ $cold_rc = 0 ] || check_status=1
+fi
+exit $check_status

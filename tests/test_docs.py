@@ -102,7 +102,7 @@ def test_readme_two_phase_snippet_fails_loudly_without_a_gpu():
 
 # ---------------------------------------------------------------------------- --help texts
 HELP_COMMANDS = [["-m", "aclnn_gpu"], ["-m", "bench"], ["-m", "aclnn_gpu.kernels.report"], ["-m", "aclnn_gpu.profile"],
-                 ["-m", "aclnn_gpu.profile.ncu_compare"]] + \
+                 ["-m", "aclnn_gpu.profile.ncu_compare"], ["-m", "aclnn_gpu.kernels"], ["scripts/cold_start.py"]] + \
     [[str(p.relative_to(ROOT))] for p in sorted((ROOT / "examples").glob("train_*.py"))] + \
     [["examples/capture_training_step.py"], ["examples/data_parallel_ctc.py"]] + \
     [[f"bench/{op}.py"] for op in ("conv_tbc", "cross_entropy", "ctc_loss", "kl_div", "scaled_masked_softmax")]

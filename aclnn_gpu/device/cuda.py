@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..kernels import loader
+from ..kernels import shipped
 from ..ops.frozen import ALIGN as FROZEN_ALIGN
 from ..ops.frozen import Launch, Upload
 from .base import Device, DeviceEvent, DeviceStream
@@ -507,9 +507,8 @@ class CudaDevice(Device):
         if kernel is None:
             with self._module_lock:
                 module = self._modules.get(file)
-                if module is None:   # compiled (lazily) for this device's architecture
-                    module = self.cp.RawModule(code=loader.source(file), options=loader.nvrtc_options(),
-                                               name_expressions=loader.name_expressions(file))
+                if module is None:   # the shipped cubin for this GPU, else compiled by NVRTC (logged)
+                    module = shipped.load_module(self.cp, file, self.arch)
                     self._modules[file] = module
                 kernel = self._kernels[key] = module.get_function(expr)
         return kernel

@@ -1,7 +1,7 @@
 """A CuPy-shaped layer over host memory and the CPU emulator: just the names `device/cuda.py`
 uses (`cuda.Device`, `cuda.alloc`, `cuda.alloc_pinned_memory`, `cuda.Stream`, `cuda.Event`,
-`cuda.get_elapsed_time`, `cuda.runtime.*`, `RawModule`), so that the emulated device is the cuda
-device's own code.
+`cuda.get_elapsed_time`, `cuda.runtime.*`, `RawModule` from source or from a shipped cubin), so that
+the emulated device is the cuda device's own code.
 
 Device memory is host memory; each stream is a `HostStream` worker; a kernel launch compiles the
 `.cu` source for the CPU (cached by source hash) and queues its execution on the current stream.
@@ -55,6 +55,12 @@ from .hoststream import CapturedWork, HostEventMark, HostStream
 
 SM_COUNT = 4  # small on purpose: grids sized from it keep emulated launches short
 SM_COUNTS: dict[int, int] = {}  # device id -> SM count, where it differs from SM_COUNT
+COMPUTE_CAPABILITY = (9, 0)   # every device's (major, minor), where COMPUTE_CAPABILITIES does not say
+COMPUTE_CAPABILITIES: dict[int, tuple[int, int]] = {}   # device id -> its own (tests of the cubin choice)
+DRIVER_VERSION = 13000   # cudaDriverGetVersion: the CUDA major whose shipped cubins the device loads
+# What each RawModule was made from, in order: ("nvrtc", source) for code compiled (NVRTC on a GPU),
+# ("load", path) for a shipped cubin or PTX loaded (tests read which path the cuda device took)
+module_loads: list[tuple[str, str]] = []
 DEVICE_ALIGN = 512   # CuPy's memory pool hands out multiples of its 512-byte allocation unit (cupy/cuda/memory.pyx)
 STATIC_SHARED_LIMIT = 48 * 1024   # dynamic shared memory a launch may use without the function attribute
 
@@ -447,8 +453,17 @@ class _Runtime:
 
     @staticmethod
     def getDeviceProperties(device: int) -> dict[str, Any]:
+        major, minor = COMPUTE_CAPABILITIES.get(device, COMPUTE_CAPABILITY)
         return {"multiProcessorCount": SM_COUNTS.get(device, SM_COUNT), "name": b"CUDA emulator (CPU)",
-                "totalGlobalMem": 0, "major": 9, "minor": 0}
+                "totalGlobalMem": 0, "major": major, "minor": minor}
+
+    @staticmethod
+    def driverGetVersion() -> int:
+        return DRIVER_VERSION
+
+    @staticmethod
+    def runtimeGetVersion() -> int:
+        return DRIVER_VERSION
 
     @staticmethod
     def getDeviceCount() -> int:
@@ -564,19 +579,71 @@ class RawKernel:
 
 
 class RawModule:
-    """Compiles the source for the CPU (cached by source hash) on first use. CuPy's signature
-    (cupy/_core/raw.pyx): keyword-only, `code` a str and `options` a tuple (Cython-typed there)."""
+    """CuPy's RawModule (cupy/_core/raw.pyx): keyword-only, exactly one of `code` (a str, `options` a
+    tuple: Cython-typed there) and `path`; `name_expressions` only with `code`.
 
-    def __init__(self, *, code: str, options: tuple[str, ...] = (), name_expressions: Sequence[str] = ()):
-        if not isinstance(code, str) or not isinstance(options, tuple):
+    `code` is compiled for the CPU (cached by source hash) where CuPy runs NVRTC. `path` is a shipped
+    binary (kernels/shipped.py): loaded as the driver would (a missing file: CUDA_ERROR_FILE_NOT_FOUND;
+    a cubin of another major architecture or a newer minor, or PTX of a newer architecture than the
+    current device: CUDA_ERROR_NO_BINARY_FOR_GPU; neither ELF nor PTX: CUDA_ERROR_INVALID_IMAGE), and
+    then stands in for the module compiled from its kernel file's current source, its functions found
+    by the lowered names the build stored (index.json)."""
+
+    def __init__(self, *, code: str | None = None, path: str | None = None, options: tuple[str, ...] = (),
+                 name_expressions: Sequence[str] | None = None):
+        if (code is None) == (path is None):
+            raise TypeError("Exactly one of `code` and `path` keyword arguments must be given.")
+        if path is not None and name_expressions is not None:
+            raise ValueError("need CUDA C++ code for the requested kernels")
+        from ..kernels.emulator import EmuModule
+        self.lowered: dict[str, str] = {}   # lowered name -> name expression (a loaded binary's)
+        if path is not None:
+            file, self.lowered = _load_binary(path)
+            from ..kernels import loader
+            code, options, name_expressions = loader.source(file), (), loader.name_expressions(file)
+            module_loads.append(("load", str(path)))
+        elif not isinstance(code, str) or not isinstance(options, tuple):
             raise TypeError(f"RawModule: code must be a str and options a tuple, got {type(code).__name__} and "
                             f"{type(options).__name__}")
-        from ..kernels.emulator import EmuModule
+        else:
+            module_loads.append(("nvrtc", code))
         self.module = EmuModule(code, options=tuple(o for o in options if o.startswith(("-D", "-U"))),
-                                name_expressions=list(name_expressions))
+                                name_expressions=list(name_expressions or ()))
 
-    def get_function(self, expr: str) -> RawKernel:
-        return RawKernel(self.module, expr)
+    def compile(self, log_stream: Any = None) -> None:
+        """Compiled at construction here (CuPy: at the first get_function, or now)."""
+
+    def get_function(self, name: str) -> RawKernel:
+        return RawKernel(self.module, self.lowered.get(name, name))
+
+
+def _load_binary(path: str) -> tuple[str, dict[str, str]]:
+    """(kernel file, {lowered name: name expression}) of a shipped binary as kernels/shipped.py unpacks
+    it (`.../cuda13/<stem>.<target>.<hash>.<cubin|ptx>`), checked as cuModuleLoad checks it against the
+    current device."""
+    from pathlib import Path
+
+    from ..kernels import shipped
+    binary = Path(path)
+    if not binary.is_file():
+        raise CUDADriverError(301, "CUDA_ERROR_FILE_NOT_FOUND", "file not found")
+    data = binary.read_bytes()
+    stem, target, *_, ext = binary.name.split(".")
+    if not (data.startswith(b"\x7fELF") and target.startswith("sm_")) and \
+            not (b".version" in data[:4096] and target.startswith("compute_")):
+        raise CUDADriverError(200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid")
+    major, minor = COMPUTE_CAPABILITIES.get(_current_device(), COMPUTE_CAPABILITY)
+    number = int(target.rpartition("_")[2])
+    runs = number // 10 == major and number % 10 <= minor if target.startswith("sm_") else number <= major * 10 + minor
+    if not runs:
+        raise CUDADriverError(209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution "
+                                   "on the device")
+    packed = f"{binary.parent.name}/{stem}.{target}.{ext}.xz"
+    for build in shipped.read_index().get("builds", {}).values():
+        for file, entry in build["files"].items():
+            if packed in entry["binaries"].values():
+                return file, {lowered: expr for expr, lowered in entry["names"].items()}
+    raise CUDADriverError(200, "CUDA_ERROR_INVALID_IMAGE", f"{packed} is no shipped binary of index.json")
 
 
 cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pinned_memory, Stream=Stream, Event=Event,

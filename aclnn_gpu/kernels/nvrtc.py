@@ -1,16 +1,17 @@
-"""Which NVRTC the compile report uses: cuda-python's `cuda.bindings.nvrtc` (the NVRTC of the installed
-CUDA major, 13 with the `cuda13` extra), or any `libnvrtc.so.N` named by the environment variable
-ACLNN_GPU_NVRTC, loaded with ctypes, so the kernels are compile-checked against CUDA 12's NVRTC
-(the `nvidia-cuda-nvrtc-cu12` wheel) from the same interpreter.
+"""Which NVRTC the compile report and the cubin build (kernels/cubins.py) use: cuda-python's
+`cuda.bindings.nvrtc` (the NVRTC of the installed CUDA major, 13 with the `cuda13` extra), or any
+`libnvrtc.so.N` named by the environment variable ACLNN_GPU_NVRTC, loaded with ctypes, so the kernels
+are compiled against CUDA 12's NVRTC (the `nvidia-cuda-nvrtc-cu12` wheel) from the same interpreter.
 
-Owns: the ctypes binding of the eight NVRTC entry points the report calls, shaped like
+Owns: the ctypes binding of the NVRTC entry points the report and the cubin build call, shaped like
 `cuda.bindings.nvrtc` (each call returns a tuple whose first item is the status, with `.name`), so
-report.py's compile code is the same whichever library runs it. Never touches a driver or a GPU.
+their compile code is the same whichever library runs it. Never touches a driver or a GPU.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 from typing import Any
 
 ENV = "ACLNN_GPU_NVRTC"
@@ -31,6 +32,10 @@ class CtypesNvrtc:
 
     def __init__(self, path: str):
         self.path = path
+        # NVRTC dlopens its builtins library by soname; CUDA 13's wheel has no $ORIGIN runpath to find
+        # it beside libnvrtc, so it is loaded first (a loaded soname satisfies the later dlopen)
+        for builtins in sorted(Path(path).parent.glob("libnvrtc-builtins.so.*")):
+            ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
         lib = ctypes.CDLL(path)
         p, cp = ctypes.c_void_p, ctypes.c_char_p
         lib.nvrtcGetErrorString.restype = cp
@@ -42,7 +47,13 @@ class CtypesNvrtc:
                          ("nvrtcGetProgramLogSize", [p, ctypes.POINTER(ctypes.c_size_t)]),
                          ("nvrtcGetProgramLog", [p, cp]),
                          ("nvrtcGetLoweredName", [p, cp, ctypes.POINTER(cp)]),
-                         ("nvrtcDestroyProgram", [ctypes.POINTER(p)])):
+                         ("nvrtcDestroyProgram", [ctypes.POINTER(p)]),
+                         ("nvrtcGetCUBINSize", [p, ctypes.POINTER(ctypes.c_size_t)]),
+                         ("nvrtcGetCUBIN", [p, cp]),
+                         ("nvrtcGetPTXSize", [p, ctypes.POINTER(ctypes.c_size_t)]),
+                         ("nvrtcGetPTX", [p, cp]),
+                         ("nvrtcGetNumSupportedArchs", [ctypes.POINTER(ctypes.c_int)]),
+                         ("nvrtcGetSupportedArchs", [ctypes.POINTER(ctypes.c_int)])):
             getattr(lib, fn).restype = ctypes.c_int
             getattr(lib, fn).argtypes = args
         self._lib = lib
@@ -85,6 +96,37 @@ class CtypesNvrtc:
         lowered = ctypes.c_char_p()
         status = self._status(self._lib.nvrtcGetLoweredName(prog, expr, ctypes.byref(lowered)))
         return status, (lowered.value or b"")
+
+    def _size(self, fn: str, prog: Any) -> tuple[Status, int]:
+        size = ctypes.c_size_t()
+        return self._status(getattr(self._lib, fn)(prog, ctypes.byref(size))), size.value
+
+    def _fill(self, fn: str, prog: Any, buf: bytes) -> tuple[Status]:
+        # like nvrtcGetProgramLog: into the caller's buffer of the size the *Size call gave
+        out = ctypes.create_string_buffer(len(buf))
+        status = self._status(getattr(self._lib, fn)(prog, out))
+        ctypes.memmove(ctypes.c_char_p(buf), out, len(buf))
+        return (status,)
+
+    def nvrtcGetCUBINSize(self, prog: Any) -> tuple[Status, int]:
+        return self._size("nvrtcGetCUBINSize", prog)
+
+    def nvrtcGetCUBIN(self, prog: Any, buf: bytes) -> tuple[Status]:
+        return self._fill("nvrtcGetCUBIN", prog, buf)
+
+    def nvrtcGetPTXSize(self, prog: Any) -> tuple[Status, int]:
+        return self._size("nvrtcGetPTXSize", prog)
+
+    def nvrtcGetPTX(self, prog: Any, buf: bytes) -> tuple[Status]:
+        return self._fill("nvrtcGetPTX", prog, buf)
+
+    def nvrtcGetSupportedArchs(self) -> tuple[Status, list[int]]:
+        count = ctypes.c_int()
+        status = self._status(self._lib.nvrtcGetNumSupportedArchs(ctypes.byref(count)))
+        if int(status) != 0:
+            return status, []
+        archs = (ctypes.c_int * max(count.value, 1))()
+        return self._status(self._lib.nvrtcGetSupportedArchs(archs)), list(archs[:count.value])
 
     def nvrtcDestroyProgram(self, prog: Any) -> tuple[Status]:
         return (self._status(self._lib.nvrtcDestroyProgram(ctypes.byref(prog))),)

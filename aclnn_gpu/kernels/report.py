@@ -252,6 +252,9 @@ def main(argv=None) -> int:
     results = run(specs, archs, a.jobs)
     print_table(results)
     bad = failures(results)
+    if not a.files:   # the shipped binaries (kernels/shipped.py) must be these sources'
+        from .shipped import REBUILD, stale_files
+        bad += [f"shipped kernels: {line} (rebuild: {REBUILD})" for line in stale_files()]
     total = time.perf_counter() - t0
     if a.json:
         Path(a.json).write_text(json.dumps({"ok": not bad, "failures": bad, "seconds": total, "nvrtc": version(),
