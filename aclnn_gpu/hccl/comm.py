@@ -18,6 +18,7 @@ from ..runtime import get_device, resolve_stream
 from . import bootstrap
 from .bootstrap import leak
 from .liveness import Liveness
+from .sealed import conceal, sealed_store
 from .types import HcclResult
 
 
@@ -124,7 +125,6 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     (`bootstrap.engine_address`); every wait bounded."""
     connect_s, exec_s = bootstrap.connect_timeout(), bootstrap.exec_timeout()
     heartbeat_s = bootstrap.heartbeat_timeout()
-    from torch.distributed import PrefixStore
     try:  # one store client per user: a client is not shared between threads that wait on it
         clients = [bootstrap.connect(meeting.host, meeting.port, connect_s) for _ in range(4)]
     except Exception as e:  # noqa: BLE001 - torch's DistNetworkError / RuntimeError
@@ -134,20 +134,22 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     engine_address = bootstrap.engine_address(meeting.host, fn, preferred)
     if meeting.engine == "nccl":   # a rank table's address is HCCL's configuration too; a routed one is not
         bootstrap.nccl_environment(engine_address if preferred else None)
-    root = PrefixStore("hccl", clients[0])   # PrefixStore puts a "/" between its prefix and a key
+    # every key named and every value authenticated with the meeting's secret (sealed.py)
+    root = sealed_store(clients[0], meeting.secret, meeting.key)
 
     def left(number: int) -> bool:
-        return bool(root.check([f"{meeting.key}/{number}/bye/{rank}"]))
+        return bool(root.check([f"{number}/bye/{rank}"]))
 
-    number = bootstrap.generation(root, meeting.key, rank, fn, left)
-    prefix = f"hccl/{meeting.key}/{number}"
-    store, side_store, engine_store, monitor_store = (PrefixStore(prefix, c) for c in clients)
+    number = bootstrap.generation(root, rank, fn, left)
+    prefix = f"{meeting.key}/{number}"
+    store, side_store, engine_store, monitor_store = (sealed_store(c, meeting.secret, prefix) for c in clients)
     health = bootstrap.Health()
     rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
     engine: Any = None
     liveness: Liveness | None = None
     try:
         liveness = Liveness(monitor_store, rank, n_ranks, heartbeat_s, health)
+        rendezvous.report = liveness.report
         about = {"process": bootstrap.process_token(), "address": engine_address}
         headers = rendezvous.join(n_ranks, meeting.engine, fn, about)
         health.store_owner = _store_owner(meeting, headers)
@@ -155,9 +157,13 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
             from .nccl import NcclEngine, new_unique_id
             unique_id = meeting.nccl_id if number == 1 else None
             if unique_id is None:   # a rank-table or re-made communicator: rank 0 makes the id, the others read it
+                # encrypted: a stranger holding the id could join NCCL's own bootstrap
+                label = f"{prefix}/nccl_id"
                 if rank == 0:
-                    rendezvous.post("nccl_id", {"id": new_unique_id().hex()}, fn)
-                unique_id = bytes.fromhex(rendezvous.read("nccl_id", fn, "rank 0's NCCL unique id", 0)["id"])
+                    hidden = conceal(meeting.secret, label, new_unique_id())
+                    rendezvous.post("nccl_id", {"id": hidden.hex()}, fn)
+                hidden = bytes.fromhex(rendezvous.read("nccl_id", fn, "rank 0's NCCL unique id", 0)["id"])
+                unique_id = conceal(meeting.secret, label, hidden)
             engine = NcclEngine(unique_id, rank, n_ranks, device, health)
         else:
             from .gloo import GlooEngine
@@ -167,6 +173,9 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
             except OpError:
                 raise
             except Exception as e:  # noqa: BLE001
+                if "unauthenticated message" in str(e):   # sealed.Unauthenticated, through gloo's C++
+                    fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: gloo's rendezvous read an unauthenticated message: "
+                                                         f"{bootstrap._first_line(e)}")
                 fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks from {engine_address}: "
                                                     f"{bootstrap._first_line(e)}")
     except BaseException:
@@ -178,6 +187,7 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     health.on_fault = engine.on_fault
     engine.report = liveness.report
     engine.probe = liveness.probe
+    engine.refresh = liveness.refresh
     rendezvous.set_timeout(exec_s, "HCCL_EXEC_TIMEOUT")
     rendezvous.watch = True
     side = bootstrap.Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT", health)

@@ -9,6 +9,10 @@ naming the rank, instead of waiting out HCCL_EXEC_TIMEOUT. `HcclGetCommAsyncErro
 
 A rank that destroys its communicator says so (`bye/<rank>`): waits for it fail at once, naming it,
 and it is never mistaken for a dead one.
+
+The store is the communicator's SealedStore (sealed.py): a counter is this rank's own key, set (not
+added to) each beat, so every value read is authenticated; a value a stranger wrote is an
+"unauthenticated message" fault, posted like any other.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import time
 from typing import Any
 
 from .bootstrap import Health, _first_line
+from .sealed import Unauthenticated
 from .types import HcclResult
 
 
@@ -34,10 +39,12 @@ class Liveness:
         self._thread: threading.Thread | None = None
         self._keys = [f"hb/{r}" for r in range(size)]
         self._seen: dict[int, tuple[bytes, float, int]] = {}
+        self._beats = 0
         self.beat()
 
     def beat(self) -> None:
-        self.store.add(f"hb/{self.rank}", 1)
+        self._beats += 1
+        self.store.set(f"hb/{self.rank}", str(self._beats))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"hccl-heartbeat-rank{self.rank}", daemon=True)
@@ -62,6 +69,21 @@ class Liveness:
                     self.store.compare_set("fault", "", json.dumps([int(code), message]))
                 except Exception:  # noqa: BLE001 - the monitor reports a lost store on its own
                     pass
+
+    def refresh(self) -> None:
+        """Read the fault a peer posted, now (not at the next beat): a peer that failed posts its
+        reason before it closes its connections, so the connection's loss is not taken for the reason."""
+        try:
+            with self._lock:
+                posted = self.store.get("fault") if self.store.check(["fault"]) else None
+        except Unauthenticated as e:
+            self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {e}")
+            return
+        except Exception:  # noqa: BLE001 - the store is gone: the monitor says so
+            return
+        if posted:
+            code, message = json.loads(posted)
+            self._set(code, message)
 
     def probe(self, ranks: list[int]) -> list[int]:
         """Which of `ranks` stopped beating without leaving (HcclCommDestroy): their counters read
@@ -105,6 +127,9 @@ class Liveness:
                 stale = [r for r in range(self.size) if r != self.rank and r not in self.health.left
                          and r in seen and seen[r][0] == values[r] and seen[r][2] >= 2]
                 left = [r for r in stale if self.store.check([f"bye/{r}"])]
+        except Unauthenticated as e:   # a stranger wrote to the store: every rank learns it
+            self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {e}")
+            return False
         except Exception as e:  # noqa: BLE001 - the store's host is gone (or its network)
             if not self._stop.is_set():
                 self._set(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {self.health.store_owner} "
