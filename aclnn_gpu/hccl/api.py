@@ -312,6 +312,7 @@ def HcclGetCommAsyncError(comm: HcclComm) -> tuple[int, int]:
     ncclCommGetAsyncError), else HCCL_SUCCESS. The reason is in aclGetRecentErrMsg."""
     fn = "HcclGetCommAsyncError"
     c = check_comm(comm, fn)
+    c.health.observe()
     fault = c.health.fault
     if fault is not None:
         from ..errors import set_recent_error

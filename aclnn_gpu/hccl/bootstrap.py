@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import secrets
 import socket
 import struct
@@ -420,7 +421,7 @@ def _rank_id(value: Any, fn: str) -> int:
             (isinstance(value, str) and not (value.isascii() and value.isdigit())):
         fail(HcclResult.HCCL_E_PARA, f"{fn}: clusterInfo rank_id {shown(value)} must be a non-negative integer "
                                      "(a number or a string of digits)")
-    rank_id = int(value)
+    rank_id = int(value) if isinstance(value, int) or len(value) <= 8 else MAX_RANKS   # no 5,000-digit int()
     if rank_id >= MAX_RANKS:
         fail(HcclResult.HCCL_E_PARA, f"{fn}: clusterInfo rank_id {shown(value)} is not below {MAX_RANKS} "
                                      "(HCCL's largest communicator)")
@@ -505,6 +506,21 @@ class Health:
     store_owner: str = "the process that called HcclGetRootInfo"   # words for the store's host
     on_fault: Callable[[], None] = lambda: None                     # the engine's reaction (NCCL: abort)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # the store going silent (its host's network down, a blackhole route): the heartbeat's store
+    # call started at `stuck_since` and has not returned; after `silence_s` (the heartbeat
+    # timeout; 0: never) that is the communicator's fault
+    stuck_since: float | None = None
+    silence_s: float = 0.0
+
+    def observe(self) -> None:
+        """Record the store's silence as the fault once it lasted silence_s."""
+        since = self.stuck_since
+        if self.fault is None and since is not None and self.silence_s and \
+                time.monotonic() - since > self.silence_s:
+            self.record(HcclResult.HCCL_E_TCP_TRANSFER,
+                        f"no answer from the bootstrap store for {time.monotonic() - since:.0f} s "
+                        f"(ACLNN_GPU_HCCL_HEARTBEAT_S={self.silence_s:g}): the network to {self.store_owner} is "
+                        "down, or its host stopped")
 
     def record(self, code: int, message: str) -> bool:
         """Keep the communicator's first fault (True when this one is it) and tell the engine."""
@@ -516,6 +532,7 @@ class Health:
         return True
 
     def check(self, fn: str, ranks: list[int] | None = None) -> None:
+        self.observe()
         if self.fault is not None:
             code, message = self.fault
             fail(code, f"{fn}: {message}")
@@ -523,6 +540,43 @@ class Health:
         if gone:
             fail(HcclResult.HCCL_E_REMOTE, f"{fn}: rank {', '.join(map(str, gone))} destroyed the communicator "
                                            "(HcclCommDestroy) and will not take part")
+
+
+class _Job:
+    def __init__(self, op: Callable[[], Any]):
+        self.op, self.done = op, threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class StoreWorker:
+    """A daemon thread that makes one store client's calls, so the caller can stop waiting: a
+    TCPStore call over a network that went silent (link down, blackhole route) does not return,
+    and the caller's thread must not be the one it holds. A call abandoned this way leaves the
+    worker stuck; the communicator has failed by then (every later call fails at once)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.jobs: "queue.SimpleQueue[_Job]" = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, op: Callable[[], Any]) -> _Job:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self.thread.start()
+        job = _Job(op)
+        self.jobs.put(job)
+        return job
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            try:
+                job.value = job.op()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                job.error = e
+            finally:
+                job.done.set()
 
 
 class Rendezvous:
@@ -539,11 +593,26 @@ class Rendezvous:
         self.watch = False   # whether waits look at the peers' health (after init)
         # how a fault this rank finds reaches the others (the communicator's Liveness.report posts it)
         self.report: Callable[[int, str], Any] = self.health.record
+        self.worker = StoreWorker(f"hccl-store-rank{rank}")
         self.set_timeout(timeout_s, timeout_name)
 
     def set_timeout(self, seconds: float, name: str) -> None:
         self.seconds = seconds
         self.limit = f" within {name}={seconds:g} s"
+
+    def _call(self, op: Callable[[], Any], fn: str, ranks: list[int]) -> Any:
+        """Run a store call on the worker; wait for it in slices, ending at the communicator's
+        first fault (a silent store included, health.observe) or after the timeout."""
+        job = self.worker.submit(op)
+        deadline = time.monotonic() + self.seconds + WAIT_SLICE_S
+        while not job.done.wait(WAIT_SLICE_S):
+            if self.watch:
+                self.health.check(fn, ranks)
+            if time.monotonic() > deadline:
+                fail(HcclResult.HCCL_E_TIMEOUT, f"{fn}: the bootstrap store did not answer{self.limit}")
+        if job.error is not None:
+            raise job.error
+        return job.value
 
     def _lost(self, e: BaseException, fn: str, waiting_for: str) -> None:
         if isinstance(e, Unauthenticated):
@@ -563,9 +632,13 @@ class Rendezvous:
                 self.health.check(fn, ranks)
             left = deadline - time.monotonic()
             step = min(left, WAIT_SLICE_S) if self.watch else left
-            try:
+            def wait_and_read() -> list[bytes]:
                 self.store.wait(keys, datetime.timedelta(seconds=max(step, 0.001)))
                 return list(self.store.multi_get(keys))
+            try:
+                return list(self._call(wait_and_read, fn, ranks))
+            except OpError:
+                raise
             except Exception as e:  # noqa: BLE001 - torch raises DistStoreError / DistNetworkError / RuntimeError
                 if isinstance(e, Unauthenticated) or not is_timeout(e):
                     self._lost(e, fn, waiting_for)
@@ -579,15 +652,26 @@ class Rendezvous:
 
     def _has(self, key: str) -> bool:
         try:
-            return bool(self.store.check([key]))
+            return bool(self._call(lambda: self.store.check([key]), "", []))
         except Exception:  # noqa: BLE001 - only used to word a message
             return False
 
     def _set(self, key: str, value: dict, fn: str) -> None:
         try:
-            self.store.set(key, json.dumps(value))
+            self._call(lambda: self.store.set(key, json.dumps(value)), fn, [])
+        except OpError:
+            raise
         except Exception as e:  # noqa: BLE001
             self._lost(e, fn, "the store")
+
+    def _forget(self, key: str) -> None:
+        """Delete a key on the worker, not waiting (housekeeping only)."""
+        def delete() -> None:
+            try:
+                self.store.delete_key(key)
+            except Exception:  # noqa: BLE001
+                pass
+        self.worker.submit(delete)
 
     def everyone(self, seq: int, header: dict, fn: str) -> list[dict]:
         """Post this rank's header of call `seq` and return every rank's, in rank order."""
@@ -595,10 +679,7 @@ class Rendezvous:
         values = self._wait([f"c{seq}/{r}" for r in range(self.size)], fn, f"the other ranks to call {fn}",
                             list(range(self.size)))
         if seq > 0:  # every rank has posted `seq`, so all have read `seq - 1`: drop our old header
-            try:
-                self.store.delete_key(f"c{seq - 1}/{self.rank}")
-            except Exception:  # noqa: BLE001 - housekeeping only
-                pass
+            self._forget(f"c{seq - 1}/{self.rank}")
         return [self._decode(v, fn) for v in values]
 
     def _decode(self, value: bytes, fn: str) -> dict:
@@ -618,10 +699,7 @@ class Rendezvous:
     def take(self, key: str, fn: str, waiting_for: str, rank: int) -> dict:
         """Wait for a key rank `rank` posts, read it and delete it."""
         value = self.read(key, fn, waiting_for, rank)
-        try:
-            self.store.delete_key(key)
-        except Exception:  # noqa: BLE001
-            pass
+        self._forget(key)
         return value
 
     def join(self, n_ranks: int, engine: str, fn: str, about: dict) -> list[dict]:
@@ -630,7 +708,9 @@ class Rendezvous:
         never comes is a timeout. Returns every rank's announcement."""
         token = secrets.token_hex(8)
         try:
-            held = self.store.compare_set(f"rank/{self.rank}", "", token)
+            held = self._call(lambda: self.store.compare_set(f"rank/{self.rank}", "", token), fn, [])
+        except OpError:
+            raise
         except Exception as e:  # noqa: BLE001
             self._lost(e, fn, "the store")
         if bytes(held).decode() != token:

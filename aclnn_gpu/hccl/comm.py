@@ -143,7 +143,7 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     number = bootstrap.generation(root, rank, fn, left)
     prefix = f"{meeting.key}/{number}"
     store, side_store, engine_store, monitor_store = (sealed_store(c, meeting.secret, prefix) for c in clients)
-    health = bootstrap.Health()
+    health = bootstrap.Health(silence_s=heartbeat_s)
     rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
     engine: Any = None
     liveness: Liveness | None = None

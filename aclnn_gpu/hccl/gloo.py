@@ -169,6 +169,7 @@ class GlooEngine:
 
     # ------------------------------------------------------------------ queueing and waiting
     def _fault(self, what: str) -> OpError | None:
+        self.health.observe()
         fault = self.health.fault
         if fault is None:
             return None

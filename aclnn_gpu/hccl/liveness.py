@@ -50,38 +50,58 @@ class Liveness:
         self._thread = threading.Thread(target=self._run, name=f"hccl-heartbeat-rank{self.rank}", daemon=True)
         self._thread.start()
 
+    def _locked(self) -> bool:
+        """The store client's lock, waited for a beat at most: a store call that does not return
+        (the network to the store is down) holds it, and no caller may wait on that."""
+        return self._lock.acquire(timeout=self.interval)
+
     def stop(self) -> None:
-        """HcclCommDestroy: stop beating and tell the peers this rank left (not died)."""
+        """HcclCommDestroy: stop beating and tell the peers this rank left (not died). Returns
+        within a beat even when the store does not answer (the peers then see a dead rank)."""
         self._stop.set()
-        with self._lock:
-            try:
-                self.store.set(f"bye/{self.rank}", "1")
-            except Exception:  # noqa: BLE001 - the store may be gone: the peers see a dead rank then
-                pass
+        if not self._locked():
+            return
+        try:
+            self.store.set(f"bye/{self.rank}", "1")
+        except Exception:  # noqa: BLE001 - the store may be gone: the peers see a dead rank then
+            pass
+        finally:
+            self._lock.release()
 
     def report(self, code: int, message: str) -> None:
-        """A fault this rank found (its engine failed): kept, and posted for the other ranks."""
+        """A fault this rank found (its engine failed, an unauthenticated message): kept, and
+        posted for the other ranks from a thread of its own (the store may not answer)."""
         if self._set(code, message):
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.store.compare_set("fault", "", json.dumps([int(code), message]))
-                except Exception:  # noqa: BLE001 - the monitor reports a lost store on its own
-                    pass
+            poster = threading.Thread(target=self._post, args=(code, message), name=f"hccl-fault-rank{self.rank}",
+                                      daemon=True)
+            poster.start()
+            poster.join(self.interval)   # posted before this rank goes on (to HcclCommDestroy, say)
+
+    def _post(self, code: int, message: str) -> None:
+        with self._lock:
+            try:
+                self.store.compare_set("fault", "", json.dumps([int(code), message]))
+            except Exception:  # noqa: BLE001 - the monitor reports a lost store on its own
+                pass
 
     def refresh(self) -> None:
         """Read the fault a peer posted, now (not at the next beat): a peer that failed posts its
         reason before it closes its connections, so the connection's loss is not taken for the reason."""
+        if not self._locked():
+            return
         try:
-            with self._lock:
-                posted = self.store.get("fault") if self.store.check(["fault"]) else None
+            posted = self.store.get("fault") if self.store.check(["fault"]) else None
         except Unauthenticated as e:
-            self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {e}")
-            return
+            posted, forged = None, e
         except Exception:  # noqa: BLE001 - the store is gone: the monitor says so
-            return
-        if posted:
+            posted, forged = None, None
+        else:
+            forged = None
+        finally:
+            self._lock.release()
+        if forged is not None:
+            self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {forged}")
+        elif posted:
             code, message = json.loads(posted)
             self._set(code, message)
 
@@ -91,12 +111,20 @@ class Liveness:
         connection, when several ranks share its address."""
         keys = [f"hb/{r}" for r in ranks]
         try:
-            with self._lock:
+            if not self._locked():
+                return []
+            try:
                 before = list(self.store.multi_get(keys))
+            finally:
+                self._lock.release()
             time.sleep(2.5 * self.interval)
-            with self._lock:
+            if not self._locked():
+                return []
+            try:
                 after = list(self.store.multi_get(keys))
                 return [r for r, a, b in zip(ranks, before, after) if a == b and not self.store.check([f"bye/{r}"])]
+            finally:
+                self._lock.release()
         except Exception:  # noqa: BLE001 - the store is gone: no answer
             return []
 
@@ -120,6 +148,7 @@ class Liveness:
             with self._lock:
                 if self._stop.is_set():
                     return False
+                self.health.stuck_since = time.monotonic()   # a call that does not return is seen (Health.observe)
                 self.beat()
                 values = list(self.store.multi_get(self._keys))
                 posted = self.store.get("fault") if self.store.check(["fault"]) else None
@@ -127,10 +156,13 @@ class Liveness:
                 stale = [r for r in range(self.size) if r != self.rank and r not in self.health.left
                          and r in seen and seen[r][0] == values[r] and seen[r][2] >= 2]
                 left = [r for r in stale if self.store.check([f"bye/{r}"])]
+                self.health.stuck_since = None
         except Unauthenticated as e:   # a stranger wrote to the store: every rank learns it
+            self.health.stuck_since = None
             self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {e}")
             return False
         except Exception as e:  # noqa: BLE001 - the store's host is gone (or its network)
+            self.health.stuck_since = None
             if not self._stop.is_set():
                 self._set(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {self.health.store_owner} "
                                                           f"is gone ({_first_line(e)})")
