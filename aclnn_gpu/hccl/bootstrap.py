@@ -339,11 +339,67 @@ def leak(obj: Any) -> None:
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
+_connect_lock = threading.Lock()
+_client_sockets: dict[int, list[tuple[int, str]]] = {}   # id(client) -> its sockets' (fd, /proc link)
+
+
+def _sockets() -> dict[int, str]:
+    """This process's socket file descriptors and their /proc links ("socket:[inode]"); {} off Linux."""
+    found: dict[int, str] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            found[int(name)] = link
+    return found
+
+
+def _peer(fd: int) -> Any:
+    try:
+        with socket.socket(fileno=os.dup(fd)) as s:
+            return s.getpeername()[:2]
+    except OSError:
+        return None
+
+
 def connect(host: str, port: int, timeout_s: float) -> Any:
-    """A store client of the server at host:port."""
+    """A store client of the server at host:port. Its socket is remembered (`sever`): TCPStore
+    does not expose it, so it is the socket this call opened to host:port."""
     quiet_torch_logs()
     from torch.distributed import TCPStore
-    return TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    with _connect_lock:
+        before = _sockets()
+        client = TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+        opened = [(fd, link) for fd, link in _sockets().items() if before.get(fd) != link]
+        target = (resolve(host), port)
+        _client_sockets[id(client)] = [(fd, link) for fd, link in opened
+                                       if (lambda p: p is not None and (p[0].removeprefix("::ffff:"), p[1]) == target)
+                                       (_peer(fd))]
+    return client
+
+
+def sever(clients: list[Any]) -> None:
+    """Shut down the sockets of store clients that will never be used again (a failed
+    communicator's), so a call still blocked on a network that went silent returns now, with an
+    error, instead of whenever the network comes back: a Python thread that returns from PyTorch
+    while the interpreter exits ends the process (std::terminate). The clients themselves are
+    kept (bootstrap.leak)."""
+    for client in clients:
+        for fd, link in _client_sockets.pop(id(client), []):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") != link:
+                    continue   # closed, and the number reused
+                with socket.socket(fileno=os.dup(fd)) as s:
+                    s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def _after_fork_in_child() -> None:
@@ -559,6 +615,7 @@ class StoreWorker:
         self.name = name
         self.jobs: "queue.SimpleQueue[_Job]" = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
+        self.busy = False   # in a store call
 
     def submit(self, op: Callable[[], Any]) -> _Job:
         if self.thread is None:
@@ -571,11 +628,13 @@ class StoreWorker:
     def _run(self) -> None:
         while True:
             job = self.jobs.get()
+            self.busy = True
             try:
                 job.value = job.op()
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 job.error = e
             finally:
+                self.busy = False
                 job.done.set()
 
 

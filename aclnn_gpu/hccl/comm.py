@@ -8,8 +8,10 @@ multi-device runtime changes one function here.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -89,13 +91,20 @@ class HcclComm:
     def destroy(self) -> None:
         """HcclCommDestroy: stop the heartbeat (peers see this rank leave), let queued work finish
         (within HCCL_EXEC_TIMEOUT), close the engine. A communicator whose peers failed keeps its
-        engine alive until exit: its collective still pending in the engine would block the close."""
+        engine alive until exit: its collective still pending in the engine would block the close,
+        and its store clients too: a call over a network that went silent may still hold one (on a
+        StoreWorker thread), and a client destroyed under it ends the process (std::terminate)."""
         self.destroyed = True
         if self.forked:   # the parent's: nothing of it is this process's to close
             return
         self.liveness.stop()
         if self.health.fault is not None or not self.engine.close():
             leak(self.engine)
+            leak(self.clients)
+            bootstrap.sever(self.clients)
+            leak(self.rendezvous)
+            leak(self.side)
+            leak(self.liveness)
 
 
 def _after_fork_in_child() -> None:
@@ -109,6 +118,22 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _at_exit() -> None:
+    """A failed communicator that was never destroyed: its store calls still blocked on a silent
+    network are ended before the interpreter goes (bootstrap.sever says why)."""
+    failed = [comm for comm in list(_live) if comm.health.fault is not None and not comm.forked]
+    for comm in failed:
+        leak(comm)
+        bootstrap.sever(comm.clients)
+    deadline = time.monotonic() + 2.0   # the calls severed return within milliseconds
+    while time.monotonic() < deadline and any(
+            c.rendezvous.worker.busy or c.side.worker.busy or c.health.stuck_since is not None for c in failed):
+        time.sleep(0.01)
+
+
+atexit.register(_at_exit)
 
 
 def _store_owner(meeting: bootstrap.Meeting, headers: list[dict]) -> str:
