@@ -448,12 +448,96 @@ def _cut(config: dict) -> dict:
     return report
 
 
+STRANGER_WORDS = "the stranger was here"
+
+
+def _attacked(config: dict) -> dict:
+    """A rank all-reducing while a stranger attacks the store (until the stranger is done), then
+    joining again by the same root info (whose join counters the stranger overwrote)."""
+    rank, n = config["rank"], config["n"]
+    folder = Path(config["dir"])
+    ok(acl.aclrtSetDevice(0))
+    stream = ok(acl.aclrtCreateStream())
+    code, comm, message = _join(rank, n, folder / "root_info")
+    report: dict[str, Any] = {"rank": rank, "init": [code, message], "outcomes": []}
+    if code != 0:
+        return report
+    expected = sum(rank_data(r, 4) for r in range(n))
+    write_atomically(folder / f"joined{rank}", b"1")
+    for _ in range(400):
+        buf = upload(rank_data(rank, 4))
+        ret = acl.HcclAllReduce(buf, buf, 4, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM, comm, stream)
+        message = acl.aclGetRecentErrMsg() if ret else ""
+        if ret == 0:
+            ret = acl.aclrtSynchronizeStream(stream)
+            message = acl.aclGetRecentErrMsg() if ret else ""
+        right = ret == 0 and np.array_equal(download(buf, 4, np.float32), expected)
+        report["outcomes"].append([int(ret), message, bool(right)])
+        if ret != 0 or (folder / "attack_over").exists():
+            break
+        time.sleep(0.05)
+    acl.HcclCommDestroy(comm)
+    wait_for_file(folder / "attack_over")
+    ret, again = acl.HcclCommInitRootInfo(n, (folder / "root_info").read_bytes(), rank)
+    report["again"] = [int(ret), acl.aclGetRecentErrMsg() if ret else ""]
+    if ret == 0:
+        acl.HcclCommDestroy(again)
+    acl.aclrtDestroyStream(stream)
+    return report
+
+
+def _stranger(config: dict) -> dict:
+    """A process on another host that knows where the store listens (a port scan finds it) and
+    nothing else: it forges root infos from the keys the store lists and joins with each, and
+    keeps writing a fault in its own words and a call header to every key it sees."""
+    import dataclasses
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    from aclnn_gpu.hccl import bootstrap
+    folder = Path(config["dir"])
+    ok(acl.aclrtSetDevice(0))
+    client = TCPStore(config["host"], config["port"], None, False, timeout=datetime.timedelta(seconds=30),
+                      wait_for_workers=False)
+    for r in range(config["n"]):
+        wait_for_file(folder / f"joined{r}")
+    keys = [k.decode() if isinstance(k, bytes) else str(k) for k in client.list_keys()]
+    own = bootstrap.Meeting.decode(ok(acl.HcclGetRootInfo()), "stranger")
+    joins: list[int] = []
+    forged = [dataclasses.replace(own, host=config["host"], port=config["port"], key=k.split("/")[1],
+                                  name=k.split("/")[1]).encode() for k in keys if k.startswith("hccl/")][:2]
+
+    def join() -> None:
+        for blob in forged:
+            ret, comm = acl.HcclCommInitRootInfo(config["n"], blob, 1)
+            joins.append(int(ret))
+            if ret == 0:
+                acl.HcclCommDestroy(comm)
+    joiner = threading.Thread(target=join, daemon=True)
+    joiner.start()
+    payloads = [json.dumps([int(acl.HCCL_E_INTERNAL), STRANGER_WORDS]),
+                json.dumps({"count": 999, "dataType": 4, "op": 0, "root": -1, "call": "HcclAllReduce",
+                            "refused": None})]
+    end, writes = time.monotonic() + config["attack_s"], 0
+    while time.monotonic() < end:
+        for k in [k.decode() if isinstance(k, bytes) else str(k) for k in client.list_keys()]:
+            client.set(k, payloads[writes % 2])
+            writes += 1
+        time.sleep(0.02)
+    write_atomically(folder / "attack_over", b"1")
+    joiner.join(4 * RANK_TIMEOUT_S)
+    return {"rank": -1, "keys": keys, "joins": joins, "writes": writes}
+
+
 if __name__ == "__main__":
     settings = json.loads(Path(sys.argv[1]).read_text())
-    result = _cut(settings) if settings["scenario"] == "cut" else _host_rank(settings)
+    scenario = settings["scenario"]
+    result = _cut(settings) if scenario == "cut" else _attacked(settings) if scenario == "attacked" else \
+        _stranger(settings) if scenario == "stranger" else _host_rank(settings)
     out = Path(settings["out"])
     write_atomically(out, json.dumps(result).encode())
-    if settings["rank"] == 0:   # it hosts the store: it stays until the others are done with it
+    if settings["rank"] == 0 and scenario != "stranger":   # it hosts the store: it stays until the others are done
         for r in range(1, settings["n"]):
             if r != settings.get("victim"):
                 wait_for_file(out.with_name(f"rank{r}.json"))

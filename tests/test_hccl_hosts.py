@@ -272,6 +272,43 @@ def test_collectives_are_right_over_a_lossy_delayed_link(hosts, tmp_path):
         assert code == 0 and report is not None and report["wrong"] == [], f"rank {rank} exited {code}:\n{err[-3000:]}"
 
 
+# ---------------------------------------------------------------------------- a stranger on the network
+@pytest.mark.skipif(not LONG, reason="a longer variant: ACLNN_GPU_HCCL_LONG_NETWORK_TESTS=1 (the same attacks from "
+                                      "this host run in tests/test_hccl_rendezvous.py)")
+def test_a_stranger_on_another_host_cannot_join_inject_or_read(hosts, tmp_path):
+    """Ranks 0 (host 0, the store) and 1 (host 1) all-reduce; a stranger process on host 1 that
+    knows only the store's address forges root infos from the listed keys and joins with each, and
+    keeps writing a fault in its own words and a call header to every key. Its joins all fail; every
+    all-reduce is right or fails with "unauthenticated message"; the stranger's words reach no rank;
+    a new communicator of the same root info fails on both ranks (its join counters were forged)."""
+    env = dict(FAST, ACLNN_GPU_DEVICE="cpu")
+    procs = []
+    for rank in range(2):
+        config = dict(rank=rank, n=2, mode="root", scenario="attacked", dir=str(tmp_path),
+                      out=str(tmp_path / f"rank{rank}.json"))
+        procs.append(hosts.start(rank, config, dict(env, HCCL_IF_IP=hosts.addresses[rank])))
+    from aclnn_gpu.hccl.bootstrap import Meeting
+    meeting = Meeting.decode(wait_for_file(tmp_path / "root_info"), "test")
+    config = dict(rank=-1, n=2, scenario="stranger", dir=str(tmp_path), host=meeting.host, port=meeting.port,
+                  attack_s=3.0, out=str(tmp_path / "stranger.json"))
+    procs.append(hosts.start(1, config, dict(env, HCCL_IF_IP=hosts.addresses[1], HCCL_CONNECT_TIMEOUT="5")))
+    results = finish(procs, 120)
+    reports = []
+    for who, (code, out, err) in zip(["rank0", "rank1", "stranger"], results):
+        path = tmp_path / f"{who}.json"
+        assert code == 0 and path.exists(), f"{who} exited {code}:\n{err[-3000:]}"
+        reports.append(json.loads(path.read_text()))
+    stranger = reports[2]
+    assert stranger["keys"] and stranger["writes"] and stranger["joins"] and 0 not in stranger["joins"], stranger
+    for report in reports[:2]:
+        assert report["init"][0] == 0 and report["outcomes"][0] == [0, "", True], report
+        for ret, message, right in report["outcomes"]:
+            assert "the stranger was here" not in message and "disagree" not in message, message
+            assert right if ret == 0 else "unauthenticated message" in message, (ret, message)
+        assert report["again"][0] == acl.HCCL_E_TCP_TRANSFER and "unauthenticated message" in report["again"][1], \
+            report["again"]
+
+
 # ---------------------------------------------------------------------------- the guide
 def test_the_guides_commands_run_as_written():
     """docs/HCCL.md's commands, as a user pastes them (as root, from the repository root): two
