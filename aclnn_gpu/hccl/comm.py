@@ -49,6 +49,9 @@ def require_torch_distributed(fn: str) -> None:
 
 
 _live: "weakref.WeakSet[HcclComm]" = weakref.WeakSet()   # this process's communicators (for fork)
+# (meeting key, rank, generation) of every communicator this process destroyed: its goodbye in the
+# store may never have arrived (the network was down), and the next join must not be refused for it
+_destroyed: set[tuple[str, int, int]] = set()
 
 
 class HcclComm:
@@ -97,6 +100,7 @@ class HcclComm:
         self.destroyed = True
         if self.forked:   # the parent's: nothing of it is this process's to close
             return
+        _destroyed.add((self.meeting.key, self.rank, self.generation))
         self.liveness.stop()
         if self.health.fault is not None or not self.engine.close():
             leak(self.engine)
@@ -163,7 +167,7 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     root = sealed_store(clients[0], meeting.secret, meeting.key)
 
     def left(number: int) -> bool:
-        return bool(root.check([f"{number}/bye/{rank}"]))
+        return (meeting.key, rank, number) in _destroyed or bool(root.check([f"{number}/bye/{rank}"]))
 
     number = bootstrap.generation(root, rank, fn, left)
     prefix = f"{meeting.key}/{number}"
