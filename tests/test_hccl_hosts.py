@@ -218,6 +218,7 @@ def cut_link(tmp_path: Path, faults: list[str], count: int, shaped: bool) -> tup
                 write_atomically(tmp_path / f"restored{i}", b"1")
         finally:
             results = finish(procs, 120)
+    (tmp_path / "cuts.json").write_text(json.dumps(cuts))   # for the figures (docs/HARDENING.md)
     reports = []
     for rank, (code, out, err) in enumerate(results):
         path = tmp_path / f"rank{rank}.json"
