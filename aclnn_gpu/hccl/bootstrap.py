@@ -625,9 +625,16 @@ class StoreWorker:
         self.jobs.put(job)
         return job
 
+    def close(self) -> None:
+        """End the thread once the calls queued before this one have run (HcclCommDestroy)."""
+        if self.thread is not None:
+            self.jobs.put(None)  # type: ignore[arg-type]
+
     def _run(self) -> None:
         while True:
             job = self.jobs.get()
+            if job is None:
+                return
             self.busy = True
             try:
                 job.value = job.op()

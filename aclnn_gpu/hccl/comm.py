@@ -102,6 +102,8 @@ class HcclComm:
             return
         _destroyed.add((self.meeting.key, self.rank, self.generation))
         self.liveness.stop()
+        self.rendezvous.worker.close()   # a worker stuck in a call stays, with the clients (below)
+        self.side.worker.close()
         if self.health.fault is not None or not self.engine.close():
             leak(self.engine)
             leak(self.clients)
@@ -208,6 +210,7 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
                 fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks from {engine_address}: "
                                                     f"{bootstrap._first_line(e)}")
     except BaseException:
+        rendezvous.worker.close()
         if liveness is not None:
             liveness.stop()   # says bye: this rank may join this meeting's next communicator
         else:
