@@ -385,6 +385,12 @@ def connect(host: str, port: int, timeout_s: float) -> Any:
     return client
 
 
+def forget(clients: list[Any]) -> None:
+    """Drop what `connect` remembered of clients that are closed normally."""
+    for client in clients:
+        _client_sockets.pop(id(client), None)
+
+
 def sever(clients: list[Any]) -> None:
     """Shut down the sockets of store clients that will never be used again (a failed
     communicator's), so a call still blocked on a network that went silent returns now, with an

@@ -111,6 +111,8 @@ class HcclComm:
             leak(self.rendezvous)
             leak(self.side)
             leak(self.liveness)
+        else:
+            bootstrap.forget(self.clients)
 
 
 def _after_fork_in_child() -> None:
