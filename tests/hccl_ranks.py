@@ -172,6 +172,26 @@ class Hosts:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         subprocess.run(["ip", "link", "del", self.links[0]], capture_output=True)
 
+    # ------------------------------------------------------------ a bad network (tc tbf, link, routes)
+    def _ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    def shape(self, rate: str = "1mbit") -> None:
+        """Both ends of the link limited to `rate` by a token bucket (tc tbf: bandwidth and queueing
+        delay; this kernel has no netem)."""
+        for name, link in zip(self.names, self.links):
+            self._ip("netns", "exec", name, "tc", "qdisc", "replace", "dev", link, "root", "tbf", "rate", rate,
+                     "burst", "32kbit", "latency", "400ms")
+
+    def link(self, up: bool) -> None:
+        """The link up or down (host 0's end: the pair loses its carrier on both sides)."""
+        self._ip("-n", self.names[0], "link", "set", self.links[0], "up" if up else "down")
+
+    def blackhole(self, on: bool) -> None:
+        """A blackhole route on each host to the other's address: packets dropped silently."""
+        for h, name in enumerate(self.names):
+            self._ip("-n", name, "route", "add" if on else "del", "blackhole", f"{self.addresses[1 - h]}/32")
+
     def start(self, host: int, config: dict, env: dict[str, str]) -> subprocess.Popen:
         """A rank process on `host`: `python hccl_ranks.py <config.json>` inside its namespace."""
         path = Path(config["out"]).with_suffix(".json.in")
@@ -180,6 +200,20 @@ class Hosts:
                         **env)
         return subprocess.Popen(["ip", "netns", "exec", self.names[host], sys.executable, str(RANK_PROGRAM),
                                  str(path)], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def netem_usable() -> str | None:
+    """None when tc's netem qdisc (delay, loss) can be made here, else why not."""
+    if namespaces_usable() is not None:
+        return namespaces_usable()
+    probe = f"aclnnnetem{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", probe], capture_output=True)
+    try:
+        made = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
+                               "delay", "1ms"], capture_output=True, text=True)
+        return None if made.returncode == 0 else f"no netem qdisc on this kernel: tc says {made.stderr.strip()!r}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
 
 
 def finish(procs: list[subprocess.Popen], timeout: float = RANK_TIMEOUT_S) -> list[tuple[int, str, str]]:
@@ -353,12 +387,157 @@ def _die(rank: int, n: int, comm: Any, stream: Any, config: dict) -> dict:
     return {"call": [int(ret), message, elapsed], "async": [int(code), int(error), acl.aclGetRecentErrMsg()]}
 
 
+def _join(rank: int, n: int, path: Path) -> tuple[int, Any, str]:
+    """Join by the root info at `path` (rank 0 writes it): (code, comm, message)."""
+    if rank == 0:
+        write_atomically(path, ok(acl.HcclGetRootInfo()))
+    ret, comm = acl.HcclCommInitRootInfo(n, wait_for_file(path), rank)
+    return int(ret), comm, acl.aclGetRecentErrMsg() if ret else ""
+
+
+def _cut(config: dict) -> dict:
+    """All-reduces over a link the test cuts (down, or a blackhole route) while they run, once per
+    fault in config["faults"]: each rank reports when its failing call returned (wall clock: the
+    test knows when it cut), the error, how long HcclCommDestroy took; after the test restores the
+    link, a new communicator (a new root info) must work. The first communicator runs every
+    collective first (`every_collective`). Files in config["dir"] pace the test."""
+    rank, n = config["rank"], config["n"]
+    folder = Path(config["dir"])
+    ok(acl.aclrtSetDevice(0))
+    stream = ok(acl.aclrtCreateStream())
+    count = config["count"]
+    expected = sum(rank_data(r, count) for r in range(n))
+    report: dict[str, Any] = {"rank": rank, "faults": []}
+    for i, fault in enumerate(config["faults"] + ["after"]):
+        code, comm, message = _join(rank, n, folder / f"root_info{i}")
+        if code != 0:
+            report["faults"].append({"fault": fault, "init": [code, message]})
+            break
+        if i == 0:   # every collective over the shaped link first
+            report["every"] = every_collective(rank, n, comm, stream)
+        buf = upload(rank_data(rank, count))
+        ok(acl.HcclAllReduce(buf, buf, count, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM, comm, stream))
+        ok(acl.aclrtSynchronizeStream(stream))
+        entry: dict[str, Any] = {"fault": fault, "first": np.array_equal(download(buf, count, np.float32), expected)}
+        if fault == "after":
+            report["faults"].append(entry)
+            ok(acl.HcclCommDestroy(comm))
+            break
+        write_atomically(folder / f"ready{i}_{rank}", b"1")
+        wrong, calls = 0, 0
+        while True:   # all-reduces until the cut makes one fail
+            ok(acl.aclrtMemcpy(buf, count * 4, rank_data(rank, count), count * 4, acl.ACL_MEMCPY_HOST_TO_DEVICE))
+            ret = acl.HcclAllReduce(buf, buf, count, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM, comm, stream)
+            message = acl.aclGetRecentErrMsg() if ret else ""
+            if ret == 0:
+                ret = acl.aclrtSynchronizeStream(stream)
+                message = acl.aclGetRecentErrMsg() if ret else ""
+            if ret != 0:
+                break
+            calls += 1
+            wrong += not np.array_equal(download(buf, count, np.float32), expected)
+        entry.update(failed_at=time.time(), code=int(ret), message=message, calls=calls, wrong=wrong)
+        entry["async"] = [int(v) for v in acl.HcclGetCommAsyncError(comm)]
+        start = time.monotonic()
+        entry["destroy"] = int(acl.HcclCommDestroy(comm))
+        entry["destroy_s"] = time.monotonic() - start
+        report["faults"].append(entry)
+        write_atomically(folder / f"failed{i}_{rank}", json.dumps(entry).encode())
+        wait_for_file(folder / f"restored{i}", 4 * RANK_TIMEOUT_S)
+    acl.aclrtDestroyStream(stream)
+    return report
+
+
+STRANGER_WORDS = "the stranger was here"
+
+
+def _attacked(config: dict) -> dict:
+    """A rank all-reducing while a stranger attacks the store (until the stranger is done), then
+    joining again by the same root info (whose join counters the stranger overwrote)."""
+    rank, n = config["rank"], config["n"]
+    folder = Path(config["dir"])
+    ok(acl.aclrtSetDevice(0))
+    stream = ok(acl.aclrtCreateStream())
+    code, comm, message = _join(rank, n, folder / "root_info")
+    report: dict[str, Any] = {"rank": rank, "init": [code, message], "outcomes": []}
+    if code != 0:
+        return report
+    expected = sum(rank_data(r, 4) for r in range(n))
+    write_atomically(folder / f"joined{rank}", b"1")
+    for _ in range(400):
+        buf = upload(rank_data(rank, 4))
+        ret = acl.HcclAllReduce(buf, buf, 4, acl.HCCL_DATA_TYPE_FP32, acl.HCCL_REDUCE_SUM, comm, stream)
+        message = acl.aclGetRecentErrMsg() if ret else ""
+        if ret == 0:
+            ret = acl.aclrtSynchronizeStream(stream)
+            message = acl.aclGetRecentErrMsg() if ret else ""
+        right = ret == 0 and np.array_equal(download(buf, 4, np.float32), expected)
+        report["outcomes"].append([int(ret), message, bool(right)])
+        if ret != 0 or (folder / "attack_over").exists():
+            break
+        time.sleep(0.05)
+    acl.HcclCommDestroy(comm)
+    wait_for_file(folder / "attack_over")
+    ret, again = acl.HcclCommInitRootInfo(n, (folder / "root_info").read_bytes(), rank)
+    report["again"] = [int(ret), acl.aclGetRecentErrMsg() if ret else ""]
+    if ret == 0:
+        acl.HcclCommDestroy(again)
+    acl.aclrtDestroyStream(stream)
+    return report
+
+
+def _stranger(config: dict) -> dict:
+    """A process on another host that knows where the store listens (a port scan finds it) and
+    nothing else: it forges root infos from the keys the store lists and joins with each, and
+    keeps writing a fault in its own words and a call header to every key it sees."""
+    import dataclasses
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    from aclnn_gpu.hccl import bootstrap
+    folder = Path(config["dir"])
+    ok(acl.aclrtSetDevice(0))
+    client = TCPStore(config["host"], config["port"], None, False, timeout=datetime.timedelta(seconds=30),
+                      wait_for_workers=False)
+    for r in range(config["n"]):
+        wait_for_file(folder / f"joined{r}")
+    keys = [k.decode() if isinstance(k, bytes) else str(k) for k in client.list_keys()]
+    own = bootstrap.Meeting.decode(ok(acl.HcclGetRootInfo()), "stranger")
+    joins: list[int] = []
+    forged = [dataclasses.replace(own, host=config["host"], port=config["port"], key=k.split("/")[1],
+                                  name=k.split("/")[1]).encode() for k in keys if k.startswith("hccl/")][:2]
+
+    def join() -> None:
+        for blob in forged:
+            ret, comm = acl.HcclCommInitRootInfo(config["n"], blob, 1)
+            joins.append(int(ret))
+            if ret == 0:
+                acl.HcclCommDestroy(comm)
+    joiner = threading.Thread(target=join, daemon=True)
+    joiner.start()
+    payloads = [json.dumps([int(acl.HCCL_E_INTERNAL), STRANGER_WORDS]),
+                json.dumps({"count": 999, "dataType": 4, "op": 0, "root": -1, "call": "HcclAllReduce",
+                            "refused": None})]
+    end, writes = time.monotonic() + config["attack_s"], 0
+    while time.monotonic() < end:
+        for k in [k.decode() if isinstance(k, bytes) else str(k) for k in client.list_keys()]:
+            client.set(k, payloads[writes % 2])
+            writes += 1
+        time.sleep(0.02)
+    write_atomically(folder / "attack_over", b"1")
+    joiner.join(4 * RANK_TIMEOUT_S)
+    return {"rank": -1, "keys": keys, "joins": joins, "writes": writes}
+
+
 if __name__ == "__main__":
     settings = json.loads(Path(sys.argv[1]).read_text())
-    result = _host_rank(settings)
+    scenario = settings["scenario"]
+    result = _cut(settings) if scenario == "cut" else _attacked(settings) if scenario == "attacked" else \
+        _stranger(settings) if scenario == "stranger" else _host_rank(settings)
     out = Path(settings["out"])
     write_atomically(out, json.dumps(result).encode())
-    if settings["rank"] == 0:   # it hosts the store: it stays until the others are done with it
+    if settings["rank"] == 0 and scenario != "stranger":   # it hosts the store: it stays until the others are done
         for r in range(1, settings["n"]):
             if r != settings.get("victim"):
                 wait_for_file(out.with_name(f"rank{r}.json"))

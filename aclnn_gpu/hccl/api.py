@@ -5,6 +5,7 @@ are in `collectives.py`.
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import threading
 from typing import Any, Callable
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..errors import OpError, aclGetRecentErrMsg, c_api, fail
 from ..runtime import aclrtSetDevice
-from . import bootstrap
+from . import bootstrap, sealed
 from .comm import HcclComm, build, check_comm, device_of, engine_for, require_torch_distributed
 from .types import (
     COMM_NAME_MAX_LENGTH, HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET, HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET, NUMPY_DTYPE,
@@ -34,7 +35,8 @@ def hccl_api(n_out: int = 0) -> Callable:
 def integer(value: Any, fn: str, what: str, low: int, high: int | None = None) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < low or \
             (high is not None and int(value) > high):
-        fail(PARA, f"{fn}: {what} {value!r} must be an integer in [{low}, {'inf' if high is None else high}]")
+        fail(PARA, f"{fn}: {what} {bootstrap.shown(value)} must be an integer in "
+                   f"[{low}, {'inf' if high is None else high}]")
     return int(value)
 
 
@@ -46,14 +48,14 @@ def is_zero(value: Any) -> bool:
 def data_type(value: Any, fn: str, what: str = "dataType") -> np.dtype:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or \
             int(value) not in HcclDataType._value2member_map_:
-        fail(PARA, f"{fn}: {what} {value!r} is not an HcclDataType (0..11)")
+        fail(PARA, f"{fn}: {what} {bootstrap.shown(value)} is not an HcclDataType (0..11)")
     return NUMPY_DTYPE[HcclDataType(int(value))]
 
 
 def reduce_op(value: Any, fn: str) -> HcclReduceOp:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or \
             int(value) not in HcclReduceOp._value2member_map_:
-        fail(PARA, f"{fn}: op {value!r} is not an HcclReduceOp (0..3)")
+        fail(PARA, f"{fn}: op {bootstrap.shown(value)} is not an HcclReduceOp (0..3)")
     return HcclReduceOp(int(value))
 
 
@@ -140,11 +142,12 @@ def HcclGetRootInfo() -> tuple[int, bytes]:
         bootstrap.nccl_environment()
         nccl_id = new_unique_id()
     key = bootstrap.new_key()
-    return OK, bootstrap.Meeting(address, port, key, engine, nccl_id, bootstrap.process_token(), key).encode()
+    return OK, bootstrap.Meeting(address, port, key, engine, nccl_id, bootstrap.process_token(), key,
+                                 sealed.new_secret()).encode()
 
 
 def _init_root_info(fn: str, nRanks: Any, rootInfo: Any, rank: Any, name: str = "") -> HcclComm:
-    n = integer(nRanks, fn, "nRanks", 1)
+    n = integer(nRanks, fn, "nRanks", 1, bootstrap.MAX_RANKS)
     r = integer(rank, fn, "rank", 0, n - 1)
     meeting = bootstrap.Meeting.decode(rootInfo, fn)
     require_torch_distributed(fn)
@@ -153,8 +156,7 @@ def _init_root_info(fn: str, nRanks: Any, rootInfo: Any, rank: Any, name: str = 
         fail(PARA, f"{fn}: rootInfo was made for {meeting.engine} but this process's {device.kind} device uses "
                    f"{engine_for(device)} (every rank must use the same device kind)")
     if name:
-        meeting = bootstrap.Meeting(meeting.host, meeting.port, meeting.key, meeting.engine, meeting.nccl_id,
-                                    meeting.owner, name)
+        meeting = dataclasses.replace(meeting, name=name)
     return build(meeting, n, r, device, fn)
 
 
@@ -175,7 +177,7 @@ def HcclCommInitRootInfoConfig(nRanks: int, rootInfo: bytes, rank: int, config: 
 
 
 def _init_cluster_info(fn: str, clusterInfo: Any, rank: Any, name: str = "") -> HcclComm:
-    r = integer(rank, fn, "rank", 0)
+    r = integer(rank, fn, "rank", 0, bootstrap.MAX_RANKS - 1)
     table = bootstrap.read_rank_table(clusterInfo, r, fn)
     require_torch_distributed(fn)
     device, _ = device_of(None, fn)
@@ -189,7 +191,8 @@ def _init_cluster_info(fn: str, clusterInfo: Any, rank: Any, name: str = "") -> 
         except Exception as e:  # noqa: BLE001 - the port is taken by another process
             fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {host}:{port} (HCCL_IF_BASE_PORT): "
                                                 f"{bootstrap._first_line(e)}")
-    meeting = bootstrap.Meeting(host, port, "rt-" + table.digest, engine_for(device), None, "", name or RANK_TABLE_NAME)
+    meeting = bootstrap.Meeting(host, port, "rt-" + table.digest, engine_for(device), None, "", name or RANK_TABLE_NAME,
+                                table.secret)
     comm = build(meeting, table.n_ranks, r, device, fn, (table.device_ips[r], table.hosts[r]))
     return comm
 
@@ -228,7 +231,7 @@ def HcclCreateSubCommConfig(comm: HcclComm, rankNum: int, rankIds: list[int], su
     parent = c.meeting
     key = f"{parent.key}-{c.generation}-sub{sub_id}-" + "_".join(map(str, ids))
     meeting = bootstrap.Meeting(parent.host, parent.port, key, parent.engine, None, parent.owner,
-                                conf.hcclCommName or f"{c.name}_sub{sub_id}")
+                                conf.hcclCommName or f"{c.name}_sub{sub_id}", parent.secret)
     return OK, build(meeting, n, me, c.device, fn, (c.address,))
 
 
@@ -239,7 +242,7 @@ def HcclCommInitAll(ndev: int, devices: list[int]) -> tuple[int, list[HcclComm]]
     collectives are then called from a thread that has its device current, as CANN's sample does
     (a collective waits for every rank to call it)."""
     fn = "HcclCommInitAll"
-    n = integer(ndev, fn, "ndev", 1)
+    n = integer(ndev, fn, "ndev", 1, bootstrap.MAX_RANKS)
     ids = counts(devices, n, fn, "devices")
     if len(set(ids)) != n:
         fail(PARA, f"{fn}: devices {ids} name a device twice")
@@ -309,6 +312,7 @@ def HcclGetCommAsyncError(comm: HcclComm) -> tuple[int, int]:
     ncclCommGetAsyncError), else HCCL_SUCCESS. The reason is in aclGetRecentErrMsg."""
     fn = "HcclGetCommAsyncError"
     c = check_comm(comm, fn)
+    c.health.observe()
     fault = c.health.fault
     if fault is not None:
         from ..errors import set_recent_error

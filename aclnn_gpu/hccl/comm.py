@@ -8,8 +8,10 @@ multi-device runtime changes one function here.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -18,6 +20,7 @@ from ..runtime import get_device, resolve_stream
 from . import bootstrap
 from .bootstrap import leak
 from .liveness import Liveness
+from .sealed import conceal, sealed_store
 from .types import HcclResult
 
 
@@ -46,6 +49,9 @@ def require_torch_distributed(fn: str) -> None:
 
 
 _live: "weakref.WeakSet[HcclComm]" = weakref.WeakSet()   # this process's communicators (for fork)
+# (meeting key, rank, generation) of every communicator this process destroyed: its goodbye in the
+# store may never have arrived (the network was down), and the next join must not be refused for it
+_destroyed: set[tuple[str, int, int]] = set()
 
 
 class HcclComm:
@@ -88,13 +94,25 @@ class HcclComm:
     def destroy(self) -> None:
         """HcclCommDestroy: stop the heartbeat (peers see this rank leave), let queued work finish
         (within HCCL_EXEC_TIMEOUT), close the engine. A communicator whose peers failed keeps its
-        engine alive until exit: its collective still pending in the engine would block the close."""
+        engine alive until exit: its collective still pending in the engine would block the close,
+        and its store clients too: a call over a network that went silent may still hold one (on a
+        StoreWorker thread), and a client destroyed under it ends the process (std::terminate)."""
         self.destroyed = True
         if self.forked:   # the parent's: nothing of it is this process's to close
             return
+        _destroyed.add((self.meeting.key, self.rank, self.generation))
         self.liveness.stop()
+        self.rendezvous.worker.close()   # a worker stuck in a call stays, with the clients (below)
+        self.side.worker.close()
         if self.health.fault is not None or not self.engine.close():
             leak(self.engine)
+            leak(self.clients)
+            bootstrap.sever(self.clients)
+            leak(self.rendezvous)
+            leak(self.side)
+            leak(self.liveness)
+        else:
+            bootstrap.forget(self.clients)
 
 
 def _after_fork_in_child() -> None:
@@ -108,6 +126,22 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _at_exit() -> None:
+    """A failed communicator that was never destroyed: its store calls still blocked on a silent
+    network are ended before the interpreter goes (bootstrap.sever says why)."""
+    failed = [comm for comm in list(_live) if comm.health.fault is not None and not comm.forked]
+    for comm in failed:
+        leak(comm)
+        bootstrap.sever(comm.clients)
+    deadline = time.monotonic() + 2.0   # the calls severed return within milliseconds
+    while time.monotonic() < deadline and any(
+            c.rendezvous.worker.busy or c.side.worker.busy or c.health.stuck_since is not None for c in failed):
+        time.sleep(0.01)
+
+
+atexit.register(_at_exit)
 
 
 def _store_owner(meeting: bootstrap.Meeting, headers: list[dict]) -> str:
@@ -124,7 +158,6 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     (`bootstrap.engine_address`); every wait bounded."""
     connect_s, exec_s = bootstrap.connect_timeout(), bootstrap.exec_timeout()
     heartbeat_s = bootstrap.heartbeat_timeout()
-    from torch.distributed import PrefixStore
     try:  # one store client per user: a client is not shared between threads that wait on it
         clients = [bootstrap.connect(meeting.host, meeting.port, connect_s) for _ in range(4)]
     except Exception as e:  # noqa: BLE001 - torch's DistNetworkError / RuntimeError
@@ -134,20 +167,22 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     engine_address = bootstrap.engine_address(meeting.host, fn, preferred)
     if meeting.engine == "nccl":   # a rank table's address is HCCL's configuration too; a routed one is not
         bootstrap.nccl_environment(engine_address if preferred else None)
-    root = PrefixStore("hccl", clients[0])   # PrefixStore puts a "/" between its prefix and a key
+    # every key named and every value authenticated with the meeting's secret (sealed.py)
+    root = sealed_store(clients[0], meeting.secret, meeting.key)
 
     def left(number: int) -> bool:
-        return bool(root.check([f"{meeting.key}/{number}/bye/{rank}"]))
+        return (meeting.key, rank, number) in _destroyed or bool(root.check([f"{number}/bye/{rank}"]))
 
-    number = bootstrap.generation(root, meeting.key, rank, fn, left)
-    prefix = f"hccl/{meeting.key}/{number}"
-    store, side_store, engine_store, monitor_store = (PrefixStore(prefix, c) for c in clients)
-    health = bootstrap.Health()
+    number = bootstrap.generation(root, rank, fn, left)
+    prefix = f"{meeting.key}/{number}"
+    store, side_store, engine_store, monitor_store = (sealed_store(c, meeting.secret, prefix) for c in clients)
+    health = bootstrap.Health(silence_s=heartbeat_s)
     rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
     engine: Any = None
     liveness: Liveness | None = None
     try:
         liveness = Liveness(monitor_store, rank, n_ranks, heartbeat_s, health)
+        rendezvous.report = liveness.report
         about = {"process": bootstrap.process_token(), "address": engine_address}
         headers = rendezvous.join(n_ranks, meeting.engine, fn, about)
         health.store_owner = _store_owner(meeting, headers)
@@ -155,9 +190,13 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
             from .nccl import NcclEngine, new_unique_id
             unique_id = meeting.nccl_id if number == 1 else None
             if unique_id is None:   # a rank-table or re-made communicator: rank 0 makes the id, the others read it
+                # encrypted: a stranger holding the id could join NCCL's own bootstrap
+                label = f"{prefix}/nccl_id"
                 if rank == 0:
-                    rendezvous.post("nccl_id", {"id": new_unique_id().hex()}, fn)
-                unique_id = bytes.fromhex(rendezvous.read("nccl_id", fn, "rank 0's NCCL unique id", 0)["id"])
+                    hidden = conceal(meeting.secret, label, new_unique_id())
+                    rendezvous.post("nccl_id", {"id": hidden.hex()}, fn)
+                hidden = bytes.fromhex(rendezvous.read("nccl_id", fn, "rank 0's NCCL unique id", 0)["id"])
+                unique_id = conceal(meeting.secret, label, hidden)
             engine = NcclEngine(unique_id, rank, n_ranks, device, health)
         else:
             from .gloo import GlooEngine
@@ -167,9 +206,13 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
             except OpError:
                 raise
             except Exception as e:  # noqa: BLE001
+                if "unauthenticated message" in str(e):   # sealed.Unauthenticated, through gloo's C++
+                    fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: gloo's rendezvous read an unauthenticated message: "
+                                                         f"{bootstrap._first_line(e)}")
                 fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks from {engine_address}: "
                                                     f"{bootstrap._first_line(e)}")
     except BaseException:
+        rendezvous.worker.close()
         if liveness is not None:
             liveness.stop()   # says bye: this rank may join this meeting's next communicator
         else:
@@ -178,6 +221,7 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     health.on_fault = engine.on_fault
     engine.report = liveness.report
     engine.probe = liveness.probe
+    engine.refresh = liveness.refresh
     rendezvous.set_timeout(exec_s, "HCCL_EXEC_TIMEOUT")
     rendezvous.watch = True
     side = bootstrap.Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT", health)

@@ -2,7 +2,9 @@
 (`torch.distributed.ProcessGroupGloo`), one process group per communicator over the communicator's
 own store namespace, so a process can hold several communicators and never touches PyTorch's
 global default group. Each rank's gloo device is bound to its own host's address (the
-communicator's `bootstrap.engine_address`), which gloo advertises to the peers through the store.
+communicator's `bootstrap.engine_address`), which gloo advertises to the peers through the store:
+the communicator's SealedStore (sealed.py), so the addresses a rank connects to were written by
+members. Gloo's own connections carry no authentication (docs/HCCL.md says what that leaves open).
 
 Device memory on these devices is host memory, so a collective is a gloo call on NumPy views of the
 buffers, queued on the stream's in-order worker thread. Gloo has no 16-bit integers and no unsigned
@@ -159,12 +161,15 @@ class GlooEngine:
         self.gate = OrderGate(timeout_s)
         self.report: Callable[[int, str], None] = lambda code, message: None
         self.probe: Callable[[list[int]], list[int]] = lambda ranks: []
+        self.refresh: Callable[[], None] = lambda: None   # reads a fault a peer posted (liveness.py)
+        self.store = store   # the SealedStore under gloo's PrefixStore: kept alive as long as the group
 
     def on_fault(self) -> None:
         """A peer died: the sliced waits see it (nothing to abort in gloo)."""
 
     # ------------------------------------------------------------------ queueing and waiting
     def _fault(self, what: str) -> OpError | None:
+        self.health.observe()
         fault = self.health.fault
         if fault is None:
             return None
@@ -179,6 +184,7 @@ class GlooEngine:
             return OpError(aclError.ACL_ERROR_RT_WAIT_TIMEOUT, f"{what}: HCCL_E_TIMEOUT: a peer did not take part "
                                                                f"within HCCL_EXEC_TIMEOUT={self.timeout_s:g} s "
                                                                f"({text})")
+        self.refresh()   # a peer that failed first posted why before it closed its connections
         known = self._fault(what)
         if known is not None:
             return known

@@ -9,6 +9,10 @@ naming the rank, instead of waiting out HCCL_EXEC_TIMEOUT. `HcclGetCommAsyncErro
 
 A rank that destroys its communicator says so (`bye/<rank>`): waits for it fail at once, naming it,
 and it is never mistaken for a dead one.
+
+The store is the communicator's SealedStore (sealed.py): a counter is this rank's own key, set (not
+added to) each beat, so every value read is authenticated; a value a stranger wrote is an
+"unauthenticated message" fault, posted like any other.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import time
 from typing import Any
 
 from .bootstrap import Health, _first_line
+from .sealed import Unauthenticated
 from .types import HcclResult
 
 
@@ -34,34 +39,71 @@ class Liveness:
         self._thread: threading.Thread | None = None
         self._keys = [f"hb/{r}" for r in range(size)]
         self._seen: dict[int, tuple[bytes, float, int]] = {}
+        self._beats = 0
         self.beat()
 
     def beat(self) -> None:
-        self.store.add(f"hb/{self.rank}", 1)
+        self._beats += 1
+        self.store.set(f"hb/{self.rank}", str(self._beats))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"hccl-heartbeat-rank{self.rank}", daemon=True)
         self._thread.start()
 
+    def _locked(self) -> bool:
+        """The store client's lock, waited for a beat at most: a store call that does not return
+        (the network to the store is down) holds it, and no caller may wait on that."""
+        return self._lock.acquire(timeout=self.interval)
+
     def stop(self) -> None:
-        """HcclCommDestroy: stop beating and tell the peers this rank left (not died)."""
+        """HcclCommDestroy: stop beating and tell the peers this rank left (not died). Returns
+        within a beat even when the store does not answer (the peers then see a dead rank)."""
         self._stop.set()
-        with self._lock:
-            try:
-                self.store.set(f"bye/{self.rank}", "1")
-            except Exception:  # noqa: BLE001 - the store may be gone: the peers see a dead rank then
-                pass
+        if not self._locked():
+            return
+        try:
+            self.store.set(f"bye/{self.rank}", "1")
+        except Exception:  # noqa: BLE001 - the store may be gone: the peers see a dead rank then
+            pass
+        finally:
+            self._lock.release()
 
     def report(self, code: int, message: str) -> None:
-        """A fault this rank found (its engine failed): kept, and posted for the other ranks."""
+        """A fault this rank found (its engine failed, an unauthenticated message): kept, and
+        posted for the other ranks from a thread of its own (the store may not answer)."""
         if self._set(code, message):
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.store.compare_set("fault", "", json.dumps([int(code), message]))
-                except Exception:  # noqa: BLE001 - the monitor reports a lost store on its own
-                    pass
+            poster = threading.Thread(target=self._post, args=(code, message), name=f"hccl-fault-rank{self.rank}",
+                                      daemon=True)
+            poster.start()
+            poster.join(self.interval)   # posted before this rank goes on (to HcclCommDestroy, say)
+
+    def _post(self, code: int, message: str) -> None:
+        with self._lock:
+            try:
+                self.store.compare_set("fault", "", json.dumps([int(code), message]))
+            except Exception:  # noqa: BLE001 - the monitor reports a lost store on its own
+                pass
+
+    def refresh(self) -> None:
+        """Read the fault a peer posted, now (not at the next beat): a peer that failed posts its
+        reason before it closes its connections, so the connection's loss is not taken for the reason."""
+        if not self._locked():
+            return
+        try:
+            posted = self.store.get("fault") if self.store.check(["fault"]) else None
+        except Unauthenticated as e:
+            posted, forged = None, e
+        except Exception:  # noqa: BLE001 - the store is gone: the monitor says so
+            posted, forged = None, None
+        else:
+            forged = None
+        finally:
+            self._lock.release()
+        if forged is not None:
+            self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {forged}")
+        elif posted:
+            code, message = json.loads(posted)
+            self._set(code, message)
 
     def probe(self, ranks: list[int]) -> list[int]:
         """Which of `ranks` stopped beating without leaving (HcclCommDestroy): their counters read
@@ -69,12 +111,20 @@ class Liveness:
         connection, when several ranks share its address."""
         keys = [f"hb/{r}" for r in ranks]
         try:
-            with self._lock:
+            if not self._locked():
+                return []
+            try:
                 before = list(self.store.multi_get(keys))
+            finally:
+                self._lock.release()
             time.sleep(2.5 * self.interval)
-            with self._lock:
+            if not self._locked():
+                return []
+            try:
                 after = list(self.store.multi_get(keys))
                 return [r for r, a, b in zip(ranks, before, after) if a == b and not self.store.check([f"bye/{r}"])]
+            finally:
+                self._lock.release()
         except Exception:  # noqa: BLE001 - the store is gone: no answer
             return []
 
@@ -98,6 +148,7 @@ class Liveness:
             with self._lock:
                 if self._stop.is_set():
                     return False
+                self.health.stuck_since = time.monotonic()   # a call that does not return is seen (Health.observe)
                 self.beat()
                 values = list(self.store.multi_get(self._keys))
                 posted = self.store.get("fault") if self.store.check(["fault"]) else None
@@ -105,7 +156,13 @@ class Liveness:
                 stale = [r for r in range(self.size) if r != self.rank and r not in self.health.left
                          and r in seen and seen[r][0] == values[r] and seen[r][2] >= 2]
                 left = [r for r in stale if self.store.check([f"bye/{r}"])]
+                self.health.stuck_since = None
+        except Unauthenticated as e:   # a stranger wrote to the store: every rank learns it
+            self.health.stuck_since = None
+            self.report(HcclResult.HCCL_E_TCP_TRANSFER, f"rank {self.rank} read an {e}")
+            return False
         except Exception as e:  # noqa: BLE001 - the store's host is gone (or its network)
+            self.health.stuck_since = None
             if not self._stop.is_set():
                 self._set(HcclResult.HCCL_E_TCP_TRANSFER, f"lost the bootstrap store: {self.health.store_owner} "
                                                           f"is gone ({_first_line(e)})")
