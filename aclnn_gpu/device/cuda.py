@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -214,7 +214,8 @@ class CudaKernelContext:
             kind = type(step)
             if kind is Launch:
                 kernel = kernels.get(step.kernel_key)
-                if kernel is None:
+                if kernel is None:   # a first call: every kernel file the launch list needs, loaded together
+                    device.load_modules(s.file for s in frozen.steps if type(s) is Launch)
                     kernel = device.kernel(step.file, step.expr)
                 if step.shared_mem > 48 * 1024:
                     kernel.max_dynamic_shared_size_bytes = step.shared_mem
@@ -512,6 +513,15 @@ class CudaDevice(Device):
                     self._modules[file] = module
                 kernel = self._kernels[key] = module.get_function(expr)
         return kernel
+
+    def load_modules(self, files: Iterable[str]) -> None:
+        """The modules of `files` not loaded yet, together: the shipped binaries, the rest compiled by
+        NVRTC in parallel threads (kernels/shipped.load_all), so a first call that needs several kernel
+        files waits for the longest compile, not for their sum. One file goes through `kernel` as usual."""
+        with self._module_lock:
+            missing = [f for f in dict.fromkeys(files) if f not in self._modules]
+            if len(missing) > 1:
+                self._modules.update(shipped.load_all(self.cp, self.arch, lambda: self.scope, missing))
 
     def gemm(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmStridedBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""

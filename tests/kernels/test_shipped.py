@@ -183,6 +183,31 @@ def test_the_fallback_compiles_and_says_why(cold_emulated, monkeypatch, rng, cap
     assert len(lines) == 1 and why in lines[0] and f"sm_{capability[0]}{capability[1]}" in lines[0], caplog.text
 
 
+def test_a_first_call_loads_every_file_its_launch_list_needs_together(cold_emulated, monkeypatch, rng):
+    """A call whose launch list needs two kernel files (ConvTbc into a strided output: the plan in
+    conv_tbc.cu, the scatter into the output in strided_copy.cu) loads both in one `load_all` (NVRTC in
+    parallel threads where no binary ships), not one after the other as each launch reaches them."""
+    monkeypatch.setattr(fakecupy, "COMPUTE_CAPABILITY", (7, 5))      # no shipped cubin: NVRTC compiles
+    calls = []
+    real = shipped.load_all
+    monkeypatch.setattr(shipped, "load_all", lambda cp, arch, scope, files, *a, **k:
+                        calls.append(sorted(files)) or real(cp, arch, scope, files, *a, **k))
+    from support import Session
+    s = Session("emulated")
+    try:
+        x = s.tensor(rng.standard_normal((6, 2, 2)).astype(np.float32))
+        w = s.tensor(rng.standard_normal((3, 2, 3)).astype(np.float32))
+        b = s.tensor(rng.standard_normal(3).astype(np.float32))
+        y = s.poisoned((6, 2, 3), np.float32, strided=True)                # scattered by strided_copy.cu
+        assert s.run(acl.aclnnConvTbcGetWorkspaceSize, acl.aclnnConvTbc, x, w, b, 1, y, 0) == 0, \
+            acl.aclGetRecentErrMsg()
+    finally:
+        s.close()
+    assert calls == [["conv_tbc.cu", "strided_copy.cu"]], calls
+    assert sorted(src for kind, src in fakecupy.module_loads if kind == "nvrtc") == \
+        sorted(loader.source(f) for f in ("conv_tbc.cu", "strided_copy.cu"))
+
+
 def test_a_binary_that_does_not_load_falls_back(cold_emulated, monkeypatch, tmp_path, caplog):
     """A shipped binary the driver refuses (here one that is no cubin) is compiled with NVRTC instead."""
     bad = tmp_path / "cuda13" / "kl_div.sm_90.cubin.xz"
