@@ -203,9 +203,13 @@ template <class M> __device__ __forceinline__ M nan_if(M nll) {
 }
 
 // PyTorch's value at a column without states, exp(lp) - exp(-inf + nll - lp), times g: NaN where lp is
-// -inf (-inf - -inf), else exp(lp) * g (g carries nan_if(nll)).
+// -inf (-inf - -inf), else exp(lp) * g (g carries nan_if(nll)). exp(lp) > 0 for a finite lp even where
+// it underflows (or is flushed to zero: CuPy compiles with -ftz=true), so an infinite g gives g, not
+// 0 * inf = NaN.
 template <class M> __device__ __forceinline__ M dense_grad(M lp, M g) {
-  return lp == neg_inf<M>() ? quiet_nan<M>() : exp(lp) * g;
+  if (lp == neg_inf<M>()) return quiet_nan<M>();
+  const M e = exp(lp);
+  return (e == M(0) && !is_finite(g) && g == g) ? g : e * g;
 }
 
 // The occupancy of state s at a sample's last step (t == Lin-1) where PyTorch reads no alpha/beta

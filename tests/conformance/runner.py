@@ -155,7 +155,13 @@ def _compare(got: np.ndarray, want: np.ndarray, dtype: Any, what: str, scale: fl
     if (overflow & ~over_ok).any():
         i = tuple(np.argwhere(overflow & ~over_ok)[0])
         raise Outcome(f"{what}: golden {want64[i]!r} at {i} overflows {np.dtype(dtype).name}, got {got64[i]!r}")
-    want64 = np.where(overflow, got64, want64)
+    # a golden within a factor 8 of the dtype's largest value may overflow on the way: the library sums
+    # in the output's precision (fp32 for 16-bit types), the golden in float64, and the terms of such a
+    # sum (CTC's occupancies of random logAlpha / nll tables near exp(88)) pass the largest value first;
+    # the infinity of the golden's sign is right there too
+    near_max = (np.isfinite(want64) & (np.abs(want64) >= big / 4) & np.isinf(got64)
+                & (np.sign(got64) == np.sign(want64)))
+    want64 = np.where(overflow | near_max, got64, want64)
     inf_want = np.isinf(want64)
     if (got64[inf_want] != want64[inf_want]).any() or np.isinf(got64[~inf_want]).any():
         i = tuple(np.argwhere((np.isinf(got64) | inf_want) & (got64 != want64))[0])
