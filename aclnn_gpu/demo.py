@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     small = device.kind == "emulated"
     repeat = args.repeat or (2 if small else 10)
     print(f"aclnn_gpu {acl.__version__} demo on {device.describe()}\n")
-    header = f"| {'operator':34} | {'shapes':44} | {'dtype':8} | {'device':8} | {'max error':>9} | {'ms':>8} | ok |"
+    header = f"| {'operator':34} | {'shapes':46} | {'dtype':8} | {'device':8} | {'max error':>9} | {'ms':>8} | ok |"
     print(header)
     print("|" + "|".join("-" * (len(p)) for p in header.split("|")[1:-1]) + "|")
     failures = 0
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 ms, error, ok = float("nan"), float("nan"), False
                 print(f"  {case.name}: {e}", file=sys.stderr)
             failures += not ok
-            print(f"| {case.name:34} | {case.shapes[:44]:44} | {case.dtype.name:8} | {device.kind:8} | "
+            print(f"| {case.name:34} | {case.shapes[:46]:46} | {case.dtype.name:8} | {device.kind:8} | "
                   f"{error:9.2e} | {ms:8.2f} | {'ok' if ok else 'NO'} |")
     print(f"\n{10 - failures} of 10 operators correct (max error is relative: |got - ref| / (1 + |ref|)).")
     return 1 if failures else 0
