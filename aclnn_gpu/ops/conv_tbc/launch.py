@@ -122,11 +122,11 @@ def taps(T: int, Tout: int, K: int, pad: int) -> list[Tap]:
     return out
 
 
-def _covering_first(tap_list: list[Tap], rows: int, side: str) -> tuple[list[Tap], bool]:
-    """The taps with one whose rows on `side` ("o" outputs, "i" inputs) are all [0, rows) moved first,
-    and whether there is one (its GEMM then writes with beta = 0: no zero-fill)."""
+def _covering_first(tap_list: list[Tap], T: int) -> tuple[list[Tap], bool]:
+    """gradInput's taps with one whose input rows are all [0, T) moved first, and whether there is one
+    (its GEMM then writes with beta = 0: no zero-fill)."""
     for t in tap_list:
-        if getattr(t, side + "0") == 0 and t.n == rows:
+        if t.i0 == 0 and t.n == T:
             return [t, *[u for u in tap_list if u is not t]], True
     return tap_list, False
 
@@ -350,7 +350,7 @@ def launch_backward(ctx: KernelContext, *, T, B, Cin, Cout, K, pad, dtype, cube_
                  grad_weight=grad_weight, part_w=ws("part_w"), part_b=ws("part_b"), grad_bias=grad_bias,
                  compute=compute)
     # gradInput: dx[i0 : i0 + n] += dy[o0 : o0 + n] @ w[k]^T per tap, the covering tap first with beta = 0
-    order, covered = _covering_first(plan.taps, T, "i")
+    order, covered = _covering_first(plan.taps, T)
     if not covered:
         _fill_zero(ctx, dtype, grad_input, T * B * Cin)
     for j, tap in enumerate(order):
