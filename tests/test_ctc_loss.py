@@ -130,6 +130,21 @@ def test_random_batches(session, rng, dtype, tdtype):
                    what=f"T={T} N={N} C={C} blank={blank} il={il} tl={tl}")
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("tdtype", [np.int32, np.int64], ids=["int32", "int64"])
+@pytest.mark.kernels
+def test_long_labels_few_steps(session, rng, dtype, tdtype):
+    """maxL = 300 (601 states: the recursions' many-states-per-thread instantiation on cuda/emulated) over 8
+    steps: a sample whose 300 labels cannot align (an infinite loss) beside one of 3 labels that can.
+    Cheap, so it is also what the TSan replay of those instantiations runs (the 1,100-step tests cost
+    it minutes each)."""
+    lp, tg, _, _ = make_case(rng, 8, 2, 5, 300, 0, dtype)
+    il, tl = np.array([8, 8]), np.array([300, 3])
+    for zero_inf in (False, True):
+        check_case(session, lp, tg.astype(tdtype), il, tl, 0, zero_inf, rng.standard_normal(2),
+                   what=f"maxL=300 T=8 zero_infinity={zero_inf}")
+
+
 def test_strided_views(session, rng):
     lp, tg, il, tl = make_case(rng, 7, 3, 5, 3, blank=2, dtype=np.float32)
     check_case(session, lp, tg, il, tl, 2, False, rng.standard_normal(3), strided=True, pad=3)

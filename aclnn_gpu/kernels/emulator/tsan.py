@@ -11,9 +11,10 @@ is then a data race that TSan reports; the command fails (exit 1) and prints the
 
 Owns: selecting launches (`--only-sync`: only launches that used block barriers or dynamic shared
 memory, i.e. those where threads of a block communicate; `--max-per-kernel`: a few launches per
-kernel, distinct launch geometries first), writing replay files, building and running the
-executables (`--jobs` at a time), and the verdict. `--max-blocks N` (EMU_MAX_BLOCKS) runs only the
-first N blocks of each grid, gridDim unchanged: races inside a block show up in any block.
+kernel, distinct launch geometries first, the cheapest to replay first), writing replay files,
+building and running the executables (`--jobs` at a time), and the verdict. `--max-blocks N`
+(EMU_MAX_BLOCKS) runs only the first N blocks of each grid, gridDim unchanged: races inside a block
+show up in any block.
 """
 from __future__ import annotations
 
@@ -46,6 +47,15 @@ def load_recording(root: Path):
     return sources, launches
 
 
+def replay_cost(rec) -> int:
+    """The TSan replay's work for one block of a recorded launch: its threads times the barriers each block
+    crossed (every thread an OS thread, every barrier a rendezvous of all of them)."""
+    threads = rec["block"][0] * rec["block"][1] * rec["block"][2]
+    blocks = max(1, rec["stats"].get("blocks", 1))
+    stats = rec["stats"]
+    return threads * (1 + stats.get("block_barriers", 0) // blocks + stats.get("warp_syncs", 0) // blocks // 32)
+
+
 def select(launches, only_sync: bool, max_per_kernel: int):
     """-> (chosen launches grouped by source, counts of skipped ones by reason)."""
     skipped: defaultdict[str, int] = defaultdict(int)
@@ -63,7 +73,10 @@ def select(launches, only_sync: bool, max_per_kernel: int):
         seen: set = set()
         first: list = []
         rest: list = []
-        for rec in recs:  # distinct geometries first, then the others in recorded order
+        # distinct geometries first, the cheapest replay of each first: a race between the threads of a
+        # block shows in any launch that runs the same code with the same block shape, and TSan's cost grows
+        # with OS threads x barriers (one long recursion costs minutes, a short one of the same kernel seconds)
+        for rec in sorted(recs, key=replay_cost):
             geo = (tuple(rec["grid"]), tuple(rec["block"]), rec["smem"])
             (rest if geo in seen else first).append(rec)
             seen.add(geo)
