@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command of the README (and of CI): lint and type check, every test on the cpu and emulated
 # devices (with coverage when ACLNN_GPU_COVERAGE=1), the API reference build, the demo on both
-# devices, the example programs, the offline rehearsal of the GPU check; beside them, the kernel proofs
-# (compile report with CUDA 13's NVRTC, ASan/UBSan, TSan replay); then the compile report with CUDA 12's.
+# devices, the example programs, the offline rehearsal of the GPU check; beside them on the second core,
+# the kernel proofs (compile report with CUDA 13's NVRTC, ASan/UBSan, TSan replay) and then the emulated
+# tests again over the late stand-in (scripts/ci_late.sh); beside both, the two-host network tests, which
+# mostly wait on links and timeouts; then the compile report with CUDA 12's.
 # PYTHON selects the interpreter (default: python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,21 +24,33 @@ t0=$SECONDS
 echo "::: lint and types: ok ($((SECONDS - t0)) s)"
 
 # The kernel proofs (scripts/ci_kernels.sh: NVRTC compile report, ASan+UBSan and TSan runs of the
-# emulated kernels) run beside the main test run: each is one process on one core, and CI has two.
-# Their log is printed when they end (below), or as far as it got if this script stops first.
+# emulated kernels), then the late stand-in's pass (scripts/ci_late.sh), run beside the main test run:
+# one process at a time on one core, and CI has two. The two-host network tests run beside both (they
+# wait on 1 mbit links and fault timeouts, not on a core). Each log is printed when its job ends
+# (below), or as far as it got if this script stops first.
 proofs_log=$(mktemp -t aclnn-proofs.XXXXXX)
+hosts_log=$(mktemp -t aclnn-hosts.XXXXXX)
 # (setsid: their own process group, so stopping them stops the tests and emulators they started)
-PYTHON="$PY" setsid bash scripts/ci_kernels.sh > "$proofs_log" 2>&1 &
+PYTHON="$PY" setsid bash -c 'k=0; bash scripts/ci_kernels.sh || k=$?; l=0; bash scripts/ci_late.sh || l=$?
+  echo "::: kernel proofs status $k, late stand-in status $l"; [ "$k" = 0 ] && [ "$l" = 0 ]' > "$proofs_log" 2>&1 &
 proofs_pid=$!
-stop_proofs() {
-  if kill -0 "$proofs_pid" 2>/dev/null; then
-    kill -- "-$proofs_pid" 2>/dev/null || kill -- "$proofs_pid" 2>/dev/null || true
-    echo "::: kernel proofs stopped early; their log so far ($proofs_log):"
-    cat "$proofs_log"
-  fi
+setsid "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" --durations=10 tests/test_hccl_hosts.py \
+  > "$hosts_log" 2>&1 &
+hosts_pid=$!
+stop_beside() {
+  local pid name log
+  for pid in "$proofs_pid:kernel proofs and late stand-in:$proofs_log" "$hosts_pid:two-host tests:$hosts_log"; do
+    IFS=: read -r pid name log <<< "$pid"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -- "-$pid" 2>/dev/null || kill -- "$pid" 2>/dev/null || true
+      echo "::: $name stopped early; their log so far ($log):"
+      cat "$log"
+    fi
+  done
 }
-trap stop_proofs EXIT
-echo "::: kernel proofs started beside the tests (pid $proofs_pid, log $proofs_log)"
+trap stop_beside EXIT
+echo "::: beside the tests: kernel proofs then the late stand-in (pid $proofs_pid, log $proofs_log)," \
+  "two-host tests (pid $hosts_pid, log $hosts_log)"
 
 echo "::: tests (cpu and emulated devices)"
 coverage=()
@@ -46,10 +60,9 @@ if [ "${ACLNN_GPU_COVERAGE:-0}" = 1 ] && "$PY" -c "import pytest_cov" 2>/dev/nul
   export COVERAGE_FILE="${COVERAGE_FILE:-$(mktemp -d -t aclnn-cov.XXXXXX)/.coverage}"
   coverage=(--cov=aclnn_gpu --cov-report=)
 fi
-# the soak test's length per device (tests/hardening/test_soak.py; its own default is 60 s): 10 s keeps CI
-# within its 20 minutes on 2 cores; ACLNN_GPU_SOAK_S=60 (or more) runs the full soak
-export ACLNN_GPU_SOAK_S="${ACLNN_GPU_SOAK_S:-10}"
-"$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" --durations=25 "${coverage[@]}" tests
+# (the soak, tests/hardening/test_soak.py, at its default 60 s per device; ACLNN_GPU_SOAK_S sets another length)
+"$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" --durations=25 "${coverage[@]}" \
+  --ignore=tests/test_hccl_hosts.py tests
 if [ ${#coverage[@]} -gt 0 ]; then
   echo "::: test coverage of aclnn_gpu: $("$PY" -m coverage report --format=total)%"
 fi
@@ -95,16 +108,23 @@ else   # a developer's machine without root: the same script with the network na
   echo "::: GPU check rehearsal skipped: it needs root for its network namespace (unshare -n); CI runs it"
 fi
 
-echo "::: kernel proofs (started beside the tests): waiting for them"
+echo "::: two-host tests and kernel proofs + late stand-in (started beside the tests): waiting for them"
 t0=$SECONDS
+hosts_status=0
+wait "$hosts_pid" || hosts_status=$?
 proofs_status=0
 wait "$proofs_pid" || proofs_status=$?
 trap - EXIT
+echo "::: two-host tests (tests/test_hccl_hosts.py):"
+cat "$hosts_log"
 cat "$proofs_log"
-if [ "$proofs_status" != 0 ]; then
-  echo "::: kernel proofs: FAILED (status $proofs_status; their log is above)"; exit 1
+if [ "$hosts_status" != 0 ]; then
+  echo "::: two-host tests: FAILED (status $hosts_status; their log is above)"; exit 1
 fi
-echo "::: kernel proofs: ok (waited $((SECONDS - t0)) s after the rest)"
+if [ "$proofs_status" != 0 ]; then
+  echo "::: kernel proofs or late stand-in: FAILED (status $proofs_status; their log is above)"; exit 1
+fi
+echo "::: two-host tests, kernel proofs and late stand-in: ok (waited $((SECONDS - t0)) s after the rest)"
 
 echo "::: compile report with CUDA 12's NVRTC (the cuda12 extra)"
 t0=$SECONDS
