@@ -146,6 +146,13 @@ class FrozenLaunch:
     sm_count: int          # the device's, which the recorded grids were sized for
     rebased: bool          # recorded against the sentinel workspace (False: workspace 0, nothing to patch)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gemms", sum(type(step) is Gemm for step in self.steps))
+        # a device's replay program for its last (workspace, stream, cuBLAS handle): the cuda device's
+        # `run_frozen` keeps here the steps resolved to calls (kernels, C arguments with the handle in
+        # front), so an execute with the same workspace on the same stream and thread only makes them
+        object.__setattr__(self, "program", (None, ()))
+
     def run(self, ctx: Any, workspace: int) -> None:
         """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace` (a context
         with its own loop, the cuda device's, runs them itself: CudaKernelContext.run_frozen)."""
