@@ -575,7 +575,12 @@ class CudaDevice(Device):
                     self._cublas_pool = gemm.HandlePool()
             pool = self._cublas_pool
         handle = pool.for_thread()
-        handle.use(int(stream.cupy.ptr), self._cublas_workspace(stream))
+        if stream.capture is None:   # cuBLAS's own workspace pool; nothing to do when the handle is so already
+            ptr = stream.cupy.ptr
+            if handle.stream_ptr != ptr or handle.workspace is not None:
+                handle.use(int(ptr), None)
+        else:
+            handle.use(int(stream.cupy.ptr), self._cublas_workspace(stream))
         return handle
 
     def _cublas_workspace(self, stream: CudaStream) -> tuple[int, int] | None:
