@@ -231,7 +231,6 @@ def test_the_cuda_replay_program_follows_the_workspace_and_the_stream(monkeypatc
     """The cuda device resolves a frozen launch once per (workspace, stream, cuBLAS handle) into its replay
     program and reuses it while they stay; a new workspace rebases the kernel's and the GEMM's workspace
     pointers, a new stream sets the handle's stream once and launches there."""
-    import ctypes
 
     from aclnn_gpu.device.cuda import CudaDevice, CudaKernelContext
     from aclnn_gpu.kernels import gemm
@@ -276,3 +275,7 @@ def test_the_cuda_replay_program_follows_the_workspace_and_the_stream(monkeypatc
     run(second, w2)
     assert cublas.streams == [first.cupy.ptr, second.cupy.ptr]
     assert len(cublas.gemms) == 4 and len(launched) == 4
+    from aclnn_gpu.ops import frozen as frozen_module
+    monkeypatch.setitem(frozen_module._cache, ("a launch key",), frozen)
+    device.close()   # a reset forgets the programs it made on cached frozen launches (they hold its streams)
+    assert frozen.program == (None, ())

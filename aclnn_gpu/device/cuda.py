@@ -36,8 +36,9 @@ library's own (one per thread: `CudaDevice.cublas`), never through CuPy's cuBLAS
 `cublas.setStream`) raise NotImplementedError while the stream captures, which CUDA itself allows.
 While the stream captures, the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as
 cuBLAS's "CUDA Graphs Support" asks of captured routines). A frozen launch's GEMM is one C call with
-arguments converted once (`ops/frozen.Gemm.native`); the handle's stream and workspace are set once
-per execute, only when they change.
+arguments converted once (`ops/frozen.Gemm.native`), from the replay program the device keeps per
+workspace, stream and handle (`CudaKernelContext.run_frozen`); the handle's stream and workspace are
+set once per execute, only when they change.
 
 NCCL (`hccl/nccl.py`) creates its communicator and makes every call inside the device's scope:
 ncclCommInitRank binds the GPU current on the calling thread.
@@ -53,7 +54,7 @@ import numpy as np
 
 from ..kernels import shipped
 from ..ops.frozen import ALIGN as FROZEN_ALIGN
-from ..ops.frozen import Launch, Upload
+from ..ops.frozen import Launch, Upload, drop_programs
 from .base import Device, DeviceEvent, DeviceStream
 from .hostpins import shared_pins
 from .registry import Allocation, Registry
@@ -213,7 +214,7 @@ class CudaKernelContext:
         arguments, built once: a tuple made per call costs a fifth of the call). The handle's stream and
         workspace are settled once per execute, before the first step (`CudaDevice.cublas`)."""
         device = self.device
-        handle = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
+        handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
         key, program = frozen.program
         if key is None or key[0] != workspace or key[1] is not self or key[2] is not handle:
             program = self._program(frozen, workspace, handle)
@@ -677,3 +678,4 @@ class CudaDevice(Device):
             pool = self._cublas_pool
             if pool is not None:   # after the drain: no queued GEMM uses them any more
                 pool.close()
+            drop_programs(self)   # the cached frozen launches' replay programs on this device

@@ -7,7 +7,10 @@ bytes of every upload, the kernel name, geometry and argument tuple of every lau
 positions of the arguments that point into the workspace (and of the words of an uploaded uint64
 table that do: a GEMM's pointer array; int64 tiling tables are never patched). Phase 2
 (`FrozenLaunch.run`) only rebases those few values on the real workspace and enqueues the steps on
-the stream: no shape arithmetic, no dtype tables, no tiling built again.
+the stream: no shape arithmetic, no dtype tables, no tiling built again. The cuda device resolves the
+steps further, once per workspace, stream and cuBLAS handle, into a replay program kept on the frozen
+launch (`FrozenLaunch.program`, device/cuda.CudaKernelContext.run_frozen); a device's reset drops its
+programs from the cached launches (`drop_programs`).
 
 The recorder also checks that every workspace range a step touches lies inside the size
 GetWorkspaceSize reported, so the workspace size and the launches cannot disagree, and that every
@@ -259,6 +262,17 @@ def freeze_cached(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenL
                 del _cache[next(iter(_cache))]
             _cache[key] = frozen
     return frozen
+
+
+def drop_programs(device: Any) -> None:
+    """Forget the replay programs a device made on the cached frozen launches (its reset: they hold its
+    streams' contexts, kernels and cuBLAS handles, which would otherwise live as long as the cache)."""
+    with _cache_lock:
+        frozen_launches = list(_cache.values())
+    for frozen in frozen_launches:
+        key = frozen.program[0]
+        if key is not None and getattr(key[1], "device", None) is device:
+            object.__setattr__(frozen, "program", (None, ()))
 
 
 def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:
