@@ -56,6 +56,17 @@ def null_library(source: Path, soname: str, language: str = "c") -> Path:
     return target
 
 
+def load_null_libraries() -> Path:
+    """The null driver and the null libcublas (under its CUDA soname) loaded globally, so that a later
+    dlopen by those names (cuda-bindings, cuda.core, nvmath-python) finds them; the null libcublas's path.
+    Call it before anything loads the real ones."""
+    from bench import instant_cupy
+    ctypes.CDLL(str(null_library(NULL_CUDA_SOURCE, "libcuda.so.1")), mode=os.RTLD_GLOBAL)
+    cublas = null_library(instant_cupy.NULL_CUBLAS_SOURCE, f"libcublas.so.{CUBLAS_MAJOR}", "c++")
+    ctypes.CDLL(str(cublas), mode=os.RTLD_GLOBAL)
+    return cublas
+
+
 def fastest_us(fn: Callable[[], Any], calls: int = 2000, batches: int = 15) -> float:
     """The fastest batch's microseconds per call (after a warm-up batch): the figure that escapes
     preemption on a loaded machine."""
@@ -89,7 +100,7 @@ def measure(batches: int) -> list[tuple[str, str]]:
         except Exception as e:  # noqa: BLE001 - a path this machine lacks: say why
             rows.append((name, f"n/a: {type(e).__name__}: {str(e)[:80]}"))
 
-    cublas = null_library(instant_cupy.NULL_CUBLAS_SOURCE, f"libcublas.so.{CUBLAS_MAJOR}", "c++")
+    cublas = load_null_libraries()
     handle = gemm.CublasHandle(gemm.bind_functions(ctypes.CDLL(str(cublas), mode=os.RTLD_GLOBAL)))
     native = gemm.native_arguments(False, (False, True, 8, 8, 8, 1.0, 0x1000, gemm.F32, 8, 64, 0x2000, gemm.F32,
                                            8, 64, 0.0, 0x3000, gemm.F32, 8, 64, 3), {})
@@ -164,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=15, help="batches of 2000 calls; the fastest is reported")
     batches = ap.parse_args(argv).batches
     # first: every later dlopen("libcuda.so.1") (cuda-bindings, cuda.core, nvmath) finds the null driver
-    ctypes.CDLL(str(null_library(NULL_CUDA_SOURCE, "libcuda.so.1")), mode=os.RTLD_GLOBAL)
+    load_null_libraries()
     from bench import common
     rows = measure(batches)
     print(common.markdown_table(["path (over null libraries)", "us per call"], rows, "lr"))

@@ -93,3 +93,16 @@ def test_launch_paths_run_over_the_null_driver_and_the_null_cublas():
                  "reference: torch.add of 8 elements (CPU)"):
         assert path in measured, run.stdout
     assert len(rows) == 8 and all(name in measured or rows[name].startswith("n/a: ") for name in rows), run.stdout
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("nvmath") is None,
+                    reason="nvmath-python is not installed (it is not a dependency)")
+def test_the_nvmath_binding_runs_over_the_null_libraries():
+    """`--binding nvmath`: the GEMMs through nvmath-python's binding into the null libcublas (its own
+    process: it loads the null driver nvmath needs)."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-m", "bench.host_overhead", "--binding", "nvmath", "--calls", "2"],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert sum(line.startswith(f"| {fam.backward} ") for fam in FAMILIES for line in run.stdout.splitlines()) == 5

@@ -255,7 +255,7 @@ class CudaKernelContext:
                 data, address = step.rebased_at(workspace)
                 program.append((_UPLOAD, None, (workspace + step.offset, data, address)))
             elif handle is not None:
-                arguments = step.native(workspace)
+                arguments = step.native(workspace, handle.ints)
                 if arguments is not None:   # (None: an empty product, no call)
                     program.append((_GEMM, handle.batched if step.batched else handle.strided,
                                     (handle.handle, *arguments)))
@@ -553,16 +553,22 @@ class CudaDevice(Device):
     def gemm(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmStridedBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""
         from ..kernels import gemm
-        arguments = gemm.native_arguments(False, args, kwargs)
+        arguments = gemm.native_arguments(False, args, kwargs)   # checked; None: an empty product, no handle made
         if arguments is not None:
-            self.cublas(stream).gemm(False, arguments)
+            handle = self.cublas(stream)
+            if handle.ints:
+                arguments = gemm.native_arguments(False, args, kwargs, True)
+            handle.gemm(False, arguments)
 
     def gemm_batched(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""
         from ..kernels import gemm
-        arguments = gemm.native_arguments(True, args, kwargs)
+        arguments = gemm.native_arguments(True, args, kwargs)   # checked; None: an empty product, no handle made
         if arguments is not None:
-            self.cublas(stream).gemm(True, arguments)
+            handle = self.cublas(stream)
+            if handle.ints:
+                arguments = gemm.native_arguments(True, args, kwargs, True)
+            handle.gemm(True, arguments)
 
     def cublas(self, stream: CudaStream) -> Any:
         """The calling thread's cuBLAS handle of this device (kernels/gemm.HandlePool; called inside the

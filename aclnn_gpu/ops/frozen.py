@@ -127,15 +127,15 @@ class Gemm:
         """The arguments with the workspace at `workspace` (pointers as int, as recorded)."""
         return self.args if not self.patches else _rebased_args(self, workspace, int)
 
-    def native(self, workspace: int) -> tuple[Any, ...] | None:
-        """The C arguments of the cuBLAS call after its handle (kernels/gemm.native_arguments; None: an empty
-        product) with the workspace at `workspace`: converted once, kept for the last workspace (and for
-        good when no argument points into the workspace)."""
-        key = workspace if self.patches else 0
+    def native(self, workspace: int, ints: bool = False) -> tuple[Any, ...] | None:
+        """The C arguments of the cuBLAS call after its handle (kernels/gemm.native_arguments, in its int form
+        with `ints`; None: an empty product) with the workspace at `workspace`: converted once, kept for the
+        last workspace (and for good when no argument points into the workspace)."""
+        key = (workspace if self.patches else 0, ints)
         last = self._native
         if last[0] == key:
             return last[1]
-        arguments = native_arguments(self.batched, self.rebased(workspace), self.kwargs)
+        arguments = native_arguments(self.batched, self.rebased(workspace), self.kwargs, ints)
         object.__setattr__(self, "_native", (key, arguments))   # one tuple: threads see a whole one
         return arguments
 
