@@ -437,3 +437,19 @@ def test_the_cublas_binding_is_named_by_the_environment(monkeypatch):
     monkeypatch.setenv(gemm.BINDING_ENV, "cffi")
     with pytest.raises(OpError, match="ACLNN_GPU_CUBLAS_BINDING='cffi' is neither 'ctypes' nor 'nvmath'"):
         gemm.handle_maker()
+
+
+def test_the_nvmath_binding_missing_is_the_first_gemms_error(emulated, monkeypatch):
+    """ACLNN_GPU_CUBLAS_BINDING=nvmath without nvmath-python: the execute that makes the first GEMM returns
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT naming the variable (nothing else is tried in its place)."""
+    import sys
+    use_cublas(monkeypatch)
+    monkeypatch.setenv(gemm.BINDING_ENV, "nvmath")
+    monkeypatch.setitem(sys.modules, "nvmath", None)   # import nvmath raises ImportError
+    s, rng = emulated, np.random.default_rng(3)
+    mk = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    outs = [s.poisoned(shape, np.float32) for shape in ((40, 3, 8), (3, 8, 16), (16,))]
+    status = s.run(acl.aclnnConvTbcBackwardGetWorkspaceSize, acl.aclnnConvTbcBackward, s.tensor(mk(40, 3, 16)),
+                   s.tensor(mk(40, 3, 8)), s.tensor(mk(3, 8, 16)), s.tensor(mk(16)), 1, 0, *outs)
+    assert status == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, status
+    assert "ACLNN_GPU_CUBLAS_BINDING=nvmath needs nvmath-python" in acl.aclGetRecentErrMsg()
