@@ -58,7 +58,13 @@ def per_call_us(fn: Callable[[], Any], calls: int, batches: int, after: Callable
 
 class InstantDevice:
     """The cuda device over instant_cupy, its GEMMs through the library's cuBLAS wrapper into
-    `instant_cupy.null_cublas()`, as the calling thread's current device for the `with` block."""
+    `instant_cupy.null_cublas()`, as the calling thread's current device for the `with` block. With
+    `binding="nvmath"` the GEMMs go through nvmath-python's binding (kernels/gemm.NvmathHandle) into the
+    same null library, loaded under libcublas's soname beside a null driver (bench/launch_paths.py):
+    nvmath-python must be importable, and the process keeps the null libraries."""
+
+    def __init__(self, binding: str = "ctypes"):
+        self.binding = binding
 
     def __enter__(self) -> Any:
         from aclnn_gpu import runtime
@@ -66,6 +72,11 @@ class InstantDevice:
         from aclnn_gpu.kernels import gemm
 
         self.functions = gemm._FUNCTIONS
+        self.chosen = os.environ.get(gemm.BINDING_ENV)
+        if self.binding == "nvmath":
+            from . import launch_paths
+            launch_paths.load_null_libraries()
+        os.environ[gemm.BINDING_ENV] = self.binding    # read when the device makes its handle pool
         gemm._FUNCTIONS = instant_cupy.null_cublas()   # what gemm.cublas_functions() hands the handles
         self.scope = runtime.using_device(CudaDevice(instant_cupy, kind="cuda"))
         return self.scope.__enter__()
@@ -76,12 +87,16 @@ class InstantDevice:
             self.scope.__exit__(*exc)
         finally:
             gemm._FUNCTIONS = self.functions
+            if self.chosen is None:
+                os.environ.pop(gemm.BINDING_ENV, None)
+            else:
+                os.environ[gemm.BINDING_ENV] = self.chosen
 
 
 def cuda_code_path(families: list, calls: int = 200, batches: int = 9,
-                   pick: Callable[[list[float]], float] = statistics.median) -> dict:
+                   pick: Callable[[list[float]], float] = statistics.median, binding: str = "ctypes") -> dict:
     """Per-call microseconds of the five backward operators over the instant CuPy stand-in."""
-    with InstantDevice():
+    with InstantDevice(binding):
         return per_operator(families, calls, batches, pick)
 
 
@@ -383,7 +398,7 @@ def callgrind_unavailable() -> str | None:
 
 
 def callgrind_counts(measures: list[str], operators: list[str] | None = None,
-                     calls: int = 50) -> dict[str, dict[str, float]]:
+                     calls: int = 50, binding: str = "ctypes") -> dict[str, dict[str, float]]:
     """Instructions per call of each of `measures` (`measure_calls` names) for each backward operator
     (all, or those of `operators`), over the null GPU, under callgrind."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -391,7 +406,7 @@ def callgrind_counts(measures: list[str], operators: list[str] | None = None,
         fast = shutil.which("callgrind_control") is not None
         command = [*CALLGRIND, f"--instr-atstart={'no' if fast else 'yes'}", f"--callgrind-out-file={out}",
                    sys.executable, "-m", "bench.host_overhead", "--callgrind-child", "--calls", str(calls),
-                   "--measures", ",".join(measures)]
+                   "--measures", ",".join(measures), "--binding", binding]
         if operators:
             command += ["--operators", ",".join(operators)]
         # a coverage tracer (pytest-cov starts one in subprocesses through these) would be counted too
@@ -443,10 +458,10 @@ def over_ceiling(counts: dict[str, dict[str, float]]) -> list[str]:
             if measure in ceilings.get(op, {}) and count > ceilings[op][measure]]
 
 
-def _callgrind_child(calls: int, measures: list[str], operators: list[str] | None) -> None:
+def _callgrind_child(calls: int, measures: list[str], operators: list[str] | None, binding: str) -> None:
     order = []
     instrumenting = shutil.which("callgrind_control") is None
-    with InstantDevice():
+    with InstantDevice(binding):
         for fam in FAMILIES:
             if operators and fam.backward not in operators:
                 continue
@@ -505,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", action="store_true", help="calls per second from 1, 2 and 4 Python threads")
     ap.add_argument("--check", action="store_true",
                     help=f"with --callgrind: compare the counts with the ceilings of {CEILINGS.name}; exit 1 over one")
+    ap.add_argument("--binding", choices=("ctypes", "nvmath"), default="ctypes",
+                    help="the cuBLAS binding of the GEMMs (nvmath: nvmath-python's, which must be importable)")
     ap.add_argument("--callgrind-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--measures", default="", help=argparse.SUPPRESS)
     ap.add_argument("--operators", default="", help=argparse.SUPPRESS)
@@ -513,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     args.calls = args.calls or 200
     common.setup_device("cpu")
     if args.callgrind_child:
-        _callgrind_child(args.calls, args.measures.split(","), [o for o in args.operators.split(",") if o])
+        _callgrind_child(args.calls, args.measures.split(","), [o for o in args.operators.split(",") if o],
+                         args.binding)
         return 0
     if args.callgrind:
         why = callgrind_unavailable()
@@ -524,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         print(phase_table(callgrind_counts(list(measure_calls_names()), calls=min(args.calls, 50)), "instructions"))
         return 0
     if args.callgrind:
-        counts = callgrind_counts(list(HEADLINE), calls=min(args.calls, 50))
+        counts = callgrind_counts(list(HEADLINE), calls=min(args.calls, 50), binding=args.binding)
         print(instructions_table(counts))
         if args.check:
             over = over_ceiling(counts)
@@ -539,8 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     batches, pick = (41, min) if args.fastest else (9, statistics.median)
     calls = fastest_calls if args.fastest else args.calls
-    measure = per_operator if args.cpu else cuda_code_path
-    print(table(measure(FAMILIES, calls, batches, pick)))
+    if args.cpu:
+        print(table(per_operator(FAMILIES, calls, batches, pick)))
+    else:
+        print(table(cuda_code_path(FAMILIES, calls, batches, pick, args.binding)))
     return 0
 
 

@@ -98,6 +98,10 @@ cat "$OUT/env.txt"
 run_step speed 110 "$PY" -m bench.gpu_speed --device "$DEV" --json "$OUT/speed.json" --summary "$SUMMARY" \
   ${GPU_CHECK_SPEED_SECTIONS:+--sections "$GPU_CHECK_SPEED_SECTIONS"}
 
+# one kernel launch and one GEMM through each path a frozen launch could take (CuPy, cuda-bindings,
+# cuda.core and nvmath-python where importable), beside a tiny PyTorch CUDA op: the launch-path decision
+if [ "$DEV" = cuda ]; then run_step launch_cost 20 "$PY" scripts/launch_cost.py --calls 200; fi
+
 # ---------------------------------------------------------------- 3. the probe, then the demo
 run_step probe 60 "$PY" scripts/gpu_probe.py "$OUT" --device "$DEV"
 run_step demo 30 "$PY" -m aclnn_gpu --device "$DEV" --repeat 3

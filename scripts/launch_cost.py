@@ -4,10 +4,13 @@ queued only, a synchronize between batches) beside a tiny PyTorch CUDA op when P
 
 Paths: CuPy's `RawKernel.__call__` with a frozen launch's argument tuple (what `device/cuda.py` calls
 today: CuPy packs every argument per call); cuda-bindings' `cuLaunchKernel` with the kernel parameters
-packed once (a void* array of the argument values, the packing a frozen launch could keep);
+packed once (a void* array of the argument values, the packing a frozen launch could keep) and packed
+per call;
 cuda.core's `launch` (its own compiled kernel, same source and arguments) where it is installed; and
-the library's cuBLAS GEMM (`kernels/gemm.CublasHandle` on arguments converted once, one ctypes call)
-beside CuPy's Cython wrapper of the same entry point on the same handle. Each path in its own try:
+the library's cuBLAS GEMM (`kernels/gemm.CublasHandle` on arguments converted once, one ctypes call,
+and as the replay program calls it) beside CuPy's Cython wrapper of the same entry point on the same
+handle and nvmath-python's Cython binding where it is importable. `python -m bench.launch_paths` measures
+the same paths' Python-side cost without a GPU, over null libraries. Each path in its own try:
 one that this machine's versions lack prints its error instead. Not part of the test suite."""
 from __future__ import annotations
 
@@ -73,6 +76,20 @@ def main() -> int:
         return per_call_us(launch, sync, calls)
     row("cuda-bindings cuLaunchKernel (parameters packed once)", prepacked)
 
+    def per_call_packing() -> float:
+        from cuda.bindings import driver
+        p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+        packed = ((int(ptr), int(ptr), 5, 1, 2, 0.5, int(ptr), int(ptr)), (p, p, i64, i32, i32, f32, p, p))
+        function = driver.CUfunction(int(kernel.kernel.ptr))
+        hstream = driver.CUstream(int(stream.ptr))
+
+        def launch() -> None:
+            err, = driver.cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, hstream, packed, 0)
+            if err:
+                raise RuntimeError(f"cuLaunchKernel: {err}")
+        return per_call_us(launch, sync, calls)
+    row("cuda-bindings cuLaunchKernel ((values, types) packed per call)", per_call_packing)
+
     def core() -> float:
         try:
             from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
@@ -99,6 +116,40 @@ def main() -> int:
                                                   0, 1), {})
         return per_call_us(lambda: handle.gemm(False, arguments), sync, calls)
     row("library cuBLAS GEMM (CublasHandle, arguments converted once)", library_gemm)
+
+    def program_gemm() -> float:   # as the cuda device's replay program calls it (CudaKernelContext.run_frozen)
+        from aclnn_gpu.kernels import gemm
+        m = n = k = 16
+        a = cp.ones((m, k), cp.float32)
+        handle = gemm.CublasHandle()
+        handle.use(int(stream.ptr), None)
+        arguments = gemm.native_arguments(False, (False, False, m, n, k, 1.0, a.data.ptr, gemm.F32, m, 0,
+                                                  a.data.ptr, gemm.F32, k, 0, 0.0, buf.data.ptr, gemm.F32, m,
+                                                  0, 1), {})
+        assert arguments is not None
+        entry, call = (handle.handle, *arguments), handle.strided
+        return per_call_us(lambda: call(*entry), sync, calls)
+    row("library cuBLAS GEMM as the replay program calls it (one tuple, the handle in front)", program_gemm)
+
+    def nvmath_gemm() -> float:
+        # nvmath-python's Cython binding (not a dependency: carry a wheel, PYTHONPATH=its folder), on a
+        # handle it made itself, so handle and GEMM come from the copy of libcublas it loaded
+        from nvmath.bindings import cublas as nv
+        from aclnn_gpu.kernels import gemm
+        m = n = k = 16
+        a = cp.ones((m, k), cp.float32)
+        handle = nv.create()
+        nv.set_stream(handle, int(stream.ptr))
+        scalars = [ctypes.c_float(1.0), ctypes.c_float(0.0)]
+        one, zero = (ctypes.addressof(v) for v in scalars)
+        entry = (handle, 0, 0, m, n, k, one, a.data.ptr, 0, m, 0, a.data.ptr, 0, k, 0, zero, buf.data.ptr, 0, m, 0, 1,
+                 gemm.CUBLAS_COMPUTE_32F, gemm.CUBLAS_GEMM_DEFAULT)
+        call = nv.gemm_strided_batched_ex
+        try:
+            return per_call_us(lambda: call(*entry), sync, calls)
+        finally:
+            nv.destroy(handle)
+    row("nvmath.bindings.cublas.gemm_strided_batched_ex (Cython, its own handle)", nvmath_gemm)
 
     def cupy_gemm() -> float:
         # the candidate outside a capture: CuPy's Cython wrapper on the library's own handle (it points the

@@ -198,3 +198,84 @@ def test_int64_tiling_words_are_never_rebased():
     replay = Calls(4)
     frozen.run(replay, 0x10_0000)
     assert replay.calls[0][2] == np.array([SENTINEL + 8, 3], np.int64).tobytes()
+
+
+class _RecordingCublas:
+    """The libcublas entry points a CublasHandle calls, as Python doubles: the GEMMs' C arguments kept."""
+
+    def __init__(self):
+        self.gemms: list[tuple] = []
+        self.streams: list[int] = []
+
+    def cublasCreate_v2(self, handle):
+        return 0
+
+    def cublasSetMathMode(self, handle, mode):
+        return 0
+
+    def cublasSetPointerMode_v2(self, handle, mode):
+        return 0
+
+    def cublasSetStream_v2(self, handle, stream):
+        self.streams.append(stream)
+        return 0
+
+    def cublasGemmStridedBatchedEx(self, *arguments):
+        self.gemms.append(arguments)
+        return 0
+
+    cublasGemmBatchedEx = cublasGemmStridedBatchedEx
+
+
+def test_the_cuda_replay_program_follows_the_workspace_and_the_stream(monkeypatch):
+    """The cuda device resolves a frozen launch once per (workspace, stream, cuBLAS handle) into its replay
+    program and reuses it while they stay; a new workspace rebases the kernel's and the GEMM's workspace
+    pointers, a new stream sets the handle's stream once and launches there."""
+
+    from aclnn_gpu.device.cuda import CudaDevice, CudaKernelContext
+    from aclnn_gpu.kernels import gemm
+    from aclnn_gpu.ops.frozen import FrozenLaunch
+    from bench import instant_cupy
+
+    cublas = _RecordingCublas()
+    monkeypatch.setattr(gemm, "_FUNCTIONS", cublas)
+    recorder = Recorder(4, 1024)
+    recorder.launch("f.cu", "k", (1,), (32,), (np.uint64(SENTINEL + 512), np.int64(3)))
+    recorder.gemm_strided_batched(False, True, 4, 4, 4, 1.0, SENTINEL + 256, np.float32, 4, 0, 0x7F00_0000_1000,
+                                  np.float32, 4, 0, 0.0, SENTINEL, np.float32, 4, 0, 1)
+    frozen = FrozenLaunch(tuple(recorder.steps), 4, rebased=True)
+    launched: list[tuple] = []
+
+    def kernel(grid, block, args, *, shared_mem=0, stream=None):
+        launched.append((args, stream))
+    device = CudaDevice(instant_cupy)
+    device._kernels[("f.cu", "k")] = kernel
+    first, second = device.create_stream(), device.create_stream()
+
+    def run(stream, workspace):   # one execute: the kernel and the GEMM it issued
+        CudaKernelContext.run_frozen(stream.kernel_context, frozen, workspace)
+        (args, on), gemm_args = launched[-1], cublas.gemms[-1]
+        assert on is stream.cupy and [int(a) for a in args] == [workspace + 512, 3]
+        return gemm_args
+
+    for stream in (first, second):
+        stream.kernel_context = CudaKernelContext(device, stream)
+    w1, w2 = 0x1000_0000, 0x2000_0000
+    before = run(first, w1)
+    program = frozen.program[1]
+    assert run(first, w1) == before and frozen.program[1] is program   # the same program: nothing rebuilt
+    moved = run(first, w2)
+    assert frozen.program[1] is not program
+    # the C arguments (ctypes parameter objects) of A and C: workspace pointers; B: the caller's, unchanged
+    a, b, c = (7, 11, 16)
+    assert f"{w1 + 256:x}" in repr(before[a]) and f"{w2 + 256:x}" in repr(moved[a])
+    assert f"{w1:x}" in repr(before[c]) and f"{w2:x}" in repr(moved[c])
+    assert repr(before[b]) == repr(moved[b]) and "7f0000001000" in repr(moved[b])
+    assert cublas.streams == [first.cupy.ptr]                      # set once for three executes on it
+    run(second, w2)
+    assert cublas.streams == [first.cupy.ptr, second.cupy.ptr]
+    assert len(cublas.gemms) == 4 and len(launched) == 4
+    from aclnn_gpu.ops import frozen as frozen_module
+    monkeypatch.setitem(frozen_module._cache, ("a launch key",), frozen)
+    device.close()   # a reset forgets the programs it made on cached frozen launches (they hold its streams)
+    assert frozen.program == (None, ())

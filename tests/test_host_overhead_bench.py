@@ -74,3 +74,35 @@ def test_the_null_gpu_keeps_the_gemm_wrapper_and_stubs_only_libcublas():
         assert any(type(step).__name__ == "Gemm" and step._native[1] is not None for step in steps)
         handle = device._cublas_pool.for_thread()
         assert handle.stream_ptr == case.stream.impl.cupy.ptr and handle.workspace is None
+
+
+def test_launch_paths_run_over_the_null_driver_and_the_null_cublas():
+    """`python -m bench.launch_paths` (its own process: it loads a null libcuda.so.1) times the library's
+    GEMM call and cuda-bindings' cuLaunchKernel over null libraries; paths this machine lacks (nvmath-python,
+    cuda.core) say why instead of a figure."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-m", "bench.launch_paths", "--batches", "1"], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1].strip(" |")
+            for line in run.stdout.splitlines()[2:] if line.startswith("| ")}   # (after the header rows)
+    measured = [name for name, value in rows.items() if value.replace(".", "", 1).isdigit()]
+    for path in ("GEMM: ctypes, C arguments with the handle built once (the replay program)",
+                 "launch: cuda-bindings cuLaunchKernel, parameters packed once",
+                 "reference: torch.add of 8 elements (CPU)"):
+        assert path in measured, run.stdout
+    assert len(rows) == 8 and all(name in measured or rows[name].startswith("n/a: ") for name in rows), run.stdout
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("nvmath") is None,
+                    reason="nvmath-python is not installed (it is not a dependency)")
+def test_the_nvmath_binding_runs_over_the_null_libraries():
+    """`--binding nvmath`: the GEMMs through nvmath-python's binding into the null libcublas (its own
+    process: it loads the null driver nvmath needs)."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-m", "bench.host_overhead", "--binding", "nvmath", "--calls", "2"],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert sum(line.startswith(f"| {fam.backward} ") for fam in FAMILIES for line in run.stdout.splitlines()) == 5

@@ -36,8 +36,9 @@ library's own (one per thread: `CudaDevice.cublas`), never through CuPy's cuBLAS
 `cublas.setStream`) raise NotImplementedError while the stream captures, which CUDA itself allows.
 While the stream captures, the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as
 cuBLAS's "CUDA Graphs Support" asks of captured routines). A frozen launch's GEMM is one C call with
-arguments converted once (`ops/frozen.Gemm.native`); the handle's stream and workspace are set once
-per execute, only when they change.
+arguments converted once (`ops/frozen.Gemm.native`), from the replay program the device keeps per
+workspace, stream and handle (`CudaKernelContext.run_frozen`); the handle's stream and workspace are
+set once per execute, only when they change.
 
 NCCL (`hccl/nccl.py`) creates its communicator and makes every call inside the device's scope:
 ncclCommInitRank binds the GPU current on the calling thread.
@@ -53,7 +54,7 @@ import numpy as np
 
 from ..kernels import shipped
 from ..ops.frozen import ALIGN as FROZEN_ALIGN
-from ..ops.frozen import Launch, Upload
+from ..ops.frozen import Launch, Upload, drop_programs
 from .base import Device, DeviceEvent, DeviceStream
 from .hostpins import shared_pins
 from .registry import Allocation, Registry
@@ -179,6 +180,10 @@ class CudaEvent(DeviceEvent):
         return float(self.cp.cuda.get_elapsed_time(self.cupy, end.cupy))  # type: ignore[attr-defined]
 
 
+# The kinds of a replay program's entries (CudaKernelContext._program); compared by identity.
+_GEMM, _LAUNCH, _UPLOAD, _HOST_GEMM = "gemm", "launch", "upload", "host gemm"
+
+
 class CudaKernelContext:
     """The KernelContext of a plan running on one stream of a CudaDevice."""
 
@@ -203,13 +208,41 @@ class CudaKernelContext:
     def run_frozen(self, frozen: Any, workspace: int) -> None:
         """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy and
         cuBLAS calls as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of
-        phase 2). A GEMM is one C call on the stream's handle with the arguments the step converted once
-        (`Gemm.native`); the handle's workspace is settled at the first GEMM of the execute."""
-        kernels, stream, device = self.device._kernels, self.stream.cupy, self.device
-        native, handle = device.native_gemm, None
-        strided: Any = None   # the handle's two entry points and its C handle, at the first GEMM
-        batched: Any = None
-        cublas: Any = None
+        phase 2). The steps are resolved once per (workspace, stream, cuBLAS handle) into a replay
+        program (`_program`, kept on the frozen launch): a kernel launch is the kernel object and its
+        argument tuple, a GEMM one C call on an argument tuple with the handle in front (`Gemm.native`'s
+        arguments, built once: a tuple made per call costs a fifth of the call). The handle's stream and
+        workspace are settled once per execute, before the first step (`CudaDevice.cublas`)."""
+        device = self.device
+        handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
+        key, program = frozen.program
+        if key is None or key[0] != workspace or key[1] is not self or key[2] is not handle:
+            program = self._program(frozen, workspace, handle)
+        stream, gemm, launch = self.stream.cupy, _GEMM, _LAUNCH   # (locals: the loop's lookups are its cost)
+        for kind, call, arguments in program:
+            if kind is gemm:
+                status = call(*arguments)
+                if status:
+                    handle.check(status, "cublasGemmStridedBatchedEx" if call is handle.strided
+                                 else "cublasGemmBatchedEx")
+            elif kind is launch:
+                grid, block, args, shared_mem = arguments
+                if shared_mem > 48 * 1024:
+                    call.max_dynamic_shared_size_bytes = shared_mem
+                call(grid, block, args, shared_mem=shared_mem, stream=stream)
+            elif kind is _UPLOAD:
+                self.upload_at(*arguments)
+            else:   # a GEMM of the device's own (the emulated device: NumPy on its stream)
+                batched, args, kwargs = arguments
+                (device.gemm_batched if batched else device.gemm)(self.stream, *args, **kwargs)
+
+    def _program(self, frozen: Any, workspace: int, handle: Any) -> tuple:
+        """`run_frozen`'s replay program of `frozen` at `workspace` on this context's stream with `handle`
+        (None: no cuBLAS GEMM), kept on `frozen` (one tuple: threads see a whole one). Loads the kernel
+        modules the launch list needs at its first use."""
+        device = self.device
+        kernels = device._kernels
+        program: list[tuple] = []
         for step in frozen.steps:
             kind = type(step)
             if kind is Launch:
@@ -217,26 +250,20 @@ class CudaKernelContext:
                 if kernel is None:   # a first call: every kernel file the launch list needs, loaded together
                     device.load_modules(s.file for s in frozen.steps if type(s) is Launch)
                     kernel = device.kernel(step.file, step.expr)
-                if step.shared_mem > 48 * 1024:
-                    kernel.max_dynamic_shared_size_bytes = step.shared_mem
-                kernel(step.grid, step.block, step.rebased(workspace) if step.patches else step.args,
-                       shared_mem=step.shared_mem, stream=stream)
+                program.append((_LAUNCH, kernel, (step.grid, step.block, step.rebased(workspace), step.shared_mem)))
             elif kind is Upload:
                 data, address = step.rebased_at(workspace)
-                self.upload_at(workspace + step.offset, data, address)
-            elif native:
-                last = step._native   # Gemm.native's cache, read here: this loop is the per-call cost
-                arguments = last[1] if last[0] == (workspace if step.patches else 0) else step.native(workspace)
-                if arguments is not None:
-                    if handle is None:
-                        handle = device.cublas(self.stream)
-                        cublas, strided, batched = handle.handle, handle.strided, handle.batched
-                    status = (batched if step.batched else strided)(cublas, *arguments)
-                    if status:
-                        handle.check(status, "cublasGemmBatchedEx" if step.batched else "cublasGemmStridedBatchedEx")
+                program.append((_UPLOAD, None, (workspace + step.offset, data, address)))
+            elif handle is not None:
+                arguments = step.native(workspace, handle.ints)
+                if arguments is not None:   # (None: an empty product, no call)
+                    program.append((_GEMM, handle.batched if step.batched else handle.strided,
+                                    (handle.handle, *arguments)))
             else:
-                args = step.rebased(workspace) if step.patches else step.args
-                (device.gemm_batched if step.batched else device.gemm)(self.stream, *args, **step.kwargs)
+                program.append((_HOST_GEMM, None, (step.batched, step.rebased(workspace), step.kwargs)))
+        resolved = tuple(program)
+        object.__setattr__(frozen, "program", ((workspace, self, handle), resolved))
+        return resolved
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
                shared_mem: int = 0) -> None:
@@ -526,16 +553,22 @@ class CudaDevice(Device):
     def gemm(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmStridedBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""
         from ..kernels import gemm
-        arguments = gemm.native_arguments(False, args, kwargs)
+        arguments = gemm.native_arguments(False, args, kwargs)   # checked; None: an empty product, no handle made
         if arguments is not None:
-            self.cublas(stream).gemm(False, arguments)
+            handle = self.cublas(stream)
+            if handle.ints:
+                arguments = gemm.native_arguments(False, args, kwargs, True)
+            handle.gemm(False, arguments)
 
     def gemm_batched(self, stream: CudaStream, *args: Any, **kwargs: Any) -> None:
         """cublasGemmBatchedEx on `stream` (inside the device's scope); kernels/gemm.py."""
         from ..kernels import gemm
-        arguments = gemm.native_arguments(True, args, kwargs)
+        arguments = gemm.native_arguments(True, args, kwargs)   # checked; None: an empty product, no handle made
         if arguments is not None:
-            self.cublas(stream).gemm(True, arguments)
+            handle = self.cublas(stream)
+            if handle.ints:
+                arguments = gemm.native_arguments(True, args, kwargs, True)
+            handle.gemm(True, arguments)
 
     def cublas(self, stream: CudaStream) -> Any:
         """The calling thread's cuBLAS handle of this device (kernels/gemm.HandlePool; called inside the
@@ -549,7 +582,12 @@ class CudaDevice(Device):
                     self._cublas_pool = gemm.HandlePool()
             pool = self._cublas_pool
         handle = pool.for_thread()
-        handle.use(int(stream.cupy.ptr), self._cublas_workspace(stream))
+        if stream.capture is None:   # cuBLAS's own workspace pool; nothing to do when the handle is so already
+            ptr = stream.cupy.ptr
+            if handle.stream_ptr != ptr or handle.workspace is not None:
+                handle.use(int(ptr), None)
+        else:
+            handle.use(int(stream.cupy.ptr), self._cublas_workspace(stream))
         return handle
 
     def _cublas_workspace(self, stream: CudaStream) -> tuple[int, int] | None:
@@ -646,3 +684,4 @@ class CudaDevice(Device):
             pool = self._cublas_pool
             if pool is not None:   # after the drain: no queued GEMM uses them any more
                 pool.close()
+            drop_programs(self)   # the cached frozen launches' replay programs on this device

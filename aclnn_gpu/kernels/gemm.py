@@ -306,6 +306,24 @@ def _scale(value: float) -> Any:
     return pointer
 
 
+_SCALAR_FLOATS: dict[float, Any] = {}   # the same values as c_float objects, for their addresses (`_scale_address`)
+_KEPT_FLOATS: list[Any] = []            # past _SCALARS_KEPT: every float an address was handed out for
+
+
+def _scale_address(value: float) -> int:
+    """The address of a float holding `value` (nvmath's binding takes alpha / beta as an intptr_t), kept
+    alive for the life of the process."""
+    key = float(np.float32(value))
+    number = _SCALAR_FLOATS.get(key)
+    if number is None:
+        number = ctypes.c_float(key)
+        if len(_SCALAR_FLOATS) < _SCALARS_KEPT:
+            _SCALAR_FLOATS[key] = number
+        else:
+            _KEPT_FLOATS.append(number)
+    return ctypes.addressof(number)
+
+
 # The C arguments are ctypes' own parameter objects (what `from_param` and `byref` return): a foreign call
 # copies such an object's value as it is, where a c_void_p or c_longlong instance would first be turned
 # into a new one per call (CPython's _ctypes/callproc.c, ConvParam). Ints below 2**31 pass as C ints.
@@ -325,12 +343,14 @@ def _op(trans: Any) -> int:
     return CUBLAS_OP_T if trans else CUBLAS_OP_N
 
 
-def native_arguments(batched: bool, args: tuple, kwargs: dict) -> tuple | None:
+def native_arguments(batched: bool, args: tuple, kwargs: dict, ints: bool = False) -> tuple | None:
     """The C arguments after the handle of cublasGemmStridedBatchedEx (or, `batched`, cublasGemmBatchedEx)
     for the portable argument list (`gemm_strided_batched`'s or `gemm_batched`'s, module docstring),
     checked and converted for a ctypes call without argument types: ints as Python ints, pointers and
-    strides as ctypes parameter objects, alpha / beta as pointers to interned floats. None: an empty product
-    (m, n or batch 0), which cuBLAS is not called for. A frozen GEMM converts once (ops/frozen.Gemm.native)."""
+    strides as ctypes parameter objects, alpha / beta as pointers to interned floats; with `ints`, every
+    value a Python int (alpha / beta their floats' addresses), as nvmath's Cython binding takes them
+    (`NvmathHandle`). None: an empty product (m, n or batch 0), which cuBLAS is not called for. A frozen
+    GEMM converts once (ops/frozen.Gemm.native)."""
     if batched:
         (transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch,
          compute) = _bind(_BATCHED_NAMES, args, kwargs)
@@ -340,6 +360,7 @@ def native_arguments(batched: bool, args: tuple, kwargs: dict) -> tuple | None:
     _check_args(transa, transb, m, n, k, lda, ldb, ldc, batch)
     if m == 0 or n == 0 or batch == 0:
         return None
+    _pointer, _long, _scale = (int, int, _scale_address) if ints else _C_FORM
     head = (_op(transa), _op(transb), _c_int(m, "m"), _c_int(n, "n"), _c_int(k, "k"), _scale(alpha))
     comp = _COMPUTE_TYPES.get(compute)
     if comp is None:
@@ -353,6 +374,8 @@ def native_arguments(batched: bool, args: tuple, kwargs: dict) -> tuple | None:
             _cuda_type(c_type), _c_int(ldc, "ldc"), _long(int(stride_c)), _c_int(batch, "batch"), comp,
             CUBLAS_GEMM_DEFAULT)
 
+
+_C_FORM = (_pointer, _long, _scale)   # the ctypes parameter objects of native_arguments (ints=False)
 
 _STRIDED_NAMES = ("transa", "transb", "m", "n", "k", "alpha", "a", "a_type", "lda", "stride_a", "b", "b_type", "ldb",
                   "stride_b", "beta", "c", "c_type", "ldc", "stride_c", "batch", "compute")
@@ -391,6 +414,8 @@ class CublasHandle:
     documentation, cublasSetStream), so the workspace is set after it, and a handle leaving a capture
     goes back to the pool: a graph replayed on another stream never shares its workspace with a direct
     GEMM. Made and used with its device current."""
+
+    ints = False   # its GEMMs take native_arguments' ctypes form
 
     def __init__(self, functions: Any = None):
         fns = cublas_functions() if functions is None else functions
@@ -438,24 +463,101 @@ class CublasHandle:
             self.check(self.functions.cublasDestroy_v2(handle), "cublasDestroy")
 
 
+# Which binding calls cuBLAS: "ctypes" (the default: the libcublas CuPy loaded, `CublasHandle`) or
+# "nvmath" (nvmath-python's Cython binding, `NvmathHandle`: about 0.15 us per GEMM call against ctypes'
+# 0.61 us over a null libcublas, bench/launch_paths.py; not a dependency of the library).
+BINDING_ENV = "ACLNN_GPU_CUBLAS_BINDING"
+
+
+def nvmath_cublas() -> Any:
+    """nvmath-python's cuBLAS binding module (`nvmath.bindings.cublas`), or the error of a missing one."""
+    try:
+        from nvmath.bindings import cublas   # type: ignore[import-not-found]
+    except ImportError as e:
+        raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      f"cuBLAS binding: {BINDING_ENV}=nvmath needs nvmath-python ({e}); `pip install nvmath-python` "
+                      f"or unset {BINDING_ENV} (the default calls cuBLAS through ctypes)") from None
+    return cublas
+
+
+class NvmathHandle:
+    """`CublasHandle`'s interface over nvmath-python's Cython binding (`nvmath.bindings.cublas`, or
+    `binding`, a module of the same functions): the handle is made, configured and used through the
+    binding, so every call goes to the one copy of libcublas it loaded. Its GEMMs take native_arguments'
+    int form (`ints`); a failed call raises the binding's cuBLASError. The same modes as CublasHandle's,
+    set once; the stream and workspace set per execute only when they change."""
+
+    ints = True
+
+    def __init__(self, binding: Any = None):
+        nv = nvmath_cublas() if binding is None else binding
+        self.functions = nv
+        self.made: Any = nv.create()
+        self.handle: Any = self.made
+        self.stream_ptr: int | None = None
+        self.workspace: tuple[int, int] | None = None
+        nv.set_math_mode(self.made, LIBRARY_MATH_MODE)
+        nv.set_pointer_mode(self.made, CUBLAS_POINTER_MODE_HOST)
+        self.strided = nv.gemm_strided_batched_ex   # (handle, *native_arguments(False, ..., ints=True))
+        self.batched = nv.gemm_batched_ex
+
+    def use(self, stream_ptr: int, workspace: tuple[int, int] | None) -> None:
+        """As CublasHandle.use (cublasSetStream resets the workspace, so the workspace is set after it)."""
+        if stream_ptr == self.stream_ptr and workspace == self.workspace:
+            return
+        nv = self.functions
+        self.stream_ptr = self.workspace = None
+        nv.set_stream(self.made, int(stream_ptr))
+        if workspace is not None:
+            nv.set_workspace(self.made, int(workspace[0]), int(workspace[1]))
+        self.stream_ptr, self.workspace = stream_ptr, workspace
+
+    def gemm(self, batched: bool, arguments: tuple) -> None:
+        (self.batched if batched else self.strided)(self.made, *arguments)
+
+    @staticmethod
+    def check(status: Any, what: str) -> None:   # the binding raises itself; a status is never returned
+        if status:
+            raise RuntimeError(f"{what}: cuBLAS status {status}")
+
+    def close(self) -> None:
+        handle, self.made, self.handle = self.made, None, None
+        if handle:
+            self.functions.destroy(handle)
+
+
+def handle_maker(functions: Any = None) -> Any:
+    """What makes a HandlePool's handles: `functions` given (a double of libcublas's entry points) or the
+    default, CublasHandle; NvmathHandle when the environment names the nvmath binding."""
+    binding = os.environ.get(BINDING_ENV, "ctypes")
+    if functions is None and binding == "nvmath":
+        return NvmathHandle
+    if binding not in ("ctypes", "nvmath"):
+        raise OpError(aclError.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                      f"cuBLAS binding: {BINDING_ENV}={binding!r} is neither 'ctypes' nor 'nvmath'")
+    return lambda: CublasHandle(functions)
+
+
 class HandlePool:
     """The handles of one device, one per thread that runs GEMMs on it (`for_thread`). A thread's lease
     gives its handle back to the pool when the thread ends (its thread-local storage is dropped), so a
-    process that starts threads again and again reuses handles instead of making new ones."""
+    process that starts threads again and again reuses handles instead of making new ones. The binding
+    (`handle_maker`) is chosen when the pool is made, at the device's first GEMM."""
 
     def __init__(self, functions: Any = None) -> None:
         self.functions = functions
-        self.free: list[CublasHandle] = []
+        self.make = handle_maker(functions)
+        self.free: list[Any] = []
         self._local = threading.local()
 
-    def for_thread(self) -> CublasHandle:
+    def for_thread(self) -> Any:
         """The calling thread's handle (made, or taken from the pool, with the device current)."""
         lease = getattr(self._local, "lease", None)
         if lease is None:
             try:
                 handle = self.free.pop()
             except IndexError:
-                handle = CublasHandle(self.functions)
+                handle = self.make()
             lease = self._local.lease = _Lease(handle, self.free)
         return lease.handle
 

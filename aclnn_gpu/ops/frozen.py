@@ -7,7 +7,10 @@ bytes of every upload, the kernel name, geometry and argument tuple of every lau
 positions of the arguments that point into the workspace (and of the words of an uploaded uint64
 table that do: a GEMM's pointer array; int64 tiling tables are never patched). Phase 2
 (`FrozenLaunch.run`) only rebases those few values on the real workspace and enqueues the steps on
-the stream: no shape arithmetic, no dtype tables, no tiling built again.
+the stream: no shape arithmetic, no dtype tables, no tiling built again. The cuda device resolves the
+steps further, once per workspace, stream and cuBLAS handle, into a replay program kept on the frozen
+launch (`FrozenLaunch.program`, device/cuda.CudaKernelContext.run_frozen); a device's reset drops its
+programs from the cached launches (`drop_programs`).
 
 The recorder also checks that every workspace range a step touches lies inside the size
 GetWorkspaceSize reported, so the workspace size and the launches cannot disagree, and that every
@@ -124,15 +127,15 @@ class Gemm:
         """The arguments with the workspace at `workspace` (pointers as int, as recorded)."""
         return self.args if not self.patches else _rebased_args(self, workspace, int)
 
-    def native(self, workspace: int) -> tuple[Any, ...] | None:
-        """The C arguments of the cuBLAS call after its handle (kernels/gemm.native_arguments; None: an empty
-        product) with the workspace at `workspace`: converted once, kept for the last workspace (and for
-        good when no argument points into the workspace)."""
-        key = workspace if self.patches else 0
+    def native(self, workspace: int, ints: bool = False) -> tuple[Any, ...] | None:
+        """The C arguments of the cuBLAS call after its handle (kernels/gemm.native_arguments, in its int form
+        with `ints`; None: an empty product) with the workspace at `workspace`: converted once, kept for the
+        last workspace (and for good when no argument points into the workspace)."""
+        key = (workspace if self.patches else 0, ints)
         last = self._native
         if last[0] == key:
             return last[1]
-        arguments = native_arguments(self.batched, self.rebased(workspace), self.kwargs)
+        arguments = native_arguments(self.batched, self.rebased(workspace), self.kwargs, ints)
         object.__setattr__(self, "_native", (key, arguments))   # one tuple: threads see a whole one
         return arguments
 
@@ -145,6 +148,13 @@ class FrozenLaunch:
     steps: tuple[Upload | Launch | Gemm, ...]
     sm_count: int          # the device's, which the recorded grids were sized for
     rebased: bool          # recorded against the sentinel workspace (False: workspace 0, nothing to patch)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gemms", sum(type(step) is Gemm for step in self.steps))
+        # a device's replay program for its last (workspace, stream, cuBLAS handle): the cuda device's
+        # `run_frozen` keeps here the steps resolved to calls (kernels, C arguments with the handle in
+        # front), so an execute with the same workspace on the same stream and thread only makes them
+        object.__setattr__(self, "program", (None, ()))
 
     def run(self, ctx: Any, workspace: int) -> None:
         """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace` (a context
@@ -252,6 +262,17 @@ def freeze_cached(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenL
                 del _cache[next(iter(_cache))]
             _cache[key] = frozen
     return frozen
+
+
+def drop_programs(device: Any) -> None:
+    """Forget the replay programs a device made on the cached frozen launches (its reset: they hold its
+    streams' contexts, kernels and cuBLAS handles, which would otherwise live as long as the cache)."""
+    with _cache_lock:
+        frozen_launches = list(_cache.values())
+    for frozen in frozen_launches:
+        key = frozen.program[0]
+        if key is not None and getattr(key[1], "device", None) is device:
+            object.__setattr__(frozen, "program", (None, ()))
 
 
 def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:

@@ -161,6 +161,56 @@ def use_cublas(monkeypatch) -> RecordingCublas:
     return recorder
 
 
+class NvmathFace:
+    """nvmath-python's `nvmath.bindings.cublas` over a RecordingCublas: the same calls with ints, raising
+    instead of returning a failed status (what kernels/gemm.NvmathHandle calls)."""
+
+    def __init__(self, recorder: RecordingCublas):
+        self.recorder = recorder
+
+    def _call(self, name, *args):
+        status = getattr(self.recorder, name)(*args)
+        if status:
+            raise RuntimeError(f"{name}: cuBLAS status {status}")
+
+    def create(self):
+        handle = ctypes.c_void_p()
+        self._call("cublasCreate_v2", ctypes.byref(handle))
+        return handle.value
+
+    def destroy(self, handle):
+        self._call("cublasDestroy_v2", handle)
+
+    def set_stream(self, handle, stream):
+        self._call("cublasSetStream_v2", handle, stream)
+
+    def set_workspace(self, handle, workspace, size):
+        self._call("cublasSetWorkspace_v2", handle, workspace, size)
+
+    def set_math_mode(self, handle, mode):
+        self._call("cublasSetMathMode", handle, mode)
+
+    def set_pointer_mode(self, handle, mode):
+        self._call("cublasSetPointerMode_v2", handle, mode)
+
+    def gemm_strided_batched_ex(self, handle, *arguments):
+        assert all(type(a) is int for a in (handle, *arguments)), arguments   # the Cython binding's intptr_t / int
+        self._call("cublasGemmStridedBatchedEx", handle, *arguments)
+
+    def gemm_batched_ex(self, handle, *arguments):
+        assert all(type(a) is int for a in (handle, *arguments)), arguments
+        self._call("cublasGemmBatchedEx", handle, *arguments)
+
+
+def use_binding(monkeypatch, binding: str) -> RecordingCublas:
+    """`use_cublas`, the GEMMs through the ctypes binding or (ACLNN_GPU_CUBLAS_BINDING=nvmath) through
+    kernels/gemm.NvmathHandle over an NvmathFace of the same recorder."""
+    recorder = use_cublas(monkeypatch)
+    monkeypatch.setenv(gemm.BINDING_ENV, binding)
+    monkeypatch.setattr(gemm, "nvmath_cublas", lambda: NvmathFace(recorder))
+    return recorder
+
+
 def conv_tbc_backward(s, dtype, cube, rng):
     T, B, Cin, Cout, K, pad = 40, 3, 8, 16, 3, 1    # per-tap GEMMs: fp32 and fp16 / bf16 results
     mk = lambda *shape: rng.standard_normal(shape).astype(np.float32).astype(dtype)  # noqa: E731
@@ -183,13 +233,16 @@ def emulated():
     (np.dtype(np.float16), 0, 68), (dtypes.bfloat16, 1, 68),
     (np.dtype(np.float32), 0, 68), (np.dtype(np.float32), 2, 68), (np.dtype(np.float32), 1, 77)],
     ids=["fp16", "bf16", "fp32-keep", "fp32-use-fp16", "fp32-tf32"])
-def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
+@pytest.mark.parametrize("binding", ["ctypes", "nvmath"])
+def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute, binding):
     seed = 1234
     expected = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))   # the NumPy GEMM
-    recorder = use_cublas(monkeypatch)
+    recorder = use_binding(monkeypatch, binding)
     got = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))
     assert recorder.calls, "no GEMM went through cuBLAS"
     assert len(recorder.calls) == 2 * 3, "gradWeight's and gradInput's GEMM per tap, all through cuBLAS"
+    handle = get_device()._cublas_pool.for_thread()
+    assert type(handle) is (gemm.NvmathHandle if binding == "nvmath" else gemm.CublasHandle)
     for call in recorder.calls:
         assert call["math"] & gemm.CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, call
         assert call["math"] & 0xF != TF32_TENSOR_OP_MATH, call   # TF32 only by the compute type
@@ -201,12 +254,13 @@ def test_cublas_math_mode(emulated, monkeypatch, dtype, cube, compute):
         np.testing.assert_array_equal(a.view(np.uint8), e.view(np.uint8))
 
 
-def test_cublas_gemms_in_an_acl_graph(emulated, monkeypatch):
+@pytest.mark.parametrize("binding", ["ctypes", "nvmath"])
+def test_cublas_gemms_in_an_acl_graph(emulated, monkeypatch, binding):
     """ConvTbc's GEMMs captured in an ACL graph (cuBLAS on a capturing stream, which CuPy's
     wrappers refuse) replay to the bits of the direct calls, each on a workspace of the model's own."""
     seed, dtype, cube = 99, np.dtype(np.float16), 0
     expected = conv_tbc_backward(emulated, dtype, cube, np.random.default_rng(seed))   # the NumPy GEMM
-    recorder = use_cublas(monkeypatch)
+    recorder = use_binding(monkeypatch, binding)
     s = emulated
     T, B, Cin, Cout, K, pad = 40, 3, 8, 16, 3, 1    # conv_tbc_backward's problem
     rng = np.random.default_rng(seed)
@@ -370,3 +424,32 @@ def test_a_thread_gives_its_handle_back_when_it_ends(monkeypatch):
     assert recorder.setup.count("create") == 2
     pool.close()
     assert set(recorder.handles) == {CUPY_HANDLE}   # every handle the pool made is destroyed
+
+
+def test_the_cublas_binding_is_named_by_the_environment(monkeypatch):
+    """ACLNN_GPU_CUBLAS_BINDING: ctypes (the default) or nvmath; another name is refused with the rule."""
+    from aclnn_gpu.errors import OpError
+    monkeypatch.delenv(gemm.BINDING_ENV, raising=False)
+    assert gemm.handle_maker() is not gemm.NvmathHandle
+    monkeypatch.setenv(gemm.BINDING_ENV, "nvmath")
+    assert gemm.handle_maker() is gemm.NvmathHandle
+    assert gemm.handle_maker(RecordingCublas()) is not gemm.NvmathHandle   # a double of libcublas: ctypes
+    monkeypatch.setenv(gemm.BINDING_ENV, "cffi")
+    with pytest.raises(OpError, match="ACLNN_GPU_CUBLAS_BINDING='cffi' is neither 'ctypes' nor 'nvmath'"):
+        gemm.handle_maker()
+
+
+def test_the_nvmath_binding_missing_is_the_first_gemms_error(emulated, monkeypatch):
+    """ACLNN_GPU_CUBLAS_BINDING=nvmath without nvmath-python: the execute that makes the first GEMM returns
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT naming the variable (nothing else is tried in its place)."""
+    import sys
+    use_cublas(monkeypatch)
+    monkeypatch.setenv(gemm.BINDING_ENV, "nvmath")
+    monkeypatch.setitem(sys.modules, "nvmath", None)   # import nvmath raises ImportError
+    s, rng = emulated, np.random.default_rng(3)
+    mk = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    outs = [s.poisoned(shape, np.float32) for shape in ((40, 3, 8), (3, 8, 16), (16,))]
+    status = s.run(acl.aclnnConvTbcBackwardGetWorkspaceSize, acl.aclnnConvTbcBackward, s.tensor(mk(40, 3, 16)),
+                   s.tensor(mk(40, 3, 8)), s.tensor(mk(3, 8, 16)), s.tensor(mk(16)), 1, 0, *outs)
+    assert status == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, status
+    assert "ACLNN_GPU_CUBLAS_BINDING=nvmath needs nvmath-python" in acl.aclGetRecentErrMsg()
