@@ -11,6 +11,7 @@ checks against PyTorch's own in float64."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 
 import pytest
@@ -252,6 +253,11 @@ def test_backward_runs_on_the_forward_stream(gpu, launches):
     _close((grad,), (expected,))
 
 
+def _latest_capture():
+    """The TorchCapture of the latest call captured (its graph's hold is the newest)."""
+    return list(torch_stream._holds.values())[-1].captures[-1]
+
+
 @pytest.mark.parametrize("mode", ["global", "relaxed"])
 def test_captured_call_replays(gpu, monkeypatch, mode):
     """A call made while PyTorch's stream captures a graph: its tables are uploaded from pinned buffers of
@@ -269,7 +275,9 @@ def test_captured_call_replays(gpu, monkeypatch, mode):
         expected = [aclnn.ctc_loss(v, targets, il, tl, blank, zi)[0] for v in (lp, lp2)]
     static_lp, targets = lp.to(gpu.device), targets.to(gpu.device)
     side = gpu.new_stream()
-    kept = len(torch_stream._captured)
+    gc.collect()                        # earlier tests' graphs gone: what they kept is released here
+    torch_stream.release_graphs()
+    kept = torch_stream.held_captures()
     with gpu.stream(side):
         aclnn.ctc_loss(static_lp, targets, il, tl, blank, zi)                  # warm-up, outside the capture
         gpu.synchronize(side)
@@ -283,7 +291,7 @@ def test_captured_call_replays(gpu, monkeypatch, mode):
             with torch.cuda.graph(graph, stream=side, capture_error_mode=mode):
                 out, _ = aclnn.ctc_loss(static_lp, targets, il, tl, blank, zi)
             replay = graph.replay
-    assert uploads and len(torch_stream._captured) == kept + 1 and torch_stream._captured[-1].plans
+    assert uploads and torch_stream.held_captures() == kept + 1 and _latest_capture().plans
     assert len(pinned) == len(uploads) and all(a[4] is not None for a in uploads)   # each from PyTorch's pinned memory
     for value, want in zip((lp, lp2), expected):
         static_lp.copy_(value.to(gpu.device))
@@ -313,7 +321,7 @@ def test_captured_host_tensor_is_copied_from_pinned_memory_the_capture_keeps(gpu
         graph = side.cupy.end_capture()
     copies = gpu.standin.pinned_copies      # the targets, then the launches' tables (bytes)
     assert torch.equal(copies[0], targets) and all(c.dtype == torch.uint8 for c in copies[1:])
-    assert any(kept is copies[0] for kept in torch_stream._captured[-1].keep)
+    assert any(kept is copies[0] for kept in _latest_capture().keep)
     with gpu.stream(side):
         graph.launch(side.cupy)
     gpu.synchronize(side)
