@@ -259,11 +259,12 @@ _kept_for_good: list[TorchCapture] = []  # captures no user object could follow:
 _holds_lock = threading.Lock()
 _SEM_BYTES = 64                           # >= sizeof(sem_t) (32 on glibc's 64-bit targets)
 _libc: Any = None
+_sem_post = 0                             # the address of libc's sem_post: the user objects' destructor
 
 
 def _semaphores() -> Any:
     """libc's malloc / sem_init / sem_post / sem_getvalue / sem_destroy / free, or None where absent."""
-    global _libc
+    global _libc, _sem_post
     if _libc is None:
         try:
             libc = ctypes.CDLL(None)
@@ -272,7 +273,7 @@ def _semaphores() -> Any:
             libc.sem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
             libc.sem_getvalue.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
             libc.sem_destroy.argtypes = [ctypes.c_void_p]
-            libc.sem_post_address = ctypes.cast(libc.sem_post, ctypes.c_void_p).value
+            _sem_post = ctypes.cast(libc.sem_post, ctypes.c_void_p).value or 0
             _libc = libc
         except (OSError, AttributeError):
             _libc = False
@@ -288,9 +289,10 @@ def _hold_for_graph(capture: TorchCapture, cp: Any, stream_handle: int) -> None:
     libc = _semaphores()
     cudart = cuda_bindings_runtime(cp)
     ok = cudart.cudaError_t.cudaSuccess
+    active = int(cudart.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive)
     info = cudart.cudaStreamGetCaptureInfo(stream_handle) if libc is not None else None
     with _holds_lock:
-        if info is None or info[0] != ok or int(info[1]) != int(cudart.cudaStreamCaptureStatusActive):
+        if info is None or info[0] != ok or int(info[1]) != active:
             _kept_for_good.append(capture)
             return
         capture_id, graph = int(info[2]), info[3]
@@ -301,14 +303,15 @@ def _hold_for_graph(capture: TorchCapture, cp: Any, stream_handle: int) -> None:
                 libc.free(semaphore)
                 _kept_for_good.append(capture)
                 return
-            err, user = cudart.cudaUserObjectCreate(semaphore, cudart.cudaHostFn_t(libc.sem_post_address), 1,
-                                                    int(cudart.cudaUserObjectNoDestructorSync))
+            err, user = cudart.cudaUserObjectCreate(semaphore, cudart.cudaHostFn_t(_sem_post), 1,
+                                                    int(cudart.cudaUserObjectFlags.cudaUserObjectNoDestructorSync))
             if err != ok:
                 libc.sem_destroy(semaphore)
                 libc.free(semaphore)
                 _kept_for_good.append(capture)
                 return
-            err, = cudart.cudaGraphRetainUserObject(graph, user, 1, int(cudart.cudaGraphUserObjectMove))
+            move = int(cudart.cudaUserObjectRetainFlags.cudaGraphUserObjectMove)
+            err, = cudart.cudaGraphRetainUserObject(graph, user, 1, move)
             if err != ok:   # our reference is still ours: releasing it runs the destructor (posts) now
                 cudart.cudaUserObjectRelease(user, 1)
                 _kept_for_good.append(capture)   # (the semaphore stays allocated: never polled)

@@ -587,6 +587,22 @@ def _release_user(user: _UserObject, count: int) -> None:
             _user_objects.pop(user.handle, None)
 
 
+class _CaptureStatus(enum.IntEnum):
+    """cuda-bindings' cudaStreamCaptureStatus."""
+
+    cudaStreamCaptureStatusNone = 0
+    cudaStreamCaptureStatusActive = 1
+    cudaStreamCaptureStatusInvalidated = 2
+
+
+class _UserObjectFlags(enum.IntEnum):
+    cudaUserObjectNoDestructorSync = 1
+
+
+class _UserObjectRetainFlags(enum.IntEnum):
+    cudaGraphUserObjectMove = 1
+
+
 class _CudaBindingsRuntime:
     """The part of cuda-bindings' `cuda.bindings.runtime` the cuda device calls, with its signature:
     handles as ints, every call returning a tuple whose first item is a cudaError_t. User objects as
@@ -596,9 +612,9 @@ class _CudaBindingsRuntime:
 
     cudaError_t = cudaError_t
     cudaEventRecordDefault, cudaEventRecordExternal = 0, 1
-    cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive, cudaStreamCaptureStatusInvalidated = 0, 1, 2
-    cudaUserObjectNoDestructorSync = 1
-    cudaGraphUserObjectMove = 1
+    cudaStreamCaptureStatus = _CaptureStatus
+    cudaUserObjectFlags = _UserObjectFlags
+    cudaUserObjectRetainFlags = _UserObjectRetainFlags
     cudaHostFn_t = int   # cuda-bindings wraps a C function's address in cudaHostFn_t(address)
 
     @staticmethod
@@ -607,11 +623,12 @@ class _CudaBindingsRuntime:
         try:
             work = _stream(int(stream)).worker.capture
         except CUDARuntimeError as e:
-            return (cudaError_t(e.status), 0, 0, None, None, None, 0)
+            return (cudaError_t(e.status), _CaptureStatus(0), 0, None, None, None, 0)
         if work is None:
-            return (cudaError_t.cudaSuccess, 0, 0, None, None, None, 0)
+            return (cudaError_t.cudaSuccess, _CaptureStatus(0), 0, None, None, None, 0)
         handle = _graph_handle(work)
-        return (cudaError_t.cudaSuccess, 2 if work.invalidated is not None else 1, handle, handle, None, None, 0)
+        status = _CaptureStatus(2 if work.invalidated is not None else 1)
+        return (cudaError_t.cudaSuccess, status, handle, handle, None, None, 0)
 
     @staticmethod
     def cudaUserObjectCreate(ptr: int, destroy: int, initialRefcount: int, flags: int) -> tuple[Any, Any]:
