@@ -41,7 +41,8 @@ Where a call runs, and when it returns:
     reads is `record_stream`ed on that stream, so it may be dropped at once. Inside
     `torch.cuda.graph(...)` the calls are captured, in any capture_error_mode (warm up first, as for
     PyTorch's ops): the tables they upload live in pinned buffers from PyTorch's host allocator, kept
-    for the life of the process; captured GEMMs share one cuBLAS workspace per stream, from PyTorch's
+    (with the plans) until the CUDA graph and its instances are destroyed (a CUDA user object the
+    graph holds); captured GEMMs share one cuBLAS workspace per stream, from PyTorch's
     allocator; a host tensor among the inputs is captured as its value then (CTC lengths: host
     values, not CUDA tensors, in a capture). The host waits only where PyTorch's own op
     would: CTC lengths given as CUDA tensors are read on the host. `aclnn_gpu/torch_stream.py` has

@@ -27,13 +27,24 @@ phases) over a `TorchCall` instead of functional's `_Call`:
 
 While the stream captures a CUDA graph (`torch.cuda.graph`), the stream carries a `TorchCapture`: the
 tables a launch uploads come from pinned buffers of their own (the graph re-reads them at every
-replay) and the plans are kept, both for the life of the process, since a captured graph may be
-replayed as long as it lives and PyTorch says nothing when it goes. Whatever such a call allocates
+replay) and the plans are kept, as long as the graph can be replayed: until the CUDA graph and every
+instance of it are destroyed. The rule is CUDA's own, a user object: the first call captured into a
+graph creates one (cudaUserObjectCreate) and moves its reference to the graph being captured
+(cudaStreamGetCaptureInfo, cudaGraphRetainUserObject); CUDA passes the graph's references to its
+instances and runs the destructor once the graph and all its instances are gone and their launches
+done (a `torch.cuda.CUDAGraph` destroys its graph after instantiating it; its `reset()`, or its
+collection, destroys the instance). A weak reference to the `CUDAGraph` object would not do: a call
+cannot see which Python object captures, and a graph may outlive the object (an instance kept by
+other code). The destructor is libc's `sem_post` on a semaphore of the graph's (no Python, no lock
+and no CUDA call on CUDA's thread, as cudaUserObjectCreate requires); every later call (or
+`release_graphs()`) sees it posted and drops what the graph kept. Where no user object can be made
+(a driver without them), the capture is kept for the life of the process. Whatever such a call allocates
 comes from PyTorch (pinned host tensors, `torch.empty` in the graph's pool), never from CuPy, so it
 captures in PyTorch's default "global" mode, where a cudaMalloc or cudaHostAlloc of CuPy's would end
 the capture; a host tensor among its inputs is copied from a pinned copy the capture keeps (the graph
 replays that copy: the value at capture time). The GEMMs of captured calls share one cuBLAS workspace
-per capturing stream and GPU (`torch.empty`, kept for the process), as PyTorch's own cuBLAS workspace
+per capturing stream and GPU (`torch.empty`, kept for the process: bounded by the streams, not the
+captures), as PyTorch's own cuBLAS workspace
 is one per stream: graphs captured on one stream must not replay at the same time on two. Warm up
 before capturing, as PyTorch asks for its own ops: the first call on a GPU creates the device (streams,
 pinned upload ring) and compiles its kernels, which a capture cannot hold. CTC lengths given as CUDA
@@ -52,6 +63,7 @@ GPU `TorchCuda` answers.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import inspect
 import threading
 import warnings
@@ -61,7 +73,7 @@ import numpy as np
 import torch
 
 from . import dtypes
-from .device.cuda import CudaStream
+from .device.cuda import CudaStream, cuda_bindings_runtime
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .runtime import aclrtStream, device_of, get_device, using_device
 from .status import aclError, aclFormat
@@ -229,7 +241,113 @@ class TorchCapture:
         return "a PyTorch stream captures a CUDA graph"
 
 
-_captured: list[TorchCapture] = []   # kept for the life of the process (see the module docstring)
+class _GraphHold:
+    """What the calls captured into one CUDA graph keep (their TorchCaptures), until the graph goes:
+    `posted` is a POSIX semaphore (malloc'ed, so it outlives the interpreter) that the destructor of a
+    CUDA user object the graph holds posts (libc's sem_post itself is the destructor: it runs on
+    CUDA's internal thread, takes no lock and calls no CUDA or Python)."""
+
+    __slots__ = ("captures", "semaphore")
+
+    def __init__(self, semaphore: int):
+        self.captures: list[TorchCapture] = []
+        self.semaphore = semaphore
+
+
+_holds: dict[int, _GraphHold] = {}       # capture id (cudaStreamGetCaptureInfo) -> what its graph keeps
+_kept_for_good: list[TorchCapture] = []  # captures no user object could follow: kept for the process
+_holds_lock = threading.Lock()
+_SEM_BYTES = 64                           # >= sizeof(sem_t) (32 on glibc's 64-bit targets)
+_libc: Any = None
+_sem_post = 0                             # the address of libc's sem_post: the user objects' destructor
+
+
+def _semaphores() -> Any:
+    """libc's malloc / sem_init / sem_post / sem_getvalue / sem_destroy / free, or None where absent."""
+    global _libc, _sem_post
+    if _libc is None:
+        try:
+            libc = ctypes.CDLL(None)
+            libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+            libc.free.argtypes = [ctypes.c_void_p]
+            libc.sem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
+            libc.sem_getvalue.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            libc.sem_destroy.argtypes = [ctypes.c_void_p]
+            _sem_post = ctypes.cast(libc.sem_post, ctypes.c_void_p).value or 0
+            _libc = libc
+        except (OSError, AttributeError):
+            _libc = False
+    return _libc or None
+
+
+def _hold_for_graph(capture: TorchCapture, cp: Any, stream_handle: int) -> None:
+    """Keep `capture` until the CUDA graph its stream captures into is destroyed with every instance
+    of it: one user object per graph (cudaUserObjectCreate, its reference moved to the graph by
+    cudaGraphRetainUserObject), whose destructor posts the hold's semaphore; `release_graphs` then
+    drops it. Where that cannot be set up (no libc semaphores, a driver without user objects), the
+    capture is kept for the life of the process."""
+    libc = _semaphores()
+    cudart = cuda_bindings_runtime(cp)
+    ok = cudart.cudaError_t.cudaSuccess
+    active = int(cudart.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive)
+    info = cudart.cudaStreamGetCaptureInfo(stream_handle) if libc is not None else None
+    with _holds_lock:
+        if info is None or info[0] != ok or int(info[1]) != active:
+            _kept_for_good.append(capture)
+            return
+        capture_id, graph = int(info[2]), info[3]
+        hold = _holds.get(capture_id)
+        if hold is None:
+            semaphore = libc.malloc(_SEM_BYTES)
+            if not semaphore or libc.sem_init(semaphore, 0, 0) != 0:
+                libc.free(semaphore)
+                _kept_for_good.append(capture)
+                return
+            err, user = cudart.cudaUserObjectCreate(semaphore, cudart.cudaHostFn_t(_sem_post), 1,
+                                                    int(cudart.cudaUserObjectFlags.cudaUserObjectNoDestructorSync))
+            if err != ok:
+                libc.sem_destroy(semaphore)
+                libc.free(semaphore)
+                _kept_for_good.append(capture)
+                return
+            move = int(cudart.cudaUserObjectRetainFlags.cudaGraphUserObjectMove)
+            err, = cudart.cudaGraphRetainUserObject(graph, user, 1, move)
+            if err != ok:   # our reference is still ours: releasing it runs the destructor (posts) now
+                cudart.cudaUserObjectRelease(user, 1)
+                _kept_for_good.append(capture)   # (the semaphore stays allocated: never polled)
+                return
+            hold = _holds[capture_id] = _GraphHold(semaphore)
+        hold.captures.append(capture)
+
+
+def release_graphs() -> int:
+    """Drop what the graphs destroyed since the last look kept (their plans and pinned buffers, back to
+    PyTorch's host allocator); returns the number of graphs whose captures are still held. Called by
+    every call on PyTorch's stream; call it after destroying graphs to release their memory at once."""
+    if not _holds:
+        return 0
+    libc = _semaphores()
+    value = ctypes.c_int(0)
+    released: list[_GraphHold] = []
+    with _holds_lock:
+        for capture_id, hold in list(_holds.items()):
+            libc.sem_getvalue(hold.semaphore, ctypes.byref(value))
+            if value.value > 0:   # posted: the destructor has returned, the semaphore is ours again
+                released.append(_holds.pop(capture_id))
+        left = len(_holds)
+    for hold in released:
+        libc.sem_destroy(hold.semaphore)
+        libc.free(hold.semaphore)
+        hold.captures.clear()
+    return left
+
+
+def held_captures() -> int:
+    """The number of calls' captures kept now (those of live graphs, and those kept for good)."""
+    with _holds_lock:
+        return sum(len(hold.captures) for hold in _holds.values()) + len(_kept_for_good)
+
+
 _capture_workspaces: dict[tuple[int, int], torch.Tensor] = {}   # (GPU, stream handle) -> cuBLAS workspace
 _capture_workspaces_lock = threading.Lock()
 
@@ -278,9 +396,11 @@ class TorchCall:
         self.torch_device = like.device
         self.index = index
         self.stream = gpu.current_stream(index)
+        if _holds:   # what graphs destroyed since kept goes first
+            release_graphs()
         self.capture = TorchCapture() if gpu.capturing(self.stream, index) else None
         if self.capture is not None:   # kept from the start: a failed call's captured work stays in the graph
-            _captured.append(self.capture)
+            _hold_for_graph(self.capture, device.cp, int(self.stream.cuda_stream))
         self.lent: list[tuple[Any, int]] = []
         self.keep: list[torch.Tensor] = []
 
@@ -346,7 +466,9 @@ class TorchCall:
 
     def run(self, get_workspace_size: Callable[..., Any], execute: Callable[..., int], *args: Any) -> None:
         """Phase 1, the workspace from PyTorch's allocator, phase 2 on PyTorch's stream; no wait."""
-        status, workspace_size, executor = get_workspace_size(*args)
+        # new descriptors at every call: never an executor_cache hit, so not offered to it (an entry would
+        # keep the plan, and what it names, until the cache's bound evicts it)
+        status, workspace_size, executor = getattr(get_workspace_size, "uncached", get_workspace_size)(*args)
         check_status(status)
         workspace = None
         if workspace_size:
@@ -389,4 +511,4 @@ def call(function: Callable[..., Any], like: torch.Tensor, *args: Any) -> Any:
 
 
 __all__ = ["TorchCuda", "TorchCall", "TorchCapture", "TorchStream", "backend", "set_backend", "runs_on_stream",
-           "capturing_for", "call"]
+           "capturing_for", "call", "release_graphs", "held_captures"]

@@ -11,6 +11,7 @@ checks against PyTorch's own in float64."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 
 import pytest
@@ -252,6 +253,11 @@ def test_backward_runs_on_the_forward_stream(gpu, launches):
     _close((grad,), (expected,))
 
 
+def _latest_capture():
+    """The TorchCapture of the latest call captured (its graph's hold is the newest)."""
+    return list(torch_stream._holds.values())[-1].captures[-1]
+
+
 @pytest.mark.parametrize("mode", ["global", "relaxed"])
 def test_captured_call_replays(gpu, monkeypatch, mode):
     """A call made while PyTorch's stream captures a graph: its tables are uploaded from pinned buffers of
@@ -269,7 +275,9 @@ def test_captured_call_replays(gpu, monkeypatch, mode):
         expected = [aclnn.ctc_loss(v, targets, il, tl, blank, zi)[0] for v in (lp, lp2)]
     static_lp, targets = lp.to(gpu.device), targets.to(gpu.device)
     side = gpu.new_stream()
-    kept = len(torch_stream._captured)
+    gc.collect()                        # earlier tests' graphs gone: what they kept is released here
+    torch_stream.release_graphs()
+    kept = torch_stream.held_captures()
     with gpu.stream(side):
         aclnn.ctc_loss(static_lp, targets, il, tl, blank, zi)                  # warm-up, outside the capture
         gpu.synchronize(side)
@@ -283,7 +291,7 @@ def test_captured_call_replays(gpu, monkeypatch, mode):
             with torch.cuda.graph(graph, stream=side, capture_error_mode=mode):
                 out, _ = aclnn.ctc_loss(static_lp, targets, il, tl, blank, zi)
             replay = graph.replay
-    assert uploads and len(torch_stream._captured) == kept + 1 and torch_stream._captured[-1].plans
+    assert uploads and torch_stream.held_captures() == kept + 1 and _latest_capture().plans
     assert len(pinned) == len(uploads) and all(a[4] is not None for a in uploads)   # each from PyTorch's pinned memory
     for value, want in zip((lp, lp2), expected):
         static_lp.copy_(value.to(gpu.device))
@@ -291,6 +299,57 @@ def test_captured_call_replays(gpu, monkeypatch, mode):
             replay()
         gpu.synchronize(side)
         _close((out,), (want,))
+
+
+def test_what_a_capture_keeps_goes_with_its_graph(gpu):
+    """The calls captured into one graph share one hold (one CUDA user object on the graph); it stays
+    while the graph can be replayed, and goes once the graph is destroyed (fakecupy: the captured work
+    and its launchable Graph both gone), at the next call or release_graphs()."""
+    if gpu.standin is None:
+        pytest.skip("drops the stand-in's graph; on a GPU the torch.cuda.graph tests capture and replay")
+    (lp, targets, il, tl, blank, zi), _ = _case("ctc_loss", gpu.kind)
+    with on_cpu_device(gpu.kind):
+        expected = aclnn.ctc_loss(lp, targets, il, tl, blank, zi)[0]
+    side = gpu.new_stream()
+    with gpu.stream(side):
+        aclnn.ctc_loss(lp, targets, il, tl, blank, zi)                         # warm-up, outside the capture
+        gpu.synchronize(side)
+        gc.collect()
+        graphs, kept = torch_stream.release_graphs(), torch_stream.held_captures()
+        side.cupy.begin_capture()
+        first, _ = aclnn.ctc_loss(lp, targets, il, tl, blank, zi)
+        second, _ = aclnn.ctc_loss(lp, targets, il, tl, blank, zi)
+        graph = side.cupy.end_capture()
+        assert torch_stream.held_captures() == kept + 2 and torch_stream.release_graphs() == graphs + 1
+        graph.launch(side.cupy)
+        gpu.synchronize(side)
+        gc.collect()
+        assert torch_stream.release_graphs() == graphs + 1                     # the graph lives: kept
+        _close((first, second), (expected, expected))
+        del graph
+        gc.collect()
+        assert torch_stream.release_graphs() == graphs and torch_stream.held_captures() == kept
+
+
+def test_graph_hold_reaches_cuda_bindings_with_its_signatures(monkeypatch):
+    """On the cuda device the hold calls cuda-bindings itself (fakecupy stands in for it only on the
+    emulated device): called for real here with the handles as the library passes them. Without a GPU
+    (or on stream 0, which captures nothing) the query answers no active capture, and the call's capture
+    is kept for the process; the user-object calls take the library's arguments and answer a cudaError_t."""
+    cudart = pytest.importorskip("cuda.bindings.runtime")
+    from types import SimpleNamespace
+    monkeypatch.setattr(torch_stream, "_kept_for_good", [])
+    cupy_shaped = SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace()))   # no stand-in: the real one
+    capture = torch_stream.TorchCapture()
+    torch_stream._hold_for_graph(capture, cupy_shaped, 0)
+    assert torch_stream._kept_for_good == [capture]
+    assert torch_stream._semaphores() is not None and torch_stream._sem_post
+    err, _ = cudart.cudaUserObjectCreate(0, cudart.cudaHostFn_t(torch_stream._sem_post), 1,
+                                         int(cudart.cudaUserObjectFlags.cudaUserObjectNoDestructorSync))
+    assert isinstance(err, cudart.cudaError_t)   # (on a GPU an object never released: its destructor never runs)
+    err, = cudart.cudaGraphRetainUserObject(cudart.cudaGraph_t(), cudart.cudaUserObject_t(), 1,
+                                            int(cudart.cudaUserObjectRetainFlags.cudaGraphUserObjectMove))
+    assert isinstance(err, cudart.cudaError_t) and err != cudart.cudaError_t.cudaSuccess   # a null graph
 
 
 def test_captured_host_tensor_is_copied_from_pinned_memory_the_capture_keeps(gpu):
@@ -313,7 +372,7 @@ def test_captured_host_tensor_is_copied_from_pinned_memory_the_capture_keeps(gpu
         graph = side.cupy.end_capture()
     copies = gpu.standin.pinned_copies      # the targets, then the launches' tables (bytes)
     assert torch.equal(copies[0], targets) and all(c.dtype == torch.uint8 for c in copies[1:])
-    assert any(kept is copies[0] for kept in torch_stream._captured[-1].keep)
+    assert any(kept is copies[0] for kept in _latest_capture().keep)
     with gpu.stream(side):
         graph.launch(side.cupy)
     gpu.synchronize(side)
@@ -464,6 +523,37 @@ def test_cuda_graph_capture_of_ctc_mean(gpu, mode):
         torch.cuda.synchronize()
         torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(static_grad, grad, rtol=1e-4, atol=1e-6)
+
+
+def test_cuda_graph_reset_releases_what_its_capture_kept(gpu):
+    """A torch.cuda.graph capture's plans and pinned buffers are held by a CUDA user object on the graph:
+    while the CUDAGraph lives they stay; after `reset()` CUDA runs the destructor on its own thread
+    (asynchronously: waited for here, at most a minute, by polling release_graphs), and they go."""
+    import time
+    _gpu_only(gpu)
+    (lp, targets, il, tl, blank, zi), _ = _case("ctc_loss", gpu.kind)
+    static = lp.to(gpu.device)
+    targets = targets.to(gpu.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        aclnn.ctc_loss(static, targets, il, tl, blank, zi)
+    torch.cuda.synchronize()
+    gc.collect()
+    graphs, kept = torch_stream.release_graphs(), torch_stream.held_captures()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        aclnn.ctc_loss(static, targets, il, tl, blank, zi)
+    assert torch_stream.held_captures() > kept and torch_stream.release_graphs() == graphs + 1
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch_stream.release_graphs() == graphs + 1
+    graph.reset()
+    del graph
+    deadline = time.monotonic() + 60
+    while torch_stream.release_graphs() > graphs and time.monotonic() < deadline:   # (earlier tests' graphs
+        time.sleep(0.01)                                                            # may go meanwhile too)
+    assert torch_stream.release_graphs() <= graphs and torch_stream.held_captures() <= kept
 
 
 def test_results_live_in_the_caching_allocator_on_the_side_stream(gpu):

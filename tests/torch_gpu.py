@@ -16,7 +16,8 @@ path) runs in CI:
   host's, freed at once when dropped) until the stand-in closes, and logs it: PyTorch's allocator
   frees a recorded block only after the work queued on the stream by the time of the free has run;
 - `capturing` is the fakecupy stream's capture state;
-- `pinned` (PyTorch's host allocator) is a copy, logged, kept until the stand-in closes;
+- `pinned` (PyTorch's host allocator) is a copy, logged, kept until the stand-in closes (`pinned_live`
+  sees which of them are still referenced at all);
 - `host` names tensors the stand-in treats as host tensors among its "GPU" ones (by storage address),
   so the call's copy of a host tensor to the GPU runs too.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +71,7 @@ class StandIn:
         self.recorded: list[tuple[int, int]] = []    # (storage address, stream handle) of record_stream
         self.external_calls: list[int] = []
         self.pinned_copies: list[torch.Tensor] = []
+        self.pinned_live: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
         self.host: set[int] = set()                 # storage addresses of the "host" tensors
 
     # ------------------------------------------------------------------ the seam (torch_stream.TorchCuda's)
@@ -108,6 +111,7 @@ class StandIn:
     def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
         copy = tensor.clone()
         self.pinned_copies.append(copy)
+        self.pinned_live.add(copy)
         return copy
 
     # ------------------------------------------------------------------ what PyTorch offers besides

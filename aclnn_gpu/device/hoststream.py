@@ -86,7 +86,7 @@ class CapturedWork:
     """The tasks and event marks a stream received while it captured, in order. `replay_task()` makes
     the one task that runs them all (a `Replay`)."""
 
-    __slots__ = ("steps", "invalidated", "pending", "lock", "last")
+    __slots__ = ("steps", "invalidated", "pending", "lock", "last", "__weakref__")   # (fakecupy's user objects)
 
     def __init__(self) -> None:
         self.steps: list[object] = []

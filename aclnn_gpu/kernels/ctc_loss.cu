@@ -493,7 +493,17 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
       }
       for (; j >= 0; j = nxt[j]) sum += occupancy(2 * j + 1);
       const M term = nll_fin ? sum : exp(log(sum) + nl);
-      store(orow, c, (exp(load(lrow, c)) - term) * g_label);
+      const M l = load(lrow, c);
+      const M d = exp(l) - term;
+      M v = d * g_label;
+      if (d == M(0) && !is_finite(g_label) && g_label == g_label && l > neg_inf<M>()) {
+        // exp(lp) and the term both underflowed (or were flushed to zero: CuPy's -ftz=true) where an
+        // infinite gradient needs the sign of their difference, which PyTorch's float64 keeps: the two
+        // compared scaled by e^64 (a term already flushed where it was formed counts as 0 there)
+        const M scaled = exp(l + M(64)) - (nll_fin ? sum * exp(M(64)) : exp(log(sum) + nl + M(64)));
+        v = scaled > M(0) ? g_label : scaled < M(0) ? -g_label : quiet_nan<M>();
+      }
+      store(orow, c, v);
     }
   }
 }

@@ -85,8 +85,8 @@ REGISTERS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
     ("cross_entropy.cu", "ce_loss_reduce<__half>"): {"80": (30, 64), "90": (30, 64)},
     ("cross_entropy.cu", "ce_loss_reduce<__nv_bfloat16>"): {"80": (30, 64), "90": (30, 64)},
     ("ctc_loss.cu", "aclg::ctc_cast_targets"): {"80": (32, 0), "90": (32, 0)},
-    ("ctc_loss.cu", "aclg::ctc_grad<float>"): {"80": (32, 32), "90": (40, 32)},
-    ("ctc_loss.cu", "aclg::ctc_grad<double>"): {"80": (40, 64), "90": (38, 64)},
+    ("ctc_loss.cu", "aclg::ctc_grad<float>"): {"80": (32, 32), "90": (38, 32)},
+    ("ctc_loss.cu", "aclg::ctc_grad<double>"): {"80": (32, 64), "90": (48, 64)},
     ("ctc_loss.cu", "aclg::ctc_grad<__half>"): {"80": (32, 32), "90": (39, 32)},
     ("ctc_loss.cu", "aclg::ctc_grad<__nv_bfloat16>"): {"80": (32, 32), "90": (39, 32)},
 }

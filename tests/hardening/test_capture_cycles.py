@@ -111,3 +111,76 @@ def test_capture_replay_destroy_cycles_stay_flat(device, figures):
     figures(f"capture/replay/destroy on {device}: {CYCLES} cycles, after {WARMUP}: live plans {baseline[0]} -> "
             f"{end[0]}, pinned (allocations, page-locked ranges) {baseline[1]} -> {end[1]}, RSS growth "
             f"{growth / 2**20:+.1f} MB; marks (cycle, plans, pinned, RSS MB) {marks}")
+
+
+def test_torch_capture_replay_release_cycles_stay_flat(figures):
+    """The `aclnn_gpu.torch` capture path (the stand-in of PyTorch's CUDA side on the emulated device,
+    tests/torch_gpu.py): 1,000 cycles of a CTC loss captured on a PyTorch stream (its per-sample table
+    uploaded from a pinned buffer the capture keeps), replayed, and the graph dropped. What a capture
+    keeps goes with its graph (a CUDA user object the graph holds; fakecupy's graph runs its destructor
+    when the graph and its instance are gone), so after a warm-up the live plans, the pinned buffers
+    still referenced, the captures held and RSS stay flat. Each checked replay equals PyTorch's own
+    float64 CTC loss."""
+    torch = pytest.importorskip("torch")
+    from torch_gpu import Harness
+
+    import aclnn_gpu.torch  # noqa: F401 - registers torch.ops.aclnn
+    from aclnn_gpu import torch_stream
+    from aclnn_gpu.device.emulated import emulator_unavailable_reason
+    if emulator_unavailable_reason():
+        pytest.skip(emulator_unavailable_reason())
+    use_device("emulated")
+    harness = Harness("emulated")
+    standin = harness.standin
+    aclnn = torch.ops.aclnn
+    g = torch.Generator().manual_seed(7)
+    lp = torch.randn(6, 2, 5, dtype=torch.float64, generator=g).log_softmax(-1)
+    targets = torch.randint(1, 5, (2, 3), generator=g)
+    lengths, target_lengths = [6, 5], [3, 2]
+    want = torch.nn.functional.ctc_loss(lp, targets, lengths, target_lengths, 0, "none", False).float()
+    lp32 = lp.float()
+
+    def census() -> tuple[int, int, int, int]:
+        gc.collect()
+        return _live_plans(), len(standin.pinned_live), torch_stream.held_captures(), rss_bytes()
+
+    side = harness.new_stream()
+    marks, baseline = [], None
+    try:
+        with harness.stream(side):
+            aclnn.ctc_loss(lp32, targets, lengths, target_lengths, 0, False)    # warm-up, outside a capture
+            harness.synchronize(side)
+            for cycle in range(CYCLES):
+                side.cupy.begin_capture()
+                out, _ = aclnn.ctc_loss(lp32, targets, lengths, target_lengths, 0, False)
+                graph = side.cupy.end_capture()
+                out.fill_(float("nan"))
+                graph.launch(side.cupy)
+                harness.synchronize(side)
+                if cycle % 97 == 0:
+                    torch.testing.assert_close(out, want, rtol=2e-5, atol=1e-6)
+                del graph, out
+                for log in (standin.alive, standin.pinned_copies, standin.allocations, standin.recorded,
+                            harness.allocations, harness.recorded):
+                    log.clear()   # the stand-in's own logs: PyTorch's allocators would have the memory back
+                if cycle + 1 == WARMUP:
+                    aclnn.ctc_loss(lp32, targets, lengths, target_lengths, 0, False)   # an eager call after
+                    baseline = census()
+                if (cycle + 1) % (CYCLES // 4 or 1) == 0:
+                    marks.append((cycle + 1, *census()[:3], rss_bytes() >> 20))
+            eager, _ = aclnn.ctc_loss(lp32, targets, lengths, target_lengths, 0, False)
+            harness.synchronize(side)
+            standin.alive.clear()
+            end = census()
+        torch.testing.assert_close(eager, want, rtol=2e-5, atol=1e-6)
+    finally:
+        harness.close()
+    assert baseline is not None
+    assert end[0] <= baseline[0], f"live plans grew: {baseline[0]} -> {end[0]}; marks {marks}"
+    assert end[1] <= baseline[1], f"pinned buffers still referenced grew: {baseline[1]} -> {end[1]}; marks {marks}"
+    assert end[2] <= baseline[2], f"captures held grew: {baseline[2]} -> {end[2]}; marks {marks}"
+    growth = end[3] - baseline[3]
+    assert growth < RSS_TOLERANCE, f"RSS grew {growth >> 20} MB over {CYCLES - WARMUP} cycles"
+    figures(f"torch capture/replay/release on emulated: {CYCLES} cycles, after {WARMUP}: live plans {baseline[0]} "
+            f"-> {end[0]}, pinned buffers {baseline[1]} -> {end[1]}, captures held {baseline[2]} -> {end[2]}, RSS "
+            f"growth {growth / 2**20:+.1f} MB; marks (cycle, plans, pinned, held, RSS MB) {marks}")
