@@ -35,9 +35,9 @@ def aligned(shape, dtype, fill=np.nan):
 
 
 def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None, long_path=None,
-        reference=True, la_in=None, log_alpha_value=None):
+        reference=True, la_in=None, log_alpha_value=None, split=None):
     """Forward then backward through the launchers (long_path: force the recursion path, None: the
-    launcher's choice; nll_in / la_in: given to the backward instead of the forward's); with the NumPy
+    launcher's choice; split: force the split recursions' chunk of `split` states, 0: no split; nll_in / la_in: given to the backward instead of the forward's); with the NumPy
     reference's results unless reference=False.
     log_alpha_value: ((b, t, s), value) written into the forward's log_alpha before the backward."""
     T, N, C = lp.shape
@@ -46,7 +46,7 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     tgt = np.ascontiguousarray(tgt)
     max_l = int(np.max(tl))
     math_size = 8 if dt == "float64" else 4
-    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path, recompute=dt in P.HALF)
+    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path, recompute=dt in P.HALF, split=split)
     ws = aligned((max(ws_bytes // 8, 1),), np.int64, fill=0)
     lpa = aligned(lp.shape, lp.dtype)
     lpa[...] = lp
@@ -56,7 +56,7 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     common = dict(targets_ptr=tgt.ctypes.data, workspace_ptr=ws.ctypes.data, T=T, N=N, C=C, dtype=dt,
                   target_dtype=tgt.dtype.name, targets_2d_stride=0 if one_d else tgt.shape[1],
                   targets_numel=tgt.size, input_lengths=il, target_lengths=tl, blank=blank,
-                  zero_infinity=zero_inf, long_path=long_path)
+                  zero_infinity=zero_inf, long_path=long_path, split=split)
     P.launch_forward(ctx, log_probs_ptr=lpa.ctypes.data, neg_log_likelihood_ptr=nll.ctypes.data,
                      log_alpha_ptr=la.ctypes.data, **common)
     la_in = la if la_in is None else la_in

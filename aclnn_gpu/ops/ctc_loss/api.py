@@ -381,7 +381,8 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, gpu.math_size_of(_dtype_name(log_probs))),
+    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, gpu.math_size_of(_dtype_name(log_probs)),
+                                                                T=T),
                            [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
     return CtcLossPlan(
         tensors={"logProbs": log_probs, "targets": targets_, "negLogLikelihoodOut": neg_log_likelihood,
