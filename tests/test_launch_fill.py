@@ -15,20 +15,6 @@ import pytest
 from aclnn_gpu.profile import parallel
 from support import use_device
 
-# Cases whose present plan leaves SMs idle, each with the change that fixes it (strict: a fixed plan
-# turns the xfail into a failure, so its entry goes with the fix).
-CTC_RECURSION = ("CtcLoss: the alpha (forward) and beta (backward) recursions run one block per sample "
-                 "(T dependent steps, a block-wide barrier each: a sample cannot span blocks without a "
-                 "grid-wide barrier per step), so N = 16 and 50 samples run on 16 and 50 blocks while "
-                 "they move 1.3-7.6 MiB (the buffer-bytes bound; the recursion reads only label columns)")
-
-
-def _xfail(family: str, direction: str, params: tuple) -> str | None:
-    if family == "CtcLoss" and params[1] in (16, 50):
-        return CTC_RECURSION
-    return None
-
-
 def _cases():
     from bench import gpu_model
     from bench.families import FAMILIES
@@ -36,10 +22,7 @@ def _cases():
         for e in gpu_model.LADDER:
             p = fam.params(e)
             for direction in ("forward", "backward"):
-                reason = _xfail(fam.name, direction, p)
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-                yield pytest.param(fam.name, e, direction, marks=marks,
-                                   id=f"{fam.name}-{direction}-{'x'.join(map(str, p))}")
+                yield pytest.param(fam.name, e, direction, id=f"{fam.name}-{direction}-{'x'.join(map(str, p))}")
 
 
 @pytest.fixture(scope="module")

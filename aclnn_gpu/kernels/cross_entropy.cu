@@ -207,6 +207,41 @@ __device__ __forceinline__ MaxSum<M> merge_parts(const double* part, i64 S, bool
   return st;
 }
 
+// The reduced loss from rows (ce_forward / ce_forward_finish): reduction 1 mean (D == 0 -> sum * 0:
+// 0, or NaN when a bad row is in), 2 sum; fixed-order double sums over a block of kReduceThreads.
+// zl: rows holds the z-loss too; its mean divides by n = sum of rows[3N..4N), and it is added to the
+// loss. zloss_out (may be null): the reduced z-loss (0 when !zl).
+template <class T>
+__device__ __forceinline__ void reduce_rows(const double* rows, i64 N, int reduction, T* out, int zl, T* zloss_out) {
+  __shared__ double scratch[ce::kReduceThreads / kWarp];
+  double s = 0.0, d = 0.0, zs = 0.0, n = 0.0;
+  for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
+    s += rows[i];
+    d += rows[N + i];
+  }
+  if (zl) {
+    for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
+      zs += rows[2 * N + i];
+      n += rows[3 * N + i];
+    }
+  }
+  s = block_sum(s, scratch);
+  d = block_sum(d, scratch);
+  if (zl) {
+    zs = block_sum(zs, scratch);
+    n = block_sum(n, scratch);
+  }
+  if (threadIdx.x == 0) {
+    double r = s;
+    if (reduction == 1) r = d != 0.0 ? s / d : s * 0.0;
+    double zr = zs;
+    if (reduction == 1) zr = n != 0.0 ? zs / n : zs * 0.0;
+    if (zl) r = r + zr;
+    store(out, 0, (math_t<T>)r);
+    if (zloss_out) store(zloss_out, 0, (math_t<T>)zr);
+  }
+}
+
 }  // namespace ce
 }  // namespace aclg
 
@@ -384,7 +419,8 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
 //   ce_forward_write   merges the row's S records in chunk order (ce::merge_parts), writes the chunk's
 //                      logProb and (label smoothing) its sum of w_c * lp_c -> acc[u];
 //   ce_forward_finish  one thread per row: the same merge, acc summed in chunk order, then the row's
-//                      results as ce_forward's (ce::row_result).
+//                      results as ce_forward's (ce::row_result); for mean / sum one block of
+//                      kReduceThreads that then reduces them as ce_loss_reduce does.
 // Fixed-order combines, no atomics: the bits depend on (N, C, S) and the alignment only.
 template <class T, class I>
 __global__ void __launch_bounds__(256)
@@ -450,7 +486,8 @@ template <class T, class I>
 __global__ void __launch_bounds__(256)
 ce_forward_finish(const I* target, const float* weight, const double* part, const double* acc_in, T* loss_none,
                   double* rows, T* zloss_none, T* lse_out, long long N, long long C, long long S, long long chunk,
-                  long long ignore_index, double label_smoothing, double zscale) {
+                  long long ignore_index, double label_smoothing, double zscale, int reduction, T* loss_out,
+                  T* zloss_out) {
   typedef math_t<T> M;
   for (i64 i = global_thread(); i < N; i += grid_threads()) {
     const double* pr = part + i * S * ce::kPart;
@@ -466,39 +503,16 @@ ce_forward_finish(const I* target, const float* weight, const double* part, cons
     ce::row_result<T>(i, (i64)target[i], weight, C, ignore_index, label_smoothing, zscale, mx, logsum, inf_row,
                       nan_any, acc, xt_of, loss_none, rows, zloss_none, lse_out, N);
   }
+  if (reduction != 0) {   // one block: its rows[] stores are visible to the block after the barrier
+    __syncthreads();
+    ce::reduce_rows<T>(rows, N, reduction, loss_out, zscale != 0.0, zloss_out);
+  }
 }
 
-// reduction 1 mean (D == 0 -> sum * 0: 0, or NaN when a bad row is in), 2 sum. One block.
-// zl: rows holds the z-loss too (ce_forward); its mean divides by n = sum of rows[3N..4N), and it is
-// added to the loss. zloss_out (may be null): the reduced z-loss (0 when !zl).
+// reduction 1 mean (D == 0 -> sum * 0: 0, or NaN when a bad row is in), 2 sum. One block of
+// kReduceThreads (ce::reduce_rows).
 template <class T>
 __global__ void __launch_bounds__(ce::kReduceThreads)
 ce_loss_reduce(const double* rows, long long N, int reduction, T* out, int zl, T* zloss_out) {
-  __shared__ double scratch[ce::kReduceThreads / kWarp];
-  double s = 0.0, d = 0.0, zs = 0.0, n = 0.0;
-  for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
-    s += rows[i];
-    d += rows[N + i];
-  }
-  if (zl) {
-    for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
-      zs += rows[2 * N + i];
-      n += rows[3 * N + i];
-    }
-  }
-  s = block_sum(s, scratch);
-  d = block_sum(d, scratch);
-  if (zl) {
-    zs = block_sum(zs, scratch);
-    n = block_sum(n, scratch);
-  }
-  if (threadIdx.x == 0) {
-    double r = s;
-    if (reduction == 1) r = d != 0.0 ? s / d : s * 0.0;
-    double zr = zs;
-    if (reduction == 1) zr = n != 0.0 ? zs / n : zs * 0.0;
-    if (zl) r = r + zr;
-    store(out, 0, (math_t<T>)r);
-    if (zloss_out) store(zloss_out, 0, (math_t<T>)zr);
-  }
+  ce::reduce_rows<T>(rows, N, reduction, out, zl, zloss_out);
 }

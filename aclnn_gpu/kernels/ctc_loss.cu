@@ -875,8 +875,8 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_math_long(const
 // sample u / J; alpha runs chunk u % J (states s depend on s-1, s-2: chunk j on chunk j-1 at the step
 // before), beta chunk J-1 - u % J (s on s+1, s+2: chunk j on chunk j+1 at the step after), so a block
 // only ever waits for the block before it. Each step, a chunk publishes the two states its neighbour
-// needs to `xchg` (math precision, every step kept: [unit][T][2]), then, after a __threadfence, the
-// count of its published steps to `flags[unit]` (int, zeroed by the host before the launch); the
+// needs to `xchg` (math precision, every step kept: [unit][T][2]), then, every kSplitPublish steps
+// and at its last, after a __threadfence, the count of its published steps to `flags[unit]` (int, zeroed by the host before the launch); the
 // neighbour spins on that count (volatile loads, then a __threadfence) and reads a batch of up to
 // kSplitBatch steps of boundary values at once. The host launches the grid only when every block is
 // co-resident (kernels/occupancy.py's blocks per SM times the SMs), so a waiting block never holds
@@ -886,6 +886,7 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_math_long(const
 namespace ctc {
 constexpr int kSplitThreads = 32;   // host: launch.SPLIT_THREADS
 constexpr int kSplitBatch = 32;     // boundary steps read per wait
+constexpr int kSplitPublish = 4;    // steps per published count (a __threadfence each): host: launch.SPLIT_PUBLISH
 constexpr long long kSpinLimit = 1ll << 40;   // a producer that never publishes: trap, not hang
 
 // Waits until flags[unit] >= need; returns the count seen (lane 0 spins, the warp gets its value).
@@ -959,6 +960,7 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
   __shared__ int misc[4];
   __shared__ int seen;
   __shared__ M bq[kSplitBatch][2];
+  constexpr int kD = RingOf<1>::value;   // the register path's prefetch distance at one state per thread
   const M NINF = neg_inf<M>();
   const long long a_step = kWs ? N * X : X;
   const long long b = u / J, j = u % J, c_lo = j * cs;
@@ -984,10 +986,16 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
   M* xout = xchg + u * Tn * 2;
   long long q0 = 0, nq = 0;                // bq holds boundary steps [q0, q0 + nq)
   M alpha = NINF;
-  M l_next = in && lin > 0 ? load(lp, b * C + lab_s) : NINF;
-  for (long long t = 0; t < lin; ++t) {
-    const M l = l_next;
-    if (in && t + 1 < lin) l_next = load(lp, ((t + 1) * N + b) * C + lab_s);   // one step ahead
+  M l_ring[kD];   // slot q: the log-prob of step t with t % kD == q, loaded kD steps ahead
+#pragma unroll
+  for (int q = 0; q < kD; ++q) l_ring[q] = (in && q < lin) ? load(lp, (q * N + b) * C + lab_s) : NINF;
+  for (long long t0 = 0; t0 < lin; t0 += kD) {
+#pragma unroll
+  for (int q = 0; q < kD; ++q) {
+    const long long t = t0 + q;
+    if (t >= lin) break;   // uniform over the block
+    const M l = l_ring[q];
+    if (in && t + kD < lin) l_ring[q] = load(lp, ((t + kD) * N + b) * C + lab_s);
     M p0 = NINF, p1 = NINF;   // alpha at t-1 of states c_lo-1, c_lo-2 (the previous chunk's top two)
     if (j > 0 && t > 0) {
       if (t - 1 >= q0 + nq) {
@@ -1009,14 +1017,15 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
       const M r = lse3(alpha, n1, skip ? n2 : NINF) + l;
       alpha = in ? r : NINF;
     }
+    if (j < J - 1) {   // the boundary first: the next chunk waits for it, not for the row below
+      if (lane == cs - 1) xout[t * 2] = alpha;
+      if (lane == cs - 2) xout[t * 2 + 1] = alpha;
+      if ((t + 1) % kSplitPublish == 0 || t == lin - 1) publish_count(flags, u, t + 1);
+    }
     A* row = la + t * a_step;
     if (lane < cs && s < row_end) store(row, s, (kWs && t == lin - 1 && s < 2 * L - 1) ? NINF : alpha);
     for (long long c = c_lo + cs + lane; c < col_hi && c < row_end; c += kSplitThreads) store(row, c, NINF);
-    if (j < J - 1) {
-      if (lane == cs - 1) xout[t * 2] = alpha;
-      if (lane == cs - 2) xout[t * 2 + 1] = alpha;
-      publish_count(flags, u, t + 1);
-    }
+  }
   }
   // rows t >= Lin of this chunk's columns -inf (not in the workspace layout: never read there)
   if (!kWs)
@@ -1056,6 +1065,7 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
   __shared__ int misc[4];
   __shared__ int seen;
   __shared__ M bq[kSplitBatch][2];
+  constexpr int kD = RingOf<1>::value;   // the register path's prefetch distance at one state per thread
   const M NINF = neg_inf<M>();
   const Tables tb = tables_at(tables, N, max_l);
   const long long b = u / J, k = u % J, j = J - 1 - k, c_lo = j * cs;
@@ -1095,21 +1105,30 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
   M* xout = xchg + u * Tn * 2;
   long long q0 = 0, nq = 0;                // bq holds boundary steps q0, q0-1, ..., q0-nq+1
   M beta = NINF;
-  M a_next = NINF, l_next = NINF;
-  if (in) {
-    if (!kBetaOnly) a_next = load(alpha_b, (lin - 1) * a_step + s);
-    l_next = load(lp, ((lin - 1) * N + b) * C + lab_s);
+  M a_ring[kD], l_ring[kD];   // slot q: step lin-1-k with k % kD == q, loaded kD steps ahead
+#pragma unroll
+  for (int q = 0; q < kD; ++q) {
+    a_ring[q] = NINF;
+    l_ring[q] = NINF;
+    if (in && q < lin) {
+      if (!kBetaOnly) a_ring[q] = load(alpha_b, (lin - 1 - q) * a_step + s);
+      l_ring[q] = load(lp, ((lin - 1 - q) * N + b) * C + lab_s);
+    }
   }
-  for (long long t = lin - 1; t >= 0; --t) {
-    const M a = a_next, l = l_next;
-    if (in && t > 0) {   // one step ahead
-      if (!kBetaOnly) a_next = load(alpha_b, (t - 1) * a_step + s);
-      l_next = load(lp, ((t - 1) * N + b) * C + lab_s);
+  for (long long k0 = 0; k0 < lin; k0 += kD) {
+#pragma unroll
+  for (int q = 0; q < kD; ++q) {
+    const long long t = lin - 1 - (k0 + q);
+    if (t < 0) break;   // uniform over the block
+    const M a = a_ring[q], l = l_ring[q];
+    if (in && t >= kD) {
+      if (!kBetaOnly) a_ring[q] = load(alpha_b, (t - kD) * a_step + s);
+      l_ring[q] = load(lp, ((t - kD) * N + b) * C + lab_s);
     }
     M e0 = NINF, e1 = NINF;   // beta at t+1 of states c_lo+cs, c_lo+cs+1 (the next chunk's lowest two)
     if (j < J - 1 && t < lin - 1) {
       if (nq == 0 || t + 1 < q0 - nq + 1) {
-        // steps published by the next chunk: lin - count .. lin - 1; step t+1 needs count >= lin-1-t
+        // the next chunk has published steps lin-1 down to lin-count: step t+1 needs count >= lin-1-t
         const long long seen_n = wait_count(flags, u - 1, lin - 1 - t, &seen);
         q0 = t + 1;
         const long long low = lin - seen_n;   // its lowest published step
@@ -1129,6 +1148,11 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
       const M r = lse3(beta, s + 1 < S ? n1 : NINF, skip ? n2 : NINF) + l;
       beta = in ? r : NINF;
     }
+    if (j > 0) {   // the boundary first: the previous chunk waits for it, not for the occupancies
+      if (lane == 0) xout[t * 2] = beta;
+      if (lane == 1) xout[t * 2 + 1] = beta;
+      if ((lin - t) % kSplitPublish == 0 || t == 0) publish_count(flags, u, lin - t);
+    }
     if (in) {
       M* orow = occ + (t * N + b) * W;
       orow[s] = kBetaOnly ? beta
@@ -1136,11 +1160,7 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
                                 ? last_step_occupancy(s < 2 * L - 1, l, shift)
                                 : exp(a + beta - l + shift);
     }
-    if (j > 0) {
-      if (lane == 0) xout[t * 2] = beta;
-      if (lane == 1) xout[t * 2 + 1] = beta;
-      publish_count(flags, u, lin - t);
-    }
+  }
   }
 }
 

@@ -23,9 +23,9 @@ Workspace (bytes):
 No tiling data: every launch parameter is a scalar kernel argument.
 
 Launches: grad = [ce_weight_sums<I> (1 block, only when red is needed)] + ce_grad<T, I>;
-forward = ce_forward<T, I> (one block per row), or for few long rows (forward_split) ce_forward_stats
-+ ce_forward_write (one block per (row, chunk)) + ce_forward_finish (one thread per row), then
-[ce_loss_reduce<T> (1 block, mean/sum)]. Deterministic (fixed-order sums and merges, no atomics; the
+forward = ce_forward<T, I> (one block per row) + [ce_loss_reduce<T> (1 block, mean/sum)], or for few
+long rows (forward_split) ce_forward_stats + ce_forward_write (one block per (row, chunk)) +
+ce_forward_finish (one thread per row; for mean/sum one block that also reduces). Deterministic (fixed-order sums and merges, no atomics; the
 split is a function of the shape only).
 """
 from __future__ import annotations
@@ -195,11 +195,13 @@ def forward_geometry(ctx: KernelContext, expr: str, N: int, C: int, itemsize: in
 
 
 def _launch_split_forward(ctx: KernelContext, t: str, i: str, S: int, chunk: int, *, input_ptr: int,
-                          target_ptr: int, weight_ptr: int, log_prob_ptr: int, loss_ptr: int, rows_ptr: int,
-                          zloss_ptr: int, lse_ptr: int, workspace_ptr: int, N: int, C: int, reduction: str,
-                          ignore_index: int, label_smoothing: float, zscale: float) -> None:
-    """The forward of few long rows (forward_split): ce_forward_stats, ce_forward_write and
-    ce_forward_finish over N * S (row, chunk) blocks; loss_ptr / rows_ptr as ce_forward's."""
+                          target_ptr: int, weight_ptr: int, log_prob_ptr: int, loss_ptr: int, zloss_ptr: int,
+                          lse_ptr: int, workspace_ptr: int, N: int, C: int, reduction: str, ignore_index: int,
+                          label_smoothing: float, zscale: float) -> None:
+    """The forward of few long rows (forward_split): ce_forward_stats and ce_forward_write over N * S
+    (row, chunk) blocks, then ce_forward_finish: one thread per row, and for mean / sum one block of
+    REDUCE_THREADS that also reduces (no ce_loss_reduce launch)."""
+    reduced = reduction != "none"
     part_off, acc_off, _ = _split_layout(N, C, reduction, float(zscale) != 0.0)
     part, acc = ptr(workspace_ptr + part_off), ptr(workspace_ptr + acc_off)
     V = 16 // _ITEM[t]
@@ -211,11 +213,13 @@ def _launch_split_forward(ctx: KernelContext, t: str, i: str, S: int, chunk: int
     ctx.launch(FILE, KERNELS.name("ce_forward_write", _T[t], _I[i]), (units,), (blk,),
                (ptr(input_ptr), ptr(weight_ptr or 0), ptr(log_prob_ptr), part, acc, i64(N), i64(C), i64(S),
                 i64(chunk), np.float64(label_smoothing), np.int32(vec)))
-    fin = max(32, min(REDUCE_THREADS, _pow2_ceil(N)))
-    ctx.launch(FILE, KERNELS.name("ce_forward_finish", _T[t], _I[i]), (-(-N // fin),), (fin,),
-               (ptr(target_ptr), ptr(weight_ptr or 0), part, acc, ptr(loss_ptr), ptr(rows_ptr), ptr(zloss_ptr),
-                ptr(lse_ptr), i64(N), i64(C), i64(S), i64(chunk), i64(ignore_index), np.float64(label_smoothing),
-                np.float64(zscale)))
+    fin = REDUCE_THREADS if reduced else max(32, min(REDUCE_THREADS, _pow2_ceil(N)))
+    ctx.launch(FILE, KERNELS.name("ce_forward_finish", _T[t], _I[i]), (1 if reduced else -(-N // fin),), (fin,),
+               (ptr(target_ptr), ptr(weight_ptr or 0), part, acc, ptr(0 if reduced else loss_ptr),
+                ptr(workspace_ptr if reduced else 0), ptr(0 if reduced else zloss_ptr), ptr(lse_ptr), i64(N), i64(C),
+                i64(S), i64(chunk), i64(ignore_index), np.float64(label_smoothing), np.float64(zscale),
+                np.int32(_RED_CODE[reduction]), ptr(loss_ptr if reduced else 0),
+                ptr(zloss_ptr if reduced else 0)))
 
 
 def launch_forward(ctx: KernelContext, *, input_ptr: int, target_ptr: int, weight_ptr: int,
@@ -235,11 +239,11 @@ def launch_forward(ctx: KernelContext, *, input_ptr: int, target_ptr: int, weigh
     S, chunk = forward_split(N, C)
     if N > 0 and C > 0 and S > 1:
         _launch_split_forward(ctx, t, i, S, chunk, input_ptr=input_ptr, target_ptr=target_ptr, weight_ptr=weight_ptr,
-                              log_prob_ptr=log_prob_ptr, loss_ptr=0 if reduced else loss_ptr,
-                              rows_ptr=workspace_ptr if reduced else 0, zloss_ptr=0 if reduced else zloss_ptr,
-                              lse_ptr=lse_ptr, workspace_ptr=workspace_ptr, N=N, C=C, reduction=reduction,
+                              log_prob_ptr=log_prob_ptr, loss_ptr=loss_ptr, zloss_ptr=zloss_ptr, lse_ptr=lse_ptr,
+                              workspace_ptr=workspace_ptr, N=N, C=C, reduction=reduction,
                               ignore_index=ignore_index, label_smoothing=label_smoothing, zscale=zscale)
-    elif N > 0 and C > 0:
+        return
+    if N > 0 and C > 0:
         expr = KERNELS.name("ce_forward", _T[t], _I[i])
         grid, blk = forward_geometry(ctx, expr, N, C, _ITEM[t], block, max_blocks)
         vec = int((int(input_ptr) - int(log_prob_ptr)) % 16 == 0)
