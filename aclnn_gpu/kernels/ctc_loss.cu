@@ -887,7 +887,9 @@ namespace ctc {
 constexpr int kSplitThreads = 32;   // host: launch.SPLIT_THREADS
 constexpr int kSplitBatch = 32;     // boundary steps read per wait
 constexpr int kSplitPublish = 4;    // steps per published count (a __threadfence each): host: launch.SPLIT_PUBLISH
-constexpr long long kSpinLimit = 1ll << 40;   // a producer that never publishes: trap, not hang
+// A producer that never publishes traps instead of hanging: 2^31 polls are minutes on a GPU (an L2
+// round trip each) and about a second in the emulator
+constexpr long long kSpinLimit = 1ll << 31;
 
 // Waits until flags[unit] >= need; returns the count seen (lane 0 spins, the warp gets its value).
 __device__ __forceinline__ long long wait_count(const int* flags, long long unit, long long need, int* seen) {
@@ -906,13 +908,12 @@ __device__ __forceinline__ long long wait_count(const int* flags, long long unit
   return v;
 }
 
-// Publishes step count `count` of `unit` after this warp's stores (xchg, the output rows).
+// Publishes step count `count` of `unit` after this warp's stores (xchg, the output rows): every lane
+// fences its own stores, then lane 0 stores the count (the pattern of CUDA's threadFenceReduction).
 __device__ __forceinline__ void publish_count(int* flags, long long unit, long long count) {
+  __threadfence();
   __syncwarp();
-  if (threadIdx.x == 0) {
-    __threadfence();   // release: the warp's stores before the count
-    *(volatile int*)(flags + unit) = (int)count;
-  }
+  if (threadIdx.x == 0) *(volatile int*)(flags + unit) = (int)count;
 }
 
 // The boundary values of `steps` consecutive published steps, from step q0 on (in the order the

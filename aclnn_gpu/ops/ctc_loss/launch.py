@@ -1,7 +1,7 @@
 """GPU plan of CTC loss (forward `aclnnCtcLoss`, backward `aclnnCtcLossBackward`) over a
 KernelContext. Inputs and outputs are contiguous device buffers (the glue copies strided views).
 
-    forward_workspace_bytes(N, max_l, math_size) / backward_workspace_bytes(T, N, max_l, math_size) -> int
+    forward_workspace_bytes(N, max_l, math_size, T=T) / backward_workspace_bytes(T, N, max_l, math_size) -> int
     launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr,
                     log_alpha_ptr, out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype,
                     targets_2d_stride, targets_numel, input_lengths, target_lengths, blank,
@@ -25,6 +25,10 @@ to 32 bytes):
     slots     min(N, LONG_SLOTS) * long_slot_bytes   long-target path only (alpha/beta of two steps)
     nll       4 * N               backward of float16 / bfloat16 only: the fp32 losses of its own alpha
     alpha     T * N * W * 4       the same, register path only: its fp32 alpha (occ then holds beta)
+    flags     4 * units           split recursions only (recursion_split: J > 1): int32 step counts,
+                                  units = N * J (2 * N * J for the 16-bit backward), zeroed by an
+                                  upload before each launch
+    xchg      units * T * 2 * math   their boundary values: two states per (unit, step)
 
 Launches. Backward of float16 / bfloat16 storage (`HALF`): its own alpha recursion in fp32 beside
 the beta recursion (register path: one launch of `ctc_recursions_math`, alpha and the losses into
@@ -44,7 +48,12 @@ Each is instantiated for P (the bound on per, a template argument): P = 1 (2*max
 its log-probs (and alpha) RING[1] = 8 steps ahead into a register ring, P = K_PER one step ahead.
 Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states strided over the
 block in chunks of LONG_CHUNK whose loads are issued together, recursion state in the workspace
-slots): any maxL, bit-identical results.
+slots): any maxL, bit-identical results. Few samples where the register path would run
+(recursion_split: fewer than SPLIT_TARGET_BLOCKS samples and T * N * (2*maxL+1) >= SPLIT_MIN_WORK):
+the split path (`ctc_alpha_split`, `ctc_beta_split`, `ctc_recursions_math_split`), one 32-thread
+block per (sample, chunk of cs <= 32 states), N * J blocks, each waiting on the step counts of the
+block before it (kernels: "split recursions"), launched only when split_resident says every block
+is resident at once; bit-identical to the register path.
 """
 from __future__ import annotations
 
@@ -72,6 +81,8 @@ SPLIT_THREADS = 32         # one warp per (sample, chunk) block, one state per l
 SPLIT_TARGET_BLOCKS = 256  # split when there are fewer samples; aim at about this many blocks
 SPLIT_MIN_STATES = 8       # states of a chunk, at least
 SPLIT_MIN_WORK = 1 << 16   # T * N * (2*maxL+1) below this: not split (the register path's one block per sample)
+SPLIT_BATCH = 32           # boundary steps a split block reads per wait (kernels: kSplitBatch)
+SPLIT_PUBLISH = 4          # steps per published count (kernels: kSplitPublish)
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
