@@ -964,7 +964,9 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
   constexpr int kD = RingOf<1>::value;   // the register path's prefetch distance at one state per thread
   const M NINF = neg_inf<M>();
   const long long a_step = kWs ? N * X : X;
-  const long long b = u / J, j = u % J, c_lo = j * cs;
+  // 32-bit divisions (units and chunks fit an int: the host launches at most the resident blocks); a
+  // 64-bit one is a subroutine call whose saved registers spill
+  const long long b = (int)u / (int)J, j = (int)u % (int)J, c_lo = j * cs;
   const int lane = threadIdx.x;
   const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, J * cs, lab,
                                    misc);
@@ -1034,7 +1036,7 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
       for (long long c = c_lo + lane; c < col_hi; c += kSplitThreads) store(la, t * X + c, NINF);
   // the loss: the chunk that holds state 2L (alpha at 2L-1 from its lane below, or the previous chunk)
   const long long s_fin = 2 * L;
-  if (s_fin / cs != j) return;   // uniform over the block
+  if ((int)s_fin / (int)cs != j) return;   // uniform over the block
   const M a2l = __shfl_sync(kFullMask, alpha, (int)(s_fin - c_lo));
   M a2l1 = __shfl_sync(kFullMask, alpha, (int)(s_fin - c_lo > 0 ? s_fin - c_lo - 1 : 0));
   if (L == 0) {
@@ -1069,7 +1071,7 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
   constexpr int kD = RingOf<1>::value;   // the register path's prefetch distance at one state per thread
   const M NINF = neg_inf<M>();
   const Tables tb = tables_at(tables, N, max_l);
-  const long long b = u / J, k = u % J, j = J - 1 - k, c_lo = j * cs;
+  const long long b = (int)u / (int)J, k = (int)u % (int)J, j = J - 1 - k, c_lo = j * cs;   // 32-bit: as alpha
   const bool writer = k == 0;
   const int lane = threadIdx.x;
   const M nll = load(nll_in, b);
@@ -1166,7 +1168,7 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(ctc::kSplitThreads) ctc_alpha_split(const T* __restrict__ lp,
+__global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_alpha_split(const T* __restrict__ lp,
                           const I* __restrict__ targets, T* __restrict__ nll_out, T* __restrict__ log_alpha,
                           const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long X,
                           long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
@@ -1177,7 +1179,7 @@ __global__ void __launch_bounds__(ctc::kSplitThreads) ctc_alpha_split(const T* _
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(ctc::kSplitThreads) ctc_beta_split(const T* __restrict__ lp,
+__global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_beta_split(const T* __restrict__ lp,
                          const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
                          const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
                          math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
@@ -1192,7 +1194,7 @@ __global__ void __launch_bounds__(ctc::kSplitThreads) ctc_beta_split(const T* __
 // ctc_recursions_math split: units [0, N*J) alpha, [N*J, 2*N*J) beta, each with its own flags and
 // xchg halves (flags + N*J, xchg + N*J*T*2 for beta).
 template <class T, class I>
-__global__ void __launch_bounds__(ctc::kSplitThreads) ctc_recursions_math_split(const T* __restrict__ lp,
+__global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_recursions_math_split(const T* __restrict__ lp,
                           const T* __restrict__ nll_in, const I* __restrict__ targets,
                           const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ nll_ws,
                           math_t<T>* __restrict__ alpha_ws, math_t<T>* __restrict__ beta_ws, long long W, long long Tn,
