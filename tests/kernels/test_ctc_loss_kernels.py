@@ -411,9 +411,12 @@ def test_recursion_split_at_the_bench_shapes():
 def test_split_falls_back_where_the_blocks_cannot_all_be_resident():
     """A waiting block must never hold the SM its producer needs: more (sample, chunk) blocks than the
     device keeps resident take the one-block-per-sample path."""
+    from aclnn_gpu.kernels.occupancy import blocks_per_sm
     one_sm = StandaloneEmuContext(sm_count=1)
     kernel = "aclg::ctc_alpha_split<float, long long>"
-    assert P.split_resident(one_sm, kernel, 32, 40) and not P.split_resident(one_sm, kernel, 33, 40)
+    per_sm = blocks_per_sm(one_sm.arch, P.FILE, kernel, P.SPLIT_THREADS, P.split_shared_bytes(40))
+    assert 1 < per_sm <= 32
+    assert P.split_resident(one_sm, kernel, per_sm, 40) and not P.split_resident(one_sm, kernel, per_sm + 1, 40)
 
 
 @pytest.mark.parametrize("dt", list(DT))
