@@ -182,27 +182,28 @@ __device__ __forceinline__ void row_result(i64 i, i64 t, const float* weight, i6
   }
 }
 
-// The split forward's per-chunk record (ce_forward_stats), in doubles so that one layout serves every
-// math type (float -> double -> float is exact): the chunk's online-softmax state, 1 when it holds a
-// NaN, and the target logit (written only by the chunk that holds the target).
-constexpr int kPart = 4;
-enum { kPartMax = 0, kPartSum = 1, kPartNan = 2, kPartXt = 3 };
+// The split forward's chunk records (ce_forward_stats), in doubles so that one layout serves every
+// math type (float -> double -> float is exact), field-major and row-fastest so that the finish's
+// thread per row reads them coalesced: part[(f * S + k) * N + i] for field f of chunk k of row i
+// (the chunk's online-softmax max and sum, 1 when it holds a NaN), then part[3 * S * N + i] the
+// row's target logit (written by the chunk that holds it).
+enum { kPartMax = 0, kPartSum = 1, kPartNan = 2, kPartFields = 3 };
 
 // A split row's online-softmax state: its S chunk records merged in chunk order. Every reader (each
 // block of ce_forward_write, the row's thread of ce_forward_finish) merges the same values in the
 // same order, so all of them hold the same bits.
 template <class M>
-__device__ __forceinline__ MaxSum<M> merge_parts(const double* part, i64 S, bool& nan_any) {
+__device__ __forceinline__ MaxSum<M> merge_parts(const double* part, i64 S, i64 N, i64 i, bool& nan_any) {
   MaxSum<M> st;
   st.max = neg_inf<M>();
   st.sum = M(0);
   nan_any = false;
   for (i64 k = 0; k < S; ++k) {
     MaxSum<M> r;
-    r.max = (M)part[k * kPart + kPartMax];
-    r.sum = (M)part[k * kPart + kPartSum];
+    r.max = (M)part[(kPartMax * S + k) * N + i];
+    r.sum = (M)part[(kPartSum * S + k) * N + i];
     st = maxsum_merge(st, r);
-    nan_any |= part[k * kPart + kPartNan] != 0.0;
+    nan_any |= part[(kPartNan * S + k) * N + i] != 0.0;
   }
   return st;
 }
@@ -414,7 +415,7 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
 // ------------------------------------------------------------------------------ forward, split rows
 // Few long rows (host: launch.forward_split): each row is cut into S chunks of `chunk` elements (the
 // last one shorter), one block per (row, chunk) unit u = i * S + k, in three launches on one stream:
-//   ce_forward_stats   the chunk's online-softmax state and NaN vote -> part[u] (ce::kPart doubles),
+//   ce_forward_stats   the chunk's online-softmax state and NaN vote -> part (ce::merge_parts' layout),
 //                      and the target logit from the chunk that holds it;
 //   ce_forward_write   merges the row's S records in chunk order (ce::merge_parts), writes the chunk's
 //                      logProb and (label smoothing) its sum of w_c * lp_c -> acc[u];
@@ -445,12 +446,12 @@ ce_forward_stats(const T* x, const I* target, double* part, long long N, long lo
     st = ce::block_maxsum(st, smax, ssum);
     const bool nan_any = __syncthreads_or(nan_seen);
     if (threadIdx.x == 0) {
-      double* r = part + u * ce::kPart;
-      r[ce::kPartMax] = (double)st.max;
-      r[ce::kPartSum] = (double)st.sum;
-      r[ce::kPartNan] = nan_any ? 1.0 : 0.0;
+      const i64 k = u % S;
+      part[(ce::kPartMax * S + k) * N + i] = (double)st.max;
+      part[(ce::kPartSum * S + k) * N + i] = (double)st.sum;
+      part[(ce::kPartNan * S + k) * N + i] = nan_any ? 1.0 : 0.0;
       const i64 t = (i64)target[i];
-      if (t >= c0 && t < c0 + len) r[ce::kPartXt] = (double)load(xr, t - c0);
+      if (t >= c0 && t < c0 + len) part[ce::kPartFields * S * N + i] = (double)load(xr, t - c0);
     }
   }
 }
@@ -466,7 +467,7 @@ ce_forward_write(const T* x, const float* weight, T* log_prob, const double* par
     const i64 i = u / S, c0 = (u % S) * chunk;
     const i64 len = C - c0 < chunk ? C - c0 : chunk;
     bool nan_any;
-    const MaxSum<M> st = ce::merge_parts<M>(part + i * S * ce::kPart, S, nan_any);
+    const MaxSum<M> st = ce::merge_parts<M>(part, S, N, i, nan_any);
     const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);  // as ce_forward
     M acc = M(0);
     auto write_lp = [&](i64 j, M v) -> M {
@@ -477,7 +478,7 @@ ce_forward_write(const T* x, const float* weight, T* log_prob, const double* par
     ce::row_map(x + i * C + c0, log_prob + i * C + c0, len, vec, threadIdx.x, blockDim.x, write_lp);
     if (smooth) {
       acc = block_sum(acc, scratch);
-      if (threadIdx.x == 0) acc_out[u] = (double)acc;
+      if (threadIdx.x == 0) acc_out[(u % S) * N + i] = (double)acc;   // row-fastest, as part
     }
   }
 }
@@ -485,21 +486,20 @@ ce_forward_write(const T* x, const float* weight, T* log_prob, const double* par
 template <class T, class I>
 __global__ void __launch_bounds__(256)
 ce_forward_finish(const I* target, const float* weight, const double* part, const double* acc_in, T* loss_none,
-                  double* rows, T* zloss_none, T* lse_out, long long N, long long C, long long S, long long chunk,
+                  double* rows, T* zloss_none, T* lse_out, long long N, long long C, long long S,
                   long long ignore_index, double label_smoothing, double zscale, int reduction, T* loss_out,
                   T* zloss_out) {
   typedef math_t<T> M;
   for (i64 i = global_thread(); i < N; i += grid_threads()) {
-    const double* pr = part + i * S * ce::kPart;
     bool nan_any;
-    const MaxSum<M> st = ce::merge_parts<M>(pr, S, nan_any);
+    const MaxSum<M> st = ce::merge_parts<M>(part, S, N, i, nan_any);
     const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);
     const bool inf_row = !(st.max > neg_inf<M>() && st.max < pos_inf<M>());
     M acc = M(0);
     if (label_smoothing != 0.0) {
-      for (i64 k = 0; k < S; ++k) acc += (M)acc_in[i * S + k];
+      for (i64 k = 0; k < S; ++k) acc += (M)acc_in[k * N + i];
     }
-    auto xt_of = [&](i64 t) -> M { return (M)pr[(t / chunk) * ce::kPart + ce::kPartXt]; };
+    auto xt_of = [&](i64) -> M { return (M)part[ce::kPartFields * S * N + i]; };
     ce::row_result<T>(i, (i64)target[i], weight, C, ignore_index, label_smoothing, zscale, mx, logsum, inf_row,
                       nan_any, acc, xt_of, loss_none, rows, zloss_none, lse_out, N);
   }

@@ -486,8 +486,9 @@ def test_forward_split_is_a_function_of_the_shape():
         assert S > 1 and N * S >= 132 and (S - 1) * chunk < 8192 <= S * chunk and chunk % plan.SPLIT_ALIGN == 0
     assert plan.forward_split(plan.SPLIT_TARGET_BLOCKS, 8192) == (1, 8192)
     assert plan.forward_split(4, 1000) == (1, 1000)
-    assert plan.forward_workspace_bytes(19, 8192, "none") == 40 * 19 * plan.forward_split(19, 8192)[0]
-    assert plan.forward_workspace_bytes(19, 8192, "mean", True) == 32 * 19 + 40 * 19 * plan.forward_split(19, 8192)[0]
+    S = plan.forward_split(19, 8192)[0]
+    assert plan.forward_workspace_bytes(19, 8192, "none") == 8 * 19 * (4 * S + 1)
+    assert plan.forward_workspace_bytes(19, 8192, "mean", True) == 32 * 19 + 8 * 19 * (4 * S + 1)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

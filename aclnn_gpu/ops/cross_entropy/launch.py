@@ -16,10 +16,11 @@ Workspace (bytes):
               -> double rows[2N] (rows[4N]): per-row loss, then per-row weight w[t_i] (0 if not
                  counted) (, per-row z-loss, then 1 for rows that count in its mean); written by
                  ce_forward, reduced by ce_loss_reduce.
-              + 40 * N * S when the rows are split (forward_split: S > 1)
-              -> double part[N*S][4] (each chunk's max, sum-exp, NaN vote, target logit) after the
-                 rows, then double acc[N*S] (each chunk's label-smoothing sum); written by
-                 ce_forward_stats / ce_forward_write, read by ce_forward_write / ce_forward_finish.
+              + 8 * N * (4 * S + 1) when the rows are split (forward_split: S > 1)
+              -> double part[3][S][N] (each chunk's max, sum-exp, NaN vote; rows fastest) and
+                 part[N] (each row's target logit) after the rows, then double acc[S][N] (each
+                 chunk's label-smoothing sum); written by ce_forward_stats / ce_forward_write, read
+                 by ce_forward_write / ce_forward_finish.
 No tiling data: every launch parameter is a scalar kernel argument.
 
 Launches: grad = [ce_weight_sums<I> (1 block, only when red is needed)] + ce_grad<T, I>;
@@ -44,7 +45,7 @@ SPLIT_TARGET_BLOCKS = 256   # split rows when there are fewer; aim at about this
 SPLIT_MIN_ELEMENTS = 1 << 16   # logits below this stay one block per row (one launch, not three)
 SPLIT_MIN_CHUNK = 512       # elements of a chunk, at least (a block of 32 or more threads, 4 vectors each)
 SPLIT_ALIGN = 64            # chunk lengths: a multiple of this many elements
-_PART = 4                   # doubles per chunk record (kernels: ce::kPart)
+_PART_FIELDS = 3            # doubles per chunk record, besides the row's target logit (kernels: ce::kPartFields)
 _RED_CODE = {"none": 0, "mean": 1, "sum": 2}
 _T = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _I = dtypes.cuda_types("int32", "int64")
@@ -116,7 +117,7 @@ def _split_layout(N: int, C: int, reduction: str, zloss: bool) -> tuple[int, int
     if S == 1:
         return rows, rows, rows
     part = rows
-    acc = part + 8 * _PART * N * S
+    acc = part + 8 * N * (_PART_FIELDS * S + 1)
     return part, acc, acc + 8 * N * S
 
 
@@ -217,7 +218,7 @@ def _launch_split_forward(ctx: KernelContext, t: str, i: str, S: int, chunk: int
     ctx.launch(FILE, KERNELS.name("ce_forward_finish", _T[t], _I[i]), (1 if reduced else -(-N // fin),), (fin,),
                (ptr(target_ptr), ptr(weight_ptr or 0), part, acc, ptr(0 if reduced else loss_ptr),
                 ptr(workspace_ptr if reduced else 0), ptr(0 if reduced else zloss_ptr), ptr(lse_ptr), i64(N), i64(C),
-                i64(S), i64(chunk), i64(ignore_index), np.float64(label_smoothing), np.float64(zscale),
+                i64(S), i64(ignore_index), np.float64(label_smoothing), np.float64(zscale),
                 np.int32(_RED_CODE[reduction]), ptr(loss_ptr if reduced else 0),
                 ptr(zloss_ptr if reduced else 0)))
 
