@@ -26,8 +26,8 @@ No tiling data: every launch parameter is a scalar kernel argument.
 Launches: grad = [ce_weight_sums<I> (1 block, only when red is needed)] + ce_grad<T, I>;
 forward = ce_forward<T, I> (one block per row) + [ce_loss_reduce<T> (1 block, mean/sum)], or for few
 long rows (forward_split) ce_forward_stats + ce_forward_write (one block per (row, chunk)) +
-ce_forward_finish (one thread per row; for mean/sum one block that also reduces). Deterministic (fixed-order sums and merges, no atomics; the
-split is a function of the shape only).
+ce_forward_finish (one thread per row; for mean/sum one block that also reduces). Deterministic
+(fixed-order sums and merges, no atomics; the split is a function of the shape only).
 """
 from __future__ import annotations
 
@@ -105,7 +105,8 @@ def forward_split(N: int, C: int) -> tuple[int, int]:
     S = min(-(-SPLIT_TARGET_BLOCKS // N), C // SPLIT_MIN_CHUNK)
     if S < 2:
         return 1, C
-    chunk = -(-(-(-C // S)) // SPLIT_ALIGN) * SPLIT_ALIGN
+    per = -(-C // S)
+    chunk = -(-per // SPLIT_ALIGN) * SPLIT_ALIGN
     return -(-C // chunk), chunk
 
 

@@ -321,7 +321,8 @@ def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, lo
                    (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(targets_ptr), tiling, tables, nll,
                     ptr(workspace_ptr + lay.alpha), occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
                     i64(targets_numel), i64(targets_2d_stride), zero_inf, i64(J), i64(cs),
-                    ptr(workspace_ptr + lay.flags), ptr(workspace_ptr + lay.xchg)), shared_mem=split_shared_bytes(max_l))
+                    ptr(workspace_ptr + lay.flags), ptr(workspace_ptr + lay.xchg)),
+                   shared_mem=split_shared_bytes(max_l))
         return
     if not geo.long:
         blocks = max(1, min(N, 32 * ctx.sm_count))
@@ -368,7 +369,8 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
                    (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
                     ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
                     i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
-                   workspace_ptr + lay.slots, max_l, msize, parts, (workspace_ptr + lay.flags, workspace_ptr + lay.xchg))
+                   workspace_ptr + lay.slots, max_l, msize, parts,
+                   (workspace_ptr + lay.flags, workspace_ptr + lay.xchg))
     V = 16 // _SIZE[dt]
     vec = C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0
     lanes = -(-C // V) if vec else C
