@@ -15,25 +15,6 @@ import pytest
 from aclnn_gpu.profile import parallel
 from support import use_device
 
-# Cases whose present plan leaves SMs idle, each with the change that fixes it (strict: a fixed plan
-# turns the xfail into a failure, so its entry goes with the fix).
-CE_FORWARD = ("CrossEntropyLoss forward: ce_forward runs one block per row, so N = 19 and 60 rows of "
-              "C = 8192 fp32 (1.2 and 3.8 MiB) run on 19 and 60 blocks; filling the GPU needs rows split "
-              "over blocks with a second, fixed-order combine of the row partials (not a grid-size change)")
-CTC_RECURSION = ("CtcLoss: the alpha (forward) and beta (backward) recursions run one block per sample "
-                 "(T dependent steps, a block-wide barrier each: a sample cannot span blocks without a "
-                 "grid-wide barrier per step), so N = 16 and 50 samples run on 16 and 50 blocks while "
-                 "they move 1.3-7.6 MiB (the buffer-bytes bound; the recursion reads only label columns)")
-
-
-def _xfail(family: str, direction: str, params: tuple) -> str | None:
-    if family == "CrossEntropy" and direction == "forward" and params[0] in (19, 60):
-        return CE_FORWARD
-    if family == "CtcLoss" and params[1] in (16, 50):
-        return CTC_RECURSION
-    return None
-
-
 def _cases():
     from bench import gpu_model
     from bench.families import FAMILIES
@@ -41,10 +22,7 @@ def _cases():
         for e in gpu_model.LADDER:
             p = fam.params(e)
             for direction in ("forward", "backward"):
-                reason = _xfail(fam.name, direction, p)
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-                yield pytest.param(fam.name, e, direction, marks=marks,
-                                   id=f"{fam.name}-{direction}-{'x'.join(map(str, p))}")
+                yield pytest.param(fam.name, e, direction, id=f"{fam.name}-{direction}-{'x'.join(map(str, p))}")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,9 @@
 //   ce_forward<T, I>       one block per row: online log-sum-exp (pass 1 reads x), pass 2 writes
 //                          logProb and sums w_c*lp_c (label smoothing only); per-row loss (+ the
 //                          z-loss zscale*lse^2 of rows not ignored), lse and the per-row z-loss.
+//   ce_forward_stats / ce_forward_write / ce_forward_finish <T, I>
+//                          the same forward for few long rows, each split over several blocks (the
+//                          section "forward, split rows" below).
 //   ce_loss_reduce<T>      1 block: mean/sum of the per-row losses (double, fixed order); with the
 //                          z-loss, its own mean (over n, not D) or sum, added to the loss.
 // Rows: a scalar head up to the first 16-byte boundary, 16-byte vectors, a scalar tail; `vec` = 0
@@ -134,6 +137,110 @@ __device__ __forceinline__ void row_fill(T* d, i64 C, int vec, i64 lane, i64 nth
   for (int k = 0; k < V; ++k) q.v[k] = tv;
   for (i64 v = lane; v < nv; v += nthr) store16(db, v, q);
   for (i64 j = h + nv * V + lane; j < C; j += nthr) d[j] = tv;
+}
+
+// A row's results from its log-sum-exp (mx, logsum; inf_row / nan_any: lse of a non-finite row, see
+// ce_forward), its target logit xt_of(t) (read only for a target in [0, C)) and its smoothing sum acc:
+// the per-row loss (+ the z-loss), lse and the z-loss, to loss_none / zloss_none (reduction none) or
+// rows (double: loss, weight, z-loss, z-loss count; ce_loss_reduce reduces them). One thread per row.
+template <class T, class XT>
+__device__ __forceinline__ void row_result(i64 i, i64 t, const float* weight, i64 C, i64 ignore_index,
+                                           double label_smoothing, double zscale, math_t<T> mx, math_t<T> logsum,
+                                           bool inf_row, bool nan_any, math_t<T> acc, XT& xt_of, T* loss_none,
+                                           double* rows, T* zloss_none, T* lse_out, i64 N) {
+  typedef math_t<T> M;
+  const bool smooth = label_smoothing != 0.0;
+  const bool zl = zscale != 0.0;
+  M loss, wt;
+  const M lse = !inf_row ? mx + logsum : nan_any ? quiet_nan<M>() : mx;  // a NaN makes logsum NaN
+  // z-loss of rows not ignored (CANN's ignoreMask: out-of-range targets included); absent, not
+  // 0 * lse^2, when zscale == 0
+  const M z = (zl && t != ignore_index) ? (M)zscale * lse * lse : M(0);
+  if (t == ignore_index) {
+    loss = M(0);
+    wt = M(0);
+  } else if (t < 0 || t >= C) {
+    loss = quiet_nan<M>();
+    wt = M(0);
+  } else {
+    wt = weight ? (M)weight[t] : M(1);
+    const M lpt = (xt_of(t) - mx) - logsum;
+    loss = -lpt * wt;
+    if (smooth) loss = loss * (M)(1.0 - label_smoothing) + (M)(label_smoothing / (double)C) * (-acc);
+  }
+  if (lse_out) store(lse_out, i, lse);
+  if (loss_none) {
+    store(loss_none, i, zl ? loss + z : loss);  // reduced: ce_loss_reduce adds the reduced z-loss
+    if (zloss_none) store(zloss_none, i, z);
+  } else {
+    rows[i] = (double)loss;
+    rows[N + i] = (double)wt;
+    if (zl) {
+      rows[2 * N + i] = (double)z;
+      rows[3 * N + i] = t != ignore_index ? 1.0 : 0.0;
+    }
+  }
+}
+
+// The split forward's chunk records (ce_forward_stats), in doubles so that one layout serves every
+// math type (float -> double -> float is exact), field-major and row-fastest so that the finish's
+// thread per row reads them coalesced: part[(f * S + k) * N + i] for field f of chunk k of row i
+// (the chunk's online-softmax max and sum, 1 when it holds a NaN), then part[3 * S * N + i] the
+// row's target logit (written by the chunk that holds it).
+enum { kPartMax = 0, kPartSum = 1, kPartNan = 2, kPartFields = 3 };
+
+// A split row's online-softmax state: its S chunk records merged in chunk order. Every reader (each
+// block of ce_forward_write, the row's thread of ce_forward_finish) merges the same values in the
+// same order, so all of them hold the same bits.
+template <class M>
+__device__ __forceinline__ MaxSum<M> merge_parts(const double* part, i64 S, i64 N, i64 i, bool& nan_any) {
+  MaxSum<M> st;
+  st.max = neg_inf<M>();
+  st.sum = M(0);
+  nan_any = false;
+  for (i64 k = 0; k < S; ++k) {
+    MaxSum<M> r;
+    r.max = (M)part[(kPartMax * S + k) * N + i];
+    r.sum = (M)part[(kPartSum * S + k) * N + i];
+    st = maxsum_merge(st, r);
+    nan_any |= part[(kPartNan * S + k) * N + i] != 0.0;
+  }
+  return st;
+}
+
+// The reduced loss from rows (ce_forward / ce_forward_finish): reduction 1 mean (D == 0 -> sum * 0:
+// 0, or NaN when a bad row is in), 2 sum; fixed-order double sums over a block of kReduceThreads.
+// zl: rows holds the z-loss too; its mean divides by n = sum of rows[3N..4N), and it is added to the
+// loss. zloss_out (may be null): the reduced z-loss (0 when !zl).
+template <class T>
+__device__ __forceinline__ void reduce_rows(const double* rows, i64 N, int reduction, T* out, int zl, T* zloss_out) {
+  __shared__ double scratch[ce::kReduceThreads / kWarp];
+  double s = 0.0, d = 0.0, zs = 0.0, n = 0.0;
+  for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
+    s += rows[i];
+    d += rows[N + i];
+  }
+  if (zl) {
+    for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
+      zs += rows[2 * N + i];
+      n += rows[3 * N + i];
+    }
+  }
+  s = block_sum(s, scratch);
+  d = block_sum(d, scratch);
+  if (zl) {
+    zs = block_sum(zs, scratch);
+    n = block_sum(n, scratch);
+  }
+  if (threadIdx.x == 0) {
+    double r = s;
+    if (reduction == 1) r = d != 0.0 ? s / d : s * 0.0;
+    double zr = zs;
+    if (reduction == 1) zr = n != 0.0 ? zs / n : zs * 0.0;
+    if (zl) r = r + zr;
+    store(out, 0, (math_t<T>)r);
+    if (zloss_out) store(zloss_out, 0, (math_t<T>)zr);
+  }
 }
 
 }  // namespace ce
@@ -298,71 +405,114 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
     ce::row_map(xr, lr, C, vec, threadIdx.x, blockDim.x, write_lp);
     if (smooth) acc = block_sum(acc, smax);
     if (threadIdx.x == 0) {
-      const i64 t = (i64)target[i];
-      M loss, wt;
-      const M lse = !inf_row ? mx + logsum : nan_any ? quiet_nan<M>() : mx;  // a NaN makes logsum NaN
-      // z-loss of rows not ignored (CANN's ignoreMask: out-of-range targets included); absent, not
-      // 0 * lse^2, when zscale == 0
-      const M z = (zl && t != ignore_index) ? (M)zscale * lse * lse : M(0);
-      if (t == ignore_index) {
-        loss = M(0);
-        wt = M(0);
-      } else if (t < 0 || t >= C) {
-        loss = quiet_nan<M>();
-        wt = M(0);
-      } else {
-        wt = weight ? (M)weight[t] : M(1);
-        const M lpt = (load(xr, t) - mx) - logsum;
-        loss = -lpt * wt;
-        if (smooth) loss = loss * (M)(1.0 - label_smoothing) + (M)(label_smoothing / (double)C) * (-acc);
-      }
-      if (lse_out) store(lse_out, i, lse);
-      if (loss_none) {
-        store(loss_none, i, zl ? loss + z : loss);  // reduced: ce_loss_reduce adds the reduced z-loss
-        if (zloss_none) store(zloss_none, i, z);
-      } else {
-        rows[i] = (double)loss;
-        rows[N + i] = (double)wt;
-        if (zl) {
-          rows[2 * N + i] = (double)z;
-          rows[3 * N + i] = t != ignore_index ? 1.0 : 0.0;
-        }
-      }
+      auto xt_of = [&](i64 t) -> M { return load(xr, t); };
+      ce::row_result<T>(i, (i64)target[i], weight, C, ignore_index, label_smoothing, zscale, mx, logsum, inf_row,
+                        nan_any, acc, xt_of, loss_none, rows, zloss_none, lse_out, N);
     }
   }
 }
 
-// reduction 1 mean (D == 0 -> sum * 0: 0, or NaN when a bad row is in), 2 sum. One block.
-// zl: rows holds the z-loss too (ce_forward); its mean divides by n = sum of rows[3N..4N), and it is
-// added to the loss. zloss_out (may be null): the reduced z-loss (0 when !zl).
+// ------------------------------------------------------------------------------ forward, split rows
+// Few long rows (host: launch.forward_split): each row is cut into S chunks of `chunk` elements (the
+// last one shorter), one block per (row, chunk) unit u = i * S + k, in three launches on one stream:
+//   ce_forward_stats   the chunk's online-softmax state and NaN vote -> part (ce::merge_parts' layout),
+//                      and the target logit from the chunk that holds it;
+//   ce_forward_write   merges the row's S records in chunk order (ce::merge_parts), writes the chunk's
+//                      logProb and (label smoothing) its sum of w_c * lp_c -> acc[u];
+//   ce_forward_finish  one thread per row: the same merge, acc summed in chunk order, then the row's
+//                      results as ce_forward's (ce::row_result); for mean / sum one block of
+//                      kReduceThreads that then reduces them as ce_loss_reduce does.
+// Fixed-order combines, no atomics: the bits depend on (N, C, S) and the alignment only.
+template <class T, class I>
+__global__ void __launch_bounds__(256)
+ce_forward_stats(const T* x, const I* target, double* part, long long N, long long C, long long S,
+                 long long chunk, int vec) {
+  typedef math_t<T> M;
+  __shared__ M smax[32];
+  __shared__ M ssum[32];
+  for (i64 u = blockIdx.x; u < N * S; u += gridDim.x) {
+    const i64 i = u / S, c0 = (u % S) * chunk;
+    const i64 len = C - c0 < chunk ? C - c0 : chunk;
+    const T* xr = x + i * C + c0;
+    MaxSum<M> st;
+    st.max = neg_inf<M>();
+    st.sum = M(0);
+    bool nan_seen = false;
+    auto acc_max = [&](i64, M v) {
+      st = maxsum_add(st, v);
+      nan_seen |= v != v;
+    };
+    ce::row_read(xr, len, vec, threadIdx.x, blockDim.x, acc_max);
+    st = ce::block_maxsum(st, smax, ssum);
+    const bool nan_any = __syncthreads_or(nan_seen);
+    if (threadIdx.x == 0) {
+      const i64 k = u % S;
+      part[(ce::kPartMax * S + k) * N + i] = (double)st.max;
+      part[(ce::kPartSum * S + k) * N + i] = (double)st.sum;
+      part[(ce::kPartNan * S + k) * N + i] = nan_any ? 1.0 : 0.0;
+      const i64 t = (i64)target[i];
+      if (t >= c0 && t < c0 + len) part[ce::kPartFields * S * N + i] = (double)load(xr, t - c0);
+    }
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(256)
+ce_forward_write(const T* x, const float* weight, T* log_prob, const double* part, double* acc_out,
+                 long long N, long long C, long long S, long long chunk, double label_smoothing, int vec) {
+  typedef math_t<T> M;
+  __shared__ M scratch[32];
+  const bool smooth = label_smoothing != 0.0;
+  for (i64 u = blockIdx.x; u < N * S; u += gridDim.x) {
+    const i64 i = u / S, c0 = (u % S) * chunk;
+    const i64 len = C - c0 < chunk ? C - c0 : chunk;
+    bool nan_any;
+    const MaxSum<M> st = ce::merge_parts<M>(part, S, N, i, nan_any);
+    const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);  // as ce_forward
+    M acc = M(0);
+    auto write_lp = [&](i64 j, M v) -> M {
+      const M l = (v - mx) - logsum;
+      if (smooth) acc += (weight ? (M)weight[c0 + j] : M(1)) * l;
+      return l;
+    };
+    ce::row_map(x + i * C + c0, log_prob + i * C + c0, len, vec, threadIdx.x, blockDim.x, write_lp);
+    if (smooth) {
+      acc = block_sum(acc, scratch);
+      if (threadIdx.x == 0) acc_out[(u % S) * N + i] = (double)acc;   // row-fastest, as part
+    }
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(256)
+ce_forward_finish(const I* target, const float* weight, const double* part, const double* acc_in, T* loss_none,
+                  double* rows, T* zloss_none, T* lse_out, long long N, long long C, long long S,
+                  long long ignore_index, double label_smoothing, double zscale, int reduction, T* loss_out,
+                  T* zloss_out) {
+  typedef math_t<T> M;
+  for (i64 i = global_thread(); i < N; i += grid_threads()) {
+    bool nan_any;
+    const MaxSum<M> st = ce::merge_parts<M>(part, S, N, i, nan_any);
+    const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);
+    const bool inf_row = !(st.max > neg_inf<M>() && st.max < pos_inf<M>());
+    M acc = M(0);
+    if (label_smoothing != 0.0) {
+      for (i64 k = 0; k < S; ++k) acc += (M)acc_in[k * N + i];
+    }
+    auto xt_of = [&](i64) -> M { return (M)part[ce::kPartFields * S * N + i]; };
+    ce::row_result<T>(i, (i64)target[i], weight, C, ignore_index, label_smoothing, zscale, mx, logsum, inf_row,
+                      nan_any, acc, xt_of, loss_none, rows, zloss_none, lse_out, N);
+  }
+  if (reduction != 0) {   // one block: its rows[] stores are visible to the block after the barrier
+    __syncthreads();
+    ce::reduce_rows<T>(rows, N, reduction, loss_out, zscale != 0.0, zloss_out);
+  }
+}
+
+// reduction 1 mean (D == 0 -> sum * 0: 0, or NaN when a bad row is in), 2 sum. One block of
+// kReduceThreads (ce::reduce_rows).
 template <class T>
 __global__ void __launch_bounds__(ce::kReduceThreads)
 ce_loss_reduce(const double* rows, long long N, int reduction, T* out, int zl, T* zloss_out) {
-  __shared__ double scratch[ce::kReduceThreads / kWarp];
-  double s = 0.0, d = 0.0, zs = 0.0, n = 0.0;
-  for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
-    s += rows[i];
-    d += rows[N + i];
-  }
-  if (zl) {
-    for (i64 i = threadIdx.x; i < N; i += blockDim.x) {
-      zs += rows[2 * N + i];
-      n += rows[3 * N + i];
-    }
-  }
-  s = block_sum(s, scratch);
-  d = block_sum(d, scratch);
-  if (zl) {
-    zs = block_sum(zs, scratch);
-    n = block_sum(n, scratch);
-  }
-  if (threadIdx.x == 0) {
-    double r = s;
-    if (reduction == 1) r = d != 0.0 ? s / d : s * 0.0;
-    double zr = zs;
-    if (reduction == 1) zr = n != 0.0 ? zs / n : zs * 0.0;
-    if (zl) r = r + zr;
-    store(out, 0, (math_t<T>)r);
-    if (zloss_out) store(zloss_out, 0, (math_t<T>)zr);
-  }
+  ce::reduce_rows<T>(rows, N, reduction, out, zl, zloss_out);
 }

@@ -878,6 +878,351 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_math_long(const
                                    blank, max_l, tgt_numel, tgt_stride, zero_inf, scratch, slot_bytes);
 }
 
+// ------------------------------------------------------------------------------ split recursions
+// Few samples (host: launch.recursion_split): each sample's states are cut into J chunks of `cs`
+// consecutive states (2 <= cs <= 32), one warp-sized block per (sample, chunk), one state per lane, so
+// that the recursions of a few samples spread over many SMs. Block u of the recursion's blocks runs
+// sample u / J; alpha runs chunk u % J (states s depend on s-1, s-2: chunk j on chunk j-1 at the step
+// before), beta chunk J-1 - u % J (s on s+1, s+2: chunk j on chunk j+1 at the step after), so a block
+// only ever waits for the block before it. Each step, a chunk publishes the two states its neighbour
+// needs to `xchg` (math precision, every step kept: [unit][T][2]), then, every kSplitPublish steps
+// and at its last, after a __threadfence, the count of its published steps to `flags[unit]` (int, zeroed by the host before the launch); the
+// neighbour spins on that count (volatile loads, then a __threadfence) and reads a batch of up to
+// kSplitBatch steps of boundary values at once. The host launches the grid only when every block is
+// co-resident (kernels/occupancy.py's blocks per SM times the SMs), so a waiting block never holds
+// the SM its producer needs; the emulator runs blocks in grid order, producers first. Every state
+// is computed by the same lse3 with the same operands as on the register path, and the occupancies
+// feed the same ctc_grad, so every result is bit-identical to that path's, for any J.
+namespace ctc {
+constexpr int kSplitThreads = 32;   // host: launch.SPLIT_THREADS
+constexpr int kSplitBatch = 32;     // boundary steps read per wait
+constexpr int kSplitPublish = 4;    // steps per published count (a __threadfence each): host: launch.SPLIT_PUBLISH
+// A producer that never publishes traps instead of hanging: 2^31 polls are minutes on a GPU (an L2
+// round trip each) and about a second in the emulator
+constexpr long long kSpinLimit = 1ll << 31;
+
+// Waits until flags[unit] >= need; returns the count seen (lane 0 spins, the warp gets its value).
+__device__ __forceinline__ long long wait_count(const int* flags, long long unit, long long need, int* seen) {
+  if (threadIdx.x == 0) {
+    const volatile int* f = flags + unit;
+    long long n = 0;
+    int v;
+    while ((v = *f) < need)
+      if (++n > kSpinLimit) __trap();
+    __threadfence();   // acquire: the boundary values published before the count are visible
+    *seen = v;
+  }
+  __syncwarp();
+  const long long v = *seen;
+  __syncwarp();
+  return v;
+}
+
+// Publishes step count `count` of `unit` after this warp's stores (xchg, the output rows): every lane
+// fences its own stores, then lane 0 stores the count (the pattern of CUDA's threadFenceReduction).
+__device__ __forceinline__ void publish_count(int* flags, long long unit, long long count) {
+  __threadfence();
+  __syncwarp();
+  if (threadIdx.x == 0) *(volatile int*)(flags + unit) = (int)count;
+}
+
+// The boundary values of `steps` consecutive published steps, from step q0 on (in the order the
+// recursion visits them: dir +1 alpha, -1 beta), into bq[k] = step q0 + dir * k.
+template <class M>
+__device__ __forceinline__ void load_boundary(const M* xchg_unit, long long q0, int dir, long long steps, M (*bq)[2]) {
+  const int lane = threadIdx.x;
+  if (lane < steps) {
+    const volatile M* x = xchg_unit + (q0 + dir * lane) * 2;   // L2, not a stale L1 line
+    bq[lane][0] = x[0];
+    bq[lane][1] = x[1];
+  }
+  __syncwarp();
+}
+
+// The forward's loss from alpha at (Lin-1, 2L) and (Lin-1, 2L-1), as finish_alpha forms it.
+template <class M> __device__ __forceinline__ M alpha_nll(long long lin, long long L, M l1, M l2, int zero_inf) {
+  const M NINF = neg_inf<M>();
+  M nll;
+  if (lin == 0) {
+    nll = L == 0 ? M(0) : pos_inf<M>();
+  } else {
+    M m = l1 > l2 ? l1 : l2;
+    if (m == NINF) m = M(0);
+    nll = -(log(exp(l1 - m) + exp(l2 - m)) + m);
+  }
+  if (zero_inf && nll == pos_inf<M>()) nll = M(0);
+  return nll;
+}
+}  // namespace ctc
+
+// The alpha recursion of (sample, chunk) unit u (AlphaStore<kWs> layout, as alpha_steps): lab and misc
+// in shared memory. flags / xchg: the recursion's own ([N*J] counts, [N*J][T][2] values).
+template <class T, class I, bool kWs>
+__device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
+                                                  typename ctc::AlphaStore<kWs, T>::type* nll_out,
+                                                  typename ctc::AlphaStore<kWs, T>::type* log_alpha,
+                                                  const long long* tiling, long long Tn, long long N, long long C,
+                                                  long long X, long long blank, long long max_l, long long tgt_numel,
+                                                  long long tgt_stride, int zero_inf, long long J, long long cs,
+                                                  int* flags, math_t<T>* xchg, long long u, int* lab) {
+  typedef math_t<T> M;
+  typedef typename ctc::AlphaStore<kWs, T>::type A;
+  using namespace ctc;
+  __shared__ int misc[4];
+  __shared__ int seen;
+  __shared__ M bq[kSplitBatch][2];
+  constexpr int kD = RingOf<1>::value;   // the register path's prefetch distance at one state per thread
+  const M NINF = neg_inf<M>();
+  const long long a_step = kWs ? N * X : X;
+  // 32-bit divisions (units and chunks fit an int: the host launches at most the resident blocks); a
+  // 64-bit one is a subroutine call whose saved registers spill
+  const long long b = (int)u / (int)J, j = (int)u % (int)J, c_lo = j * cs;
+  const int lane = threadIdx.x;
+  const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, J * cs, lab,
+                                   misc);
+  A* la = log_alpha + b * (kWs ? X : Tn * X);
+  const long long col_hi = j == J - 1 ? X : c_lo + cs;   // the last chunk also writes the padding columns
+  if (sp.bad) {   // uniform over the sample's chunks: none publishes, none waits
+    if (!kWs)
+      for (long long t = 0; t < Tn; ++t)
+        for (long long s = c_lo + lane; s < col_hi; s += kSplitThreads) store(la, t * X + s, quiet_nan<M>());
+    if (j == 0 && lane == 0) store(nll_out, b, quiet_nan<M>());
+    return;
+  }
+  const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+  const long long row_end = kWs ? S : X;
+  const long long s = c_lo + lane;
+  const bool in = lane < cs && s < S;
+  const int lab_s = (in && (s & 1)) ? lab[s >> 1] : (int)blank;
+  const bool skip = in && (s & 1) && s >= 3 && lab[s >> 1] != lab[(s >> 1) - 1];
+  const M* xin = xchg + (j > 0 ? u - 1 : u) * Tn * 2;   // the previous chunk's boundary (read when j > 0)
+  M* xout = xchg + u * Tn * 2;
+  long long q0 = 0, nq = 0;                // bq holds boundary steps [q0, q0 + nq)
+  M alpha = NINF;
+  M l_ring[kD];   // slot q: the log-prob of step t with t % kD == q, loaded kD steps ahead
+#pragma unroll
+  for (int q = 0; q < kD; ++q) l_ring[q] = (in && q < lin) ? load(lp, (q * N + b) * C + lab_s) : NINF;
+  for (long long t0 = 0; t0 < lin; t0 += kD) {
+#pragma unroll
+  for (int q = 0; q < kD; ++q) {
+    const long long t = t0 + q;
+    if (t >= lin) break;   // uniform over the block
+    const M l = l_ring[q];
+    if (in && t + kD < lin) l_ring[q] = load(lp, ((t + kD) * N + b) * C + lab_s);
+    M p0 = NINF, p1 = NINF;   // alpha at t-1 of states c_lo-1, c_lo-2 (the previous chunk's top two)
+    if (j > 0 && t > 0) {
+      if (t - 1 >= q0 + nq) {
+        const long long seen_n = wait_count(flags, u - 1, t, &seen);
+        q0 = t - 1;
+        nq = seen_n - q0 < kSplitBatch ? seen_n - q0 : kSplitBatch;
+        load_boundary(xin, q0, 1, nq, bq);
+      }
+      p0 = bq[t - 1 - q0][0];
+      p1 = bq[t - 1 - q0][1];
+    }
+    const M v1 = __shfl_up_sync(kFullMask, alpha, 1);
+    const M v2 = __shfl_up_sync(kFullMask, alpha, 2);
+    const M n1 = lane == 0 ? p0 : v1;
+    const M n2 = lane == 0 ? p1 : lane == 1 ? p0 : v2;
+    if (t == 0) {
+      alpha = (in && s <= 1) ? l : NINF;
+    } else {
+      const M r = lse3(alpha, n1, skip ? n2 : NINF) + l;
+      alpha = in ? r : NINF;
+    }
+    if (j < J - 1) {   // the boundary first: the next chunk waits for it, not for the row below
+      if (lane == cs - 1) xout[t * 2] = alpha;
+      if (lane == cs - 2) xout[t * 2 + 1] = alpha;
+      if ((t + 1) % kSplitPublish == 0 || t == lin - 1) publish_count(flags, u, t + 1);
+    }
+    A* row = la + t * a_step;
+    if (lane < cs && s < row_end) store(row, s, (kWs && t == lin - 1 && s < 2 * L - 1) ? NINF : alpha);
+    for (long long c = c_lo + cs + lane; c < col_hi && c < row_end; c += kSplitThreads) store(row, c, NINF);
+  }
+  }
+  // rows t >= Lin of this chunk's columns -inf (not in the workspace layout: never read there)
+  if (!kWs)
+    for (long long t = lin; t < Tn; ++t)
+      for (long long c = c_lo + lane; c < col_hi; c += kSplitThreads) store(la, t * X + c, NINF);
+  // the loss: the chunk that holds state 2L (alpha at 2L-1 from its lane below, or the previous chunk)
+  const long long s_fin = 2 * L;
+  if ((int)s_fin / (int)cs != j) return;   // uniform over the block
+  const M a2l = __shfl_sync(kFullMask, alpha, (int)(s_fin - c_lo));
+  M a2l1 = __shfl_sync(kFullMask, alpha, (int)(s_fin - c_lo > 0 ? s_fin - c_lo - 1 : 0));
+  if (L == 0) {
+    a2l1 = NINF;
+  } else if (s_fin == c_lo && lin > 0) {   // 2L-1 is the previous chunk's top state at Lin-1
+    if (lin - 1 >= q0 + nq) {
+      wait_count(flags, u - 1, lin, &seen);
+      q0 = lin - 1;
+      nq = 1;
+      load_boundary(xin, q0, 1, nq, bq);
+    }
+    a2l1 = bq[lin - 1 - q0][0];
+  }
+  if (lane == 0) store(nll_out, b, alpha_nll<M>(lin, L, a2l, a2l1, zero_inf));
+}
+
+// The beta recursion of (sample, chunk) unit u (as beta_steps; kBetaOnly: beta itself into occ). The
+// sample's first unit (chunk J-1) writes its tables; every unit reads the labels from shared memory.
+template <class T, class I, class A, bool kBetaOnly>
+__device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, const math_t<T>* nll_ws,
+                                                 const A* log_alpha, long long a_sample, long long a_step,
+                                                 const I* targets, const long long* tiling, int* tables,
+                                                 math_t<T>* occ, long long W, long long Tn, long long N, long long C,
+                                                 long long X, long long blank, long long max_l, long long tgt_numel,
+                                                 long long tgt_stride, int zero_inf, long long J, long long cs,
+                                                 int* flags, math_t<T>* xchg, long long u, int* lab) {
+  typedef math_t<T> M;
+  using namespace ctc;
+  __shared__ int misc[4];
+  __shared__ int seen;
+  __shared__ M bq[kSplitBatch][2];
+  constexpr int kD = RingOf<1>::value;   // the register path's prefetch distance at one state per thread
+  const M NINF = neg_inf<M>();
+  const Tables tb = tables_at(tables, N, max_l);
+  const long long b = (int)u / (int)J, k = (int)u % (int)J, j = J - 1 - k, c_lo = j * cs;   // 32-bit: as alpha
+  const bool writer = k == 0;
+  const int lane = threadIdx.x;
+  const M nll = load(nll_in, b);
+  if (zero_inf && nll == pos_inf<M>()) {   // ctc_grad zeroes the slice
+    if (writer && lane == 0) tb.status[b] = kZero;
+    return;
+  }
+  const Sample sp = load_sample<I>(tiling, targets, b, Tn, C, max_l, tgt_numel, tgt_stride, X, blank, J * cs, lab,
+                                   misc);
+  bool zero = false;
+  if (zero_inf && log_alpha && !sp.bad && sp.lin > 0) {   // as beta_prologue
+    const A* fin = log_alpha + b * a_sample + (sp.lin - 1) * a_step + 2 * sp.L;
+    zero = load(fin, 0) == neg_inf<M>() && (sp.L == 0 || load(fin, -1) == neg_inf<M>());
+  }
+  if (writer && lane == 0) tb.status[b] = sp.bad ? kBad : zero ? kZero : kOk;
+  if (sp.bad || zero || sp.lin == 0) return;
+  const long long L = sp.L, lin = sp.lin, S = 2 * L + 1;
+  if (writer) {
+    int* tlab = tb.lab + b * max_l;
+    for (long long q = lane; q < L; q += kSplitThreads) tlab[q] = lab[q];
+    build_chains(lab, tb.fst + b * max_l, tb.nxt + b * max_l, misc, L, blank);
+    __syncwarp();
+    if (lane == 0) tb.first[b] = misc[1];
+  }
+  const M nll_m = kBetaOnly ? M(0) : nll_ws ? nll_ws[b] : nll;
+  const M shift = is_finite(nll_m) ? nll_m : M(0);
+  const A* alpha_b = log_alpha + b * a_sample;
+  const bool drop_2l = L > 0 && lab[L - 1] == blank;
+  const long long s = c_lo + lane;
+  const bool in = lane < cs && s < S;
+  const int lab_s = (in && (s & 1)) ? lab[s >> 1] : (int)blank;
+  const bool skip = in && (s & 1) && s + 2 < S && lab[(s >> 1) + 1] != lab[s >> 1];
+  const M* xin = xchg + (k > 0 ? u - 1 : u) * Tn * 2;   // the next chunk's lowest two states (read when k > 0)
+  M* xout = xchg + u * Tn * 2;
+  long long q0 = 0, nq = 0;                // bq holds boundary steps q0, q0-1, ..., q0-nq+1
+  M beta = NINF;
+  M a_ring[kD], l_ring[kD];   // slot q: step lin-1-k with k % kD == q, loaded kD steps ahead
+#pragma unroll
+  for (int q = 0; q < kD; ++q) {
+    a_ring[q] = NINF;
+    l_ring[q] = NINF;
+    if (in && q < lin) {
+      if (!kBetaOnly) a_ring[q] = load(alpha_b, (lin - 1 - q) * a_step + s);
+      l_ring[q] = load(lp, ((lin - 1 - q) * N + b) * C + lab_s);
+    }
+  }
+  for (long long k0 = 0; k0 < lin; k0 += kD) {
+#pragma unroll
+  for (int q = 0; q < kD; ++q) {
+    const long long t = lin - 1 - (k0 + q);
+    if (t < 0) break;   // uniform over the block
+    const M a = a_ring[q], l = l_ring[q];
+    if (in && t >= kD) {
+      if (!kBetaOnly) a_ring[q] = load(alpha_b, (t - kD) * a_step + s);
+      l_ring[q] = load(lp, ((t - kD) * N + b) * C + lab_s);
+    }
+    M e0 = NINF, e1 = NINF;   // beta at t+1 of states c_lo+cs, c_lo+cs+1 (the next chunk's lowest two)
+    if (j < J - 1 && t < lin - 1) {
+      if (nq == 0 || t + 1 < q0 - nq + 1) {
+        // the next chunk has published steps lin-1 down to lin-count: step t+1 needs count >= lin-1-t
+        const long long seen_n = wait_count(flags, u - 1, lin - 1 - t, &seen);
+        q0 = t + 1;
+        const long long low = lin - seen_n;   // its lowest published step
+        nq = q0 - low + 1 < kSplitBatch ? q0 - low + 1 : kSplitBatch;
+        load_boundary(xin, q0, -1, nq, bq);
+      }
+      e0 = bq[q0 - (t + 1)][0];
+      e1 = bq[q0 - (t + 1)][1];
+    }
+    const M v1 = __shfl_down_sync(kFullMask, beta, 1);
+    const M v2 = __shfl_down_sync(kFullMask, beta, 2);
+    const M n1 = lane == cs - 1 ? e0 : v1;
+    const M n2 = lane == cs - 1 ? e1 : lane == cs - 2 ? e0 : v2;
+    if (t == lin - 1) {
+      beta = (in && s >= 2 * L - 1) ? l : NINF;
+    } else {
+      const M r = lse3(beta, s + 1 < S ? n1 : NINF, skip ? n2 : NINF) + l;
+      beta = in ? r : NINF;
+    }
+    if (j > 0) {   // the boundary first: the previous chunk waits for it, not for the occupancies
+      if (lane == 0) xout[t * 2] = beta;
+      if (lane == 1) xout[t * 2 + 1] = beta;
+      if ((lin - t) % kSplitPublish == 0 || t == 0) publish_count(flags, u, lin - t);
+    }
+    if (in) {
+      M* orow = occ + (t * N + b) * W;
+      orow[s] = kBetaOnly ? beta
+                          : (t == lin - 1 && (s < 2 * L - 1 || (drop_2l && s == 2 * L)))
+                                ? last_step_occupancy(s < 2 * L - 1, l, shift)
+                                : exp(a + beta - l + shift);
+    }
+  }
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_alpha_split(const T* __restrict__ lp,
+                          const I* __restrict__ targets, T* __restrict__ nll_out, T* __restrict__ log_alpha,
+                          const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long X,
+                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                          long long J, long long cs, int* flags, math_t<T>* xchg) {
+  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  alpha_split_steps<T, I, false>(lp, targets, nll_out, log_alpha, tiling, Tn, N, C, X, blank, max_l, tgt_numel,
+                                 tgt_stride, zero_inf, J, cs, flags, xchg, blockIdx.x, (int*)ctc_smem);
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_beta_split(const T* __restrict__ lp,
+                         const T* __restrict__ nll_in, const T* __restrict__ log_alpha,
+                         const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
+                         math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
+                         long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
+                         long long J, long long cs, int* flags, math_t<T>* xchg) {
+  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  beta_split_steps<T, I, T, false>(lp, nll_in, nullptr, log_alpha, Tn * X, X, targets, tiling, tables, occ, W, Tn, N,
+                                   C, X, blank, max_l, tgt_numel, tgt_stride, zero_inf, J, cs, flags, xchg, blockIdx.x,
+                                   (int*)ctc_smem);
+}
+
+// ctc_recursions_math split: units [0, N*J) alpha, [N*J, 2*N*J) beta, each with its own flags and
+// xchg halves (flags + N*J, xchg + N*J*T*2 for beta).
+template <class T, class I>
+__global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_recursions_math_split(const T* __restrict__ lp,
+                          const T* __restrict__ nll_in, const I* __restrict__ targets,
+                          const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ nll_ws,
+                          math_t<T>* __restrict__ alpha_ws, math_t<T>* __restrict__ beta_ws, long long W, long long Tn,
+                          long long N, long long C, long long blank, long long max_l, long long tgt_numel,
+                          long long tgt_stride, int zero_inf, long long J, long long cs, int* flags,
+                          math_t<T>* xchg) {
+  extern __shared__ __align__(16) unsigned char ctc_smem[];
+  const long long G = N * J;
+  if ((long long)blockIdx.x < G)
+    alpha_split_steps<T, I, true>(lp, targets, nll_ws, alpha_ws, tiling, Tn, N, C, W, blank, max_l, tgt_numel,
+                                  tgt_stride, 0, J, cs, flags, xchg, blockIdx.x, (int*)ctc_smem);
+  else
+    beta_split_steps<T, I, math_t<T>, true>(lp, nll_in, nullptr, (const math_t<T>*)nullptr, 0, 0, targets, tiling,
+                                            tables, beta_ws, W, Tn, N, C, W, blank, max_l, tgt_numel, tgt_stride,
+                                            zero_inf, J, cs, flags + G, xchg + G * Tn * 2, blockIdx.x - G,
+                                            (int*)ctc_smem);
+}
+
 }  // namespace aclg
 
 // ------------------------------------------------------------------------------ target cast

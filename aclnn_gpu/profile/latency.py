@@ -55,6 +55,7 @@ ALU_CYCLES = 4.0
 MUFU_CYCLES = 20.0
 BARRIER_CYCLES = 30.0
 SCHEDULERS = 4                                           # warp schedulers per SM
+SM_COUNT = 132                                           # H100 SXM (and H200): spreads the split blocks
 LSE3_CHAIN = 24 * ALU_CYCLES + 2 * MUFU_CYCLES           # 136 cycles
 EXP_CHAIN = 11 * ALU_CYCLES + MUFU_CYCLES                # three adds + expf: 64 cycles
 LEVELS = {"dram": DRAM_CYCLES, "l2": L2_CYCLES, "l1": L1_CYCLES}
@@ -136,10 +137,12 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     # _math: the 16-bit backward's recursions; ctc_recursions_math runs its alpha and its beta side by
     # side in one launch, and that beta loads no alpha and stores beta itself (no exp): both steps
     # are priced as the forward's, one critical path for the launch
-    m = re.match(r"aclg::ctc_(alpha|beta|recursions)(?:_math)?(_long)?<", name)
+    m = re.match(r"aclg::ctc_(alpha|beta|recursions)(?:_math)?(_long|_split)?<", name)
     if not m:
         return None
     backward = m.group(1) == "beta"
+    if m.group(2) == "_split":
+        return _ours_ctc_split(d, backward)
     states = 2 * d["L"] + 1
     geo = launch.recursion_geometry(d["L"], math_size, long_path=bool(m.group(2)))
     blocks_per_sm = 1                                  # grids of N <= SM count blocks (the headline's case)
@@ -160,6 +163,31 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
     return Recursion(d["T"], ring, onchip=2 * L1_CYCLES,
                      alu=LSE3_CHAIN + 40 * (geo.per - 1) + (EXP_CHAIN if occupancy_on_path else 0),
                      warps=geo.threads // 32 * blocks_per_sm, instructions=30 + (55 if backward else 40) * geo.per)
+
+
+# Split path (ctc_*_split): one warp per (sample, chunk), one state per lane, no barrier. Each step:
+# two warp shuffles (one round trip), lse3, the log-probs (and the backward's alpha) from a register
+# ring launch.RING[1] steps deep; the chunk's boundary with its neighbour comes from the workspace:
+# a count poll and one load of up to kSplitBatch steps of boundary values (two L2 round trips per
+# batch), and every launch.SPLIT_PUBLISH steps a __threadfence before the count is published
+# (FENCE_CYCLES, ASSUMED: a membar.gl waits for the warp's stores to reach L2, one L2 round trip).
+# The chain of J chunks trails its first by up to (J - 1) * (SPLIT_PUBLISH + 2) steps (each hop: a
+# publish interval and about two steps of the count's round trip): added to the steps.
+FENCE_CYCLES = L2_CYCLES
+
+
+def _ours_ctc_split(d: dict, backward: bool) -> Recursion:
+    from ..ops.ctc_loss import launch
+    J, _ = launch.recursion_split(d["T"], d["N"], d["L"])
+    J = max(J, 1)
+    ahead = launch.RING[1]
+    ring: tuple[Load, ...] = (Load("log_probs column (ring)", "dram", ahead),)
+    ring += (Load("log_alpha (ring)", "dram", ahead),) if backward else ()
+    boundary = 2 * L2_CYCLES / launch.SPLIT_BATCH + FENCE_CYCLES / launch.SPLIT_PUBLISH
+    blocks_per_sm = max(1, -(-d["N"] * J // SM_COUNT))
+    return Recursion(d["T"] + (J - 1) * (launch.SPLIT_PUBLISH + 2), ring, barriers=0,
+                     onchip=L1_CYCLES + boundary, alu=LSE3_CHAIN, warps=blocks_per_sm,
+                     instructions=40 + (15 if backward else 0) + 20)
 
 
 TORCH_RECURSIONS = ("ctc_loss_log_alpha_gpu_kernel", "ctc_loss_backward_log_beta_gpu_kernel")

@@ -251,6 +251,7 @@ COVERAGE += [
     ("KlDivBackward", {"strided": 1}), ("KlDivBackward", {"bcast": 1, "N": 1024, "C": 64}),
     ("CrossEntropyLossGrad", {"stridedout": 1}),
     ("CrossEntropyLoss", {"strided": 1}),
+    ("CrossEntropyLoss", {"N": 4, "C": 1024}),   # few short rows: one block per row (the defaults split)
     ("ScaledMaskedSoftmax", {"B": 1, "H": 1, "S1": 2, "S2": 12288, "MB": 1}),
     ("ScaledMaskedSoftmax", {"B": 1, "H": 1, "S1": 2, "S2": 32768, "MB": 1}),
     ("ScaledMaskedSoftmaxBackward", {"B": 1, "H": 1, "S1": 2, "S2": 12288, "MB": 1}),
@@ -258,6 +259,9 @@ COVERAGE += [
     ("CtcLoss", {"fptargets": 1}),
     ("CtcLoss", {"T": 4, "N": 1, "L": 2100}), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}),   # long targets
     ("CtcLossBackward", {}, "fp16"), ("CtcLossBackward", {"T": 4, "N": 1, "L": 2100}, "bf16"),
+    # few samples, many steps: the split recursions (ops/ctc_loss/launch.recursion_split)
+    ("CtcLoss", {"T": 256, "N": 4, "L": 40}), ("CtcLossBackward", {"T": 256, "N": 4, "L": 40}),
+    ("CtcLossBackward", {"T": 256, "N": 4, "L": 40}, "fp16"),
     ("ConvTbcBackward", {"T": 0, "K": 2}),
     ("ConvTbcBackward", {"T": 2048}),          # split gradWeight, gradBias in row chunks: tbc_reduce
 ]

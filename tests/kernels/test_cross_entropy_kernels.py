@@ -466,3 +466,65 @@ def test_zloss_deterministic(ctx, rng):
     ga = run_grad_z(ctx, g, a[1], t, w, "mean", -100, 0.1, 0.01, g, a[3])
     gb = run_grad_z(ctx, g, a[1], t, w, "mean", -100, 0.1, 0.01, g, a[3])
     assert ga.tobytes() == gb.tobytes()
+
+
+# ------------------------------------------------------------------------------ the forward's row split
+@pytest.fixture
+def small_split(monkeypatch):
+    """forward_split's thresholds lowered so that small emulated rows split into chunks of 16 elements
+    (a chunk is then a scalar head, a few 16-byte vectors and a scalar tail of a misaligned row)."""
+    monkeypatch.setattr(plan, "SPLIT_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(plan, "SPLIT_MIN_CHUNK", 16)
+    monkeypatch.setattr(plan, "SPLIT_ALIGN", 16)
+    monkeypatch.setattr(plan, "SPLIT_TARGET_BLOCKS", 24)
+
+
+def test_forward_split_is_a_function_of_the_shape():
+    # the bench's few long rows: enough (row, chunk) blocks for 132 SMs; many rows, or small logits: no split
+    for N in (19, 60):
+        S, chunk = plan.forward_split(N, 8192)
+        assert S > 1 and N * S >= 132 and (S - 1) * chunk < 8192 <= S * chunk and chunk % plan.SPLIT_ALIGN == 0
+    assert plan.forward_split(plan.SPLIT_TARGET_BLOCKS, 8192) == (1, 8192)
+    assert plan.forward_split(4, 1000) == (1, 1000)
+    S = plan.forward_split(19, 8192)[0]
+    assert plan.forward_workspace_bytes(19, 8192, "none") == 8 * 19 * (4 * S + 1)
+    assert plan.forward_workspace_bytes(19, 8192, "mean", True) == 32 * 19 + 8 * 19 * (4 * S + 1)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_split_forward_vs_reference(ctx, rng, small_split, dtype, reduction):
+    """Rows split over several blocks (ce_forward_stats / _write / _finish): logProb, loss, z-loss and
+    lse against the reference with weights, smoothing, ignored and out-of-range targets, misaligned
+    bases, targets in every chunk, and non-finite logits (a +inf, -inf or NaN in one chunk decides the
+    whole row)."""
+    N, C = 5, 83
+    assert plan.forward_split(N, C)[0] > 2
+    for k_, (weighted, ls, ii, tdt, k, mis) in enumerate([(True, 0.1, -100, np.int64, 0.0, (0, 0)),
+                                                         (False, 0.0, 2, np.int32, 0.05, (1, 1)),
+                                                         (True, 0.1, -1, np.int32, 1e-3, (3, 1))]):
+        x, t, w, g = make_case(rng, N, C, dtype, weighted=weighted, ignore_index=ii, reduction=reduction,
+                               bad_row=1 if k_ == 0 else None, ignore_frac=0.2)
+        t[2], t[3], t[4] = C - 1, 32, 63    # the last chunk's tail, either side of a chunk boundary
+        if k_ == 2:
+            x[0, 40], x[3, 70], x[4, 5] = np.inf, np.nan, -np.inf
+            x[2] = -np.inf
+        want = reference_z(x, t, w, reduction, ii, ls, k, g, None)
+        loss, lp, zl, lse = run_forward_z(ctx, x, t, w, reduction, ii, ls, k, tdtype=tdt, misalign=mis)
+        for got, ref, what in [(lp, want[1], "logProb"), (lse, want[3], "lse"), (loss, want[0], "loss"),
+                               (zl, want[2], "zloss")]:
+            same_nonfinite(got, ref, what)
+            close(got, ref, dtype)
+
+
+def test_split_forward_matches_one_block_per_row_and_repeats(ctx, rng, small_split, monkeypatch):
+    """The split and the one-block rows agree to rounding, and the split repeats bit for bit."""
+    dtype = np.dtype(np.float32)
+    x, t, w, g = make_case(rng, 6, 120, dtype, weighted=True, ignore_index=-100, reduction="mean")
+    a = run_forward_z(ctx, x, t, w, "mean", -100, 0.1, 0.01)
+    b = run_forward_z(ctx, x, t, w, "mean", -100, 0.1, 0.01)
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(a, b))
+    monkeypatch.setattr(plan, "SPLIT_MIN_ELEMENTS", 1 << 62)
+    c = run_forward_z(ctx, x, t, w, "mean", -100, 0.1, 0.01)
+    for u, v in zip(a, c):
+        np.testing.assert_allclose(u, v, rtol=2e-6, atol=2e-6)

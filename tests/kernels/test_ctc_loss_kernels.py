@@ -35,9 +35,9 @@ def aligned(shape, dtype, fill=np.nan):
 
 
 def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad=0, nll_in=None, long_path=None,
-        reference=True, la_in=None, log_alpha_value=None):
+        reference=True, la_in=None, log_alpha_value=None, split=None):
     """Forward then backward through the launchers (long_path: force the recursion path, None: the
-    launcher's choice; nll_in / la_in: given to the backward instead of the forward's); with the NumPy
+    launcher's choice; split: force the split recursions' chunk of `split` states, 0: no split; nll_in / la_in: given to the backward instead of the forward's); with the NumPy
     reference's results unless reference=False.
     log_alpha_value: ((b, t, s), value) written into the forward's log_alpha before the backward."""
     T, N, C = lp.shape
@@ -46,7 +46,7 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     tgt = np.ascontiguousarray(tgt)
     max_l = int(np.max(tl))
     math_size = 8 if dt == "float64" else 4
-    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path, recompute=dt in P.HALF)
+    ws_bytes = P.backward_workspace_bytes(T, N, max_l, math_size, long_path, recompute=dt in P.HALF, split=split)
     ws = aligned((max(ws_bytes // 8, 1),), np.int64, fill=0)
     lpa = aligned(lp.shape, lp.dtype)
     lpa[...] = lp
@@ -56,7 +56,7 @@ def run(ctx, lp, tg, il, tl, blank=0, zero_inf=False, g=None, one_d=False, X_pad
     common = dict(targets_ptr=tgt.ctypes.data, workspace_ptr=ws.ctypes.data, T=T, N=N, C=C, dtype=dt,
                   target_dtype=tgt.dtype.name, targets_2d_stride=0 if one_d else tgt.shape[1],
                   targets_numel=tgt.size, input_lengths=il, target_lengths=tl, blank=blank,
-                  zero_infinity=zero_inf, long_path=long_path)
+                  zero_infinity=zero_inf, long_path=long_path, split=split)
     P.launch_forward(ctx, log_probs_ptr=lpa.ctypes.data, neg_log_likelihood_ptr=nll.ctypes.data,
                      log_alpha_ptr=la.ctypes.data, **common)
     la_in = la if la_in is None else la_in
@@ -371,3 +371,90 @@ def test_half_backward_is_the_fp32_backward_rounded(ctx, dt, L, long_path):
     *_, again = run(ctx, lp, tg, il, tl, g=g, long_path=long_path, reference=False, nll_in=nll_other,
                     la_in=la_other)
     np.testing.assert_array_equal(f64(again), f64(out), err_msg=f"seed {SEED}")
+
+
+# ------------------------------------------------------------------------------ split recursions
+class Recording(StandaloneEmuContext):
+    """StandaloneEmuContext that keeps the name of every kernel it launches."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.names: list[str] = []
+
+    def launch(self, file, expr, grid, block, args, shared_mem=0):
+        self.names.append(expr)
+        super().launch(file, expr, grid, block, args, shared_mem)
+
+
+@pytest.fixture(scope="module")
+def rctx():
+    return Recording(sm_count=4)
+
+
+def test_recursion_split_at_the_bench_shapes():
+    """The bench's few samples (T = 200, L = 40): enough (sample, chunk) blocks for 132 SMs, chunks of
+    2..32 states that cover 2L+1; many samples, small problems, forced paths: one block per sample."""
+    for N in (16, 50):
+        J, cs = P.recursion_split(200, N, 40)
+        assert N * J >= 132 and 2 <= cs <= P.SPLIT_THREADS and (J - 1) * cs < 81 <= J * cs
+    assert P.recursion_split(200, P.SPLIT_TARGET_BLOCKS, 40) == (1, 0)
+    assert P.recursion_split(8, 2, 3) == (1, 0)
+    assert P.recursion_split(200, 16, 40, long_path=False) == (1, 0)
+    assert P.recursion_split(200, 16, 40, split=0) == (1, 0)
+    assert P.recursion_split(200, 16, 40, split=5) == (17, 5)
+    # the workspace holds the counts and the boundary values only where the recursions split
+    plain = P.forward_workspace_bytes(16, 40, 4, T=200, split=0)
+    J, _ = P.recursion_split(200, 16, 40)
+    assert P.forward_workspace_bytes(16, 40, 4, T=200) == plain + P._round(4 * 16 * J) + P._round(16 * J * 200 * 8)
+
+
+def test_split_falls_back_where_the_blocks_cannot_all_be_resident():
+    """A waiting block must never hold the SM its producer needs: more (sample, chunk) blocks than the
+    device keeps resident take the one-block-per-sample path."""
+    from aclnn_gpu.kernels.occupancy import blocks_per_sm
+    one_sm = StandaloneEmuContext(sm_count=1)
+    kernel = "aclg::ctc_alpha_split<float, long long>"
+    per_sm = blocks_per_sm(one_sm.arch, P.FILE, kernel, P.SPLIT_THREADS, P.split_shared_bytes(40))
+    assert 1 < per_sm <= 32
+    assert P.split_resident(one_sm, kernel, per_sm, 40) and not P.split_resident(one_sm, kernel, per_sm + 1, 40)
+
+
+@pytest.mark.parametrize("dt", list(DT))
+def test_split_recursions_bit_identical_to_the_register_path(rctx, dt):
+    """ctc_alpha_split / ctc_beta_split (ctc_recursions_math_split for 16-bit storage) against the
+    register path on the same inputs, bit for bit, and against the reference: chunks of 2, 3 and 7
+    states, T = 45 (more than one batch of boundary steps and a partial prefetch ring), 1-D and 2-D
+    targets, repeated labels, zero_infinity, padded log_alpha, input lengths from 0 to T."""
+    rng = np.random.default_rng([SEED, 21, len(dt)])
+    for k, cs in enumerate((2, 3, 7)):
+        T, N, C = 45, 3, 6
+        blank = int(rng.integers(0, C))
+        lp, tg, il, tl = case(rng, T, N, C, 6, blank=blank, dtype=DT[dt], runs=k == 1)
+        il[1] = 0 if k == 0 else T - 1
+        kw = dict(blank=blank, zero_inf=k != 1, one_d=k == 2, X_pad=k, g=rng.standard_normal(N))
+        rctx.names.clear()
+        got = run(rctx, lp, tg, il, tl, split=cs, **kw)
+        assert any("_split<" in n for n in rctx.names) and not any(", 1>" in n for n in rctx.names)
+        want = run(rctx, lp, tg, il, tl, split=0, reference=False, **kw)
+        for a, b, what in zip(got[:3], want, ("nll", "log_alpha", "grad")):
+            assert a.tobytes() == b.tobytes(), f"seed {SEED} dtype {dt} cs {cs}: {what} differs"
+        compare(got, dt, SEED, il)
+
+
+def test_split_bad_labels_and_impossible_alignments(rctx):
+    """A label out of range makes that sample NaN in every chunk; a sample too short to align gives
+    +inf (0 under zero_infinity), as on the register path."""
+    rng = np.random.default_rng([SEED, 22])
+    lp, tg, il, tl = case(rng, 9, 4, 5, 4, dtype=np.float32)
+    tl[:] = 4
+    il[:] = [9, 9, 5, 9]
+    tg[1, 2] = 11
+    tg[2, :] = 3                                 # repeats need 2L+... steps: too short for 5
+    for zi in (False, True):
+        raw = ctc_loss_forward(lp, tg, il, tl)[0] if zi else None
+        got = run(rctx, lp, tg, il, tl, split=2, zero_inf=zi, nll_in=raw)
+        want = run(rctx, lp, tg, il, tl, split=0, zero_inf=zi, nll_in=raw, reference=False)
+        for a, b in zip(got[:3], want):
+            assert a.tobytes() == b.tobytes()
+        assert np.isnan(got[0][1]) and np.isnan(got[2][:, 1]).all()
+        compare(got, "float32", SEED, il)

@@ -146,7 +146,7 @@ def test_operator_kernels_within_budget(tmp_path):
     r = subprocess.run([sys.executable, "-m", "aclnn_gpu.profile", "--check-budget"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "traffic budget: 14 case(s), OK" in r.stdout
+    assert "traffic budget: 16 case(s), OK" in r.stdout
 
 
 def test_budget_failure_exits_nonzero(tmp_path):

@@ -223,7 +223,7 @@ class CrossEntropyLossGradPlan(_CrossEntropyPlan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class CrossEntropyLossPlan(_CrossEntropyPlan):
     """(loss, logProb[, zloss][, lse]) of the logits `input`: ce_forward, then ce_loss_reduce for mean
-    and sum."""
+    and sum; few long rows split over blocks (launch.forward_split)."""
 
     op: ClassVar[str] = FORWARD_OP
     input: aclTensor

@@ -16,11 +16,18 @@ Workspace (bytes):
               -> double rows[2N] (rows[4N]): per-row loss, then per-row weight w[t_i] (0 if not
                  counted) (, per-row z-loss, then 1 for rows that count in its mean); written by
                  ce_forward, reduced by ce_loss_reduce.
+              + 8 * N * (4 * S + 1) when the rows are split (forward_split: S > 1)
+              -> double part[3][S][N] (each chunk's max, sum-exp, NaN vote; rows fastest) and
+                 part[N] (each row's target logit) after the rows, then double acc[S][N] (each
+                 chunk's label-smoothing sum); written by ce_forward_stats / ce_forward_write, read
+                 by ce_forward_write / ce_forward_finish.
 No tiling data: every launch parameter is a scalar kernel argument.
 
 Launches: grad = [ce_weight_sums<I> (1 block, only when red is needed)] + ce_grad<T, I>;
-forward = ce_forward<T, I> + [ce_loss_reduce<T> (1 block, mean/sum)]. Deterministic (fixed-order
-sums, no atomics).
+forward = ce_forward<T, I> (one block per row) + [ce_loss_reduce<T> (1 block, mean/sum)], or for few
+long rows (forward_split) ce_forward_stats + ce_forward_write (one block per (row, chunk)) +
+ce_forward_finish (one thread per row; for mean/sum one block that also reduces). Deterministic
+(fixed-order sums and merges, no atomics; the split is a function of the shape only).
 """
 from __future__ import annotations
 
@@ -33,6 +40,12 @@ from ...kernels.occupancy import blocks_per_sm, context_arch
 
 FILE = "cross_entropy.cu"
 REDUCE_THREADS = 256
+# the forward's row split (forward_split): a pure function of the shape
+SPLIT_TARGET_BLOCKS = 256   # split rows when there are fewer; aim at about this many (row, chunk) blocks
+SPLIT_MIN_ELEMENTS = 1 << 16   # logits below this stay one block per row (one launch, not three)
+SPLIT_MIN_CHUNK = 512       # elements of a chunk, at least (a block of 32 or more threads, 4 vectors each)
+SPLIT_ALIGN = 64            # chunk lengths: a multiple of this many elements
+_PART_FIELDS = 3            # doubles per chunk record, besides the row's target logit (kernels: ce::kPartFields)
 _RED_CODE = {"none": 0, "mean": 1, "sum": 2}
 _T = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _I = dtypes.cuda_types("int32", "int64")
@@ -51,6 +64,7 @@ def _kernel_names() -> tuple[str, ...]:
     out = [f"ce_weight_sums<{i}>" for i in _I.values()]
     out += [f"ce_grad<{t}, {i}>" for t in _T.values() for i in _I.values()]
     out += [f"ce_forward<{t}, {i}>" for t in _T.values() for i in _I.values()]
+    out += [f"ce_forward_{k}<{t}, {i}>" for k in ("stats", "write", "finish") for t in _T.values() for i in _I.values()]
     out += [f"ce_loss_reduce<{t}>" for t in _T.values()]
     return tuple(out)
 
@@ -79,8 +93,37 @@ def grad_workspace_bytes(N: int, C: int, reduction: str, label_smoothing: float 
     return 16 if _needs_red(reduction, label_smoothing, has_weight) else 0
 
 
+def forward_split(N: int, C: int) -> tuple[int, int]:
+    """(S, chunk): the forward cuts each row into S chunks of `chunk` elements (the last one shorter),
+    one block each, when there are fewer rows than SPLIT_TARGET_BLOCKS and the logits hold at least
+    SPLIT_MIN_ELEMENTS: S brings the blocks to about SPLIT_TARGET_BLOCKS with chunks of at least
+    SPLIT_MIN_CHUNK elements (multiples of SPLIT_ALIGN: every chunk starts on a 16-byte boundary of
+    its row, whatever the type). A function of the shape only (never of the GPU), so a result's bits
+    are the same on every device. (1, C): one block per row (ce_forward)."""
+    if N <= 0 or C <= 0 or N >= SPLIT_TARGET_BLOCKS or N * C < SPLIT_MIN_ELEMENTS:
+        return 1, max(C, 0)
+    S = min(-(-SPLIT_TARGET_BLOCKS // N), C // SPLIT_MIN_CHUNK)
+    if S < 2:
+        return 1, C
+    per = -(-C // S)
+    chunk = -(-per // SPLIT_ALIGN) * SPLIT_ALIGN
+    return -(-C // chunk), chunk
+
+
+def _split_layout(N: int, C: int, reduction: str, zloss: bool) -> tuple[int, int, int]:
+    """(part, acc, size): byte offsets of the split's chunk records and chunk sums in the forward's
+    workspace (after the per-row values of mean / sum at offset 0), and the workspace's size."""
+    rows = (32 if zloss else 16) * N if reduction in ("mean", "sum") and N > 0 and C > 0 else 0
+    S, _ = forward_split(N, C)
+    if S == 1:
+        return rows, rows, rows
+    part = rows
+    acc = part + 8 * N * (_PART_FIELDS * S + 1)
+    return part, acc, acc + 8 * N * S
+
+
 def forward_workspace_bytes(N: int, C: int, reduction: str, zloss: bool = False) -> int:
-    return (32 if zloss else 16) * N if reduction in ("mean", "sum") and N > 0 and C > 0 else 0
+    return _split_layout(N, C, reduction, zloss)[2]
 
 
 def _wave(ctx: KernelContext, expr: str, block: int) -> int:
@@ -153,6 +196,34 @@ def forward_geometry(ctx: KernelContext, expr: str, N: int, C: int, itemsize: in
     return grid, block
 
 
+def _launch_split_forward(ctx: KernelContext, t: str, i: str, S: int, chunk: int, *, input_ptr: int,
+                          target_ptr: int, weight_ptr: int, log_prob_ptr: int, loss_ptr: int, zloss_ptr: int,
+                          lse_ptr: int, workspace_ptr: int, N: int, C: int, reduction: str, ignore_index: int,
+                          label_smoothing: float, zscale: float) -> None:
+    """The forward of few long rows (forward_split): ce_forward_stats and ce_forward_write over N * S
+    (row, chunk) blocks, then ce_forward_finish: one thread per row, and for mean / sum one block of
+    REDUCE_THREADS that also reduces (no ce_loss_reduce launch)."""
+    reduced = reduction != "none"
+    part_off, acc_off, _ = _split_layout(N, C, reduction, float(zscale) != 0.0)
+    part, acc = ptr(workspace_ptr + part_off), ptr(workspace_ptr + acc_off)
+    V = 16 // _ITEM[t]
+    blk = max(32, min(256, _pow2_ceil(-(-chunk // (4 * V)))))   # about 4 vectors per thread, as ce_forward
+    vec = int((int(input_ptr) - int(log_prob_ptr)) % 16 == 0)
+    units, i64 = N * S, np.int64
+    ctx.launch(FILE, KERNELS.name("ce_forward_stats", _T[t], _I[i]), (units,), (blk,),
+               (ptr(input_ptr), ptr(target_ptr), part, i64(N), i64(C), i64(S), i64(chunk), np.int32(vec)))
+    ctx.launch(FILE, KERNELS.name("ce_forward_write", _T[t], _I[i]), (units,), (blk,),
+               (ptr(input_ptr), ptr(weight_ptr or 0), ptr(log_prob_ptr), part, acc, i64(N), i64(C), i64(S),
+                i64(chunk), np.float64(label_smoothing), np.int32(vec)))
+    fin = REDUCE_THREADS if reduced else max(32, min(REDUCE_THREADS, _pow2_ceil(N)))
+    ctx.launch(FILE, KERNELS.name("ce_forward_finish", _T[t], _I[i]), (1 if reduced else -(-N // fin),), (fin,),
+               (ptr(target_ptr), ptr(weight_ptr or 0), part, acc, ptr(0 if reduced else loss_ptr),
+                ptr(workspace_ptr if reduced else 0), ptr(0 if reduced else zloss_ptr), ptr(lse_ptr), i64(N), i64(C),
+                i64(S), i64(ignore_index), np.float64(label_smoothing), np.float64(zscale),
+                np.int32(_RED_CODE[reduction]), ptr(loss_ptr if reduced else 0),
+                ptr(zloss_ptr if reduced else 0)))
+
+
 def launch_forward(ctx: KernelContext, *, input_ptr: int, target_ptr: int, weight_ptr: int,
                    loss_ptr: int, log_prob_ptr: int, workspace_ptr: int, N: int, C: int, dtype,
                    target_dtype, reduction: str, ignore_index: int, label_smoothing: float,
@@ -167,6 +238,13 @@ def launch_forward(ctx: KernelContext, *, input_ptr: int, target_ptr: int, weigh
         raise ValueError(f"cross-entropy: reduction {reduction!r}")
     reduced = reduction != "none"
     zl = float(zscale) != 0.0
+    S, chunk = forward_split(N, C)
+    if N > 0 and C > 0 and S > 1:
+        _launch_split_forward(ctx, t, i, S, chunk, input_ptr=input_ptr, target_ptr=target_ptr, weight_ptr=weight_ptr,
+                              log_prob_ptr=log_prob_ptr, loss_ptr=loss_ptr, zloss_ptr=zloss_ptr, lse_ptr=lse_ptr,
+                              workspace_ptr=workspace_ptr, N=N, C=C, reduction=reduction,
+                              ignore_index=ignore_index, label_smoothing=label_smoothing, zscale=zscale)
+        return
     if N > 0 and C > 0:
         expr = KERNELS.name("ce_forward", _T[t], _I[i])
         grid, blk = forward_geometry(ctx, expr, N, C, _ITEM[t], block, max_blocks)

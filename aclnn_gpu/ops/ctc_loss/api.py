@@ -43,8 +43,9 @@ GPU workspace (bytes; each range rounded up to 256, in this order):
     sum over strided operands of round256(numel * itemsize) + 256     (staged copy + its tiling)
   + round256(8 * numel(targets))   only for BOOL / FLOAT / FLOAT16 targets (int64 cast copy)
   + launch.backward_workspace_bytes(T, N, maxL, math size)   (forward: forward_workspace_bytes(N,
-    maxL, math size)): tiling [Lin, L, offset] per sample, the backward's label tables and (T, N,
-    2*maxL+1) occupancies, the long-target path's per-block slots (ops/ctc_loss/launch.py)
+    maxL, math size, T)): tiling [Lin, L, offset] per sample, the backward's label tables and (T, N,
+    2*maxL+1) occupancies, the long-target path's per-block slots, the split recursions' step counts
+    and boundary values (ops/ctc_loss/launch.py)
 (0 when N == 0). The cpu device needs no workspace.
 """
 from __future__ import annotations
@@ -381,7 +382,8 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
     c.output("negLogLikelihoodOut", neg_log_likelihood, logProbs=log_probs, targets=targets_, logAlphaOut=log_alpha)
     c.output("logAlphaOut", log_alpha, logProbs=log_probs, targets=targets_)
     sizes = _Sizes(T, N, C, input_lengths, target_lengths, targets_.rank == 2)
-    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, gpu.math_size_of(_dtype_name(log_probs))),
+    workspace = _workspace(device, gpu.forward_workspace_bytes(N, max_length, gpu.math_size_of(_dtype_name(log_probs)),
+                                                                T=T),
                            [log_probs, targets_], [neg_log_likelihood, log_alpha], targets_)
     return CtcLossPlan(
         tensors={"logProbs": log_probs, "targets": targets_, "negLogLikelihoodOut": neg_log_likelihood,

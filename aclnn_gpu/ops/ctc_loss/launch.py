@@ -1,7 +1,7 @@
 """GPU plan of CTC loss (forward `aclnnCtcLoss`, backward `aclnnCtcLossBackward`) over a
 KernelContext. Inputs and outputs are contiguous device buffers (the glue copies strided views).
 
-    forward_workspace_bytes(N, max_l, math_size) / backward_workspace_bytes(T, N, max_l, math_size) -> int
+    forward_workspace_bytes(N, max_l, math_size, T=T) / backward_workspace_bytes(T, N, max_l, math_size) -> int
     launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr,
                     log_alpha_ptr, out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype,
                     targets_2d_stride, targets_numel, input_lengths, target_lengths, blank,
@@ -25,6 +25,10 @@ to 32 bytes):
     slots     min(N, LONG_SLOTS) * long_slot_bytes   long-target path only (alpha/beta of two steps)
     nll       4 * N               backward of float16 / bfloat16 only: the fp32 losses of its own alpha
     alpha     T * N * W * 4       the same, register path only: its fp32 alpha (occ then holds beta)
+    flags     4 * units           split recursions only (recursion_split: J > 1): int32 step counts,
+                                  units = N * J (2 * N * J for the 16-bit backward), zeroed by an
+                                  upload before each launch
+    xchg      units * T * 2 * math   their boundary values: two states per (unit, step)
 
 Launches. Backward of float16 / bfloat16 storage (`HALF`): its own alpha recursion in fp32 beside
 the beta recursion (register path: one launch of `ctc_recursions_math`, alpha and the losses into
@@ -44,7 +48,12 @@ Each is instantiated for P (the bound on per, a template argument): P = 1 (2*max
 its log-probs (and alpha) RING[1] = 8 steps ahead into a register ring, P = K_PER one step ahead.
 Beyond, the long path (`ctc_alpha_long`, `ctc_beta_long`, 512 threads, states strided over the
 block in chunks of LONG_CHUNK whose loads are issued together, recursion state in the workspace
-slots): any maxL, bit-identical results.
+slots): any maxL, bit-identical results. Few samples where the register path would run
+(recursion_split: fewer than SPLIT_TARGET_BLOCKS samples and T * N * (2*maxL+1) >= SPLIT_MIN_WORK):
+the split path (`ctc_alpha_split`, `ctc_beta_split`, `ctc_recursions_math_split`), one 32-thread
+block per (sample, chunk of cs <= 32 states), N * J blocks, each waiting on the step counts of the
+block before it (kernels: "split recursions"), launched only when split_resident says every block
+is resident at once; bit-identical to the register path.
 """
 from __future__ import annotations
 
@@ -55,7 +64,7 @@ import numpy as np
 from ... import dtypes
 from ...kernels import manifest
 from ...kernels.context import KernelFile, ptr
-from ...kernels.occupancy import wave_grid
+from ...kernels.occupancy import blocks_per_sm, context_arch, wave_grid
 
 FILE = "ctc_loss.cu"
 K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)
@@ -67,6 +76,13 @@ GRAD_BLOCK = 256       # most threads of a ctc_grad block (kernels: __launch_bou
 LONG_SLOTS = 256       # most blocks (and workspace slots) of the long-target recursions
 LONG_CHUNK = 4         # states a long-path thread loads together before computing them (kernels: kLongChunk)
 ALIGN = 256
+# the split recursions (recursion_split; kernels: the section "split recursions")
+SPLIT_THREADS = 32         # one warp per (sample, chunk) block, one state per lane (kernels: kSplitThreads)
+SPLIT_TARGET_BLOCKS = 256  # split when there are fewer samples; aim at about this many blocks
+SPLIT_MIN_STATES = 8       # states of a chunk, at least
+SPLIT_MIN_WORK = 1 << 16   # T * N * (2*maxL+1) below this: not split (the register path's one block per sample)
+SPLIT_BATCH = 32           # boundary steps a split block reads per wait (kernels: kSplitBatch)
+SPLIT_PUBLISH = 4          # steps per published count (kernels: kSplitPublish)
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
@@ -88,6 +104,9 @@ def all_name_expressions() -> list[str]:
                for p in (1, K_PER[4])]
             + [f"aclg::ctc_{k}_math_long<{t}, {i}>" for k in ("alpha", "beta") for t in _HALF_CTYPES
                for i in _ITYPE.values()]
+            + [f"aclg::ctc_{k}_split<{t}, {i}>" for k in ("alpha", "beta") for t in _CTYPE.values()
+               for i in _ITYPE.values()]
+            + [f"aclg::ctc_recursions_math_split<{t}, {i}>" for t in _HALF_CTYPES for i in _ITYPE.values()]
             + ["aclg::ctc_cast_targets"])
 
 
@@ -150,6 +169,29 @@ def long_slot_bytes(max_l: int, math_size: int) -> int:
     return _round(2 * (2 * max_l + 1) * math_size + 4 * max_l)
 
 
+def recursion_split(T: int, N: int, max_l: int, long_path: bool | None = None,
+                    split: int | None = None) -> tuple[int, int]:
+    """(J, cs): the recursions of few samples split each sample's S = 2*maxL+1 states into J chunks of
+    cs states (2 <= cs <= SPLIT_THREADS), one block per (sample, chunk), so that N * J blocks reach
+    about SPLIT_TARGET_BLOCKS; (1, 0): one block per sample. A function of the shape only (it sizes the
+    workspace); the launcher still takes the register path where the N * J blocks (twice that for the
+    16-bit backward) cannot all be resident (split_resident). Only where the register path would run
+    (the long path keeps its own). split: force cs (tests), 0: never split."""
+    S = 2 * max_l + 1
+    if split is not None:
+        if not split or long_path:
+            return 1, 0
+        cs = max(2, min(SPLIT_THREADS, int(split)))
+        return max(1, -(-S // cs)), cs
+    if (long_path is not None or N >= SPLIT_TARGET_BLOCKS or T * N * S < SPLIT_MIN_WORK
+            or recursion_geometry(max_l, 4).long):
+        return 1, 0
+    J = max(min(-(-S // SPLIT_MIN_STATES), -(-SPLIT_TARGET_BLOCKS // N)), -(-S // SPLIT_THREADS))
+    cs = max(2, -(-S // J))
+    J = -(-S // cs)
+    return (J, cs) if J >= 2 else (1, 0)
+
+
 class Layout(NamedTuple):
     """Byte offsets of the workspace ranges (module docstring); size is the total."""
     tables: int
@@ -157,13 +199,15 @@ class Layout(NamedTuple):
     slots: int
     nll: int      # the fp32 losses of the backward's own alpha recursion (16-bit storage; else size)
     alpha: int    # its fp32 alpha beside beta (16-bit storage, register path; else size)
+    flags: int    # the split recursions' step counts (int32 per (recursion, sample, chunk); else size)
+    xchg: int     # their boundary values ([unit][T][2] in math precision; else size)
     size: int
 
 
 def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path: bool | None = None,
-           recompute: bool = False) -> Layout:
+           recompute: bool = False, split: int | None = None) -> Layout:
     if N == 0:
-        return Layout(0, 0, 0, 0, 0, 0)
+        return Layout(0, 0, 0, 0, 0, 0, 0, 0)
     tables = _round(8 * 3 * N)
     occ_bytes = _round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0
     occ = tables + (_round(4 * (2 * N + 3 * N * max_l)) if backward else 0)
@@ -174,18 +218,24 @@ def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path
         nll += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
     recompute = backward and recompute
     alpha = nll + (_round(N * math_size) if recompute else 0)
-    size = alpha + (occ_bytes if recompute and not long else 0)
-    return Layout(tables, occ, slots, nll, alpha, size)
+    flags = alpha + (occ_bytes if recompute and not long else 0)
+    J, _ = recursion_split(T, N, max_l, long_path, split)
+    units = N * J * (2 if recompute else 1) if J > 1 else 0
+    xchg = flags + _round(4 * units)
+    size = xchg + _round(units * T * 2 * math_size)
+    return Layout(tables, occ, slots, nll, alpha, flags, xchg, size)
 
 
-def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None) -> int:
-    return layout(0, N, max_l, math_size, False, long_path).size
+def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None,
+                            T: int = 0, split: int | None = None) -> int:
+    """T: the time steps (the split recursions keep a boundary value per step; 0: never split)."""
+    return layout(T, N, max_l, math_size, False, long_path, split=split).size
 
 
 def backward_workspace_bytes(T: int, N: int, max_l: int = 0, math_size: int = 4,
-                             long_path: bool | None = None, recompute: bool = False) -> int:
+                             long_path: bool | None = None, recompute: bool = False, split: int | None = None) -> int:
     """recompute: 16-bit storage (`HALF`), whose backward keeps its own fp32 losses in the workspace."""
-    return layout(T, N, max_l, math_size, True, long_path, recompute).size
+    return layout(T, N, max_l, math_size, True, long_path, recompute, split).size
 
 
 def tiling(input_lengths, target_lengths, targets_2d_stride: int) -> np.ndarray:
@@ -205,11 +255,45 @@ def _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_str
     return int(tl.max()) if tl.size else 0
 
 
+def split_shared_bytes(max_l: int) -> int:
+    """Dynamic shared memory of the split recursions: the sample's labels (kernels: int lab[max_l])."""
+    return 4 * max(1, max_l)
+
+
+def split_resident(ctx, kernel: str, units: int, max_l: int) -> bool:
+    """Whether `units` blocks of the split recursion `kernel` ("aclg::ctc_alpha_split<T, I>") can all
+    be resident at once on ctx's device (kernels/occupancy.py): a block only waits for the one before
+    it, and never for one that is not running."""
+    per_sm = blocks_per_sm(context_arch(ctx), FILE, kernel, SPLIT_THREADS, split_shared_bytes(max_l))
+    return units <= int(ctx.sm_count) * per_sm
+
+
+def _split_of(ctx, kernel: str, geo: Geometry, T: int, N: int, max_l: int, long_path, split, recursions: int
+              ) -> tuple[int, int]:
+    """(J, cs) of the launch, (1, 0) for the one-block-per-sample paths (recursion_split, register path
+    only, and only where every block is resident)."""
+    J, cs = recursion_split(T, N, max_l, long_path, split)
+    if J < 2 or geo.long or not split_resident(ctx, kernel, recursions * N * J, max_l):
+        return 1, 0
+    return J, cs
+
+
+def _zero_flags(ctx, workspace_ptr: int, lay: Layout, units: int) -> None:
+    """The split recursions' step counts start at 0 on every call (an upload, ordered before the launch)."""
+    ctx.upload(workspace_ptr + lay.flags, np.zeros(units, np.int32))
+
+
 def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple, slots_ptr: int, max_l: int,
-               msize: int) -> None:
-    """Launches the alpha or beta recursion `kernel` ("aclg::ctc_beta<T, I>") on the register or the
-    long path; `tail` ends both argument lists (zero_inf), then the path's own (per, or the slots)."""
-    if geo.long:
+               msize: int, split: tuple[int, int] = (1, 0), split_ptrs: tuple[int, int] = (0, 0)) -> None:
+    """Launches the alpha or beta recursion `kernel` ("aclg::ctc_beta<T, I>") on the split, the
+    register or the long path; `tail` ends every argument list (zero_inf), then the path's own (the
+    split (J, cs) and its flags / xchg pointers, per, or the slots)."""
+    J, cs = split
+    if J > 1:
+        ctx.launch(FILE, kernel.replace("<", "_split<", 1), (N * J,), (SPLIT_THREADS,),
+                   args + tail + (np.int64(J), np.int64(cs), ptr(split_ptrs[0]), ptr(split_ptrs[1])),
+                   shared_mem=split_shared_bytes(max_l))
+    elif geo.long:
         ctx.launch(FILE, kernel.replace("<", "_long<", 1), (min(N, LONG_SLOTS),), (geo.threads,),
                    args + tail + (ptr(slots_ptr), np.int64(long_slot_bytes(max_l, msize))))
     else:
@@ -219,8 +303,10 @@ def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple
 
 def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, log_probs_ptr, targets_ptr,
                         neg_log_likelihood_ptr, workspace_ptr, T, N, C, W, blank, max_l, targets_numel,
-                        targets_2d_stride, zero_infinity) -> None:
-    """The backward's two recursions for 16-bit storage; the given log_alpha is not read. Register
+                        targets_2d_stride, zero_infinity, split: tuple[int, int] = (1, 0)) -> None:
+    """The backward's two recursions for 16-bit storage; the given log_alpha is not read. Split
+    (split = (J, cs), J > 1): one launch of ctc_recursions_math_split, alpha's N * J blocks then
+    beta's, into the same ranges as the register path's. Register
     path: one launch of ctc_recursions_math, alpha (fp32, into the alpha range, the fp32 losses into
     the nll range) in the first half of the grid beside beta (into the occ range) in the second.
     Long path: ctc_alpha_math_long (alpha into the occ range) then ctc_beta_math_long, which
@@ -228,6 +314,16 @@ def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, lo
     i64 = np.int64
     tiling, occ, nll = ptr(workspace_ptr), ptr(workspace_ptr + lay.occ), ptr(workspace_ptr + lay.nll)
     tables, zero_inf = ptr(workspace_ptr + lay.tables), np.int32(bool(zero_infinity))
+    J, cs = split
+    if J > 1:
+        _zero_flags(ctx, workspace_ptr, lay, 2 * N * J)
+        ctx.launch(FILE, f"aclg::ctc_recursions_math_split<{ct}, {it}>", (2 * N * J,), (SPLIT_THREADS,),
+                   (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(targets_ptr), tiling, tables, nll,
+                    ptr(workspace_ptr + lay.alpha), occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
+                    i64(targets_numel), i64(targets_2d_stride), zero_inf, i64(J), i64(cs),
+                    ptr(workspace_ptr + lay.flags), ptr(workspace_ptr + lay.xchg)),
+                   shared_mem=split_shared_bytes(max_l))
+        return
     if not geo.long:
         blocks = max(1, min(N, 32 * ctx.sm_count))
         ctx.launch(FILE, f"aclg::ctc_recursions_math<{ct}, {it}, {geo.P}>", (2 * blocks,), (geo.threads,),
@@ -247,7 +343,7 @@ def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, lo
 
 def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr,
                     out_ptr, workspace_ptr, T, N, C, X, dtype, target_dtype, targets_2d_stride, targets_numel,
-                    input_lengths, target_lengths, blank, zero_infinity, long_path=None):
+                    input_lengths, target_lengths, blank, zero_infinity, long_path=None, split=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0 or C == 0:
         return
@@ -255,20 +351,26 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     msize = math_size_of(dt)
     recompute = dt in HALF
     geo = recursion_geometry(max_l, msize, long_path)
-    lay = layout(T, N, max_l, msize, True, long_path, recompute)
+    lay = layout(T, N, max_l, msize, True, long_path, recompute, split)
     ct, i64 = _CTYPE[dt], np.int64
+    kernel = (f"aclg::ctc_recursions_math_split<{ct}, {_ITYPE[it]}>" if recompute
+              else f"aclg::ctc_beta_split<{ct}, {_ITYPE[it]}>")
+    parts = _split_of(ctx, kernel, geo, T, N, max_l, long_path, split, 2 if recompute else 1)
     tables, occ, W = ptr(workspace_ptr + lay.tables), ptr(workspace_ptr + lay.occ), i64(occ_width(max_l, msize))
     if recompute:
         _recursions_of_half(ctx, geo, lay, ct, _ITYPE[it], log_probs_ptr=log_probs_ptr, targets_ptr=targets_ptr,
                             neg_log_likelihood_ptr=neg_log_likelihood_ptr, workspace_ptr=workspace_ptr, T=T, N=N,
                             C=C, W=W, blank=blank, max_l=max_l, targets_numel=targets_numel,
-                            targets_2d_stride=targets_2d_stride, zero_infinity=zero_infinity)
+                            targets_2d_stride=targets_2d_stride, zero_infinity=zero_infinity, split=parts)
     else:
+        if parts[0] > 1:
+            _zero_flags(ctx, workspace_ptr, lay, N * parts[0])
         _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
                    (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
                     ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
                     i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
-                   workspace_ptr + lay.slots, max_l, msize)
+                   workspace_ptr + lay.slots, max_l, msize, parts,
+                   (workspace_ptr + lay.flags, workspace_ptr + lay.xchg))
     V = 16 // _SIZE[dt]
     vec = C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0
     lanes = -(-C // V) if vec else C
@@ -284,7 +386,7 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
 
 def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, log_alpha_ptr, workspace_ptr,
                    T, N, C, dtype, target_dtype, targets_2d_stride, targets_numel, input_lengths, target_lengths,
-                   blank, zero_infinity, X=None, long_path=None):
+                   blank, zero_infinity, X=None, long_path=None, split=None):
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0:
         return
@@ -292,12 +394,16 @@ def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, l
     X = 2 * max_l + 1 if X is None else int(X)   # columns 2*maxL+1 .. X-1 (CANN's 8-aligned padding): -inf
     msize = math_size_of(dt)
     geo = recursion_geometry(max_l, msize, long_path)
-    lay = layout(T, N, max_l, msize, False, long_path)
+    lay = layout(T, N, max_l, msize, False, long_path, split=split)
     i64 = np.int64
+    parts = _split_of(ctx, f"aclg::ctc_alpha_split<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, T, N, max_l, long_path, split, 1)
+    if parts[0] > 1:
+        _zero_flags(ctx, workspace_ptr, lay, N * parts[0])
     _recursion(ctx, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, N,
                (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
-                i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), workspace_ptr + lay.slots, max_l, msize)
+                i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), workspace_ptr + lay.slots, max_l, msize,
+               parts, (workspace_ptr + lay.flags, workspace_ptr + lay.xchg))
 
 
 # registered last: the name list is built from the tables above
