@@ -525,8 +525,13 @@ class _Call:
             workspace = self.device.malloc(workspace_size)
             self.owned.append(workspace)
             self.workspace = workspace
+        impl = resolve_stream(self.stream, self.name)
+        if self.on_gpu:   # the inputs were made (and the outputs allocated) on CuPy's current stream
+            self.device.follow_current_stream(impl)
         check_status(execute(workspace, workspace_size, executor, self.stream))
-        _synchronize(resolve_stream(self.stream, self.name), self.name)
+        if self.on_gpu:   # the results, handed back to CuPy's current stream after the kernels that write them
+            self.device.lead_current_stream(impl)
+        _synchronize(impl, self.name)
 
     def result(self, handle: Any) -> Any:
         """An output as the caller's array kind (torch in, torch out; on the GPU it stays there)."""

@@ -489,6 +489,34 @@ class CudaDevice(Device):
             with self.scope:
                 stream.cupy.wait_event(event.cupy)  # type: ignore[attr-defined]
 
+    def follow_current_stream(self, stream: DeviceStream) -> None:
+        """`stream`'s next work after everything queued so far on CuPy's current stream of this GPU: an
+        event recorded there, waited for by `stream` (cudaStreamWaitEvent: no host wait). CuPy's current
+        stream is the stream of an enclosing `with cupy.cuda.Stream():`, else the per-thread default
+        stream under CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1, else the legacy stream
+        (cupy/cuda/stream.pyx: get_current_stream); functional's copies, conversions and DLPack
+        hand-overs (where PyTorch orders its own stream before CuPy's) run there, and a caller's producer
+        may still be running on it. Only the legacy stream orders with the library's blocking streams by
+        itself; the other two do not, so the event is always recorded."""
+        with self.scope:
+            current = self.cp.cuda.get_current_stream()
+            if int(current.ptr) == int(stream.cupy.ptr):  # type: ignore[attr-defined]
+                return
+            event = self.cp.cuda.Event(disable_timing=True)
+            event.record(current)
+            stream.cupy.wait_event(event)  # type: ignore[attr-defined]
+
+    def lead_current_stream(self, stream: DeviceStream) -> None:
+        """CuPy's current stream of this GPU after everything queued so far on `stream` (the other way
+        round from `follow_current_stream`): what the caller queues next on its stream reads the results."""
+        with self.scope:
+            current = self.cp.cuda.get_current_stream()
+            if int(current.ptr) == int(stream.cupy.ptr):  # type: ignore[attr-defined]
+                return
+            event = self.cp.cuda.Event(disable_timing=True)
+            event.record(stream.cupy)  # type: ignore[attr-defined]
+            current.wait_event(event)
+
     # ------------------------------------------------------------------ peer access
     def can_access_peer(self, peer: int) -> bool:
         return bool(self.cp.cuda.runtime.deviceCanAccessPeer(self.id, peer))

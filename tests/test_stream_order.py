@@ -1,0 +1,195 @@
+"""Ordering between the library's streams and the work around them, on the emulated device (with
+stand-ins where fakecupy has no model of its own) and, where a GPU is in the run (ACLNN_GPU_TEST_DEVICES
+names "cuda"), on the cuda device:
+
+- functional on the cuda device runs after CuPy's current stream (a slow producer on a non-blocking
+  stream, `with cupy.cuda.Stream():`) and hands its results back ordered on it;
+- the calls CUDA calls unsafe are made in relaxed capture mode, so a global-mode capture on another
+  thread (PyTorch's `torch.cuda.graph` default) is not invalidated by an operator call;
+- functional refuses legacy-stream work while an ACL capture is in progress on the device
+  (ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT) instead of invalidating the capture.
+
+On the emulated device the functional GPU path (CuPy arrays) is driven by `FakeCupyArrays`, a minimal
+CuPy array module over fakecupy's memory and streams: `asarray` copies on the current stream, `empty`
+allocates, an array's `get()` synchronizes the current stream, as CuPy's do.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+
+import aclnn_gpu as acl
+import aclnn_gpu.functional as Fn
+from aclnn_gpu import runtime
+from aclnn_gpu.device import fakecupy
+from aclnn_gpu.reference.kl_div import kl_div
+from support import DEVICE_KINDS, use_device
+
+PRODUCER_DELAY_S = 0.3   # how long the slow producer keeps its stream busy before it writes
+
+
+# ------------------------------------------------------------------------------ CuPy arrays over fakecupy
+class ndarray:
+    """The part of cupy.ndarray functional's GPU path reads (C-contiguous arrays only)."""
+
+    __module__ = "cupy._core.core"   # functional tells array kinds by their top-level module
+
+    def __init__(self, shape, dtype, memory=None):
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.itemsize = self.dtype.itemsize
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.itemsize
+        strides, step = [], self.itemsize
+        for n in reversed(self.shape):
+            strides.append(step)
+            step *= max(n, 1)
+        self.strides = tuple(reversed(strides))
+        self.data = memory if memory is not None else fakecupy.cuda.alloc(max(self.nbytes, 1))
+        self.device = types.SimpleNamespace(id=fakecupy.cuda.runtime.getDevice())
+
+    def _host(self) -> np.ndarray:
+        raw = (ctypes.c_uint8 * max(self.nbytes, 1)).from_address(self.data.ptr)
+        return np.frombuffer(raw, np.uint8)[:self.nbytes].view(self.dtype).reshape(self.shape)
+
+    def get(self) -> np.ndarray:
+        """A host copy, after the current stream's work (CuPy: a copy on the current stream, synchronized)."""
+        fakecupy.cuda.get_current_stream().synchronize()
+        return self._host().copy()
+
+    def copy(self) -> "ndarray":
+        out = ndarray(self.shape, self.dtype)
+        fakecupy.cuda.runtime.memcpyAsync(out.data.ptr, self.data.ptr, self.nbytes, 4,
+                                          fakecupy.cuda.get_current_stream().ptr)
+        return out
+
+    def view(self, dtype) -> "ndarray":
+        return ndarray(self.shape, dtype, self.data)
+
+    def reshape(self, shape) -> "ndarray":
+        return ndarray(shape, self.dtype, self.data)
+
+
+class FakeCupyArrays(types.ModuleType):
+    """`import cupy` for functional's GPU path on the emulated device."""
+
+    uint16 = np.uint16
+
+    def __init__(self):
+        super().__init__("cupy")
+        self.cuda = fakecupy.cuda
+        self.ndarray = ndarray
+
+    @staticmethod
+    def empty(shape, dtype) -> ndarray:
+        return ndarray(shape, dtype)
+
+    @staticmethod
+    def asarray(host) -> ndarray:
+        """A copy of host data queued on the current stream (pageable: staged at the call, as CUDA does)."""
+        if isinstance(host, ndarray):
+            return host
+        staged = np.ascontiguousarray(host).copy()
+        out = ndarray(staged.shape, staged.dtype)
+        fakecupy.cuda.runtime.memcpyAsync(out.data.ptr, staged.ctypes.data, staged.nbytes, 4,
+                                          fakecupy.cuda.get_current_stream().ptr)
+        fakecupy.cuda.get_current_stream().submit(lambda: staged)   # kept until the copy ran
+        return out
+
+    @staticmethod
+    def ascontiguousarray(array) -> ndarray:
+        return array
+
+
+@pytest.fixture
+def emulated_gpu_arrays(monkeypatch):
+    """The emulated device taking functional's GPU path: `import cupy` is FakeCupyArrays, and the
+    device answers functional's "is this the cuda device" as the cuda device does."""
+    use_device("emulated")
+    device = runtime.get_device()
+    monkeypatch.setitem(sys.modules, "cupy", FakeCupyArrays())
+    monkeypatch.setattr(device, "kind", "cuda")
+    yield device
+    monkeypatch.undo()
+    runtime.release_devices()
+
+
+def _slow_write(stream, array: ndarray, values: np.ndarray) -> None:
+    """Queue on `stream`: keep it busy for PRODUCER_DELAY_S, then write `values` into `array` (a
+    producer kernel that runs late)."""
+    source = np.ascontiguousarray(values, array.dtype).copy()
+
+    def produce():
+        time.sleep(PRODUCER_DELAY_S)
+        ctypes.memmove(array.data.ptr, source.ctypes.data, source.nbytes)
+    stream.submit(produce)
+
+
+def test_functional_runs_after_a_slow_producer_on_cupys_current_stream(emulated_gpu_arrays, rng):
+    cupy = sys.modules["cupy"]
+    x = rng.standard_normal((4, 33)).astype(np.float32)
+    t = rng.random((4, 33)).astype(np.float32)
+    expected = kl_div(x, t, 0, False)
+    np.testing.assert_allclose(Fn.kl_div(cupy.asarray(x), cupy.asarray(t), "none").get(), expected,
+                               rtol=1e-5, atol=1e-6)   # warm: kernels compiled before the timed producer
+    producer = fakecupy.cuda.Stream(non_blocking=True)
+    with producer:
+        gx, gt = cupy.empty(x.shape, x.dtype), cupy.asarray(t)
+        _slow_write(producer, gx, x)
+        result = Fn.kl_div(gx, gt, "none")
+        # handed back on the producer's (current) stream: a host read there sees the kernels' output
+        got = result.get()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_functional_hands_its_results_back_ordered_on_cupys_current_stream(emulated_gpu_arrays, rng):
+    """Work the caller queues on its stream after the call reads the results: the library's stream
+    is recorded, and the caller's stream waits for that event (no host wait needed in between)."""
+    device = emulated_gpu_arrays
+    cupy = sys.modules["cupy"]
+    x = rng.standard_normal((3, 17)).astype(np.float32)
+    t = rng.random((3, 17)).astype(np.float32)
+    Fn.kl_div(cupy.asarray(x), cupy.asarray(t), "none")   # warm
+    waited: list = []
+    original = device.lead_current_stream
+    device.lead_current_stream = lambda impl: (waited.append(impl), original(impl))[1]
+    try:
+        consumer = fakecupy.cuda.Stream(non_blocking=True)
+        with consumer:
+            Fn.kl_div(cupy.asarray(x), cupy.asarray(t), "none")
+    finally:
+        del device.lead_current_stream
+    assert waited == [device.default_stream]
+
+
+@pytest.mark.skipif("cuda" not in DEVICE_KINDS, reason="needs a GPU: ACLNN_GPU_TEST_DEVICES names cuda")
+def test_functional_after_a_slow_producer_on_a_gpu(rng):
+    """The same on a GPU: a spinning kernel on a non-blocking CuPy stream writes the input late."""
+    import cupy
+    use_device("cuda")
+    spin_then_copy = cupy.RawKernel(r'''
+    extern "C" __global__ void spin_then_copy(const float* src, float* dst, long long n, long long cycles) {
+        long long start = clock64();
+        while (clock64() - start < cycles) { }
+        for (long long i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    }''', "spin_then_copy")
+    x = rng.standard_normal((64, 1000)).astype(np.float32)
+    t = rng.random((64, 1000)).astype(np.float32)
+    expected = kl_div(x, t, 0, False)
+    src, gt = cupy.asarray(x), cupy.asarray(t)
+    Fn.kl_div(src, gt, "none")   # warm
+    cupy.cuda.runtime.deviceSynchronize()
+    producer = cupy.cuda.Stream(non_blocking=True)
+    with producer:
+        gx = cupy.full(x.shape, np.nan, np.float32)
+        spin_then_copy((1,), (256,), (src, gx, np.int64(x.size), np.int64(200_000_000)))   # ~0.1 s
+        result = Fn.kl_div(gx, gt, "none")
+        got = result.get()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    runtime.release_devices()
