@@ -55,6 +55,7 @@ from ..kernels import shipped
 from ..ops.frozen import ALIGN as FROZEN_ALIGN
 from ..ops.frozen import Launch, Upload
 from .base import Device, DeviceEvent, DeviceStream
+from .capture_mode import cuda_bindings_runtime, thread_local_capture_mode
 from .hostpins import shared_pins
 from .registry import Allocation, Registry
 from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
@@ -104,6 +105,7 @@ class CudaStream(DeviceStream):
         # where CuPy puts its current-stream work (cupy.asarray of host data, DLPack hand-overs),
         # where the synchronous aclrtMemcpy / aclrtMemset run and where PyTorch works by default, so
         # an operator never starts before the data it reads has arrived.
+        self.cp = cp
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
         self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
@@ -119,7 +121,8 @@ class CudaStream(DeviceStream):
         return int(memory.ptr)
 
     def synchronize(self) -> None:
-        self.cupy.synchronize()
+        with thread_local_capture_mode(self.cp):   # another thread's global-mode capture stays valid
+            self.cupy.synchronize()
 
     def close(self) -> None:
         """Drain, then release the stream now (not whenever its handle is collected)."""
@@ -129,15 +132,6 @@ class CudaStream(DeviceStream):
             release = getattr(stream, "close", None)  # fakecupy's streams own a worker thread
             if release is not None:
                 release()
-
-
-def cuda_bindings_runtime(cp: Any) -> Any:
-    """cuda-bindings' `cuda.bindings.runtime` (fakecupy brings a stand-in of it with the same signatures)."""
-    stand_in = getattr(cp, "cuda_bindings_runtime", None)
-    if stand_in is not None:
-        return stand_in
-    from cuda.bindings import runtime as cudart
-    return cudart
 
 
 def record_external(cp: Any, event: Any, stream: Any) -> None:
@@ -167,16 +161,33 @@ class CudaEvent(DeviceEvent):
         self._recorded = True
 
     def synchronize(self) -> None:
-        self.cupy.synchronize()
+        with thread_local_capture_mode(self.cp):
+            self.cupy.synchronize()
 
     def recorded(self) -> bool:
         return self._recorded
 
     def query(self) -> bool:
-        return bool(self.cupy.done)
+        with thread_local_capture_mode(self.cp):
+            return bool(self.cupy.done)
 
     def elapsed_ms(self, end: DeviceEvent) -> float:
         return float(self.cp.cuda.get_elapsed_time(self.cupy, end.cupy))  # type: ignore[attr-defined]
+
+
+def _retire(device_ref: Any, cupy_stream: Any) -> None:
+    """A stream whose handle went (weakref.finalize of its CudaStream): an event recorded on it now
+    joins the device's list of work to wait for (for a stream closed first, one that completes at once)."""
+    device = device_ref()
+    if device is None:
+        return
+    try:
+        with device.scope:
+            event = device.cp.cuda.Event(disable_timing=True)
+            event.record(cupy_stream)
+        device._retired.append(event)
+    except Exception:  # noqa: BLE001 - a stream destroyed or a device reset meanwhile: nothing left to wait for
+        pass
 
 
 class CudaKernelContext:
@@ -341,7 +352,8 @@ class CudaDevice(Device):
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
         self.arch = f"sm_{self.properties.get('major', 0)}{self.properties.get('minor', 0)}"
-        with self.scope:
+        self._retired: list[Any] = []   # events recorded on streams whose handle was dropped (`_drain`)
+        with self.scope, thread_local_capture_mode(cp):   # the ring's pinned memory: cudaHostAlloc
             self.default_stream = self.create_stream()
             self.uploads = UploadRing(cp)
 
@@ -358,11 +370,11 @@ class CudaDevice(Device):
         return int(memory.ptr)
 
     def malloc(self, size: int) -> int:
-        with self.scope:
+        with self.scope, thread_local_capture_mode(self.cp):   # CuPy's pool may cudaMalloc
             return self._add(self.cp.cuda.alloc(size), size, True)
 
     def malloc_host(self, size: int) -> int:
-        with self.scope:
+        with self.scope, thread_local_capture_mode(self.cp):
             return self._add(self.cp.cuda.alloc_pinned_memory(size), size, False)
 
     def free(self, ptr: int) -> None:
@@ -376,27 +388,37 @@ class CudaDevice(Device):
             self._drain()
 
     def _drain(self) -> None:
-        """synchronize_quietly's waits, inside the gate (no capture begins meanwhile; one may end)."""
-        if not self.capturing:
-            self.cp.cuda.runtime.deviceSynchronize()
-            return
-        for stream in self.live_streams():
-            before = getattr(stream, "before_capture", None)   # read once: an end clears it
-            if before is None:
-                stream.synchronize()
-            else:   # the work queued on it before the capture began may still use the memory
-                before.synchronize()
+        """synchronize_quietly's waits, inside the gate (no ACL capture begins meanwhile; one may end):
+        each stream the library made on the device, one by one (a capturing one: the event recorded
+        just before its capture began), the streams whose handle was dropped (an event recorded when
+        it went), and, while no ACL capture runs, the legacy stream (what a caller queued there, as the
+        synchronous copies order after it). Never cudaDeviceSynchronize: CUDA refuses it while any
+        stream of the device captures, a PyTorch capture on another thread included (and the refusal
+        invalidates that capture), and the library cannot see those. Made in thread-local capture
+        mode (device/capture_mode.py)."""
+        with thread_local_capture_mode(self.cp):
+            for stream in self.live_streams():
+                before = getattr(stream, "before_capture", None)   # read once: an end clears it
+                if before is None:
+                    stream.cupy.synchronize()  # type: ignore[attr-defined]
+                else:   # the work queued on it before the capture began may still use the memory
+                    before.synchronize()
+            retired, self._retired = self._retired, []
+            for event in retired:
+                event.synchronize()
+            if not self.capturing:   # the legacy stream is refused while a (blocking) ACL stream captures
+                self.cp.cuda.runtime.streamSynchronize(0)
 
     def _synchronous(self, legacy: Callable[[], None], issue: Callable[[int], None]) -> None:
         """A synchronous copy or memset (see the module docstring), decided and made inside the gate:
         with no capture, `legacy()` after cudaDeviceSynchronize; while a stream captures, after the
         device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
         with self.gate.shared(), self.scope:
-            if not self.capturing:
-                self.cp.cuda.runtime.deviceSynchronize()
-                legacy()
-                return
             self._drain()
+            if not self.capturing:
+                with thread_local_capture_mode(self.cp):   # cudaMemcpy / cudaMemset are unsafe calls
+                    legacy()
+                return
             if self._side_stream is None:
                 self._side_stream = self.cp.cuda.Stream(non_blocking=True)
             issue(self._side_stream.ptr)
@@ -470,6 +492,9 @@ class CudaDevice(Device):
         with self.scope:
             stream = CudaStream(self.cp)
         self._streams.add(stream)
+        # a handle dropped without aclrtDestroyStream: its queued work still runs (cudaStreamDestroy
+        # returns at once), and the device's waits (`_drain`) wait for it through an event recorded then
+        weakref.finalize(stream, _retire, weakref.ref(self), stream.cupy)
         return stream
 
     def live_streams(self) -> list[DeviceStream]:
@@ -649,7 +674,8 @@ class CudaDevice(Device):
             graph.event.record(stream.cupy)  # type: ignore[attr-defined]
 
     def graph_busy(self, graph: CudaGraph) -> bool:
-        return not graph.event.done
+        with thread_local_capture_mode(self.cp):   # cudaEventQuery
+            return not graph.event.done
 
     def describe(self) -> str:
         name = self.properties.get("name", b"")

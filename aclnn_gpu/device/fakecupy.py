@@ -516,6 +516,11 @@ class _Runtime:
         return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1, _current_device()) else 0)
 
     @staticmethod
+    def streamSynchronize(stream: int) -> None:
+        """cudaStreamSynchronize of a handle (0: the current device's legacy stream)."""
+        _stream(stream).synchronize()
+
+    @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
         _use_legacy("cudaMemcpy")
         ctypes.memmove(dst, src, size)
@@ -540,6 +545,16 @@ class _CudaBindingsRuntime:
 
     cudaError_t = cudaError_t
     cudaEventRecordDefault, cudaEventRecordExternal = 0, 1
+    cudaStreamCaptureMode = SimpleNamespace(cudaStreamCaptureModeGlobal=0, cudaStreamCaptureModeThreadLocal=1,
+                                            cudaStreamCaptureModeRelaxed=2)
+
+    @staticmethod
+    def cudaThreadExchangeStreamCaptureMode(mode: int) -> tuple[Any, int]:
+        """The calling thread's capture interaction mode set to `mode` (global until exchanged); the
+        previous one back, as cuda-bindings returns it."""
+        previous = getattr(_local, "capture_mode", 0)
+        _local.capture_mode = int(mode)
+        return cudaError_t.cudaSuccess, previous
 
     @staticmethod
     def cudaEventRecordWithFlags(event: int, stream: int, flags: int) -> tuple[Any]:
