@@ -15,10 +15,11 @@ also the rule on the cpu and emulated devices.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -88,7 +89,8 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
     device = get_device()
     if device.kind == "cuda":
         gpu = _arrays_gpu(name, (*args, *kwargs.values()))
-        with using_device(device if gpu is None else device_of(gpu)):
+        target = device if gpu is None else device_of(gpu)
+        with using_device(target), _no_legacy_stream_in_capture(target, name):
             return _uncached(body, name, stream, args, kwargs, None)
     impl = _inline_stream(device, stream) if device.kind == "cpu" and call_cache.cache.enabled else None
     prepared: dict[int, np.ndarray] = {}
@@ -114,6 +116,30 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
             call_cache.cache.give(device, key, entry)
             return result
     return _uncached(body, name, stream, args, kwargs, (device, key), prepared)
+
+
+@contextlib.contextmanager
+def _no_legacy_stream_in_capture(device: Any, name: str) -> Iterator[None]:
+    """A call on the cuda device, refused (ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT) when an ACL capture is
+    in progress on `device` and CuPy's current stream is the legacy stream: the call's copies,
+    conversions, DLPack hand-overs and `.get()` run there, and legacy-stream work while a blocking stream
+    captures (the library's streams are blocking) invalidates that capture
+    (cudaErrorStreamCaptureImplicit). Inside `with cupy.cuda.Stream():` or with
+    CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 the call runs. A call on the legacy stream holds the device's
+    capture gate (device/cuda.py, CaptureGate) throughout, so no capture begins between this check and its last
+    legacy-stream use (only then: a call on another stream neither needs nor holds it).
+    """
+    if not device.current_stream_is_legacy():
+        yield
+        return
+    with device.gate.shared():
+        if device.capturing:
+            raise AclnnError(aclError.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
+                             f"{name}: an ACL capture (aclmdlRICaptureBegin) is in progress on device {device.id}, "
+                             "and this call would use the legacy default stream (CuPy's current stream), which "
+                             "invalidates it; call it inside `with cupy.cuda.Stream(non_blocking=True):`, with "
+                             "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1, or after aclmdlRICaptureEnd")
+        yield
 
 
 def _uncached(body: Callable[..., Any], name: str, stream: aclrtStream | None, args: tuple, kwargs: dict,

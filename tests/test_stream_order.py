@@ -193,3 +193,38 @@ def test_functional_after_a_slow_producer_on_a_gpu(rng):
         got = result.get()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     runtime.release_devices()
+
+
+# ------------------------------------------------------------------------------ legacy stream in an ACL capture
+RELAXED = 2   # ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+
+
+def _ok(result):
+    status, *rest = result if isinstance(result, tuple) else (result,)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    return rest[0] if len(rest) == 1 else rest
+
+
+def test_functional_on_the_legacy_stream_during_an_acl_capture_is_refused(emulated_gpu_arrays, rng):
+    """The call's copies would run on the legacy stream, which a capture on a (blocking) library
+    stream forbids: refused with 107031 before any of them, and the capture stays valid; on a
+    non-blocking CuPy stream the same call runs during the capture."""
+    cupy = sys.modules["cupy"]
+    x = rng.standard_normal((2, 9)).astype(np.float32)
+    t = rng.random((2, 9)).astype(np.float32)
+    gx, gt = cupy.asarray(x), cupy.asarray(t)
+    Fn.kl_div(gx, gt, "none")   # warm
+    stream = _ok(acl.aclrtCreateStream())
+    _ok(acl.aclmdlRICaptureBegin(stream, RELAXED))
+    try:
+        with pytest.raises(acl.AclnnError) as refused:
+            Fn.kl_div(x, t, "none")   # host arrays: copied to the GPU on CuPy's current (legacy) stream
+        assert refused.value.status == acl.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT
+        assert "kl_div: an ACL capture (aclmdlRICaptureBegin) is in progress on device 0" in str(refused.value)
+        with fakecupy.cuda.Stream(non_blocking=True):
+            got = Fn.kl_div(cupy.asarray(x), gt, "none").get()
+        np.testing.assert_allclose(got, kl_div(x, t, 0, False), rtol=1e-5, atol=1e-6)
+    finally:
+        model = _ok(acl.aclmdlRICaptureEnd(stream))   # not invalidated
+    _ok(acl.aclmdlRIDestroy(model))
+    _ok(acl.aclrtDestroyStream(stream))

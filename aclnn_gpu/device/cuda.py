@@ -531,6 +531,11 @@ class CudaDevice(Device):
             event.record(current)
             stream.cupy.wait_event(event)  # type: ignore[attr-defined]
 
+    def current_stream_is_legacy(self) -> bool:
+        """Whether CuPy's current stream of this GPU is the legacy default stream (handle 0)."""
+        with self.scope:
+            return int(self.cp.cuda.get_current_stream().ptr) == 0
+
     def lead_current_stream(self, stream: DeviceStream) -> None:
         """CuPy's current stream of this GPU after everything queued so far on `stream` (the other way
         round from `follow_current_stream`): what the caller queues next on its stream reads the results."""
