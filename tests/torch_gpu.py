@@ -62,7 +62,10 @@ class StandIn:
         from aclnn_gpu.device import fakecupy
         self.fakecupy = fakecupy
         self.streams: list[FakeTorchStream] = []
-        self.default = self.new_stream()
+        # PyTorch's default stream is CUDA's legacy stream (handle 0); the late stand-in has it so
+        # (it orders with blocking streams both ways); otherwise a stream of its own, as before
+        self.default = FakeTorchStream(fakecupy._legacy_stream(0)) if fakecupy._late is not None else \
+            self.new_stream()
         self._current = threading.local()
         self.allocations: list[Allocation] = []
         self.alive: list[torch.Tensor] = []
@@ -128,7 +131,7 @@ class StandIn:
             stack.pop()
 
     def close(self) -> None:
-        for stream in self.streams:
+        for stream in self.streams:   # (the legacy stream is the device's: never closed)
             stream.cupy.close()
         self.alive = []
 

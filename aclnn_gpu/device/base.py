@@ -99,6 +99,11 @@ class Device(abc.ABC):
     def malloc_host(self, size: int) -> int: ...
 
     @abc.abstractmethod
+    def zero_fresh(self, ptr: int, count: int) -> None:
+        """Zero [ptr, ptr + count) of an allocation malloc has just made, complete on return: the memory
+        is then usable on any stream (aclrtMalloc's padding)."""
+
+    @abc.abstractmethod
     def free(self, ptr: int) -> None:
         """Release an allocation made by malloc or malloc_host (after the device is idle)."""
 

@@ -377,6 +377,32 @@ class CudaDevice(Device):
         with self.scope, thread_local_capture_mode(self.cp):
             return self._add(self.cp.cuda.alloc_pinned_memory(size), size, False)
 
+    def zero_fresh(self, ptr: int, count: int) -> None:
+        """A memset on the legacy stream, waited for: CuPy's pool hands out memory freed in the legacy
+        stream's arena (where `malloc` allocates) to be used in that stream's order, and the legacy
+        stream orders after the work queued on the blocking streams (CUDA's default-stream rule), so the
+        zeros land after whatever the chunk's last user queued, and before the caller's first use on
+        any stream. It waits for the blocking streams' queued work, not for a device-wide synchronize:
+        acceptable, malloc is not the hot path (cudaMalloc itself may synchronize the device). While a
+        stream of the device captures (the legacy stream is refused then) it is the synchronous memset's
+        capture-safe path."""
+        runtime = self.cp.cuda.runtime
+        with self.gate.shared(), self.scope, thread_local_capture_mode(self.cp):   # the waits: unsafe calls
+            if not self.capturing:
+                runtime.memsetAsync(ptr, 0, count, 0)
+                runtime.streamSynchronize(0)
+                return
+            self._drain()   # (a capture that ends meanwhile leaves this path correct all the same)
+            side = self._capture_safe_stream()
+            runtime.memsetAsync(ptr, 0, count, side.ptr)
+            side.synchronize()
+
+    def _capture_safe_stream(self) -> Any:
+        """The private non-blocking stream of the synchronous paths while a stream captures."""
+        if self._side_stream is None:
+            self._side_stream = self.cp.cuda.Stream(non_blocking=True)
+        return self._side_stream
+
     def free(self, ptr: int) -> None:
         self.synchronize_quietly()   # cudaFree semantics: no queued work still uses it
         self.registry.remove(ptr)
@@ -419,10 +445,10 @@ class CudaDevice(Device):
                 with thread_local_capture_mode(self.cp):   # cudaMemcpy / cudaMemset are unsafe calls
                     legacy()
                 return
-            if self._side_stream is None:
-                self._side_stream = self.cp.cuda.Stream(non_blocking=True)
-            issue(self._side_stream.ptr)
-            self._side_stream.synchronize()
+            side = self._capture_safe_stream()
+            issue(side.ptr)
+            with thread_local_capture_mode(self.cp):
+                side.synchronize()
 
     def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime

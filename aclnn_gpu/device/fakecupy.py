@@ -42,7 +42,10 @@ import ctypes
 import enum
 import mmap
 import os
+import random
+import sys
 import threading
+import time
 import weakref
 from types import SimpleNamespace
 from typing import Any, Sequence
@@ -50,6 +53,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .base import virtual_device_count
+from . import fakepool
 from .cpu import aligned_buffer
 from .hoststream import CapturedWork, HostEventMark, HostStream
 
@@ -169,7 +173,39 @@ class MemoryPointer:
 
 
 def alloc(size: int) -> MemoryPointer:
-    return MemoryPointer(size)
+    """cupy.cuda.alloc: from CuPy's memory pool in the late stand-in (device/fakepool.py), else a fresh buffer."""
+    if _late is None or not size:
+        return MemoryPointer(size)
+    device = _current_device()
+    pool = _pools.get(device)
+    if pool is None:
+        pool = _pools.setdefault(device, fakepool.Pool(DEVICE_ALIGN, lambda stream_ptr, ptr, size:
+                                                       _poison(device, stream_ptr, ptr, size),
+                                                       lambda: _unsafe("cudaMalloc")))
+
+    def empty() -> MemoryPointer:
+        pointer = MemoryPointer.__new__(MemoryPointer)
+        pointer.device_id = device
+        return pointer
+    # CuPy's arena is the current stream's (cupy/cuda/memory.pyx, SingleDeviceMemoryPool._malloc)
+    return fakepool.pooled_pointer(pool, empty, size, get_current_stream().ptr)
+
+
+_pools: dict[int, fakepool.Pool] = {}   # device id -> its memory pool (late stand-in)
+
+
+def _poison(device: int, stream_ptr: int, ptr: int, size: int) -> bool:
+    """Poison a freed pool chunk in its arena stream's order; False when that stream is gone."""
+    stream = _null_streams.get(device) if stream_ptr == 0 else _streams.get(stream_ptr)
+    if stream is None or stream.worker.closed:
+        return False
+    if stream.worker.capture is not None:   # not into the graph: left as it is
+        return True
+    try:
+        stream.worker.submit(lambda: ctypes.memset(ptr, fakepool.POISON, size))
+    except Exception:  # noqa: BLE001 - destroyed meanwhile: its arena goes with it
+        return False
+    return True
 
 
 _pinned_allocations: "weakref.WeakValueDictionary[int, MemoryPointer]" = weakref.WeakValueDictionary()
@@ -181,6 +217,7 @@ HOST_REGISTER_PORTABLE = 1   # cudaHostRegisterPortable
 def alloc_pinned_memory(size: int) -> MemoryPointer:
     """Whole pages, as cudaHostAlloc gives: no pageable byte shares a page with pinned memory (portable,
     as CuPy's pinned memory pool allocates it: cupy/cuda/pinned_memory.pyx, hostAllocPortable)."""
+    _unsafe("cudaHostAlloc")
     memory = MemoryPointer(0)
     pages = -(-max(size, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
     raw = np.empty(pages + mmap.PAGESIZE, np.uint8)
@@ -243,10 +280,15 @@ class Stream:
         self._start(_current_device(), next(_stream_ids), non_blocking)
         _streams[self.ptr] = self
 
+    capture_mode = 2          # of the capture in progress: cudaStreamCaptureMode (relaxed: CuPy's default)
+    capture_thread = 0        # the thread that began it
+
     def _start(self, device: int, ptr: int, non_blocking: bool) -> None:
         self.device_id = device
         self.non_blocking = non_blocking
         self.worker = HostStream(f"emulated-stream-dev{device}")
+        if _late is not None:
+            self.worker.delay = _late.delay
         self.ptr = ptr
         with _workers_lock:
             kept = {worker for worker in _workers.get(device, ()) if not worker.ended()}
@@ -289,6 +331,29 @@ class Stream:
     def _submit_check(self, what: str) -> None:
         if self.ptr == 0:
             _use_legacy(what)
+        if _late is not None:
+            self._late_order()
+
+    def _late_order(self) -> None:
+        """The late stand-in's legacy-stream rule (CUDA Runtime API, "Stream synchronization behavior",
+        default stream): work given to the legacy stream waits for all the work queued before it on
+        the blocking streams of its device, and work given to a blocking stream waits for the legacy
+        stream's work queued before it. Non-blocking streams order with neither. (Without it fakecupy's
+        legacy stream would be one more independent queue; the runtime's synchronous paths drain the
+        device first, so nothing else noticed.)"""
+        worker = self.worker
+        if worker.capture is not None:
+            return   # a capture records no implicit dependency (legacy use then is refused: _use_legacy)
+        if self.ptr == 0:
+            for stream in _all_streams():
+                other = stream.worker
+                if (stream.ptr and not stream.non_blocking and stream.device_id == self.device_id
+                        and other.capture is None and not other.finished_all()):
+                    worker.wait_mark(other.record())
+        elif not self.non_blocking:
+            legacy = _null_streams.get(self.device_id)
+            if legacy is not None and legacy.worker.capture is None and not legacy.worker.finished_all():
+                worker.wait_mark(legacy.worker.record())
 
     def synchronize(self) -> None:
         if self.worker.capture is not None:   # cudaStreamSynchronize of a capturing stream
@@ -296,6 +361,9 @@ class Stream:
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize")
         if self.ptr == 0:
             _use_legacy("cudaStreamSynchronize(0)")
+            if _late is not None:   # the legacy stream's wait covers the blocking streams' work before it
+                self._late_order()
+        _unsafe("cudaStreamSynchronize")
         self.worker.synchronize()
 
     def wait_event(self, event: "Event") -> None:
@@ -308,17 +376,28 @@ class Stream:
         self.worker.submit(fn)
 
     def begin_capture(self, mode: int | None = None) -> None:
+        """`mode` None is relaxed, CuPy's default (cupy/cuda/stream.pyx, begin_capture: its pool may
+        cudaMalloc while capturing)."""
         if self.ptr == 0:   # CuPy refuses it before CUDA would (cupy/cuda/stream.pyx, begin_capture)
             raise RuntimeError("cannot capture on the default (legacy) stream")
         if self.worker.capture is not None:
             raise CUDARuntimeError(cudaError_t.cudaErrorIllegalState, "the stream is already capturing")
+        self.capture_mode = _Runtime.streamCaptureModeRelaxed if mode is None else int(mode)
+        self.capture_thread = threading.get_ident()
         self.worker.begin_capture()
+        if self.capture_mode != _Runtime.streamCaptureModeRelaxed:
+            global _strict_captures
+            _strict_captures += 1
 
     def end_capture(self) -> "Graph":
         work = self.worker.capture
         if work is None:
             raise CUDARuntimeError(cudaError_t.cudaErrorIllegalState, "the stream is not capturing")
         self.worker.end_capture()
+        if self.capture_mode != _Runtime.streamCaptureModeRelaxed:
+            global _strict_captures
+            _strict_captures -= 1
+        self.capture_mode = _Runtime.streamCaptureModeRelaxed
         if work.invalidated is not None:   # cudaStreamEndCapture of an invalidated capture: no graph
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureInvalidated, work.invalidated)
         return Graph(work)
@@ -418,12 +497,14 @@ class Event:
 
     def synchronize(self) -> None:
         self._usable()
+        _unsafe("cudaEventSynchronize")
         if self.mark is not None:
             self.mark.done.wait()
 
     @property
     def done(self) -> bool:
         self._usable()
+        _unsafe("cudaEventQuery")
         return self.mark is None or self.mark.done.is_set()
 
 
@@ -493,12 +574,14 @@ class _Runtime:
         if capturing:   # a device-wide wait includes the capturing stream: refused, the capture invalidated
             _invalidate(capturing, "cudaDeviceSynchronize")
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize")
+        _unsafe("cudaDeviceSynchronize")
         for worker in device_workers(device):
             worker.drain()
 
     @staticmethod
     def hostRegister(ptr: int, size: int, flags: int) -> None:
         # host memory is all the emulator has; what CUDA refuses is refused alike
+        _unsafe("cudaHostRegister")
         if _page_locked(ptr, ptr + size):
             raise CUDARuntimeError(cudaError_t.cudaErrorHostMemoryAlreadyRegistered)
         _registered[ptr] = (ptr + size, None if flags & HOST_REGISTER_PORTABLE else _current_device())
@@ -516,23 +599,52 @@ class _Runtime:
         return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1, _current_device()) else 0)
 
     @staticmethod
-    def streamSynchronize(stream: int) -> None:
-        """cudaStreamSynchronize of a handle (0: the current device's legacy stream)."""
-        _stream(stream).synchronize()
+    def threadExchangeStreamCaptureMode(mode: int) -> int:
+        """cudaThreadExchangeStreamCaptureMode: set the calling thread's capture interaction mode (global
+        by default), return the previous one (what `_unsafe` reads)."""
+        previous = getattr(_local, "capture_mode", _Runtime.streamCaptureModeGlobal)
+        _local.capture_mode = int(mode)
+        return previous
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
         _use_legacy("cudaMemcpy")
-        ctypes.memmove(dst, src, size)
+        _unsafe("cudaMemcpy")
+        if _late is None:
+            ctypes.memmove(dst, src, size)
+            return
+        # on the legacy stream, after the blocking streams' earlier work, and waited for (API
+        # synchronization behavior: cudaMemcpy is synchronous and uses the legacy stream)
+        legacy = _legacy_stream(_current_device())
+        legacy.submit(lambda: ctypes.memmove(dst, src, size))
+        legacy.worker.synchronize()
 
     @staticmethod
     def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
-        _stream(stream).submit(lambda: ctypes.memmove(dst, src, size))
+        target = _stream(stream)
+        if _late is not None and target.worker.capture is None and _pageable(src, size):
+            # CUDA Runtime API, "API synchronization behavior", memcpy asynchronous: a pageable host
+            # source is staged at the call (the caller may reuse it on return); a pinned one (or device
+            # memory) is read when the copy runs
+            staged = np.frombuffer(ctypes.string_at(src, size), np.uint8)
+            target.submit(lambda: ctypes.memmove(dst, staged.ctypes.data, size))
+            return
+        target.submit(lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memset(ptr: int, value: int, size: int) -> None:
         _use_legacy("cudaMemset")
-        ctypes.memset(ptr, value, size)
+        _unsafe("cudaMemset")
+        if _late is None:
+            ctypes.memset(ptr, value, size)
+            return
+        legacy = _legacy_stream(_current_device())   # as cudaMemcpy above
+        legacy.submit(lambda: ctypes.memset(ptr, value, size))
+        legacy.worker.synchronize()
+
+    @staticmethod
+    def streamSynchronize(stream: int) -> None:
+        _stream(stream).synchronize()
 
     @staticmethod
     def memsetAsync(ptr: int, value: int, size: int, stream: int) -> None:
@@ -661,6 +773,92 @@ def _load_binary(path: str) -> tuple[str, dict[str, str]]:
     raise CUDADriverError(200, "CUDA_ERROR_INVALID_IMAGE", f"{packed} is no shipped binary of index.json")
 
 
+# ---------------------------------------------------------------------------- the late stand-in
+# ACLNN_GPU_EMU_LATE=1: what a GPU does and the prompt host queues above do not (docs/TESTING.md):
+# - each stream's batch of work starts after a random delay (seeded: ACLNN_GPU_EMU_LATE_SEED, printed):
+#   a GPU starts queued work whenever it gets to it;
+# - a pageable host source of cudaMemcpyAsync is read at the call, a pinned one when the copy runs
+#   (memcpyAsync above);
+# - cupy.cuda.alloc is CuPy's pool (device/fakepool.py): freed chunks poisoned and handed out again
+#   in cupy/cuda/memory.pyx's order;
+# - the legacy stream orders with the blocking streams both ways (Stream._late_order), and cudaMemcpy /
+#   cudaMemset run on it;
+# - (always on, late or not) capture modes: `_unsafe` below.
+
+class LateRules:
+    """The late stand-in's settings: its seed and the range of each batch's delay (seconds)."""
+
+    def __init__(self, seed: int, max_delay: float = 0.002, min_delay: float = 0.0):
+        self.seed = seed
+        self.min_delay, self.max_delay = min_delay, max_delay
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def delay(self) -> None:
+        with self._lock:
+            seconds = self._random.uniform(self.min_delay, self.max_delay)
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+_late: LateRules | None = None
+_strict_captures = 0   # captures begun in global or thread-local mode and not ended (`_unsafe` reads none otherwise)
+_device_memory: Any = None   # (ptr, size) -> whether it is device memory: set by the emulated device
+
+
+def set_late(rules: LateRules | None) -> LateRules | None:
+    """Turn the late stand-in on (`rules`) or off (None); returns the previous setting. Streams that exist
+    take the new delay; allocations keep the pool (or not) they came from."""
+    global _late
+    previous, _late = _late, rules
+    for stream in _all_streams():
+        stream.worker.delay = None if rules is None else rules.delay
+    return previous
+
+
+def late_from_environment() -> LateRules | None:
+    """ACLNN_GPU_EMU_LATE=1 (ACLNN_GPU_EMU_LATE_SEED: the seed, else a random one); the seed is printed."""
+    if os.environ.get("ACLNN_GPU_EMU_LATE", "") in ("", "0"):
+        return None
+    seed_text = os.environ.get("ACLNN_GPU_EMU_LATE_SEED", "")
+    seed = int(seed_text) if seed_text else random.SystemRandom().randrange(1 << 31)
+    print(f"aclnn_gpu emulated device: late stand-in on, ACLNN_GPU_EMU_LATE_SEED={seed}", file=sys.stderr)
+    return LateRules(seed)
+
+
+def _pageable(ptr: int, size: int) -> bool:
+    """Host memory that is neither page-locked nor device memory (as the emulated device's registry says)."""
+    if _page_locked(ptr, ptr + size) or any(pool.owns(ptr) for pool in list(_pools.values())):
+        return False
+    return _device_memory is not None and not _device_memory(ptr, size)
+
+
+def _unsafe(what: str) -> None:
+    """A potentially unsafe call (CUDA Runtime API, cudaThreadExchangeStreamCaptureMode): in the calling
+    thread's mode (global unless exchanged), global forbids it while the thread has a capture of its
+    own not begun in relaxed mode, or while any thread has one begun in global mode; thread-local only
+    for the thread's own; relaxed never. A forbidden call fails with cudaErrorStreamCaptureUnsupported
+    and invalidates those captures (the capture's end then fails: PyTorch's watchdog met it, pytorch
+    issues 104555, 105182)."""
+    if not _strict_captures:
+        return
+    mode = getattr(_local, "capture_mode", _Runtime.streamCaptureModeGlobal)
+    if mode == _Runtime.streamCaptureModeRelaxed:
+        return
+    me = threading.get_ident()
+    culprits = [stream for stream in _all_streams()
+                if stream.worker.capture is not None and stream.capture_mode != _Runtime.streamCaptureModeRelaxed
+                and (stream.capture_thread == me or (mode == _Runtime.streamCaptureModeGlobal
+                                                      and stream.capture_mode == _Runtime.streamCaptureModeGlobal))]
+    if culprits:
+        which = "global" if mode == _Runtime.streamCaptureModeGlobal else "thread-local"
+        _invalidate(culprits, f"{what}, a potentially unsafe call, was made during a {which}-mode capture")
+        raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, what)
+
+
+_late = late_from_environment()
+
+
 cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pinned_memory, Stream=Stream, Event=Event,
                        Graph=Graph,
                        get_elapsed_time=get_elapsed_time, get_current_stream=get_current_stream,
@@ -670,7 +868,8 @@ cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pin
 def _forget_after_fork() -> None:
     """A fork() child: the parent's streams have no worker threads here; forget them (never drain). Page
     locks are per process: the child has none of the parent's registrations."""
-    global _local, _null_lock, _workers_lock
+    global _local, _null_lock, _workers_lock, _strict_captures
+    _strict_captures = 0
     _streams.clear()
     _null_streams.clear()
     _workers.clear()
