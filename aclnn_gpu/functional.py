@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import call_cache, dtypes
+from .device.capture_mode import thread_local_capture_mode
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .executor import aclOpExecutor
 from .runtime import aclrtStream, device_of, get_device, resolve_stream, using_device
@@ -90,7 +91,9 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
     if device.kind == "cuda":
         gpu = _arrays_gpu(name, (*args, *kwargs.values()))
         target = device if gpu is None else device_of(gpu)
-        with using_device(target), _no_legacy_stream_in_capture(target, name):
+        # CuPy's allocations, copies and waits in the call are potentially unsafe calls: made in
+        # thread-local capture mode, a global-mode capture on another thread stays valid (device/capture_mode.py)
+        with using_device(target), _no_legacy_stream_in_capture(target, name), thread_local_capture_mode(target.cp):
             return _uncached(body, name, stream, args, kwargs, None)
     impl = _inline_stream(device, stream) if device.kind == "cpu" and call_cache.cache.enabled else None
     prepared: dict[int, np.ndarray] = {}

@@ -228,3 +228,129 @@ def test_functional_on_the_legacy_stream_during_an_acl_capture_is_refused(emulat
         model = _ok(acl.aclmdlRICaptureEnd(stream))   # not invalidated
     _ok(acl.aclmdlRIDestroy(model))
     _ok(acl.aclrtDestroyStream(stream))
+
+
+# ------------------------------------------------------------------------------ a global-mode capture elsewhere
+H2D, D2H = 1, 2   # aclrtMemcpyKind
+
+
+def _operators_while_another_thread_captures(begin, end, calls) -> None:
+    """`begin()` on a fresh thread, `calls()` here while that capture is in progress, then `end()`
+    there; `end`'s exception (an invalidated capture) is raised here."""
+    started, finish, failure = threading.Event(), threading.Event(), []
+
+    def capturer():
+        begin()
+        started.set()
+        finish.wait(60)
+        try:
+            end()
+        except BaseException as e:  # noqa: BLE001 - reported on the test's thread
+            failure.append(e)
+    thread = threading.Thread(target=capturer)
+    thread.start()
+    try:
+        assert started.wait(60)
+        calls()
+    finally:
+        finish.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    if failure:
+        raise failure[0]
+
+
+def _unsafe_call_mix(rng) -> None:
+    """Operator calls whose waits and allocations are CUDA's potentially unsafe calls: the upload
+    ring wrapping (its slot's event waited for), large uploads (staging buffers queried and
+    allocated), a workspace freed (the device's waits), aclrtMalloc, aclrtMemcpy, aclrtMemset, aclrtFree."""
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    t = rng.random((3, 40)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(Fn.kl_div(x, t, "none"), kl_div(x, t, 0, False), rtol=1e-5, atol=1e-6)
+    ptr = _ok(acl.aclrtMalloc(64, 0))
+    data = np.arange(64, dtype=np.uint8)
+    _ok(acl.aclrtMemcpy(ptr, 64, data, 64, H2D))
+    _ok(acl.aclrtMemset(ptr, 64, 7, 16))
+    seen = bytearray(64)
+    _ok(acl.aclrtMemcpy(seen, 64, ptr, 64, D2H))
+    assert bytes(seen) == bytes([7]) * 16 + data[16:].tobytes()
+    _ok(acl.aclrtFree(ptr))
+
+
+@pytest.mark.parametrize("uploads", ["ring", "large"])
+def test_operators_leave_a_global_mode_capture_on_another_thread_valid(monkeypatch, rng, uploads):
+    """A capture in CUDA's global mode (PyTorch's torch.cuda.graph default) on another thread, on a
+    non-blocking stream (as PyTorch's capture streams are): the library's unsafe calls, made in
+    thread-local mode, leave it valid (fakecupy's capture-mode rule invalidates it otherwise)."""
+    from aclnn_gpu.device import uploads as uploads_module
+    use_device("emulated")
+    device = runtime.get_device()
+    if uploads == "ring":
+        monkeypatch.setattr(device.uploads, "slots", 1)   # every upload waits for the slot's last copy
+    else:
+        monkeypatch.setattr(uploads_module, "UPLOAD_SLOT_BYTES", 0)   # every upload is a large one
+    _unsafe_call_mix(rng)   # warm: kernels compiled, pools grown
+    stream = fakecupy.cuda.Stream(non_blocking=True)
+    graph: list = []
+    _operators_while_another_thread_captures(
+        lambda: stream.begin_capture(fakecupy.cuda.runtime.streamCaptureModeGlobal),
+        lambda: graph.append(stream.end_capture()),
+        lambda: _unsafe_call_mix(rng))
+    assert len(graph) == 1   # the capture ended with a graph: not invalidated
+    runtime.release_devices()
+
+
+@pytest.mark.skipif("cuda" not in DEVICE_KINDS, reason="needs a GPU: ACLNN_GPU_TEST_DEVICES names cuda")
+def test_operators_leave_a_torch_graph_capture_on_another_thread_valid_on_a_gpu(rng):
+    """torch.cuda.graph's default global mode, on another thread, while this one calls operators."""
+    import torch
+    use_device("cuda")
+    _unsafe_call_mix(rng)   # warm
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    static = torch.ones(1024, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())
+    out: list = []
+
+    def begin():
+        torch.cuda.set_device(0)
+        with torch.cuda.stream(side):
+            graph.capture_begin()
+            out.append(static * 3)
+
+    def end():
+        with torch.cuda.stream(side):
+            graph.capture_end()
+    _operators_while_another_thread_captures(begin, end, lambda: _unsafe_call_mix(rng))
+    static.fill_(2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], torch.full_like(static, 6))
+    runtime.release_devices()
+
+
+@pytest.mark.skipif("cuda" not in DEVICE_KINDS, reason="needs a GPU: ACLNN_GPU_TEST_DEVICES names cuda")
+def test_an_acl_capture_while_pytorch_works_on_its_default_stream_on_a_gpu(rng):
+    """PyTorch's default stream is the legacy stream: its work while an ACL capture runs (on a blocking
+    library stream) is CUDA's implicit dependency, refused to PyTorch and invalidating the capture,
+    which aclmdlRICaptureEnd reports (507903); the device works on. On a PyTorch side stream the same
+    work leaves the capture valid."""
+    import torch
+    use_device("cuda")
+    x = torch.ones(256, device="cuda")
+    stream = _ok(acl.aclrtCreateStream())
+    _ok(acl.aclmdlRICaptureBegin(stream, RELAXED))
+    with torch.cuda.stream(torch.cuda.Stream()):
+        y = x * 2   # a non-blocking stream: no dependency on the capture
+    model = _ok(acl.aclmdlRICaptureEnd(stream))
+    _ok(acl.aclmdlRIDestroy(model))
+    assert torch.equal(y, torch.full_like(x, 2))
+    _ok(acl.aclmdlRICaptureBegin(stream, RELAXED))
+    with pytest.raises(RuntimeError):
+        x * 2   # on the legacy stream: cudaErrorStreamCaptureImplicit
+    status, model = acl.aclmdlRICaptureEnd(stream)
+    assert status == acl.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED and model is None
+    t = rng.random((3, 40)).astype(np.float32)
+    np.testing.assert_allclose(Fn.kl_div(t, t, "sum"), 0.0, atol=1e-6)   # the device works on
+    _ok(acl.aclrtDestroyStream(stream))
+    runtime.release_devices()
