@@ -52,7 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .base import virtual_device_count
+from .base import host_memory_info, virtual_device_count
 from . import fakepool
 from .cpu import aligned_buffer
 from .hoststream import CapturedWork, HostEventMark, HostStream
@@ -200,6 +200,9 @@ def _poison(device: int, stream_ptr: int, ptr: int, size: int) -> bool:
     if stream is None or stream.worker.closed:
         return False
     if stream.worker.capture is not None:   # not into the graph: left as it is
+        return True
+    if stream.worker.finished_all():   # the last user's work has run: the bytes are garbage from now
+        ctypes.memset(ptr, fakepool.POISON, size)
         return True
     try:
         stream.worker.submit(lambda: ctypes.memset(ptr, fakepool.POISON, size))
@@ -375,6 +378,10 @@ class Stream:
         self._submit_check("work queued")
         self.worker.submit(fn)
 
+    def launch_host_func(self, callback: Any, arg: Any) -> None:
+        """cupy.cuda.Stream.launch_host_func (cudaLaunchHostFunc): `callback(arg)` in the stream's order."""
+        self.submit(lambda: callback(arg))
+
     def begin_capture(self, mode: int | None = None) -> None:
         """`mode` None is relaxed, CuPy's default (cupy/cuda/stream.pyx, begin_capture: its pool may
         cudaMalloc while capturing)."""
@@ -545,6 +552,11 @@ class _Runtime:
     @staticmethod
     def runtimeGetVersion() -> int:
         return DRIVER_VERSION
+
+    @staticmethod
+    def memGetInfo() -> tuple[int, int]:
+        """The host's physical memory: the emulated device's memory is the host's."""
+        return host_memory_info()
 
     @staticmethod
     def getDeviceCount() -> int:
