@@ -819,11 +819,15 @@ def set_late(rules: LateRules | None) -> LateRules | None:
 
 
 def late_from_environment() -> LateRules | None:
-    """ACLNN_GPU_EMU_LATE=1 (ACLNN_GPU_EMU_LATE_SEED: the seed, else a random one); the seed is printed."""
+    """ACLNN_GPU_EMU_LATE=1, seeded by ACLNN_GPU_EMU_LATE_SEED. Without a seed one is drawn, printed
+    (stderr) and put in the environment, so the processes this one starts share it and print nothing."""
     if os.environ.get("ACLNN_GPU_EMU_LATE", "") in ("", "0"):
         return None
     seed_text = os.environ.get("ACLNN_GPU_EMU_LATE_SEED", "")
-    seed = int(seed_text) if seed_text else random.SystemRandom().randrange(1 << 31)
+    if seed_text:
+        return LateRules(int(seed_text))
+    seed = random.SystemRandom().randrange(1 << 31)
+    os.environ["ACLNN_GPU_EMU_LATE_SEED"] = str(seed)
     print(f"aclnn_gpu emulated device: late stand-in on, ACLNN_GPU_EMU_LATE_SEED={seed}", file=sys.stderr)
     return LateRules(seed)
 
