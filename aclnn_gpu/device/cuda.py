@@ -671,6 +671,12 @@ class CudaDevice(Device):
             self._drain()
             for stream in self.live_streams():
                 stream.close()
+            side, self._side_stream = self._side_stream, None
+            if side is not None:   # the private stream (fakecupy's owns a worker thread)
+                side.synchronize()
+                release = getattr(side, "close", None)
+                if release is not None:
+                    release()
             pool = self._cublas_pool
             if pool is not None:   # after the drain: no queued GEMM uses them any more
                 pool.close()

@@ -188,7 +188,8 @@ def alloc(size: int) -> MemoryPointer:
         pointer.device_id = device
         return pointer
     # CuPy's arena is the current stream's (cupy/cuda/memory.pyx, SingleDeviceMemoryPool._malloc)
-    return fakepool.pooled_pointer(pool, empty, size, get_current_stream().ptr)
+    stack = getattr(_local, "stack", None)
+    return fakepool.pooled_pointer(pool, empty, size, stack[-1].ptr if stack else 0)
 
 
 _pools: dict[int, fakepool.Pool] = {}   # device id -> its memory pool (late stand-in)
@@ -197,6 +198,9 @@ _pools: dict[int, fakepool.Pool] = {}   # device id -> its memory pool (late sta
 def _poison(device: int, stream_ptr: int, ptr: int, size: int) -> bool:
     """Poison a freed pool chunk in its arena stream's order; False when that stream is gone."""
     stream = _null_streams.get(device) if stream_ptr == 0 else _streams.get(stream_ptr)
+    if stream is None and stream_ptr == 0:   # a legacy stream never used holds no work
+        ctypes.memset(ptr, fakepool.POISON, size)
+        return True
     if stream is None or stream.worker.closed:
         return False
     if stream.worker.capture is not None:   # not into the graph: left as it is
@@ -625,11 +629,7 @@ class _Runtime:
         if _late is None:
             ctypes.memmove(dst, src, size)
             return
-        # on the legacy stream, after the blocking streams' earlier work, and waited for (API
-        # synchronization behavior: cudaMemcpy is synchronous and uses the legacy stream)
-        legacy = _legacy_stream(_current_device())
-        legacy.submit(lambda: ctypes.memmove(dst, src, size))
-        legacy.worker.synchronize()
+        _legacy_now(lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
@@ -650,9 +650,7 @@ class _Runtime:
         if _late is None:
             ctypes.memset(ptr, value, size)
             return
-        legacy = _legacy_stream(_current_device())   # as cudaMemcpy above
-        legacy.submit(lambda: ctypes.memset(ptr, value, size))
-        legacy.worker.synchronize()
+        _legacy_now(lambda: ctypes.memset(ptr, value, size))
 
     @staticmethod
     def streamSynchronize(stream: int) -> None:
@@ -830,6 +828,19 @@ def late_from_environment() -> LateRules | None:
     os.environ["ACLNN_GPU_EMU_LATE_SEED"] = str(seed)
     print(f"aclnn_gpu emulated device: late stand-in on, ACLNN_GPU_EMU_LATE_SEED={seed}", file=sys.stderr)
     return LateRules(seed)
+
+
+def _legacy_now(fn: Any) -> None:
+    """A synchronous legacy-stream call in the late stand-in (cudaMemcpy, cudaMemset: API synchronization
+    behavior): `fn` runs on the calling thread once the legacy stream's queued work, and the blocking
+    streams' (the default-stream rule), has run; done on return, it precedes whatever is queued later."""
+    device = _current_device()
+    marks = [stream.worker.record() for stream in _all_streams()
+             if stream.device_id == device and not stream.non_blocking and stream.worker.capture is None
+             and not stream.worker.finished_all()]
+    for mark in marks:
+        mark.done.wait()
+    fn()
 
 
 def _pageable(ptr: int, size: int) -> bool:
