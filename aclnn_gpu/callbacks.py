@@ -132,10 +132,8 @@ def aclrtLaunchCallback(fn: Callable[[Any], Any], userData: Any, blockType: int,
     cupy_stream: Any = getattr(impl, "cupy", None)
     if worker is not None:                              # cpu: the stream's host worker
         worker.submit(task)
-    elif hasattr(cupy_stream, "launch_host_func"):      # cuda: a host function in the stream (cudaLaunchHostFunc)
+    else:                                               # cuda, emulated: a host function (cudaLaunchHostFunc)
         cupy_stream.launch_host_func(lambda _arg: task(), None)
-    else:                                               # emulated: its CuPy stand-in's worker
-        cupy_stream.submit(task)
     return OK
 
 

@@ -103,8 +103,8 @@ class _Runtime:
 
     getDevice = staticmethod(fakecupy.cuda.runtime.getDevice)   # the device `Device` makes current
 
-    memcpy = memcpyAsync = memset = memsetAsync = hostRegister = hostUnregister = staticmethod(lambda *args: None)
-    streamSynchronize = staticmethod(lambda stream: None)
+    memcpy = memcpyAsync = memset = memsetAsync = streamSynchronize = hostRegister = hostUnregister = \
+        staticmethod(lambda *args: None)
 
 
 _null = Stream()

@@ -370,37 +370,42 @@ class CudaDevice(Device):
         return int(memory.ptr)
 
     def malloc(self, size: int) -> int:
-        with self.scope, thread_local_capture_mode(self.cp):   # CuPy's pool may cudaMalloc
+        # the private stream's pool arena (see zero_fresh); CuPy's pool may cudaMalloc: an unsafe call
+        with self.scope, self._private_stream(), thread_local_capture_mode(self.cp):
             return self._add(self.cp.cuda.alloc(size), size, True)
 
     def malloc_host(self, size: int) -> int:
         with self.scope, thread_local_capture_mode(self.cp):
             return self._add(self.cp.cuda.alloc_pinned_memory(size), size, False)
 
+    page_size = 2 << 20   # CUDA's large-page granularity of device allocations
+
+    def mem_info(self) -> tuple[int, int]:
+        with self.scope:
+            free, total = self.cp.cuda.runtime.memGetInfo()
+        return int(free), int(total)
+
     def zero_fresh(self, ptr: int, count: int) -> None:
-        """A memset on the legacy stream, waited for: CuPy's pool hands out memory freed in the legacy
-        stream's arena (where `malloc` allocates) to be used in that stream's order, and the legacy
-        stream orders after the work queued on the blocking streams (CUDA's default-stream rule), so the
-        zeros land after whatever the chunk's last user queued, and before the caller's first use on
-        any stream. It waits for the blocking streams' queued work, not for a device-wide synchronize:
-        acceptable, malloc is not the hot path (cudaMalloc itself may synchronize the device). While a
-        stream of the device captures (the legacy stream is refused then) it is the synchronous memset's
-        capture-safe path."""
-        runtime = self.cp.cuda.runtime
-        with self.gate.shared(), self.scope, thread_local_capture_mode(self.cp):   # the waits: unsafe calls
-            if not self.capturing:
-                runtime.memsetAsync(ptr, 0, count, 0)
-                runtime.streamSynchronize(0)
-                return
-            self._drain()   # (a capture that ends meanwhile leaves this path correct all the same)
-            side = self._capture_safe_stream()
-            runtime.memsetAsync(ptr, 0, count, side.ptr)
+        """A memset on the device's private non-blocking stream, waited for (that stream only).
+
+        `malloc` allocates in that stream's arena of CuPy's pool (cupy/cuda/memory.pyx: a chunk is
+        reused only by allocations made while the same stream is current), so the chunk's earlier users
+        are earlier aclrtMalloc callers, whose aclrtFree waited for the device: the zeros land after
+        them, and the memory is complete and usable on any stream when the pointer is returned. It waits
+        for nothing else (no legacy stream: no implicit wait for the blocking streams, whose queued work
+        may be waiting for the caller, and nothing a capture refuses); malloc is not the hot path. The
+        wait is made in thread-local capture mode (device/capture_mode.py)."""
+        with self.scope, thread_local_capture_mode(self.cp):
+            side = self._private_stream()
+            self.cp.cuda.runtime.memsetAsync(ptr, 0, count, side.ptr)
             side.synchronize()
 
-    def _capture_safe_stream(self) -> Any:
-        """The private non-blocking stream of the synchronous paths while a stream captures."""
+    def _private_stream(self) -> Any:
+        """The device's private non-blocking stream: the synchronous paths' while a stream captures, and
+        the arena `malloc` allocates in (made in the device's scope)."""
         if self._side_stream is None:
-            self._side_stream = self.cp.cuda.Stream(non_blocking=True)
+            with self.scope:
+                self._side_stream = self.cp.cuda.Stream(non_blocking=True)
         return self._side_stream
 
     def free(self, ptr: int) -> None:
@@ -445,7 +450,7 @@ class CudaDevice(Device):
                 with thread_local_capture_mode(self.cp):   # cudaMemcpy / cudaMemset are unsafe calls
                     legacy()
                 return
-            side = self._capture_safe_stream()
+            side = self._private_stream()
             issue(side.ptr)
             with thread_local_capture_mode(self.cp):
                 side.synchronize()
@@ -728,6 +733,12 @@ class CudaDevice(Device):
             self._drain()
             for stream in self.live_streams():
                 stream.close()
+            side, self._side_stream = self._side_stream, None
+            if side is not None:   # the private stream (fakecupy's owns a worker thread)
+                side.synchronize()
+                release = getattr(side, "close", None)
+                if release is not None:
+                    release()
             pool = self._cublas_pool
             if pool is not None:   # after the drain: no queued GEMM uses them any more
                 pool.close()

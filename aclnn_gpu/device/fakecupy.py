@@ -52,7 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .base import virtual_device_count
+from .base import host_memory_info, virtual_device_count
 from . import fakepool
 from .cpu import aligned_buffer
 from .hoststream import CapturedWork, HostEventMark, HostStream
@@ -188,7 +188,8 @@ def alloc(size: int) -> MemoryPointer:
         pointer.device_id = device
         return pointer
     # CuPy's arena is the current stream's (cupy/cuda/memory.pyx, SingleDeviceMemoryPool._malloc)
-    return fakepool.pooled_pointer(pool, empty, size, get_current_stream().ptr)
+    stack = getattr(_local, "stack", None)
+    return fakepool.pooled_pointer(pool, empty, size, stack[-1].ptr if stack else 0)
 
 
 _pools: dict[int, fakepool.Pool] = {}   # device id -> its memory pool (late stand-in)
@@ -197,9 +198,15 @@ _pools: dict[int, fakepool.Pool] = {}   # device id -> its memory pool (late sta
 def _poison(device: int, stream_ptr: int, ptr: int, size: int) -> bool:
     """Poison a freed pool chunk in its arena stream's order; False when that stream is gone."""
     stream = _null_streams.get(device) if stream_ptr == 0 else _streams.get(stream_ptr)
+    if stream is None and stream_ptr == 0:   # a legacy stream never used holds no work
+        ctypes.memset(ptr, fakepool.POISON, size)
+        return True
     if stream is None or stream.worker.closed:
         return False
     if stream.worker.capture is not None:   # not into the graph: left as it is
+        return True
+    if stream.worker.finished_all():   # the last user's work has run: the bytes are garbage from now
+        ctypes.memset(ptr, fakepool.POISON, size)
         return True
     try:
         stream.worker.submit(lambda: ctypes.memset(ptr, fakepool.POISON, size))
@@ -375,6 +382,10 @@ class Stream:
         self._submit_check("work queued")
         self.worker.submit(fn)
 
+    def launch_host_func(self, callback: Any, arg: Any) -> None:
+        """cupy.cuda.Stream.launch_host_func (cudaLaunchHostFunc): `callback(arg)` in the stream's order."""
+        self.submit(lambda: callback(arg))
+
     def begin_capture(self, mode: int | None = None) -> None:
         """`mode` None is relaxed, CuPy's default (cupy/cuda/stream.pyx, begin_capture: its pool may
         cudaMalloc while capturing)."""
@@ -547,6 +558,11 @@ class _Runtime:
         return DRIVER_VERSION
 
     @staticmethod
+    def memGetInfo() -> tuple[int, int]:
+        """The host's physical memory: the emulated device's memory is the host's."""
+        return host_memory_info()
+
+    @staticmethod
     def getDeviceCount() -> int:
         return virtual_device_count()
 
@@ -613,11 +629,7 @@ class _Runtime:
         if _late is None:
             ctypes.memmove(dst, src, size)
             return
-        # on the legacy stream, after the blocking streams' earlier work, and waited for (API
-        # synchronization behavior: cudaMemcpy is synchronous and uses the legacy stream)
-        legacy = _legacy_stream(_current_device())
-        legacy.submit(lambda: ctypes.memmove(dst, src, size))
-        legacy.worker.synchronize()
+        _legacy_now(lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
@@ -638,9 +650,7 @@ class _Runtime:
         if _late is None:
             ctypes.memset(ptr, value, size)
             return
-        legacy = _legacy_stream(_current_device())   # as cudaMemcpy above
-        legacy.submit(lambda: ctypes.memset(ptr, value, size))
-        legacy.worker.synchronize()
+        _legacy_now(lambda: ctypes.memset(ptr, value, size))
 
     @staticmethod
     def streamSynchronize(stream: int) -> None:
@@ -817,13 +827,30 @@ def set_late(rules: LateRules | None) -> LateRules | None:
 
 
 def late_from_environment() -> LateRules | None:
-    """ACLNN_GPU_EMU_LATE=1 (ACLNN_GPU_EMU_LATE_SEED: the seed, else a random one); the seed is printed."""
+    """ACLNN_GPU_EMU_LATE=1, seeded by ACLNN_GPU_EMU_LATE_SEED. Without a seed one is drawn, printed
+    (stderr) and put in the environment, so the processes this one starts share it and print nothing."""
     if os.environ.get("ACLNN_GPU_EMU_LATE", "") in ("", "0"):
         return None
     seed_text = os.environ.get("ACLNN_GPU_EMU_LATE_SEED", "")
-    seed = int(seed_text) if seed_text else random.SystemRandom().randrange(1 << 31)
+    if seed_text:
+        return LateRules(int(seed_text))
+    seed = random.SystemRandom().randrange(1 << 31)
+    os.environ["ACLNN_GPU_EMU_LATE_SEED"] = str(seed)
     print(f"aclnn_gpu emulated device: late stand-in on, ACLNN_GPU_EMU_LATE_SEED={seed}", file=sys.stderr)
     return LateRules(seed)
+
+
+def _legacy_now(fn: Any) -> None:
+    """A synchronous legacy-stream call in the late stand-in (cudaMemcpy, cudaMemset: API synchronization
+    behavior): `fn` runs on the calling thread once the legacy stream's queued work, and the blocking
+    streams' (the default-stream rule), has run; done on return, it precedes whatever is queued later."""
+    device = _current_device()
+    marks = [stream.worker.record() for stream in _all_streams()
+             if stream.device_id == device and not stream.non_blocking and stream.worker.capture is None
+             and not stream.worker.finished_all()]
+    for mark in marks:
+        mark.done.wait()
+    fn()
 
 
 def _pageable(ptr: int, size: int) -> bool:
