@@ -90,7 +90,7 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
     device = get_device()
     if device.kind == "cuda":
         gpu = _arrays_gpu(name, (*args, *kwargs.values()))
-        target = device if gpu is None else device_of(gpu)
+        target: Any = device if gpu is None else device_of(gpu)   # a CudaDevice
         # CuPy's allocations, copies and waits in the call are potentially unsafe calls: made in
         # thread-local capture mode, a global-mode capture on another thread stays valid (device/capture_mode.py)
         with using_device(target), _no_legacy_stream_in_capture(target, name), thread_local_capture_mode(target.cp):
@@ -555,11 +555,12 @@ class _Call:
             self.owned.append(workspace)
             self.workspace = workspace
         impl = resolve_stream(self.stream, self.name)
+        gpu: Any = self.device   # a CudaDevice when on_gpu
         if self.on_gpu:   # the inputs were made (and the outputs allocated) on CuPy's current stream
-            self.device.follow_current_stream(impl)
+            gpu.follow_current_stream(impl)
         check_status(execute(workspace, workspace_size, executor, self.stream))
         if self.on_gpu:   # the results, handed back to CuPy's current stream after the kernels that write them
-            self.device.lead_current_stream(impl)
+            gpu.lead_current_stream(impl)
         _synchronize(impl, self.name)
 
     def result(self, handle: Any) -> Any:
