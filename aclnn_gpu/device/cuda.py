@@ -45,6 +45,7 @@ ncclCommInitRank binds the GPU current on the calling thread.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -109,6 +110,8 @@ class CudaStream(DeviceStream):
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
         self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
+
+    host_gate: Any = None   # StreamGate, made at the stream's first blocking host callback
 
     # What a capture on this stream keeps for its graph's replays (an ACL capture: relaxed mode, so
     # CuPy's allocations may run inside it; `torch_stream.TorchStream` allocates through PyTorch instead).
@@ -188,6 +191,53 @@ def _retire(device_ref: Any, cupy_stream: Any) -> None:
         device._retired.append(event)
     except Exception:  # noqa: BLE001 - a stream destroyed or a device reset meanwhile: nothing left to wait for
         pass
+
+
+def cuda_bindings_driver(cp: Any) -> Any:
+    """cuda-bindings' `cuda.bindings.driver` (fakecupy brings a stand-in of the part the device calls)."""
+    stand_in = getattr(cp, "cuda_bindings_driver", None)
+    if stand_in is not None:
+        return stand_in
+    from cuda.bindings import driver
+    return driver
+
+
+class StreamGate:
+    """A stream held on the GPU until the host releases it, with no host thread waiting: the n-th
+    `hold()` queues cuStreamWaitValue32 (a stream memory operation: the stream's later work waits until
+    a 32-bit word is cyclically >= n) on a pinned counter, and `release(n)` stores n there. Pinned
+    memory is device-accessible at its host address under unified addressing. aclrtLaunchCallback's
+    blocking callbacks hold their stream this way (callbacks.py): a host function that waited would
+    hold up other streams' host functions, which CUDA may serialize."""
+
+    def __init__(self, device: "CudaDevice", stream: CudaStream):
+        self.device, self.stream = device, stream
+        with device.scope, thread_local_capture_mode(device.cp):
+            self.memory = device.cp.cuda.alloc_pinned_memory(4)
+        self.cell = ctypes.c_uint32.from_address(int(self.memory.ptr))
+        self.cell.value = 0
+        self.held = 0
+        self.lock = threading.Lock()
+
+    def hold(self) -> int:
+        """Queue the wait for the next release number and return it; RuntimeError when CUDA refuses."""
+        driver = cuda_bindings_driver(self.device.cp)
+        with self.lock:
+            n = (self.held + 1) & 0xFFFFFFFF
+            with self.device.scope:
+                err, = driver.cuStreamWaitValue32(driver.CUstream(int(self.stream.cupy.ptr)),
+                                                  driver.CUdeviceptr(int(self.memory.ptr)), n,
+                                                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuStreamWaitValue32: {getattr(err, 'name', err)}")
+            self.held = n
+            return n
+
+    def release(self, n: int) -> None:
+        """Let the stream pass its hold number `n` (and every earlier one)."""
+        with self.lock:
+            if (n - self.cell.value) & 0xFFFFFFFF < 0x80000000:   # n not behind the counter
+                self.cell.value = n
 
 
 class CudaKernelContext:
@@ -577,6 +627,19 @@ class CudaDevice(Device):
             event = self.cp.cuda.Event(disable_timing=True)
             event.record(stream.cupy)  # type: ignore[attr-defined]
             current.wait_event(event)
+
+    def stream_gate(self, stream: DeviceStream) -> StreamGate | None:
+        """The stream's StreamGate (made at first use); None once CUDA has refused a stream memory
+        operation on this device (the caller then waits in a host function, as before)."""
+        if self._no_stream_waits:
+            return None
+        assert isinstance(stream, CudaStream)
+        gate = stream.host_gate
+        if gate is None:
+            gate = stream.host_gate = StreamGate(self, stream)
+        return gate
+
+    _no_stream_waits = False   # set when cuStreamWaitValue32 was refused
 
     # ------------------------------------------------------------------ peer access
     def can_access_peer(self, peer: int) -> bool:

@@ -383,8 +383,15 @@ class Stream:
         self.worker.submit(fn)
 
     def launch_host_func(self, callback: Any, arg: Any) -> None:
-        """cupy.cuda.Stream.launch_host_func (cudaLaunchHostFunc): `callback(arg)` in the stream's order."""
-        self.submit(lambda: callback(arg))
+        """cupy.cuda.Stream.launch_host_func (cudaLaunchHostFunc): `callback(arg)` in the stream's order,
+        serialized with every other stream's host functions. CUDA Runtime API, cudaLaunchHostFunc: "Host
+        functions without a mandated order (such as in independent streams) execute in undefined order
+        and may be serialized"; the stand-in always serializes them (one at a time, process-wide), so a
+        host function that blocks holds up the host functions of every other stream, as it may on a GPU."""
+        def run() -> None:
+            with _host_functions:
+                callback(arg)
+        self.submit(run)
 
     def begin_capture(self, mode: int | None = None) -> None:
         """`mode` None is relaxed, CuPy's default (cupy/cuda/stream.pyx, begin_capture: its pool may
@@ -431,6 +438,7 @@ class Stream:
             pass
 
 
+_host_functions = threading.Lock()   # held while a host function runs (Stream.launch_host_func)
 _null_streams: dict[int, Stream] = {}   # device id -> its legacy default stream
 _null_lock = threading.Lock()
 
@@ -695,6 +703,32 @@ class _CudaBindingsRuntime:
 
 
 cuda_bindings_runtime = _CudaBindingsRuntime()
+
+
+class _CudaBindingsDriver:
+    """The part of cuda-bindings' `cuda.bindings.driver` the cuda device calls, with its signature:
+    cuStreamWaitValue32 (a stream memory operation), a `(CUresult,)` tuple back."""
+
+    CUresult = SimpleNamespace(CUDA_SUCCESS=0, CUDA_ERROR_NOT_SUPPORTED=801)
+    CUstreamWaitValue_flags = SimpleNamespace(CU_STREAM_WAIT_VALUE_GEQ=0)
+    CUstream = CUdeviceptr = int
+
+    @staticmethod
+    def cuStreamWaitValue32(stream: int, addr: int, value: int, flags: int) -> tuple[int]:
+        """The stream's later work waits until the 32-bit word at `addr` (host memory here, as pinned
+        memory is on a GPU with unified addressing) is cyclically >= `value` (flags: GEQ only)."""
+        if int(flags) != 0:
+            return (_CudaBindingsDriver.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
+        cell, target = ctypes.c_uint32.from_address(int(addr)), int(value) & 0xFFFFFFFF
+
+        def wait() -> None:
+            while (cell.value - target) & 0xFFFFFFFF >= 0x80000000:   # (int32_t)(*addr - value) < 0
+                time.sleep(0.0005)
+        _stream(int(stream)).submit(wait)
+        return (_CudaBindingsDriver.CUresult.CUDA_SUCCESS,)
+
+
+cuda_bindings_driver = _CudaBindingsDriver()
 
 
 class RawKernel:
