@@ -6,6 +6,8 @@ the code a GPU runs (`TorchCall`, the two phases on PyTorch's stream, the regist
 path) runs in CI:
 
 - a "PyTorch stream" is a fakecupy stream (its worker thread is the queue), `cuda_stream` its handle;
+  with the late stand-in (ACLNN_GPU_EMU_LATE=1) the default stream is fakecupy's legacy stream
+  (handle 0), as PyTorch's is CUDA's legacy stream;
   `stream(s)` makes it current as `torch.cuda.stream(s)` does;
 - the "caching allocator" is `empty`: CPU tensors filled with NaN (0xFF bytes for integers), each
   logged with the stream current when it was made, and kept until the stand-in closes (after its

@@ -406,6 +406,7 @@ class CudaDevice(Device):
         with self.scope, thread_local_capture_mode(cp):   # the ring's pinned memory: cudaHostAlloc
             self.default_stream = self.create_stream()
             self.uploads = UploadRing(cp)
+            self._private_stream()   # made with the device (aclrtMalloc uses it), not at a first call
 
     @property
     def scope(self) -> Any:

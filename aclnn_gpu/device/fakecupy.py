@@ -32,7 +32,13 @@ stream capture, and "Stream and Event Behavior" of multi-device programming:
   cudaErrorInvalidResourceHandle; a launch with more than 48 KiB of dynamic shared memory without
   `max_dynamic_shared_size_bytes`: CUDA_ERROR_INVALID_VALUE;
 - cudaHostRegister without cudaHostRegisterPortable page-locks the range for the registering
-  device's context only (cudaHostRegister's documentation), which `pointerGetAttributes` reflects.
+  device's context only (cudaHostRegister's documentation), which `pointerGetAttributes` reflects;
+- capture modes (cudaThreadExchangeStreamCaptureMode): a potentially unsafe call from a thread whose
+  mode forbids it during a global or thread-local capture fails with cudaErrorStreamCaptureUnsupported
+  and invalidates that capture (`_unsafe`).
+With ACLNN_GPU_EMU_LATE=1 (the late stand-in, at the end of this module, and device/fakepool.py) it is
+also as late as a GPU may be: streams start late, pinned sources are read when the copy runs, freed
+memory comes back poisoned in CuPy's pool order, and the legacy stream orders with blocking streams.
 CuPy's runtime has no cudaEventRecordWithFlags: `cuda_bindings_runtime` stands in for
 `cuda.bindings.runtime` instead, with its signature (handles as ints, a `(cudaError_t,)` tuple back).
 """
@@ -205,11 +211,13 @@ def _poison(device: int, stream_ptr: int, ptr: int, size: int) -> bool:
         return False
     if stream.worker.capture is not None:   # not into the graph: left as it is
         return True
-    if stream.worker.finished_all():   # the last user's work has run: the bytes are garbage from now
+    def poison() -> None:
         ctypes.memset(ptr, fakepool.POISON, size)
+    if stream.worker.finished_all():   # the last user's work has run: the bytes are garbage from now
+        poison()
         return True
     try:
-        stream.worker.submit(lambda: ctypes.memset(ptr, fakepool.POISON, size))
+        stream.worker.submit(poison)
     except Exception:  # noqa: BLE001 - destroyed meanwhile: its arena goes with it
         return False
     return True
@@ -820,7 +828,8 @@ def _load_binary(path: str) -> tuple[str, dict[str, str]]:
 # ---------------------------------------------------------------------------- the late stand-in
 # ACLNN_GPU_EMU_LATE=1: what a GPU does and the prompt host queues above do not (docs/TESTING.md):
 # - each stream's batch of work starts after a random delay (seeded: ACLNN_GPU_EMU_LATE_SEED, printed):
-#   a GPU starts queued work whenever it gets to it;
+#   a launch, an async copy or memset returns before the device has done it, and work of different
+#   streams may run in any order (CUDA Programming Guide, "Asynchronous Concurrent Execution", streams);
 # - a pageable host source of cudaMemcpyAsync is read at the call, a pinned one when the copy runs
 #   (memcpyAsync above);
 # - cupy.cuda.alloc is CuPy's pool (device/fakepool.py): freed chunks poisoned and handed out again
