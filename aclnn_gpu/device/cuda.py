@@ -472,12 +472,13 @@ class CudaDevice(Device):
     def _drain(self) -> None:
         """synchronize_quietly's waits, inside the gate (no ACL capture begins meanwhile; one may end):
         each stream the library made on the device, one by one (a capturing one: the event recorded
-        just before its capture began), the streams whose handle was dropped (an event recorded when
-        it went), and, while no ACL capture runs, the legacy stream (what a caller queued there, as the
-        synchronous copies order after it). Never cudaDeviceSynchronize: CUDA refuses it while any
-        stream of the device captures, a PyTorch capture on another thread included (and the refusal
-        invalidates that capture), and the library cannot see those. Made in thread-local capture
-        mode (device/capture_mode.py)."""
+        just before its capture began), and the streams whose handle was dropped (an event recorded
+        when it went). Never cudaDeviceSynchronize: CUDA refuses it while any stream of the device
+        captures, a PyTorch capture on another thread included (and the refusal invalidates that
+        capture), and the library cannot see those; so work other libraries queued on streams of their
+        own is not waited for (the synchronous copy itself, cudaMemcpy on the legacy stream, still runs
+        after the legacy stream's earlier work). Made in thread-local capture mode
+        (device/capture_mode.py)."""
         with thread_local_capture_mode(self.cp):
             for stream in self.live_streams():
                 before = getattr(stream, "before_capture", None)   # read once: an end clears it
@@ -488,8 +489,6 @@ class CudaDevice(Device):
             retired, self._retired = self._retired, []
             for event in retired:
                 event.synchronize()
-            if not self.capturing:   # the legacy stream is refused while a (blocking) ACL stream captures
-                self.cp.cuda.runtime.streamSynchronize(0)
 
     def _synchronous(self, legacy: Callable[[], None], issue: Callable[[int], None]) -> None:
         """A synchronous copy or memset (see the module docstring), decided and made inside the gate:
