@@ -482,10 +482,11 @@ class CudaDevice(Device):
         with thread_local_capture_mode(self.cp):
             for stream in self.live_streams():
                 before = getattr(stream, "before_capture", None)   # read once: an end clears it
-                if before is None:
-                    stream.cupy.synchronize()  # type: ignore[attr-defined]
-                else:   # the work queued on it before the capture began may still use the memory
+                cupy_stream = stream.cupy   # type: ignore[attr-defined]  # read once: a close clears it
+                if before is not None:   # the work queued on it before the capture began may still use the memory
                     before.synchronize()
+                elif cupy_stream is not None:   # (a stream closed meanwhile was drained by its close)
+                    cupy_stream.synchronize()
             retired, self._retired = self._retired, []
             for event in retired:
                 event.synchronize()
