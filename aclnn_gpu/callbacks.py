@@ -163,14 +163,17 @@ def aclrtLaunchCallback(fn: Callable[[Any], Any], userData: Any, blockType: int,
         return OK
     # cuda, emulated: a host function (cudaLaunchHostFunc) that only hands the callback over; a blocking
     # one holds the stream on the GPU after it (see the module docstring)
-    gate = device.stream_gate(impl) if block else None
+    try:
+        gate = device.stream_gate(impl) if block else None
+    except Exception:  # noqa: BLE001 - no pinned counter (CUDA's refusal): the host function waits
+        gate = None
     if gate is None:
         cupy_stream.launch_host_func(lambda _arg: task(), None)
         return OK
     cupy_stream.launch_host_func(lambda _arg: _deliver(impl, device, report, False), None)
     try:
         number = gate.hold()
-    except RuntimeError:   # no stream memory operations here: the host function waits
+    except Exception:  # noqa: BLE001 - no stream memory operations here (or no cuda-bindings): the host function waits
         device._no_stream_waits = True
         cupy_stream.launch_host_func(lambda _arg: _wait_for(impl, device, report), None)
         return OK

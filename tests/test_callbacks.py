@@ -161,3 +161,33 @@ def test_a_blocking_callback_does_not_hold_up_another_streams_callbacks(stream):
         acl.aclrtUnSubscribeReport(threading.get_ident(), stream)
         acl.aclrtUnSubscribeReport(thread.ident, other)
         assert acl.aclrtDestroyStream(other) == 0
+
+
+def test_a_blocking_callback_still_holds_its_stream_where_cuda_refuses_stream_waits(monkeypatch):
+    """Without stream memory operations (cuStreamWaitValue32 refused: CUDA_ERROR_NOT_SUPPORTED) the
+    host function waits for the callback, as before: the stream is held all the same."""
+    from aclnn_gpu import runtime
+    from aclnn_gpu.device import fakecupy
+    use_device("emulated")
+    monkeypatch.setattr(fakecupy.cuda_bindings_driver, "cuStreamWaitValue32",
+                        lambda *args: (fakecupy.cuda_bindings_driver.CUresult.CUDA_ERROR_NOT_SUPPORTED,))
+    status, s = acl.aclrtCreateStream()
+    assert status == 0
+    me, seen = threading.get_ident(), []
+    try:
+        while acl.aclrtProcessReport(10) == 0:   # callbacks an earlier test left to this thread
+            pass
+        assert acl.aclrtSubscribeReport(me, s) == 0
+        ptr = _memory(s, 4)
+        assert acl.aclrtLaunchCallback(seen.append, "held", acl.ACL_CALLBACK_BLOCK, s) == 0
+        assert acl.aclrtMemsetAsync(ptr, 16, 4, 16, s) == 0
+        time.sleep(0.1)
+        assert seen == [] and acl.aclrtStreamQuery(s) == (0, acl.ACL_STREAM_STATUS_NOT_READY)
+        assert acl.aclrtProcessReport(5000) == 0 and seen == ["held"]
+        assert acl.aclrtSynchronizeStream(s) == 0 and (_read(ptr) == 4).all()
+        assert runtime.get_device()._no_stream_waits
+        assert acl.aclrtFree(ptr) == 0
+    finally:
+        acl.aclrtUnSubscribeReport(me, s)
+        assert acl.aclrtDestroyStream(s) == 0
+        runtime.release_devices()
