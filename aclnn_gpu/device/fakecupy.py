@@ -675,6 +675,13 @@ class _CudaBindingsRuntime:
 
     cudaError_t = cudaError_t
     cudaEventRecordDefault, cudaEventRecordExternal = 0, 1
+    cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed = 0, 1, 2
+
+    @staticmethod
+    def cudaThreadExchangeStreamCaptureMode(mode: int) -> tuple[Any, int]:
+        """(cudaSuccess, the calling thread's previous capture interaction mode); CuPy's runtime has no
+        binding of it (see `_Runtime.threadExchangeStreamCaptureMode`, which this is)."""
+        return cudaError_t.cudaSuccess, _Runtime.threadExchangeStreamCaptureMode(int(mode))
 
     @staticmethod
     def cudaEventRecordWithFlags(event: int, stream: int, flags: int) -> tuple[Any]:
