@@ -143,7 +143,7 @@ def _query_from_another_thread() -> BaseException | None:
         event = fakecupy.Event()
         try:
             assert event.done
-        except fakecupy.CUDARuntimeError as e:
+        except BaseException as e:  # noqa: BLE001 - returned to the test
             error.append(e)
     thread = threading.Thread(target=query)
     thread.start()
@@ -181,17 +181,21 @@ def test_capture_modes_of_the_capturing_thread_and_the_relaxed_exchange():
     errors: list[BaseException] = []
 
     def relaxed_query() -> None:   # a thread that exchanged its mode to relaxed may make the call
-        previous = runtime.threadExchangeStreamCaptureMode(runtime.streamCaptureModeRelaxed)
+        cudart = fakecupy.cuda_bindings_runtime   # cuda-bindings' signature: (cudaError_t, previous mode)
+        err, previous = cudart.cudaThreadExchangeStreamCaptureMode(cudart.cudaStreamCaptureModeRelaxed)
         try:
+            assert err == cudart.cudaError_t.cudaSuccess and previous == runtime.streamCaptureModeGlobal
             assert fakecupy.Event().done
+            done.set()
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
         finally:
             runtime.threadExchangeStreamCaptureMode(previous)
+    done = threading.Event()
     thread = threading.Thread(target=relaxed_query)
     thread.start()
     thread.join()
-    assert errors == []
+    assert errors == [] and done.is_set()
     stream.end_capture()
     stream.close()
 

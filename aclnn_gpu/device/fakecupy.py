@@ -683,16 +683,16 @@ class _CudaBindingsRuntime:
 
     cudaError_t = cudaError_t
     cudaEventRecordDefault, cudaEventRecordExternal = 0, 1
+    cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed = 0, 1, 2
+    # cuda-bindings' enum (cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal), as the device reads it
     cudaStreamCaptureMode = SimpleNamespace(cudaStreamCaptureModeGlobal=0, cudaStreamCaptureModeThreadLocal=1,
                                             cudaStreamCaptureModeRelaxed=2)
 
     @staticmethod
     def cudaThreadExchangeStreamCaptureMode(mode: int) -> tuple[Any, int]:
-        """The calling thread's capture interaction mode set to `mode` (global until exchanged); the
-        previous one back, as cuda-bindings returns it."""
-        previous = getattr(_local, "capture_mode", 0)
-        _local.capture_mode = int(mode)
-        return cudaError_t.cudaSuccess, previous
+        """(cudaSuccess, the calling thread's previous capture interaction mode); CuPy's runtime has no
+        binding of it (see `_Runtime.threadExchangeStreamCaptureMode`, which this is)."""
+        return cudaError_t.cudaSuccess, _Runtime.threadExchangeStreamCaptureMode(int(mode))
 
     @staticmethod
     def cudaEventRecordWithFlags(event: int, stream: int, flags: int) -> tuple[Any]:
