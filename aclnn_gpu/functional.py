@@ -15,14 +15,16 @@ also the rule on the cpu and emulated devices.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from . import call_cache, dtypes
+from .device.capture_mode import thread_local_capture_mode
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .executor import aclOpExecutor
 from .runtime import aclrtStream, device_of, get_device, resolve_stream, using_device
@@ -88,7 +90,10 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
     device = get_device()
     if device.kind == "cuda":
         gpu = _arrays_gpu(name, (*args, *kwargs.values()))
-        with using_device(device if gpu is None else device_of(gpu)):
+        target: Any = device if gpu is None else device_of(gpu)   # a CudaDevice
+        # CuPy's allocations, copies and waits in the call are potentially unsafe calls: made in
+        # thread-local capture mode, a global-mode capture on another thread stays valid (device/capture_mode.py)
+        with using_device(target), _no_legacy_stream_in_capture(target, name), thread_local_capture_mode(target.cp):
             return _uncached(body, name, stream, args, kwargs, None)
     impl = _inline_stream(device, stream) if device.kind == "cpu" and call_cache.cache.enabled else None
     prepared: dict[int, np.ndarray] = {}
@@ -114,6 +119,30 @@ def _dispatch(body: Callable[..., Any], name: str, args: tuple, kwargs: dict, by
             call_cache.cache.give(device, key, entry)
             return result
     return _uncached(body, name, stream, args, kwargs, (device, key), prepared)
+
+
+@contextlib.contextmanager
+def _no_legacy_stream_in_capture(device: Any, name: str) -> Iterator[None]:
+    """A call on the cuda device, refused (ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT) when an ACL capture is
+    in progress on `device` and CuPy's current stream is the legacy stream: the call's copies,
+    conversions, DLPack hand-overs and `.get()` run there, and legacy-stream work while a blocking stream
+    captures (the library's streams are blocking) invalidates that capture
+    (cudaErrorStreamCaptureImplicit). Inside `with cupy.cuda.Stream():` or with
+    CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 the call runs. A call on the legacy stream holds the device's
+    capture gate (device/cuda.py, CaptureGate) throughout, so no capture begins between this check and its last
+    legacy-stream use (only then: a call on another stream neither needs nor holds it).
+    """
+    if not device.current_stream_is_legacy():
+        yield
+        return
+    with device.gate.shared():
+        if device.capturing:
+            raise AclnnError(aclError.ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
+                             f"{name}: an ACL capture (aclmdlRICaptureBegin) is in progress on device {device.id}, "
+                             "and this call would use the legacy default stream (CuPy's current stream), which "
+                             "invalidates it; call it inside `with cupy.cuda.Stream(non_blocking=True):`, with "
+                             "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1, or after aclmdlRICaptureEnd")
+        yield
 
 
 def _uncached(body: Callable[..., Any], name: str, stream: aclrtStream | None, args: tuple, kwargs: dict,
@@ -525,8 +554,14 @@ class _Call:
             workspace = self.device.malloc(workspace_size)
             self.owned.append(workspace)
             self.workspace = workspace
+        impl = resolve_stream(self.stream, self.name)
+        gpu: Any = self.device   # a CudaDevice when on_gpu
+        if self.on_gpu:   # the inputs were made (and the outputs allocated) on CuPy's current stream
+            gpu.follow_current_stream(impl)
         check_status(execute(workspace, workspace_size, executor, self.stream))
-        _synchronize(resolve_stream(self.stream, self.name), self.name)
+        if self.on_gpu:   # the results, handed back to CuPy's current stream after the kernels that write them
+            gpu.lead_current_stream(impl)
+        _synchronize(impl, self.name)
 
     def result(self, handle: Any) -> Any:
         """An output as the caller's array kind (torch in, torch out; on the GPU it stays there)."""

@@ -447,11 +447,8 @@ def _device_malloc(fn: str, size: Any, policy: Any, padded: bool) -> tuple[int, 
     usable = cann_size(size, padded)
     ptr = _allocate(fn, usable, True)
     device = get_device()
-    if usable > size:   # the bytes past the caller's size read as 0, as CANN's samples expect of them
-        if device.kind == "cuda":   # ordered before the default stream's later work and any synchronous copy
-            device.memset(ptr + size, 0, usable - size, device.default_stream)
-        else:                       # host memory nothing uses yet
-            device.host_view(ptr + size, usable - size).fill(0)
+    if usable > size:   # the bytes past the caller's size read as 0, as CANN's samples expect of them,
+        device.zero_fresh(ptr + size, usable - size)   # on whichever stream the caller then uses it
     alloc = device.registry.get(ptr)
     if alloc is not None:
         alloc.origin = f"{fn}({size}): ALIGN_UP({size}, 32){' + 32' if padded else ''} = {usable} usable bytes"

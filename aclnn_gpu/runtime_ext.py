@@ -74,13 +74,14 @@ def aclrtGetVersion() -> tuple[int, int, int, int]:
 
 
 def aclrtGetSocName() -> str:
-    """The name of the chip in use: the GPU's name on cuda, "aclnn_gpu-<kind>" otherwise; CANN's
-    NULL (here "") when no device can be opened."""
+    """The name of the chip in use: the name the device reports (the GPU's on cuda, the emulator's on
+    emulated), "aclnn_gpu-<kind>" where it has none (cpu); CANN's NULL (here "") when no device can be
+    opened."""
     try:
         device = get_device()
     except Exception:   # noqa: BLE001 - CANN answers NULL, not a code
         return ""
-    name = getattr(device, "properties", {}).get("name", b"") if device.kind == "cuda" else b""
+    name = getattr(device, "properties", {}).get("name", b"")
     if isinstance(name, bytes):
         name = name.decode("utf-8", "replace")
     return str(name) or f"aclnn_gpu-{device.kind}"
@@ -326,19 +327,14 @@ def aclrtMemInvalidate(devPtr: int, size: int) -> int:
 
 @c_api(n_out=2)
 def aclrtGetMemInfo(attr: int) -> tuple[int, int, int]:
-    """(free, total) bytes of the current device: the GPU's (cudaMemGetInfo) on cuda, the host's
-    physical memory on cpu and emulated (their device memory is host memory). Every aclrtMemAttr
-    names the one memory a device has here."""
+    """(free, total) bytes of the current device (`Device.mem_info`): cudaMemGetInfo on cuda and
+    emulated (whose CuPy stand-in answers the host's physical memory, its device memory), the host's on
+    cpu. Every aclrtMemAttr names the one memory a device has here."""
     fn = "aclrtGetMemInfo"
     if not isinstance(attr, numbers.Integral) or isinstance(attr, bool) or not 0 <= int(attr) <= 11:
         fail(PARAM, f"{fn}: attr {attr!r} is not an aclrtMemAttr (0..11)")
-    device = get_device()
-    if device.kind == "cuda":
-        with device.scope:
-            free, total = device.cp.cuda.runtime.memGetInfo()
-        return OK, int(free), int(total)
-    page = os.sysconf("SC_PAGE_SIZE")
-    return OK, int(os.sysconf("SC_AVPHYS_PAGES") * page), int(os.sysconf("SC_PHYS_PAGES") * page)
+    free, total = get_device().mem_info()
+    return OK, int(free), int(total)
 
 
 # ---------------------------------------------------------------------------- aclnn's own initialisation
@@ -461,7 +457,7 @@ def aclrtPointerGetAttributes(ptr: Any) -> tuple[int, int, int, int]:
     page = os.sysconf("SC_PAGE_SIZE")
     if device is None or alloc is None or not alloc.on_device:
         return OK, 0, 0, page
-    return OK, 1, device.id, 2 << 20 if device.kind == "cuda" else page
+    return OK, 1, device.id, device.page_size
 
 
 # ---------------------------------------------------------------------------- the thread's last error

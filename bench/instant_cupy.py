@@ -103,7 +103,8 @@ class _Runtime:
 
     getDevice = staticmethod(fakecupy.cuda.runtime.getDevice)   # the device `Device` makes current
 
-    memcpy = memcpyAsync = memset = memsetAsync = hostRegister = hostUnregister = staticmethod(lambda *args: None)
+    memcpy = memcpyAsync = memset = memsetAsync = streamSynchronize = hostRegister = hostUnregister = \
+        staticmethod(lambda *args: None)
 
 
 _null = Stream()
@@ -112,6 +113,10 @@ cuda = SimpleNamespace(alloc=fakecupy.alloc, alloc_pinned_memory=fakecupy.alloc,
                        get_elapsed_time=lambda start, end: 0.0, get_current_stream=lambda: _null,
                        runtime=_Runtime(), MemoryPointer=fakecupy.MemoryPointer, Device=fakecupy.Device)
 
+
+# cuda-bindings' runtime (the capture-mode exchange, the external event record): fakecupy's stand-in,
+# a thread-local store and a tuple back, about what the C call costs
+cuda_bindings_runtime = fakecupy.cuda_bindings_runtime
 
 NULL_CUBLAS_SOURCE = Path(__file__).with_name("null_cublas.c")
 

@@ -109,9 +109,11 @@ run_step demo 30 "$PY" -m aclnn_gpu --device "$DEV" --repeat 3
 # ---------------------------------------------------------------- 4. what the last GPU run did not reach
 # the fork tests (a computing fork child of a CUDA process is refused, a pool worker's AclnnError
 # reaches the parent) and torch.cuda.graph of the attention training step and of CTC's mean, in the
-# global and relaxed capture modes
-ACLNN_GPU_TEST_DEVICES="$DEV" run_step fork_and_graphs 45 "$PY" -m pytest -q -p no:cacheprovider -rfEs --tb=short \
-  -o faulthandler_timeout=40 tests/test_fork.py \
+# global and relaxed capture modes; the stream-ordering tests (a slow producer on a non-blocking CuPy stream
+# before a functional call, a torch.cuda.graph capture on one thread while another calls operators, an ACL
+# capture while PyTorch works on its default stream: tests/test_stream_order.py)
+ACLNN_GPU_TEST_DEVICES="$DEV" run_step fork_and_graphs 60 "$PY" -m pytest -q -p no:cacheprovider -rfEs --tb=short \
+  -o faulthandler_timeout=40 tests/test_fork.py tests/test_stream_order.py \
   "tests/test_torch_stream.py::test_cuda_graph_capture_of_a_training_step" \
   "tests/test_torch_stream.py::test_cuda_graph_capture_of_ctc_mean"
 # the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under

@@ -84,11 +84,12 @@ def main(mode: str) -> int:
     print("queued", flush=True)
     if mode == "after":
         from aclnn_gpu.device.current import at_exit
-        at_exit()
         status, size, executor = acl.aclnnCtcLossGetWorkspaceSize(
             log_probs, targets, acl.aclCreateIntArray([T] * N), acl.aclCreateIntArray([L] * N), 0, False,
             *inputs[2:])
+        # allocated before the hook: aclrtMalloc's padding is zeroed on a stream, refused after it
         workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)[1] if size else None
+        at_exit()
         print(int(status), int(acl.aclnnCtcLoss(workspace, size, executor, stream)), acl.aclGetRecentErrMsg())
         print(int(acl.aclrtSynchronizeStream(stream)), flush=True)
     sys.stderr.write("exiting\n")

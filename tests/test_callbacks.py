@@ -118,3 +118,76 @@ def test_bad_arguments(stream):
     assert acl.aclrtLaunchCallback(None, 1, 0, stream) == P and "nullptr" in acl.aclGetRecentErrMsg()
     assert acl.aclrtLaunchCallback(print, 1, 2, stream) == P and "blockType" in acl.aclGetRecentErrMsg()
     assert acl.aclrtProcessReport(0) == P and acl.aclrtProcessReport(-2) == P
+
+
+def test_a_blocking_callback_does_not_hold_up_another_streams_callbacks(stream):
+    """CUDA may run the host functions of independent streams one at a time (cudaLaunchHostFunc; the
+    emulated device's stand-in always does): a blocking callback not yet processed must not keep
+    another stream's callback from reaching its thread. On cuda / emulated the blocking callback
+    holds its stream on the GPU (StreamGate), not in the host function."""
+    status, other = acl.aclrtCreateStream()
+    assert status == 0
+    seen, results = [], {}
+    ready, go = threading.Event(), threading.Event()
+
+    def processor():
+        ready.set()
+        go.wait(30)
+        results["other"] = acl.aclrtProcessReport(3000)
+    thread = threading.Thread(target=processor)
+    thread.start()
+    try:
+        assert ready.wait(30)
+        while acl.aclrtProcessReport(10) == 0:   # callbacks an earlier test left to this thread
+            pass
+        me = threading.get_ident()
+        assert acl.aclrtSubscribeReport(me, stream) == 0
+        assert acl.aclrtSubscribeReport(thread.ident, other) == 0
+        ptr = _memory(stream, 5)
+        assert acl.aclrtLaunchCallback(seen.append, "blocking", acl.ACL_CALLBACK_BLOCK, stream) == 0
+        assert acl.aclrtMemsetAsync(ptr, 16, 5, 16, stream) == 0   # held behind the blocking callback
+        time.sleep(0.1)   # the blocking callback has reached its (not yet processing) thread
+        assert acl.aclrtLaunchCallback(seen.append, "other", acl.ACL_CALLBACK_NO_BLOCK, other) == 0
+        go.set()
+        thread.join(30)
+        assert results == {"other": 0} and seen == ["other"]
+        assert acl.aclrtStreamQuery(stream) == (0, acl.ACL_STREAM_STATUS_NOT_READY)   # still held
+        assert acl.aclrtProcessReport(5000) == 0 and seen == ["other", "blocking"]
+        assert acl.aclrtSynchronizeStream(stream) == 0 and (_read(ptr) == 5).all()
+        assert acl.aclrtFree(ptr) == 0
+    finally:   # (withdrawing the subscriptions lets a stream blocked on its callback go on)
+        go.set()
+        thread.join(30)
+        acl.aclrtUnSubscribeReport(threading.get_ident(), stream)
+        acl.aclrtUnSubscribeReport(thread.ident, other)
+        assert acl.aclrtDestroyStream(other) == 0
+
+
+def test_a_blocking_callback_still_holds_its_stream_where_cuda_refuses_stream_waits(monkeypatch):
+    """Without stream memory operations (cuStreamWaitValue32 refused: CUDA_ERROR_NOT_SUPPORTED) the
+    host function waits for the callback, as before: the stream is held all the same."""
+    from aclnn_gpu import runtime
+    from aclnn_gpu.device import fakecupy
+    use_device("emulated")
+    monkeypatch.setattr(fakecupy.cuda_bindings_driver, "cuStreamWaitValue32",
+                        lambda *args: (fakecupy.cuda_bindings_driver.CUresult.CUDA_ERROR_NOT_SUPPORTED,))
+    status, s = acl.aclrtCreateStream()
+    assert status == 0
+    me, seen = threading.get_ident(), []
+    try:
+        while acl.aclrtProcessReport(10) == 0:   # callbacks an earlier test left to this thread
+            pass
+        assert acl.aclrtSubscribeReport(me, s) == 0
+        ptr = _memory(s, 4)
+        assert acl.aclrtLaunchCallback(seen.append, "held", acl.ACL_CALLBACK_BLOCK, s) == 0
+        assert acl.aclrtMemsetAsync(ptr, 16, 4, 16, s) == 0
+        time.sleep(0.1)
+        assert seen == [] and acl.aclrtStreamQuery(s) == (0, acl.ACL_STREAM_STATUS_NOT_READY)
+        assert acl.aclrtProcessReport(5000) == 0 and seen == ["held"]
+        assert acl.aclrtSynchronizeStream(s) == 0 and (_read(ptr) == 4).all()
+        assert runtime.get_device()._no_stream_waits
+        assert acl.aclrtFree(ptr) == 0
+    finally:
+        acl.aclrtUnSubscribeReport(me, s)
+        assert acl.aclrtDestroyStream(s) == 0
+        runtime.release_devices()

@@ -958,7 +958,7 @@ def test_fakecupy_treats_captured_event_records_as_cuda_does():
 def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other(monkeypatch):
     """(Emulated: the cuda device's code.) A synchronous aclrtMemcpy decided on the
     legacy-stream path (no capture yet) while another thread begins a capture must not issue its
-    cudaDeviceSynchronize + cudaMemcpy after the capture began (CUDA refuses them and invalidates the
+    cudaMemcpy after the capture began (CUDA refuses them and invalidates the
     capture). Here the copy is held just after its decision until the capture has begun or is
     waiting to: the capture waits, the copy succeeds, and the capture then records and replays."""
     from support import use_device
@@ -970,10 +970,10 @@ def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other
         device, ptr = s.stream.device, s.malloc(64)
         gate = getattr(device, "gate", None)
         copier, began = threading.current_thread(), threading.Event()
-        real_sync = fakecupy.cuda.runtime.deviceSynchronize
+        real_copy = fakecupy.cuda.runtime.memcpy
         statuses: list[int] = []
 
-        def held_sync() -> None:
+        def held_copy(*args: int) -> None:
             if threading.current_thread() is copier and not began.is_set():
                 began.set()   # once: the copy has decided, and is about to make its CUDA calls
                 beginner.start()
@@ -981,12 +981,12 @@ def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other
                     if done.is_set() or (gate is not None and gate.waiting):
                         break
                     threading.Event().wait(0.001)
-            real_sync()
+            real_copy(*args)
 
         done = threading.Event()
         beginner = threading.Thread(target=lambda: (statuses.append(acl.aclmdlRICaptureBegin(s.stream, RELAXED)),
                                                     done.set()))
-        monkeypatch.setattr(fakecupy.cuda.runtime, "deviceSynchronize", held_sync)
+        monkeypatch.setattr(fakecupy.cuda.runtime, "memcpy", held_copy)
         data = np.arange(64, dtype=np.uint8)
         assert acl.aclrtMemcpy(ptr, 64, data, 64, H2D) == 0, acl.aclGetRecentErrMsg()
         beginner.join(60)

@@ -6,6 +6,8 @@ the code a GPU runs (`TorchCall`, the two phases on PyTorch's stream, the regist
 path) runs in CI:
 
 - a "PyTorch stream" is a fakecupy stream (its worker thread is the queue), `cuda_stream` its handle;
+  with the late stand-in (ACLNN_GPU_EMU_LATE=1) the default stream is fakecupy's legacy stream
+  (handle 0), as PyTorch's is CUDA's legacy stream;
   `stream(s)` makes it current as `torch.cuda.stream(s)` does;
 - the "caching allocator" is `empty`: CPU tensors filled with NaN (0xFF bytes for integers), each
   logged with the stream current when it was made, and kept until the stand-in closes (after its
@@ -64,7 +66,10 @@ class StandIn:
         from aclnn_gpu.device import fakecupy
         self.fakecupy = fakecupy
         self.streams: list[FakeTorchStream] = []
-        self.default = self.new_stream()
+        # PyTorch's default stream is CUDA's legacy stream (handle 0); the late stand-in has it so
+        # (it orders with blocking streams both ways); otherwise a stream of its own, as before
+        self.default = FakeTorchStream(fakecupy._legacy_stream(0)) if fakecupy._late is not None else \
+            self.new_stream()
         self._current = threading.local()
         self.allocations: list[Allocation] = []
         self.alive: list[torch.Tensor] = []
@@ -132,7 +137,7 @@ class StandIn:
             stack.pop()
 
     def close(self) -> None:
-        for stream in self.streams:
+        for stream in self.streams:   # (the legacy stream is the device's: never closed)
             stream.cupy.close()
         self.alive = []
 

@@ -78,6 +78,12 @@ class DeviceEvent(abc.ABC):
     def elapsed_ms(self, end: "DeviceEvent") -> float: ...
 
 
+def host_memory_info() -> tuple[int, int]:
+    """(available, total) bytes of the host's physical memory."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
 class Device(abc.ABC):
     """One device (one GPU, or one virtual device of the cpu / emulated kinds). It owns the memory,
     streams and events made through it; `id` is its ACL device id. `stale` is set (to why) when the
@@ -97,6 +103,18 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def malloc_host(self, size: int) -> int: ...
+
+    # the page size aclrtPointerGetAttributes reports for device memory: the host's (cpu), CUDA's 2 MiB (cuda)
+    page_size = os.sysconf("SC_PAGE_SIZE")
+
+    def mem_info(self) -> tuple[int, int]:
+        """(free, total) bytes of the device's memory: here the host's physical memory."""
+        return host_memory_info()
+
+    @abc.abstractmethod
+    def zero_fresh(self, ptr: int, count: int) -> None:
+        """Zero [ptr, ptr + count) of an allocation malloc has just made, complete on return: the memory
+        is then usable on any stream (aclrtMalloc's padding)."""
 
     @abc.abstractmethod
     def free(self, ptr: int) -> None:

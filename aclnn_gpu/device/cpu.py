@@ -94,6 +94,9 @@ class CpuDevice(Device):
     def malloc_host(self, size: int) -> int:
         return self._alloc(size, False)
 
+    def zero_fresh(self, ptr: int, count: int) -> None:
+        self.host_view(ptr, count).fill(0)   # a new host buffer: no queued work can use it yet
+
     def free(self, ptr: int) -> None:
         self.synchronize_quietly()  # like cudaFree: no queued work may still use the memory
         self.registry.remove(ptr)

@@ -46,6 +46,7 @@ ncclCommInitRank binds the GPU current on the calling thread.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -56,6 +57,7 @@ from ..kernels import shipped
 from ..ops.frozen import ALIGN as FROZEN_ALIGN
 from ..ops.frozen import Launch, Upload, drop_programs
 from .base import Device, DeviceEvent, DeviceStream
+from .capture_mode import cuda_bindings_runtime, thread_local_capture_mode
 from .hostpins import shared_pins
 from .registry import Allocation, Registry
 from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
@@ -105,9 +107,12 @@ class CudaStream(DeviceStream):
         # where CuPy puts its current-stream work (cupy.asarray of host data, DLPack hand-overs),
         # where the synchronous aclrtMemcpy / aclrtMemset run and where PyTorch works by default, so
         # an operator never starts before the data it reads has arrived.
+        self.cp = cp
         self.cupy = cp.cuda.Stream(non_blocking=False)
         self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
         self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
+
+    host_gate: Any = None   # StreamGate, made at the stream's first blocking host callback
 
     # What a capture on this stream keeps for its graph's replays (an ACL capture: relaxed mode, so
     # CuPy's allocations may run inside it; `torch_stream.TorchStream` allocates through PyTorch instead).
@@ -120,7 +125,8 @@ class CudaStream(DeviceStream):
         return int(memory.ptr)
 
     def synchronize(self) -> None:
-        self.cupy.synchronize()
+        with thread_local_capture_mode(self.cp):   # another thread's global-mode capture stays valid
+            self.cupy.synchronize()
 
     def close(self) -> None:
         """Drain, then release the stream now (not whenever its handle is collected)."""
@@ -130,15 +136,6 @@ class CudaStream(DeviceStream):
             release = getattr(stream, "close", None)  # fakecupy's streams own a worker thread
             if release is not None:
                 release()
-
-
-def cuda_bindings_runtime(cp: Any) -> Any:
-    """cuda-bindings' `cuda.bindings.runtime` (fakecupy brings a stand-in of it with the same signatures)."""
-    stand_in = getattr(cp, "cuda_bindings_runtime", None)
-    if stand_in is not None:
-        return stand_in
-    from cuda.bindings import runtime as cudart
-    return cudart
 
 
 def record_external(cp: Any, event: Any, stream: Any) -> None:
@@ -168,13 +165,15 @@ class CudaEvent(DeviceEvent):
         self._recorded = True
 
     def synchronize(self) -> None:
-        self.cupy.synchronize()
+        with thread_local_capture_mode(self.cp):
+            self.cupy.synchronize()
 
     def recorded(self) -> bool:
         return self._recorded
 
     def query(self) -> bool:
-        return bool(self.cupy.done)
+        with thread_local_capture_mode(self.cp):
+            return bool(self.cupy.done)
 
     def elapsed_ms(self, end: DeviceEvent) -> float:
         return float(self.cp.cuda.get_elapsed_time(self.cupy, end.cupy))  # type: ignore[attr-defined]
@@ -182,6 +181,67 @@ class CudaEvent(DeviceEvent):
 
 # The kinds of a replay program's entries (CudaKernelContext._program); compared by identity.
 _GEMM, _LAUNCH, _UPLOAD, _HOST_GEMM = "gemm", "launch", "upload", "host gemm"
+
+def _retire(device_ref: Any, cupy_stream: Any) -> None:
+    """A stream whose handle went (weakref.finalize of its CudaStream): an event recorded on it now
+    joins the device's list of work to wait for (for a stream closed first, one that completes at once)."""
+    device = device_ref()
+    if device is None:
+        return
+    try:
+        with device.scope:
+            event = device.cp.cuda.Event(disable_timing=True)
+            event.record(cupy_stream)
+        device._retired.append(event)
+    except Exception:  # noqa: BLE001 - a stream destroyed or a device reset meanwhile: nothing left to wait for
+        pass
+
+
+def cuda_bindings_driver(cp: Any) -> Any:
+    """cuda-bindings' `cuda.bindings.driver` (fakecupy brings a stand-in of the part the device calls)."""
+    stand_in = getattr(cp, "cuda_bindings_driver", None)
+    if stand_in is not None:
+        return stand_in
+    from cuda.bindings import driver
+    return driver
+
+
+class StreamGate:
+    """A stream held on the GPU until the host releases it, with no host thread waiting: the n-th
+    `hold()` queues cuStreamWaitValue32 (a stream memory operation: the stream's later work waits until
+    a 32-bit word is cyclically >= n) on a pinned counter, and `release(n)` stores n there. Pinned
+    memory is device-accessible at its host address under unified addressing. aclrtLaunchCallback's
+    blocking callbacks hold their stream this way (callbacks.py): a host function that waited would
+    hold up other streams' host functions, which CUDA may serialize."""
+
+    def __init__(self, device: "CudaDevice", stream: CudaStream):
+        self.device, self.stream = device, stream
+        with device.scope, thread_local_capture_mode(device.cp):
+            self.memory = device.cp.cuda.alloc_pinned_memory(4)
+        self.cell = ctypes.c_uint32.from_address(int(self.memory.ptr))
+        self.cell.value = 0
+        self.held = 0
+        self.lock = threading.Lock()
+
+    def hold(self) -> int:
+        """Queue the wait for the next release number and return it; RuntimeError when CUDA refuses."""
+        driver = cuda_bindings_driver(self.device.cp)
+        with self.lock:
+            n = (self.held + 1) & 0xFFFFFFFF
+            with self.device.scope:
+                err, = driver.cuStreamWaitValue32(driver.CUstream(int(self.stream.cupy.ptr)),
+                                                  driver.CUdeviceptr(int(self.memory.ptr)), n,
+                                                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuStreamWaitValue32: {getattr(err, 'name', err)}")
+            self.held = n
+            return n
+
+    def release(self, n: int) -> None:
+        """Let the stream pass its hold number `n` (and every earlier one)."""
+        with self.lock:
+            if (n - self.cell.value) & 0xFFFFFFFF < 0x80000000:   # n not behind the counter
+                self.cell.value = n
 
 
 class CudaKernelContext:
@@ -368,9 +428,11 @@ class CudaDevice(Device):
         self.properties = cp.cuda.runtime.getDeviceProperties(device_id)
         self.sm_count = int(self.properties["multiProcessorCount"])
         self.arch = f"sm_{self.properties.get('major', 0)}{self.properties.get('minor', 0)}"
-        with self.scope:
+        self._retired: list[Any] = []   # events recorded on streams whose handle was dropped (`_drain`)
+        with self.scope, thread_local_capture_mode(cp):   # the ring's pinned memory: cudaHostAlloc
             self.default_stream = self.create_stream()
             self.uploads = UploadRing(cp)
+            self._private_stream()   # made with the device (aclrtMalloc uses it), not at a first call
 
     @property
     def scope(self) -> Any:
@@ -385,12 +447,43 @@ class CudaDevice(Device):
         return int(memory.ptr)
 
     def malloc(self, size: int) -> int:
-        with self.scope:
+        # the private stream's pool arena (see zero_fresh); CuPy's pool may cudaMalloc: an unsafe call
+        with self.scope, self._private_stream(), thread_local_capture_mode(self.cp):
             return self._add(self.cp.cuda.alloc(size), size, True)
 
     def malloc_host(self, size: int) -> int:
-        with self.scope:
+        with self.scope, thread_local_capture_mode(self.cp):
             return self._add(self.cp.cuda.alloc_pinned_memory(size), size, False)
+
+    page_size = 2 << 20   # CUDA's large-page granularity of device allocations
+
+    def mem_info(self) -> tuple[int, int]:
+        with self.scope:
+            free, total = self.cp.cuda.runtime.memGetInfo()
+        return int(free), int(total)
+
+    def zero_fresh(self, ptr: int, count: int) -> None:
+        """A memset on the device's private non-blocking stream, waited for (that stream only).
+
+        `malloc` allocates in that stream's arena of CuPy's pool (cupy/cuda/memory.pyx: a chunk is
+        reused only by allocations made while the same stream is current), so the chunk's earlier users
+        are earlier aclrtMalloc callers, whose aclrtFree waited for the device: the zeros land after
+        them, and the memory is complete and usable on any stream when the pointer is returned. It waits
+        for nothing else (no legacy stream: no implicit wait for the blocking streams, whose queued work
+        may be waiting for the caller, and nothing a capture refuses); malloc is not the hot path. The
+        wait is made in thread-local capture mode (device/capture_mode.py)."""
+        with self.scope, thread_local_capture_mode(self.cp):
+            side = self._private_stream()
+            self.cp.cuda.runtime.memsetAsync(ptr, 0, count, side.ptr)
+            side.synchronize()
+
+    def _private_stream(self) -> Any:
+        """The device's private non-blocking stream: the synchronous paths' while a stream captures, and
+        the arena `malloc` allocates in (made in the device's scope)."""
+        if self._side_stream is None:
+            with self.scope:
+                self._side_stream = self.cp.cuda.Stream(non_blocking=True)
+        return self._side_stream
 
     def free(self, ptr: int) -> None:
         self.synchronize_quietly()   # cudaFree semantics: no queued work still uses it
@@ -403,31 +496,41 @@ class CudaDevice(Device):
             self._drain()
 
     def _drain(self) -> None:
-        """synchronize_quietly's waits, inside the gate (no capture begins meanwhile; one may end)."""
-        if not self.capturing:
-            self.cp.cuda.runtime.deviceSynchronize()
-            return
-        for stream in self.live_streams():
-            before = getattr(stream, "before_capture", None)   # read once: an end clears it
-            if before is None:
-                stream.synchronize()
-            else:   # the work queued on it before the capture began may still use the memory
-                before.synchronize()
+        """synchronize_quietly's waits, inside the gate (no ACL capture begins meanwhile; one may end):
+        each stream the library made on the device, one by one (a capturing one: the event recorded
+        just before its capture began), and the streams whose handle was dropped (an event recorded
+        when it went). Never cudaDeviceSynchronize: CUDA refuses it while any stream of the device
+        captures, a PyTorch capture on another thread included (and the refusal invalidates that
+        capture), and the library cannot see those; so work other libraries queued on streams of their
+        own is not waited for (the synchronous copy itself, cudaMemcpy on the legacy stream, still runs
+        after the legacy stream's earlier work). Made in thread-local capture mode
+        (device/capture_mode.py)."""
+        with thread_local_capture_mode(self.cp):
+            for stream in self.live_streams():
+                before = getattr(stream, "before_capture", None)   # read once: an end clears it
+                cupy_stream = stream.cupy   # type: ignore[attr-defined]  # read once: a close clears it
+                if before is not None:   # the work queued on it before the capture began may still use the memory
+                    before.synchronize()
+                elif cupy_stream is not None:   # (a stream closed meanwhile was drained by its close)
+                    cupy_stream.synchronize()
+            retired, self._retired = self._retired, []
+            for event in retired:
+                event.synchronize()
 
     def _synchronous(self, legacy: Callable[[], None], issue: Callable[[int], None]) -> None:
         """A synchronous copy or memset (see the module docstring), decided and made inside the gate:
         with no capture, `legacy()` after cudaDeviceSynchronize; while a stream captures, after the
         device's other work, `issue(stream_ptr)` on a private non-blocking stream, waited for."""
         with self.gate.shared(), self.scope:
-            if not self.capturing:
-                self.cp.cuda.runtime.deviceSynchronize()
-                legacy()
-                return
             self._drain()
-            if self._side_stream is None:
-                self._side_stream = self.cp.cuda.Stream(non_blocking=True)
-            issue(self._side_stream.ptr)
-            self._side_stream.synchronize()
+            if not self.capturing:
+                with thread_local_capture_mode(self.cp):   # cudaMemcpy / cudaMemset are unsafe calls
+                    legacy()
+                return
+            side = self._private_stream()
+            issue(side.ptr)
+            with thread_local_capture_mode(self.cp):
+                side.synchronize()
 
     def _copy(self, dst: int, src: int, count: int, stream: DeviceStream | None) -> None:
         runtime = self.cp.cuda.runtime
@@ -497,6 +600,9 @@ class CudaDevice(Device):
         with self.scope:
             stream = CudaStream(self.cp)
         self._streams.add(stream)
+        # a handle dropped without aclrtDestroyStream: its queued work still runs (cudaStreamDestroy
+        # returns at once), and the device's waits (`_drain`) wait for it through an event recorded then
+        weakref.finalize(stream, _retire, weakref.ref(self), stream.cupy)
         return stream
 
     def live_streams(self) -> list[DeviceStream]:
@@ -515,6 +621,52 @@ class CudaDevice(Device):
         if event.recorded():   # the event may belong to another device: CUDA allows that wait
             with self.scope:
                 stream.cupy.wait_event(event.cupy)  # type: ignore[attr-defined]
+
+    def follow_current_stream(self, stream: DeviceStream) -> None:
+        """`stream`'s next work after everything queued so far on CuPy's current stream of this GPU: an
+        event recorded there, waited for by `stream` (cudaStreamWaitEvent: no host wait). CuPy's current
+        stream is the stream of an enclosing `with cupy.cuda.Stream():`, else the per-thread default
+        stream under CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1, else the legacy stream
+        (cupy/cuda/stream.pyx: get_current_stream); functional's copies, conversions and DLPack
+        hand-overs (where PyTorch orders its own stream before CuPy's) run there, and a caller's producer
+        may still be running on it. Only the legacy stream orders with the library's blocking streams by
+        itself; the other two do not, so the event is always recorded."""
+        with self.scope:
+            current = self.cp.cuda.get_current_stream()
+            if int(current.ptr) == int(stream.cupy.ptr):  # type: ignore[attr-defined]
+                return
+            event = self.cp.cuda.Event(disable_timing=True)
+            event.record(current)
+            stream.cupy.wait_event(event)  # type: ignore[attr-defined]
+
+    def current_stream_is_legacy(self) -> bool:
+        """Whether CuPy's current stream of this GPU is the legacy default stream (handle 0)."""
+        with self.scope:
+            return int(self.cp.cuda.get_current_stream().ptr) == 0
+
+    def lead_current_stream(self, stream: DeviceStream) -> None:
+        """CuPy's current stream of this GPU after everything queued so far on `stream` (the other way
+        round from `follow_current_stream`): what the caller queues next on its stream reads the results."""
+        with self.scope:
+            current = self.cp.cuda.get_current_stream()
+            if int(current.ptr) == int(stream.cupy.ptr):  # type: ignore[attr-defined]
+                return
+            event = self.cp.cuda.Event(disable_timing=True)
+            event.record(stream.cupy)  # type: ignore[attr-defined]
+            current.wait_event(event)
+
+    def stream_gate(self, stream: DeviceStream) -> StreamGate | None:
+        """The stream's StreamGate (made at first use); None once CUDA has refused a stream memory
+        operation on this device (the caller then waits in a host function, as before)."""
+        if self._no_stream_waits:
+            return None
+        assert isinstance(stream, CudaStream)
+        gate = stream.host_gate
+        if gate is None:
+            gate = stream.host_gate = StreamGate(self, stream)
+        return gate
+
+    _no_stream_waits = False   # set when cuStreamWaitValue32 was refused
 
     # ------------------------------------------------------------------ peer access
     def can_access_peer(self, peer: int) -> bool:
@@ -659,7 +811,8 @@ class CudaDevice(Device):
             graph.event.record(stream.cupy)  # type: ignore[attr-defined]
 
     def graph_busy(self, graph: CudaGraph) -> bool:
-        return not graph.event.done
+        with thread_local_capture_mode(self.cp):   # cudaEventQuery
+            return not graph.event.done
 
     def describe(self) -> str:
         name = self.properties.get("name", b"")
@@ -681,6 +834,12 @@ class CudaDevice(Device):
             self._drain()
             for stream in self.live_streams():
                 stream.close()
+            side, self._side_stream = self._side_stream, None
+            if side is not None:   # the private stream (fakecupy's owns a worker thread)
+                side.synchronize()
+                release = getattr(side, "close", None)
+                if release is not None:
+                    release()
             pool = self._cublas_pool
             if pool is not None:   # after the drain: no queued GEMM uses them any more
                 pool.close()

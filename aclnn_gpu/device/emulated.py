@@ -27,6 +27,8 @@ class EmulatedDevice(CudaDevice):
         from ..kernels.emulator import set_memory_resolver
         # lets recorded launches be replayed (ThreadSanitizer)
         set_memory_resolver(functools.partial(_resolve, find_allocation))
+        # what the late stand-in reads to tell device memory (a lent array included) from pageable host memory
+        fakecupy._device_memory = functools.partial(_on_device, find_allocation)
 
     def gemm(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm
@@ -40,6 +42,11 @@ class EmulatedDevice(CudaDevice):
 
     def host_view(self, ptr: int, nbytes: int):
         return self.registry.host_bytes(ptr, nbytes)
+
+
+def _on_device(find_allocation: FindAllocation, address: int, nbytes: int) -> bool:
+    alloc = find_allocation(address, max(nbytes, 1))
+    return alloc is not None and alloc.on_device
 
 
 def _resolve(find_allocation: FindAllocation, address: int) -> tuple[int, int] | None:

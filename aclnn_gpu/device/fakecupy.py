@@ -32,7 +32,13 @@ stream capture, and "Stream and Event Behavior" of multi-device programming:
   cudaErrorInvalidResourceHandle; a launch with more than 48 KiB of dynamic shared memory without
   `max_dynamic_shared_size_bytes`: CUDA_ERROR_INVALID_VALUE;
 - cudaHostRegister without cudaHostRegisterPortable page-locks the range for the registering
-  device's context only (cudaHostRegister's documentation), which `pointerGetAttributes` reflects.
+  device's context only (cudaHostRegister's documentation), which `pointerGetAttributes` reflects;
+- capture modes (cudaThreadExchangeStreamCaptureMode): a potentially unsafe call from a thread whose
+  mode forbids it during a global or thread-local capture fails with cudaErrorStreamCaptureUnsupported
+  and invalidates that capture (`_unsafe`).
+With ACLNN_GPU_EMU_LATE=1 (the late stand-in, at the end of this module, and device/fakepool.py) it is
+also as late as a GPU may be: streams start late, pinned sources are read when the copy runs, freed
+memory comes back poisoned in CuPy's pool order, and the legacy stream orders with blocking streams.
 CuPy's runtime has no cudaEventRecordWithFlags: `cuda_bindings_runtime` stands in for
 `cuda.bindings.runtime` instead, with its signature (handles as ints, a `(cudaError_t,)` tuple back).
 """
@@ -42,14 +48,18 @@ import ctypes
 import enum
 import mmap
 import os
+import random
+import sys
 import threading
+import time
 import weakref
 from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
 
-from .base import virtual_device_count
+from .base import host_memory_info, virtual_device_count
+from . import fakepool
 from .cpu import aligned_buffer
 from .hoststream import CapturedWork, HostEventMark, HostStream
 
@@ -169,7 +179,48 @@ class MemoryPointer:
 
 
 def alloc(size: int) -> MemoryPointer:
-    return MemoryPointer(size)
+    """cupy.cuda.alloc: from CuPy's memory pool in the late stand-in (device/fakepool.py), else a fresh buffer."""
+    if _late is None or not size:
+        return MemoryPointer(size)
+    device = _current_device()
+    pool = _pools.get(device)
+    if pool is None:
+        pool = _pools.setdefault(device, fakepool.Pool(DEVICE_ALIGN, lambda stream_ptr, ptr, size:
+                                                       _poison(device, stream_ptr, ptr, size),
+                                                       lambda: _unsafe("cudaMalloc")))
+
+    def empty() -> MemoryPointer:
+        pointer = MemoryPointer.__new__(MemoryPointer)
+        pointer.device_id = device
+        return pointer
+    # CuPy's arena is the current stream's (cupy/cuda/memory.pyx, SingleDeviceMemoryPool._malloc)
+    stack = getattr(_local, "stack", None)
+    return fakepool.pooled_pointer(pool, empty, size, stack[-1].ptr if stack else 0)
+
+
+_pools: dict[int, fakepool.Pool] = {}   # device id -> its memory pool (late stand-in)
+
+
+def _poison(device: int, stream_ptr: int, ptr: int, size: int) -> bool:
+    """Poison a freed pool chunk in its arena stream's order; False when that stream is gone."""
+    stream = _null_streams.get(device) if stream_ptr == 0 else _streams.get(stream_ptr)
+    if stream is None and stream_ptr == 0:   # a legacy stream never used holds no work
+        ctypes.memset(ptr, fakepool.POISON, size)
+        return True
+    if stream is None or stream.worker.closed:
+        return False
+    if stream.worker.capture is not None:   # not into the graph: left as it is
+        return True
+    def poison() -> None:
+        ctypes.memset(ptr, fakepool.POISON, size)
+    if stream.worker.finished_all():   # the last user's work has run: the bytes are garbage from now
+        poison()
+        return True
+    try:
+        stream.worker.submit(poison)
+    except Exception:  # noqa: BLE001 - destroyed meanwhile: its arena goes with it
+        return False
+    return True
 
 
 _pinned_allocations: "weakref.WeakValueDictionary[int, MemoryPointer]" = weakref.WeakValueDictionary()
@@ -181,6 +232,7 @@ HOST_REGISTER_PORTABLE = 1   # cudaHostRegisterPortable
 def alloc_pinned_memory(size: int) -> MemoryPointer:
     """Whole pages, as cudaHostAlloc gives: no pageable byte shares a page with pinned memory (portable,
     as CuPy's pinned memory pool allocates it: cupy/cuda/pinned_memory.pyx, hostAllocPortable)."""
+    _unsafe("cudaHostAlloc")
     memory = MemoryPointer(0)
     pages = -(-max(size, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
     raw = np.empty(pages + mmap.PAGESIZE, np.uint8)
@@ -243,10 +295,15 @@ class Stream:
         self._start(_current_device(), next(_stream_ids), non_blocking)
         _streams[self.ptr] = self
 
+    capture_mode = 2          # of the capture in progress: cudaStreamCaptureMode (relaxed: CuPy's default)
+    capture_thread = 0        # the thread that began it
+
     def _start(self, device: int, ptr: int, non_blocking: bool) -> None:
         self.device_id = device
         self.non_blocking = non_blocking
         self.worker = HostStream(f"emulated-stream-dev{device}")
+        if _late is not None:
+            self.worker.delay = _late.delay
         self.ptr = ptr
         with _workers_lock:
             kept = {worker for worker in _workers.get(device, ()) if not worker.ended()}
@@ -289,6 +346,29 @@ class Stream:
     def _submit_check(self, what: str) -> None:
         if self.ptr == 0:
             _use_legacy(what)
+        if _late is not None:
+            self._late_order()
+
+    def _late_order(self) -> None:
+        """The late stand-in's legacy-stream rule (CUDA Runtime API, "Stream synchronization behavior",
+        default stream): work given to the legacy stream waits for all the work queued before it on
+        the blocking streams of its device, and work given to a blocking stream waits for the legacy
+        stream's work queued before it. Non-blocking streams order with neither. (Without it fakecupy's
+        legacy stream would be one more independent queue; the runtime's synchronous paths drain the
+        device first, so nothing else noticed.)"""
+        worker = self.worker
+        if worker.capture is not None:
+            return   # a capture records no implicit dependency (legacy use then is refused: _use_legacy)
+        if self.ptr == 0:
+            for stream in _all_streams():
+                other = stream.worker
+                if (stream.ptr and not stream.non_blocking and stream.device_id == self.device_id
+                        and other.capture is None and not other.finished_all()):
+                    worker.wait_mark(other.record())
+        elif not self.non_blocking:
+            legacy = _null_streams.get(self.device_id)
+            if legacy is not None and legacy.worker.capture is None and not legacy.worker.finished_all():
+                worker.wait_mark(legacy.worker.record())
 
     def synchronize(self) -> None:
         if self.worker.capture is not None:   # cudaStreamSynchronize of a capturing stream
@@ -296,6 +376,9 @@ class Stream:
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize")
         if self.ptr == 0:
             _use_legacy("cudaStreamSynchronize(0)")
+            if _late is not None:   # the legacy stream's wait covers the blocking streams' work before it
+                self._late_order()
+        _unsafe("cudaStreamSynchronize")
         self.worker.synchronize()
 
     def wait_event(self, event: "Event") -> None:
@@ -307,18 +390,40 @@ class Stream:
         self._submit_check("work queued")
         self.worker.submit(fn)
 
+    def launch_host_func(self, callback: Any, arg: Any) -> None:
+        """cupy.cuda.Stream.launch_host_func (cudaLaunchHostFunc): `callback(arg)` in the stream's order,
+        serialized with every other stream's host functions. CUDA Runtime API, cudaLaunchHostFunc: "Host
+        functions without a mandated order (such as in independent streams) execute in undefined order
+        and may be serialized"; the stand-in always serializes them (one at a time, process-wide), so a
+        host function that blocks holds up the host functions of every other stream, as it may on a GPU."""
+        def run() -> None:
+            with _host_functions:
+                callback(arg)
+        self.submit(run)
+
     def begin_capture(self, mode: int | None = None) -> None:
+        """`mode` None is relaxed, CuPy's default (cupy/cuda/stream.pyx, begin_capture: its pool may
+        cudaMalloc while capturing)."""
         if self.ptr == 0:   # CuPy refuses it before CUDA would (cupy/cuda/stream.pyx, begin_capture)
             raise RuntimeError("cannot capture on the default (legacy) stream")
         if self.worker.capture is not None:
             raise CUDARuntimeError(cudaError_t.cudaErrorIllegalState, "the stream is already capturing")
+        self.capture_mode = _Runtime.streamCaptureModeRelaxed if mode is None else int(mode)
+        self.capture_thread = threading.get_ident()
         self.worker.begin_capture()
+        if self.capture_mode != _Runtime.streamCaptureModeRelaxed:
+            global _strict_captures
+            _strict_captures += 1
 
     def end_capture(self) -> "Graph":
         work = self.worker.capture
         if work is None:
             raise CUDARuntimeError(cudaError_t.cudaErrorIllegalState, "the stream is not capturing")
         self.worker.end_capture()
+        if self.capture_mode != _Runtime.streamCaptureModeRelaxed:
+            global _strict_captures
+            _strict_captures -= 1
+        self.capture_mode = _Runtime.streamCaptureModeRelaxed
         if work.invalidated is not None:   # cudaStreamEndCapture of an invalidated capture: no graph
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureInvalidated, work.invalidated)
         return Graph(work)
@@ -341,6 +446,7 @@ class Stream:
             pass
 
 
+_host_functions = threading.Lock()   # held while a host function runs (Stream.launch_host_func)
 _null_streams: dict[int, Stream] = {}   # device id -> its legacy default stream
 _null_lock = threading.Lock()
 
@@ -418,12 +524,14 @@ class Event:
 
     def synchronize(self) -> None:
         self._usable()
+        _unsafe("cudaEventSynchronize")
         if self.mark is not None:
             self.mark.done.wait()
 
     @property
     def done(self) -> bool:
         self._usable()
+        _unsafe("cudaEventQuery")
         return self.mark is None or self.mark.done.is_set()
 
 
@@ -466,6 +574,11 @@ class _Runtime:
         return DRIVER_VERSION
 
     @staticmethod
+    def memGetInfo() -> tuple[int, int]:
+        """The host's physical memory: the emulated device's memory is the host's."""
+        return host_memory_info()
+
+    @staticmethod
     def getDeviceCount() -> int:
         return virtual_device_count()
 
@@ -493,12 +606,14 @@ class _Runtime:
         if capturing:   # a device-wide wait includes the capturing stream: refused, the capture invalidated
             _invalidate(capturing, "cudaDeviceSynchronize")
             raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize")
+        _unsafe("cudaDeviceSynchronize")
         for worker in device_workers(device):
             worker.drain()
 
     @staticmethod
     def hostRegister(ptr: int, size: int, flags: int) -> None:
         # host memory is all the emulator has; what CUDA refuses is refused alike
+        _unsafe("cudaHostRegister")
         if _page_locked(ptr, ptr + size):
             raise CUDARuntimeError(cudaError_t.cudaErrorHostMemoryAlreadyRegistered)
         _registered[ptr] = (ptr + size, None if flags & HOST_REGISTER_PORTABLE else _current_device())
@@ -516,18 +631,46 @@ class _Runtime:
         return SimpleNamespace(type=1 if _page_locked(ptr, ptr + 1, _current_device()) else 0)
 
     @staticmethod
+    def threadExchangeStreamCaptureMode(mode: int) -> int:
+        """cudaThreadExchangeStreamCaptureMode: set the calling thread's capture interaction mode (global
+        by default), return the previous one (what `_unsafe` reads)."""
+        previous = getattr(_local, "capture_mode", _Runtime.streamCaptureModeGlobal)
+        _local.capture_mode = int(mode)
+        return previous
+
+    @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
         _use_legacy("cudaMemcpy")
-        ctypes.memmove(dst, src, size)
+        _unsafe("cudaMemcpy")
+        if _late is None:
+            ctypes.memmove(dst, src, size)
+            return
+        _legacy_now(lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
-        _stream(stream).submit(lambda: ctypes.memmove(dst, src, size))
+        target = _stream(stream)
+        if _late is not None and target.worker.capture is None and _pageable(src, size):
+            # CUDA Runtime API, "API synchronization behavior", memcpy asynchronous: a pageable host
+            # source is staged at the call (the caller may reuse it on return); a pinned one (or device
+            # memory) is read when the copy runs
+            staged = np.frombuffer(ctypes.string_at(src, size), np.uint8)
+            target.submit(lambda: ctypes.memmove(dst, staged.ctypes.data, size))
+            return
+        target.submit(lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memset(ptr: int, value: int, size: int) -> None:
         _use_legacy("cudaMemset")
-        ctypes.memset(ptr, value, size)
+        _unsafe("cudaMemset")
+        if _late is None:
+            ctypes.memset(ptr, value, size)
+            return
+        _legacy_now(lambda: ctypes.memset(ptr, value, size))
+
+    @staticmethod
+    def streamSynchronize(stream: int) -> None:
+        _stream(stream).synchronize()
 
     @staticmethod
     def memsetAsync(ptr: int, value: int, size: int, stream: int) -> None:
@@ -660,6 +803,17 @@ class _CudaBindingsRuntime:
         _release_user(user, count)
         return (cudaError_t.cudaSuccess,)
 
+    cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed = 0, 1, 2
+    # cuda-bindings' enum (cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal), as the device reads it
+    cudaStreamCaptureMode = SimpleNamespace(cudaStreamCaptureModeGlobal=0, cudaStreamCaptureModeThreadLocal=1,
+                                            cudaStreamCaptureModeRelaxed=2)
+
+    @staticmethod
+    def cudaThreadExchangeStreamCaptureMode(mode: int) -> tuple[Any, int]:
+        """(cudaSuccess, the calling thread's previous capture interaction mode); CuPy's runtime has no
+        binding of it (see `_Runtime.threadExchangeStreamCaptureMode`, which this is)."""
+        return cudaError_t.cudaSuccess, _Runtime.threadExchangeStreamCaptureMode(int(mode))
+
     @staticmethod
     def cudaEventRecordWithFlags(event: int, stream: int, flags: int) -> tuple[Any]:
         """EXTERNAL in a capture records the event at every replay (each replay points it at its own mark)."""
@@ -677,6 +831,32 @@ class _CudaBindingsRuntime:
 
 
 cuda_bindings_runtime = _CudaBindingsRuntime()
+
+
+class _CudaBindingsDriver:
+    """The part of cuda-bindings' `cuda.bindings.driver` the cuda device calls, with its signature:
+    cuStreamWaitValue32 (a stream memory operation), a `(CUresult,)` tuple back."""
+
+    CUresult = SimpleNamespace(CUDA_SUCCESS=0, CUDA_ERROR_NOT_SUPPORTED=801)
+    CUstreamWaitValue_flags = SimpleNamespace(CU_STREAM_WAIT_VALUE_GEQ=0)
+    CUstream = CUdeviceptr = int
+
+    @staticmethod
+    def cuStreamWaitValue32(stream: int, addr: int, value: int, flags: int) -> tuple[int]:
+        """The stream's later work waits until the 32-bit word at `addr` (host memory here, as pinned
+        memory is on a GPU with unified addressing) is cyclically >= `value` (flags: GEQ only)."""
+        if int(flags) != 0:
+            return (_CudaBindingsDriver.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
+        cell, target = ctypes.c_uint32.from_address(int(addr)), int(value) & 0xFFFFFFFF
+
+        def wait() -> None:
+            while (cell.value - target) & 0xFFFFFFFF >= 0x80000000:   # (int32_t)(*addr - value) < 0
+                time.sleep(0.0005)
+        _stream(int(stream)).submit(wait)
+        return (_CudaBindingsDriver.CUresult.CUDA_SUCCESS,)
+
+
+cuda_bindings_driver = _CudaBindingsDriver()
 
 
 class RawKernel:
@@ -765,6 +945,110 @@ def _load_binary(path: str) -> tuple[str, dict[str, str]]:
     raise CUDADriverError(200, "CUDA_ERROR_INVALID_IMAGE", f"{packed} is no shipped binary of index.json")
 
 
+# ---------------------------------------------------------------------------- the late stand-in
+# ACLNN_GPU_EMU_LATE=1: what a GPU does and the prompt host queues above do not (docs/TESTING.md):
+# - each stream's batch of work starts after a random delay (seeded: ACLNN_GPU_EMU_LATE_SEED, printed):
+#   a launch, an async copy or memset returns before the device has done it, and work of different
+#   streams may run in any order (CUDA Programming Guide, "Asynchronous Concurrent Execution", streams);
+# - a pageable host source of cudaMemcpyAsync is read at the call, a pinned one when the copy runs
+#   (memcpyAsync above);
+# - cupy.cuda.alloc is CuPy's pool (device/fakepool.py): freed chunks poisoned and handed out again
+#   in cupy/cuda/memory.pyx's order;
+# - the legacy stream orders with the blocking streams both ways (Stream._late_order), and cudaMemcpy /
+#   cudaMemset run on it;
+# - (always on, late or not) capture modes: `_unsafe` below.
+
+class LateRules:
+    """The late stand-in's settings: its seed and the range of each batch's delay (seconds)."""
+
+    def __init__(self, seed: int, max_delay: float = 0.002, min_delay: float = 0.0):
+        self.seed = seed
+        self.min_delay, self.max_delay = min_delay, max_delay
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def delay(self) -> None:
+        with self._lock:
+            seconds = self._random.uniform(self.min_delay, self.max_delay)
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+_late: LateRules | None = None
+_strict_captures = 0   # captures begun in global or thread-local mode and not ended (`_unsafe` reads none otherwise)
+_device_memory: Any = None   # (ptr, size) -> whether it is device memory: set by the emulated device
+
+
+def set_late(rules: LateRules | None) -> LateRules | None:
+    """Turn the late stand-in on (`rules`) or off (None); returns the previous setting. Streams that exist
+    take the new delay; allocations keep the pool (or not) they came from."""
+    global _late
+    previous, _late = _late, rules
+    for stream in _all_streams():
+        stream.worker.delay = None if rules is None else rules.delay
+    return previous
+
+
+def late_from_environment() -> LateRules | None:
+    """ACLNN_GPU_EMU_LATE=1, seeded by ACLNN_GPU_EMU_LATE_SEED. Without a seed one is drawn, printed
+    (stderr) and put in the environment, so the processes this one starts share it and print nothing."""
+    if os.environ.get("ACLNN_GPU_EMU_LATE", "") in ("", "0"):
+        return None
+    seed_text = os.environ.get("ACLNN_GPU_EMU_LATE_SEED", "")
+    if seed_text:
+        return LateRules(int(seed_text))
+    seed = random.SystemRandom().randrange(1 << 31)
+    os.environ["ACLNN_GPU_EMU_LATE_SEED"] = str(seed)
+    print(f"aclnn_gpu emulated device: late stand-in on, ACLNN_GPU_EMU_LATE_SEED={seed}", file=sys.stderr)
+    return LateRules(seed)
+
+
+def _legacy_now(fn: Any) -> None:
+    """A synchronous legacy-stream call in the late stand-in (cudaMemcpy, cudaMemset: API synchronization
+    behavior): `fn` runs on the calling thread once the legacy stream's queued work, and the blocking
+    streams' (the default-stream rule), has run; done on return, it precedes whatever is queued later."""
+    device = _current_device()
+    marks = [stream.worker.record() for stream in _all_streams()
+             if stream.device_id == device and not stream.non_blocking and stream.worker.capture is None
+             and not stream.worker.finished_all()]
+    for mark in marks:
+        mark.done.wait()
+    fn()
+
+
+def _pageable(ptr: int, size: int) -> bool:
+    """Host memory that is neither page-locked nor device memory (as the emulated device's registry says)."""
+    if _page_locked(ptr, ptr + size) or any(pool.owns(ptr) for pool in list(_pools.values())):
+        return False
+    return _device_memory is not None and not _device_memory(ptr, size)
+
+
+def _unsafe(what: str) -> None:
+    """A potentially unsafe call (CUDA Runtime API, cudaThreadExchangeStreamCaptureMode): in the calling
+    thread's mode (global unless exchanged), global forbids it while the thread has a capture of its
+    own not begun in relaxed mode, or while any thread has one begun in global mode; thread-local only
+    for the thread's own; relaxed never. A forbidden call fails with cudaErrorStreamCaptureUnsupported
+    and invalidates those captures (the capture's end then fails: PyTorch's watchdog met it, pytorch
+    issues 104555, 105182)."""
+    if not _strict_captures:
+        return
+    mode = getattr(_local, "capture_mode", _Runtime.streamCaptureModeGlobal)
+    if mode == _Runtime.streamCaptureModeRelaxed:
+        return
+    me = threading.get_ident()
+    culprits = [stream for stream in _all_streams()
+                if stream.worker.capture is not None and stream.capture_mode != _Runtime.streamCaptureModeRelaxed
+                and (stream.capture_thread == me or (mode == _Runtime.streamCaptureModeGlobal
+                                                      and stream.capture_mode == _Runtime.streamCaptureModeGlobal))]
+    if culprits:
+        which = "global" if mode == _Runtime.streamCaptureModeGlobal else "thread-local"
+        _invalidate(culprits, f"{what}, a potentially unsafe call, was made during a {which}-mode capture")
+        raise CUDARuntimeError(cudaError_t.cudaErrorStreamCaptureUnsupported, what)
+
+
+_late = late_from_environment()
+
+
 cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pinned_memory, Stream=Stream, Event=Event,
                        Graph=Graph,
                        get_elapsed_time=get_elapsed_time, get_current_stream=get_current_stream,
@@ -774,7 +1058,8 @@ cuda = SimpleNamespace(Device=Device, alloc=alloc, alloc_pinned_memory=alloc_pin
 def _forget_after_fork() -> None:
     """A fork() child: the parent's streams have no worker threads here; forget them (never drain). Page
     locks are per process: the child has none of the parent's registrations."""
-    global _local, _null_lock, _workers_lock
+    global _local, _null_lock, _workers_lock, _strict_captures
+    _strict_captures = 0
     _streams.clear()
     _null_streams.clear()
     _workers.clear()

@@ -190,6 +190,8 @@ class HostStream:
     woken once, by the worker, when its last task finishes.
     """
 
+    delay: Callable[[], None] | None = None   # called before a batch of work starts (the worker slept)
+
     def __init__(self, name: str = "stream") -> None:
         self._lock = threading.Lock()
         self._running = threading.Lock()   # held by the worker while it runs a task, or by `hold()`
@@ -217,17 +219,20 @@ class HostStream:
         lock, work, done, tasks, running = self._lock, self._work, self._done, self._tasks, self._running
         finished = False
         while True:
+            slept = False
             with lock:
                 if finished:
                     self._finished += 1
                     if self._draining:
                         done.notify_all()
                 while not tasks:
-                    self._sleeping = True
+                    self._sleeping = slept = True
                     work.wait()
                 self._sleeping = False
                 task = tasks.popleft()
             finished = True
+            if slept and self.delay is not None:   # a batch of work starts late (fakecupy's late stand-in)
+                self.delay()
             with running:   # not while a `hold()` runs host code as this stream's task
                 if self._step(task):
                     return

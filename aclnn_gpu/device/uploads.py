@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .capture_mode import thread_local_capture_mode
+
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: unified addressing works the direction out
 UPLOAD_RING_BYTES = 1 << 20
 UPLOAD_SLOT_BYTES = 4096
@@ -29,7 +31,8 @@ def captured_upload(cp: Any, dst: int, host: np.ndarray, stream: Any,
     allocates through PyTorch with the thread in relaxed mode, so a global-mode capture holds too)."""
     host = np.ascontiguousarray(host)
     if pinned is None:
-        buffer = cp.cuda.alloc_pinned_memory(max(host.nbytes, 1))
+        with thread_local_capture_mode(cp):   # cudaHostAlloc: another thread's global-mode capture stays valid
+            buffer = cp.cuda.alloc_pinned_memory(max(host.nbytes, 1))
         address = int(buffer.ptr)
     else:
         buffer, address = pinned(max(host.nbytes, 1))
@@ -71,7 +74,8 @@ class LargeUploads:
         return buffer
 
     def upload(self, dst: int, host: np.ndarray, stream: Any) -> None:
-        with self.lock:
+        # the event queries and waits and a new buffer's cudaHostAlloc: unsafe calls (device/capture_mode.py)
+        with self.lock, thread_local_capture_mode(self.cp):
             buffer = self._take(host.nbytes)
             ctypes.memmove(buffer.memory.ptr, host.ctypes.data, host.nbytes)
             self.cp.cuda.runtime.memcpyAsync(dst, buffer.memory.ptr, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
@@ -118,7 +122,8 @@ class UploadRing:
         with self.slot_locks[slot]:   # a thread that wrapped around to this slot waits here, then for our copy
             event = self.events[slot]
             if event is not None:
-                event.synchronize()
+                with thread_local_capture_mode(self.cp):   # cudaEventSynchronize: an unsafe call
+                    event.synchronize()
             address = self.memory.ptr + slot * UPLOAD_SLOT_BYTES
             ctypes.memmove(address, source, host.nbytes)
             self.cp.cuda.runtime.memcpyAsync(dst, address, host.nbytes, MEMCPY_DEFAULT, stream.ptr)
