@@ -182,6 +182,7 @@ class CudaEvent(DeviceEvent):
 # The kinds of a replay program's entries (CudaKernelContext._program); compared by identity.
 _GEMM, _LAUNCH, _UPLOAD, _HOST_GEMM = "gemm", "launch", "upload", "host gemm"
 
+
 def _retire(device_ref: Any, cupy_stream: Any) -> None:
     """A stream whose handle went (weakref.finalize of its CudaStream): an event recorded on it now
     joins the device's list of work to wait for (for a stream closed first, one that completes at once)."""
