@@ -277,7 +277,7 @@ class CudaKernelContext:
         device = self.device
         handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
         key, program = frozen.program
-        if key is None or key[0] != workspace or key[1] is not self or key[2] is not handle:
+        if key is None or key[0] != workspace or key[1]() is not self or key[2] is not handle:
             program = self._program(frozen, workspace, handle)
         stream, gemm, launch = self.stream.cupy, _GEMM, _LAUNCH   # (locals: the loop's lookups are its cost)
         for kind, call, arguments in program:
@@ -323,7 +323,9 @@ class CudaKernelContext:
             else:
                 program.append((_HOST_GEMM, None, (step.batched, step.rebased(workspace), step.kwargs)))
         resolved = tuple(program)
-        object.__setattr__(frozen, "program", ((workspace, self, handle), resolved))
+        # the context by weak reference: a cached launch must not keep a stream alive, nor what the
+        # stream holds (a PyTorch stream's capture and the plans it keeps until its graph goes)
+        object.__setattr__(frozen, "program", ((workspace, weakref.ref(self), handle), resolved))
         return resolved
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],

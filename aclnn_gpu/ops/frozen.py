@@ -271,7 +271,7 @@ def drop_programs(device: Any) -> None:
         frozen_launches = list(_cache.values())
     for frozen in frozen_launches:
         key = frozen.program[0]
-        if key is not None and getattr(key[1], "device", None) is device:
+        if key is not None and getattr(key[1](), "device", None) is device:
             object.__setattr__(frozen, "program", (None, ()))
 
 
