@@ -13,8 +13,12 @@ export ACLNN_GPU_EMU_LATE_SEED="${ACLNN_GPU_EMU_LATE_SEED:-${ACLNN_GPU_TEST_SEED
 echo "::: late stand-in: the emulated tests with ACLNN_GPU_EMU_LATE=1 ACLNN_GPU_EMU_LATE_SEED=$ACLNN_GPU_EMU_LATE_SEED" \
   "ACLNN_GPU_TEST_SEED=${ACLNN_GPU_TEST_SEED:-} (replay: the same variables and the test id)"
 t0=$SECONDS
-# the tests whose id names the emulated device (the session fixture's parameter and the tests that
-# choose it themselves); the soak and the hosts' network tests are left to the main run
-"$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" -k "emulated and not soak" \
-  --ignore=tests/test_hccl_hosts.py --durations=10 tests
+# every test on the emulated device alone (ACLNN_GPU_TEST_DEVICES), less what has no device stream to
+# reorder or runs elsewhere: tests/kernels (kernels on a standalone context, no streams), the docs'
+# builds, the two-host network tests (beside the main run), the installs of the C ABI, the example
+# trainings, the callgrind counts and the soak (the main run's)
+ACLNN_GPU_TEST_DEVICES=emulated "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" -k "not soak" \
+  --ignore=tests/kernels --ignore=tests/test_docs.py --ignore=tests/test_hccl_hosts.py \
+  --ignore=tests/capi/test_install.py --ignore=tests/test_examples.py --ignore=tests/test_host_overhead_bench.py \
+  --durations=10 tests
 echo "::: late stand-in: ok ($((SECONDS - t0)) s)"
