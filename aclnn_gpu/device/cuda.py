@@ -211,9 +211,10 @@ class CudaKernelContext:
         phase 2). The steps are resolved once per (workspace, stream, cuBLAS handle) into a replay
         program (`_program`, kept on the frozen launch: FrozenLaunch.find_program / keep_program, a few
         per launch, so threads or streams taking turns do not rebuild theirs): a kernel launch is the
-        kernel object and its argument tuple, a GEMM one C call on an argument tuple with the handle in front (`Gemm.native`'s
-        arguments, built once: a tuple made per call costs a fifth of the call). The handle's stream and
-        workspace are settled once per execute, before the first step (`CudaDevice.cublas`)."""
+        kernel object and its argument tuple, a GEMM one C call on an argument tuple with the handle in
+        front (`Gemm.native`'s arguments, built once: a tuple made per call costs a fifth of the call).
+        The handle's stream and workspace are settled once per execute, before the first step
+        (`CudaDevice.cublas`)."""
         device = self.device
         handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
         key, program = frozen.program
