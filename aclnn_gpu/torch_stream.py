@@ -66,6 +66,7 @@ import contextlib
 import ctypes
 import inspect
 import threading
+import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -243,8 +244,8 @@ class TorchCapture:
 
 class _GraphHold:
     """What the calls captured into one CUDA graph keep (their TorchCaptures), until the graph goes:
-    `posted` is a POSIX semaphore (malloc'ed, so it outlives the interpreter) that the destructor of a
-    CUDA user object the graph holds posts (libc's sem_post itself is the destructor: it runs on
+    `semaphore` is a POSIX semaphore (malloc'ed, so it outlives the interpreter) that the destructor of
+    a CUDA user object the graph holds posts (libc's sem_post itself is the destructor: it runs on
     CUDA's internal thread, takes no lock and calls no CUDA or Python)."""
 
     __slots__ = ("captures", "semaphore")
@@ -258,6 +259,20 @@ _holds: dict[int, _GraphHold] = {}       # capture id (cudaStreamGetCaptureInfo)
 _kept_for_good: list[TorchCapture] = []  # captures no user object could follow: kept for the process
 _holds_lock = threading.Lock()
 _SEM_BYTES = 64                           # >= sizeof(sem_t) (32 on glibc's 64-bit targets)
+# Semaphores are never freed: POSIX does not promise that sem_post has stopped touching a semaphore
+# once its new value can be seen (glibc's reads the waiter count after the increment), so freeing one
+# the poll that saw it posted could hand memory still being read to malloc. A released hold's
+# semaphore is retired, and reused (sem_init again) only from the poll after the one that retired it;
+# so the semaphores ever allocated are at most the most graphs held at once plus those retired by
+# one poll, _SEM_BYTES each, for the life of the process.
+_retired_semaphores: list[int] = []      # posted and seen at the last poll: reusable from the next one
+_free_semaphores: list[int] = []         # reusable now
+# Eager calls poll the holds (one sem_getvalue each) only every _POLL_CALLS calls or _POLL_SECONDS,
+# whichever comes first, so that a call costs O(1), not O(live graphs); release_graphs() polls at once.
+_POLL_CALLS = 64
+_POLL_SECONDS = 1e-3
+_calls_since_poll = 0
+_last_poll = 0.0
 _libc: Any = None
 _sem_post = 0                             # the address of libc's sem_post: the user objects' destructor
 
@@ -298,16 +313,17 @@ def _hold_for_graph(capture: TorchCapture, cp: Any, stream_handle: int) -> None:
         capture_id, graph = int(info[2]), info[3]
         hold = _holds.get(capture_id)
         if hold is None:
-            semaphore = libc.malloc(_SEM_BYTES)
+            semaphore = _free_semaphores.pop() if _free_semaphores else libc.malloc(_SEM_BYTES)
             if not semaphore or libc.sem_init(semaphore, 0, 0) != 0:
-                libc.free(semaphore)
+                if semaphore:
+                    _free_semaphores.append(semaphore)
                 _kept_for_good.append(capture)
                 return
             err, user = cudart.cudaUserObjectCreate(semaphore, cudart.cudaHostFn_t(_sem_post), 1,
                                                     int(cudart.cudaUserObjectFlags.cudaUserObjectNoDestructorSync))
-            if err != ok:
+            if err != ok:   # no user object: nothing will post it
                 libc.sem_destroy(semaphore)
-                libc.free(semaphore)
+                _free_semaphores.append(semaphore)
                 _kept_for_good.append(capture)
                 return
             move = int(cudart.cudaUserObjectRetainFlags.cudaGraphUserObjectMove)
@@ -322,24 +338,42 @@ def _hold_for_graph(capture: TorchCapture, cp: Any, stream_handle: int) -> None:
 
 def release_graphs() -> int:
     """Drop what the graphs destroyed since the last look kept (their plans and pinned buffers, back to
-    PyTorch's host allocator); returns the number of graphs whose captures are still held. Called by
-    every call on PyTorch's stream; call it after destroying graphs to release their memory at once."""
-    if not _holds:
+    PyTorch's host allocator); returns the number of graphs whose captures are still held. Calls on
+    PyTorch's stream poll too, at most every _POLL_CALLS calls or _POLL_SECONDS (_poll_graphs); call it
+    after destroying graphs to release their memory at once."""
+    global _calls_since_poll, _last_poll
+    if not _holds and not _retired_semaphores:
         return 0
     libc = _semaphores()
     value = ctypes.c_int(0)
     released: list[_GraphHold] = []
     with _holds_lock:
+        _calls_since_poll, _last_poll = 0, time.monotonic()
+        # retired one poll ago: sem_post has had a whole poll interval to return
+        for semaphore in _retired_semaphores:
+            libc.sem_destroy(semaphore)
+        _free_semaphores.extend(_retired_semaphores)
+        _retired_semaphores.clear()
         for capture_id, hold in list(_holds.items()):
             libc.sem_getvalue(hold.semaphore, ctypes.byref(value))
-            if value.value > 0:   # posted: the destructor has returned, the semaphore is ours again
+            if value.value > 0:   # posted: the graph and its instances are gone
                 released.append(_holds.pop(capture_id))
+        # never freed, reused from the next poll on (see _retired_semaphores)
+        _retired_semaphores.extend(hold.semaphore for hold in released)
         left = len(_holds)
     for hold in released:
-        libc.sem_destroy(hold.semaphore)
-        libc.free(hold.semaphore)
         hold.captures.clear()
     return left
+
+
+def _poll_graphs() -> None:
+    """release_graphs() from a call on PyTorch's stream while graphs are held: every _POLL_CALLS calls
+    or once _POLL_SECONDS have passed since the last poll, whichever comes first (an unlocked counter:
+    a lost increment between threads only delays a poll)."""
+    global _calls_since_poll
+    _calls_since_poll += 1
+    if _calls_since_poll >= _POLL_CALLS or time.monotonic() - _last_poll >= _POLL_SECONDS:
+        release_graphs()
 
 
 def held_captures() -> int:
@@ -396,8 +430,8 @@ class TorchCall:
         self.torch_device = like.device
         self.index = index
         self.stream = gpu.current_stream(index)
-        if _holds:   # what graphs destroyed since kept goes first
-            release_graphs()
+        if _holds:   # what graphs destroyed since kept goes first (polled at a bounded rate)
+            _poll_graphs()
         self.capture = TorchCapture() if gpu.capturing(self.stream, index) else None
         if self.capture is not None:   # kept from the start: a failed call's captured work stays in the graph
             _hold_for_graph(self.capture, device.cp, int(self.stream.cuda_stream))

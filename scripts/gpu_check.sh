@@ -111,11 +111,13 @@ run_step demo 30 "$PY" -m aclnn_gpu --device "$DEV" --repeat 3
 # reaches the parent) and torch.cuda.graph of the attention training step and of CTC's mean, in the
 # global and relaxed capture modes; the stream-ordering tests (a slow producer on a non-blocking CuPy stream
 # before a functional call, a torch.cuda.graph capture on one thread while another calls operators, an ACL
-# capture while PyTorch works on its default stream: tests/test_stream_order.py)
+# capture while PyTorch works on its default stream: tests/test_stream_order.py), and a graph's reset()
+# releasing what its capture kept (the CUDA user object's destructor, polled with a timeout)
 ACLNN_GPU_TEST_DEVICES="$DEV" run_step fork_and_graphs 60 "$PY" -m pytest -q -p no:cacheprovider -rfEs --tb=short \
   -o faulthandler_timeout=40 tests/test_fork.py tests/test_stream_order.py \
   "tests/test_torch_stream.py::test_cuda_graph_capture_of_a_training_step" \
-  "tests/test_torch_stream.py::test_cuda_graph_capture_of_ctc_mean"
+  "tests/test_torch_stream.py::test_cuda_graph_capture_of_ctc_mean" \
+  "tests/test_torch_stream.py::test_cuda_graph_reset_releases_what_its_capture_kept"
 # the training-step benchmark: aclnn_gpu.torch on PyTorch's stream against PyTorch's own ops, eager and under
 # torch.compile(fullgraph=True) (aot_eager: no Triton build inside the deadline), steps/s and tokens/s from
 # CUDA events in the same run; elsewhere cpu tensors through functional on the check's device

@@ -278,4 +278,48 @@ def test_the_cuda_replay_program_follows_the_workspace_and_the_stream(monkeypatc
     from aclnn_gpu.ops import frozen as frozen_module
     monkeypatch.setitem(frozen_module._cache, ("a launch key",), frozen)
     device.close()   # a reset forgets the programs it made on cached frozen launches (they hold its streams)
-    assert frozen.program == (None, ())
+    assert frozen.program == (None, ()) and frozen.programs == {}
+
+
+def test_streams_taking_turns_on_one_frozen_launch_keep_their_replay_programs(monkeypatch):
+    """Two streams (or threads) alternating on one cached launch each find their replay program again:
+    a few are kept per frozen launch (PROGRAMS_KEPT, least recently used dropped first), not one slot
+    rebuilt at every turn; each still launches on its own stream with its own workspace."""
+    from aclnn_gpu.device.cuda import CudaDevice, CudaKernelContext
+    from aclnn_gpu.ops import frozen as frozen_module
+    from bench import instant_cupy
+
+    recorder = Recorder(4, 1024)
+    recorder.launch("f.cu", "k", (1,), (32,), (np.uint64(SENTINEL + 512), np.int64(3)))
+    frozen = frozen_module.FrozenLaunch(tuple(recorder.steps), 4, rebased=True)
+    launched: list[tuple] = []
+
+    def kernel(grid, block, args, *, shared_mem=0, stream=None):
+        launched.append((int(args[0]), stream))
+    device = CudaDevice(instant_cupy)
+    device._kernels[("f.cu", "k")] = kernel
+    builds: list[int] = []
+    make = CudaKernelContext._program
+    monkeypatch.setattr(CudaKernelContext, "_program",
+                        lambda self, f, workspace, handle: builds.append(workspace) or make(self, f, workspace, handle))
+    streams = [device.create_stream() for _ in range(frozen_module.PROGRAMS_KEPT + 1)]
+    contexts = [CudaKernelContext(device, stream) for stream in streams]
+    workspaces = [0x1000_0000 * (k + 1) for k in range(len(streams))]
+
+    def run(k):
+        CudaKernelContext.run_frozen(contexts[k], frozen, workspaces[k])
+        assert launched[-1] == (workspaces[k] + 512, streams[k].cupy)
+
+    for _ in range(3):
+        run(0)
+        run(1)
+    assert builds == workspaces[:2]                                 # one build each, then found again
+    for k in range(2, frozen_module.PROGRAMS_KEPT + 1):
+        run(k)                                                      # the fifth drops the least recently used
+    assert len(frozen.programs) == frozen_module.PROGRAMS_KEPT
+    run(1)
+    run(0)                                                          # stream 0's was the least recently used
+    assert builds == workspaces + [workspaces[0]]
+    monkeypatch.setitem(frozen_module._cache, ("a launch key",), frozen)
+    device.close()
+    assert frozen.program == (None, ()) and frozen.programs == {}

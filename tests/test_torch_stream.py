@@ -11,6 +11,7 @@ checks against PyTorch's own in float64."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import math
 
@@ -544,16 +545,18 @@ def test_cuda_graph_reset_releases_what_its_capture_kept(gpu):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         aclnn.ctc_loss(static, targets, il, tl, blank, zi)
-    assert torch_stream.held_captures() > kept and torch_stream.release_graphs() == graphs + 1
+    held = torch_stream.held_captures()
+    assert held > kept and torch_stream.release_graphs() == graphs + 1
     graph.replay()
     torch.cuda.synchronize()
     assert torch_stream.release_graphs() == graphs + 1
     graph.reset()
     del graph
+    torch.cuda.synchronize()
     deadline = time.monotonic() + 60
     while torch_stream.release_graphs() > graphs and time.monotonic() < deadline:   # (earlier tests' graphs
         time.sleep(0.01)                                                            # may go meanwhile too)
-    assert torch_stream.release_graphs() <= graphs and torch_stream.held_captures() <= kept
+    assert torch_stream.release_graphs() <= graphs and torch_stream.held_captures() <= kept < held
 
 
 def test_results_live_in_the_caching_allocator_on_the_side_stream(gpu):
@@ -570,3 +573,55 @@ def test_results_live_in_the_caching_allocator_on_the_side_stream(gpu):
     owners = [seg for seg in snapshot["segments"]
               if seg["address"] <= ptr < seg["address"] + seg["total_size"]]
     assert len(owners) == 1 and owners[0]["stream"] == side.cuda_stream, owners
+
+
+class _CountingLibc:
+    """libc with its sem_getvalue calls counted (the holds' poll)."""
+
+    def __init__(self, libc):
+        self._libc, self.getvalue_calls = libc, 0
+
+    def sem_getvalue(self, *args):
+        self.getvalue_calls += 1
+        return self._libc.sem_getvalue(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._libc, name)
+
+
+def test_eager_calls_poll_the_graph_holds_at_a_bounded_rate_and_semaphores_are_reused(monkeypatch):
+    """While graphs are held a call polls them (one sem_getvalue per hold) only every _POLL_CALLS calls
+    or once _POLL_SECONDS passed, not at every call; release_graphs() polls at once. A released hold's
+    semaphore is never freed: it is retired, and handed out again only from the poll after."""
+    libc = torch_stream._semaphores()
+    if libc is None:
+        pytest.skip("no libc semaphores here")
+    counting = _CountingLibc(libc)
+    monkeypatch.setattr(torch_stream, "_libc", counting)
+    monkeypatch.setattr(torch_stream, "_holds", {})
+    monkeypatch.setattr(torch_stream, "_retired_semaphores", [])
+    monkeypatch.setattr(torch_stream, "_free_semaphores", [])
+    monkeypatch.setattr(torch_stream, "_POLL_SECONDS", 3600.0)   # the call count decides here
+    semaphores = [libc.malloc(torch_stream._SEM_BYTES) for _ in range(3)]
+    for k, sem in enumerate(semaphores):
+        assert sem and libc.sem_init(sem, 0, 0) == 0
+        torch_stream._holds[k] = torch_stream._GraphHold(sem)
+        torch_stream._holds[k].captures.append(object())
+    assert torch_stream.release_graphs() == 3 and counting.getvalue_calls == 3
+    for _ in range(torch_stream._POLL_CALLS - 1):
+        torch_stream._poll_graphs()
+    assert counting.getvalue_calls == 3                             # 63 calls: no poll
+    torch_stream._poll_graphs()
+    assert counting.getvalue_calls == 6                             # the 64th: one poll of the 3 holds
+    monkeypatch.setattr(torch_stream, "_POLL_SECONDS", 0.0)         # the time decides: every call polls
+    torch_stream._poll_graphs()
+    assert counting.getvalue_calls == 9
+
+    libc.sem_post(ctypes.c_void_p(semaphores[1]))                   # graph 1's destructor ran
+    assert torch_stream.release_graphs() == 2 and 1 not in torch_stream._holds
+    assert torch_stream._retired_semaphores == [semaphores[1]] and torch_stream._free_semaphores == []
+    assert torch_stream.release_graphs() == 2                       # one poll later: reusable
+    assert torch_stream._retired_semaphores == [] and torch_stream._free_semaphores == [semaphores[1]]
+    for sem in semaphores:   # nothing posts them any more here
+        libc.free(sem)
+

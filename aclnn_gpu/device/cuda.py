@@ -270,15 +270,20 @@ class CudaKernelContext:
         """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy and
         cuBLAS calls as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of
         phase 2). The steps are resolved once per (workspace, stream, cuBLAS handle) into a replay
-        program (`_program`, kept on the frozen launch): a kernel launch is the kernel object and its
-        argument tuple, a GEMM one C call on an argument tuple with the handle in front (`Gemm.native`'s
-        arguments, built once: a tuple made per call costs a fifth of the call). The handle's stream and
-        workspace are settled once per execute, before the first step (`CudaDevice.cublas`)."""
+        program (`_program`, kept on the frozen launch: FrozenLaunch.find_program / keep_program, a few
+        per launch, so threads or streams taking turns do not rebuild theirs): a kernel launch is the
+        kernel object and its argument tuple, a GEMM one C call on an argument tuple with the handle in
+        front (`Gemm.native`'s arguments, built once: a tuple made per call costs a fifth of the call).
+        The handle's stream and workspace are settled once per execute, before the first step
+        (`CudaDevice.cublas`)."""
         device = self.device
         handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
         key, program = frozen.program
         if key is None or key[0] != workspace or key[1]() is not self or key[2] is not handle:
-            program = self._program(frozen, workspace, handle)
+            # another thread's or stream's, kept (a weak reference compares as its live referent)
+            program = frozen.find_program((workspace, weakref.ref(self), handle))
+            if program is None:
+                program = self._program(frozen, workspace, handle)
         stream, gemm, launch = self.stream.cupy, _GEMM, _LAUNCH   # (locals: the loop's lookups are its cost)
         for kind, call, arguments in program:
             if kind is gemm:
@@ -325,7 +330,7 @@ class CudaKernelContext:
         resolved = tuple(program)
         # the context by weak reference: a cached launch must not keep a stream alive, nor what the
         # stream holds (a PyTorch stream's capture and the plans it keeps until its graph goes)
-        object.__setattr__(frozen, "program", ((workspace, weakref.ref(self), handle), resolved))
+        frozen.keep_program((workspace, weakref.ref(self), handle), resolved)
         return resolved
 
     def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],

@@ -189,23 +189,29 @@ __device__ __forceinline__ void row_result(i64 i, i64 t, const float* weight, i6
 // row's target logit (written by the chunk that holds it).
 enum { kPartMax = 0, kPartSum = 1, kPartNan = 2, kPartFields = 3 };
 
-// A split row's online-softmax state: its S chunk records merged in chunk order. Every reader (each
-// block of ce_forward_write, the row's thread of ce_forward_finish) merges the same values in the
-// same order, so all of them hold the same bits.
+// A split row's online-softmax state: its S chunk records merged by one warp in a fixed shape
+// (lane l merges chunks l, l + 32, ... in order, then a butterfly: warp_maxsum), so about
+// S / 32 + 5 dependent merges rather than S. Every warp of every block of ce_forward_write runs the
+// same merge on the same values and holds the same bits; the (row, chunk 0) block stores them in
+// row[] (kRow* fields, row-fastest) for ce_forward_finish, which merges nothing. Call from whole
+// warps (blockDim.x a multiple of 32).
+enum { kRowMax = 0, kRowSum = 1, kRowNan = 2, kRowFields = 3 };
+
 template <class M>
 __device__ __forceinline__ MaxSum<M> merge_parts(const double* part, i64 S, i64 N, i64 i, bool& nan_any) {
   MaxSum<M> st;
   st.max = neg_inf<M>();
   st.sum = M(0);
-  nan_any = false;
-  for (i64 k = 0; k < S; ++k) {
+  bool nan_lane = false;
+  for (i64 k = threadIdx.x % kWarp; k < S; k += kWarp) {
     MaxSum<M> r;
     r.max = (M)part[(kPartMax * S + k) * N + i];
     r.sum = (M)part[(kPartSum * S + k) * N + i];
     st = maxsum_merge(st, r);
-    nan_any |= part[(kPartNan * S + k) * N + i] != 0.0;
+    nan_lane |= part[(kPartNan * S + k) * N + i] != 0.0;
   }
-  return st;
+  nan_any = __any_sync(kFullMask, nan_lane);
+  return warp_maxsum(st);
 }
 
 // The reduced loss from rows (ce_forward / ce_forward_finish): reduction 1 mean (D == 0 -> sum * 0:
@@ -417,9 +423,10 @@ ce_forward(const T* x, const I* target, const float* weight, T* log_prob, T* los
 // last one shorter), one block per (row, chunk) unit u = i * S + k, in three launches on one stream:
 //   ce_forward_stats   the chunk's online-softmax state and NaN vote -> part (ce::merge_parts' layout),
 //                      and the target logit from the chunk that holds it;
-//   ce_forward_write   merges the row's S records in chunk order (ce::merge_parts), writes the chunk's
-//                      logProb and (label smoothing) its sum of w_c * lp_c -> acc[u];
-//   ce_forward_finish  one thread per row: the same merge, acc summed in chunk order, then the row's
+//   ce_forward_write   merges the row's S records (ce::merge_parts: one warp, fixed shape), writes the
+//                      chunk's logProb and (label smoothing) its sum of w_c * lp_c -> acc[u]; the
+//                      row's chunk-0 block also stores the merged state -> row (ce::kRow*);
+//   ce_forward_finish  one thread per row: that stored state, acc summed in chunk order, then the row's
 //                      results as ce_forward's (ce::row_result); for mean / sum one block of
 //                      kReduceThreads that then reduces them as ce_loss_reduce does.
 // Fixed-order combines, no atomics: the bits depend on (N, C, S) and the alignment only.
@@ -459,7 +466,7 @@ ce_forward_stats(const T* x, const I* target, double* part, long long N, long lo
 template <class T, class I>
 __global__ void __launch_bounds__(256)
 ce_forward_write(const T* x, const float* weight, T* log_prob, const double* part, double* acc_out,
-                 long long N, long long C, long long S, long long chunk, double label_smoothing, int vec) {
+                 double* row, long long N, long long C, long long S, long long chunk, double label_smoothing, int vec) {
   typedef math_t<T> M;
   __shared__ M scratch[32];
   const bool smooth = label_smoothing != 0.0;
@@ -468,6 +475,11 @@ ce_forward_write(const T* x, const float* weight, T* log_prob, const double* par
     const i64 len = C - c0 < chunk ? C - c0 : chunk;
     bool nan_any;
     const MaxSum<M> st = ce::merge_parts<M>(part, S, N, i, nan_any);
+    if (u % S == 0 && threadIdx.x == 0) {   // the row's merged state, for ce_forward_finish
+      row[ce::kRowMax * N + i] = (double)st.max;
+      row[ce::kRowSum * N + i] = (double)st.sum;
+      row[ce::kRowNan * N + i] = nan_any ? 1.0 : 0.0;
+    }
     const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);  // as ce_forward
     M acc = M(0);
     auto write_lp = [&](i64 j, M v) -> M {
@@ -485,20 +497,24 @@ ce_forward_write(const T* x, const float* weight, T* log_prob, const double* par
 
 template <class T, class I>
 __global__ void __launch_bounds__(256)
-ce_forward_finish(const I* target, const float* weight, const double* part, const double* acc_in, T* loss_none,
+ce_forward_finish(const I* target, const float* weight, const double* part, const double* acc_in,
+                  const double* row, T* loss_none,
                   double* rows, T* zloss_none, T* lse_out, long long N, long long C, long long S,
                   long long ignore_index, double label_smoothing, double zscale, int reduction, T* loss_out,
                   T* zloss_out) {
   typedef math_t<T> M;
   for (i64 i = global_thread(); i < N; i += grid_threads()) {
-    bool nan_any;
-    const MaxSum<M> st = ce::merge_parts<M>(part, S, N, i, nan_any);
+    // ce_forward_write's merged state (float -> double -> float is exact): the same bits as its blocks
+    MaxSum<M> st;
+    st.max = (M)row[ce::kRowMax * N + i];
+    st.sum = (M)row[ce::kRowSum * N + i];
     const M mx = st.max, logsum = ce::m_log(st.sum) + (mx - mx);
     const bool inf_row = !(st.max > neg_inf<M>() && st.max < pos_inf<M>());
     M acc = M(0);
     if (label_smoothing != 0.0) {
       for (i64 k = 0; k < S; ++k) acc += (M)acc_in[k * N + i];
     }
+    const bool nan_any = row[ce::kRowNan * N + i] != 0.0;   // (read after the log: no spill on sm_80)
     auto xt_of = [&](i64) -> M { return (M)part[ce::kPartFields * S * N + i]; };
     ce::row_result<T>(i, (i64)target[i], weight, C, ignore_index, label_smoothing, zscale, mx, logsum, inf_row,
                       nan_any, acc, xt_of, loss_none, rows, zloss_none, lse_out, N);

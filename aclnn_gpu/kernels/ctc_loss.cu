@@ -491,6 +491,7 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
         if (!fst[k] || c == blank) continue;
         j = (int)k;
       }
+      const int j0 = j;
       for (; j >= 0; j = nxt[j]) sum += occupancy(2 * j + 1);
       const M term = nll_fin ? sum : exp(log(sum) + nl);
       const M l = load(lrow, c);
@@ -499,8 +500,22 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
       if (d == M(0) && !is_finite(g_label) && g_label == g_label && l > neg_inf<M>()) {
         // exp(lp) and the term both underflowed (or were flushed to zero: CuPy's -ftz=true) where an
         // infinite gradient needs the sign of their difference, which PyTorch's float64 keeps: the two
-        // compared scaled by e^64 (a term already flushed where it was formed counts as 0 there)
-        const M scaled = exp(l + M(64)) - (nll_fin ? sum * exp(M(64)) : exp(log(sum) + nl + M(64)));
+        // compared scaled by e^64, the term formed again from its states' occupancies each scaled (an
+        // occupancy below FLT_MIN counts; a rare path, so the blank's sum over the even states is one
+        // thread's serial loop here). The long path's occupancies come formed (alpha_ws null): those
+        // scaled as they are, one already flushed counting as 0.
+        const M up = M(64);
+        auto scaled_occupancy = [&](long long st) -> M {
+          if (!a) return o[st] * exp(up);
+          if (drop_2l && st == 2 * L) return M(0);
+          return exp(a[st] + o[st] - load(lrow, (st & 1) ? (long long)lab[st >> 1] : blank) + shift + up);
+        };
+        M big = M(0);
+        if (k == L) {
+          for (long long st = 0; st <= 2 * L; st += 2) big += scaled_occupancy(st);
+        }
+        for (int jj = j0; jj >= 0; jj = nxt[jj]) big += scaled_occupancy(2 * jj + 1);
+        const M scaled = exp(l + up) - (nll_fin ? big : exp(log(big) + nl));
         v = scaled > M(0) ? g_label : scaled < M(0) ? -g_label : quiet_nan<M>();
       }
       store(orow, c, v);

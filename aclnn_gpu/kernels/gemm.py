@@ -307,21 +307,30 @@ def _scale(value: float) -> Any:
 
 
 _SCALAR_FLOATS: dict[float, Any] = {}   # the same values as c_float objects, for their addresses (`_scale_address`)
-_KEPT_FLOATS: list[Any] = []            # past _SCALARS_KEPT: every float an address was handed out for
+
+
+class _FloatAddress(int):
+    """The address of a float not interned (past _SCALARS_KEPT), as the int nvmath's binding takes, that
+    keeps its float alive: the float lives exactly as long as an argument tuple (a call's, a frozen
+    GEMM's, a replay program's) holds its address, so unseen values cost nothing after their calls."""
+
+    number: Any
 
 
 def _scale_address(value: float) -> int:
-    """The address of a float holding `value` (nvmath's binding takes alpha / beta as an intptr_t), kept
-    alive for the life of the process."""
+    """The address of a float holding `value` (nvmath's binding takes alpha / beta as an intptr_t): an
+    interned float's (kept for the life of the process) or a _FloatAddress holding its own float."""
     key = float(np.float32(value))
     number = _SCALAR_FLOATS.get(key)
-    if number is None:
-        number = ctypes.c_float(key)
-        if len(_SCALAR_FLOATS) < _SCALARS_KEPT:
-            _SCALAR_FLOATS[key] = number
-        else:
-            _KEPT_FLOATS.append(number)
-    return ctypes.addressof(number)
+    if number is not None:
+        return ctypes.addressof(number)
+    number = ctypes.c_float(key)
+    if len(_SCALAR_FLOATS) < _SCALARS_KEPT:
+        _SCALAR_FLOATS[key] = number
+        return ctypes.addressof(number)
+    address = _FloatAddress(ctypes.addressof(number))
+    address.number = number
+    return address
 
 
 # The C arguments are ctypes' own parameter objects (what `from_param` and `byref` return): a foreign call

@@ -9,8 +9,9 @@ table that do: a GEMM's pointer array; int64 tiling tables are never patched). P
 (`FrozenLaunch.run`) only rebases those few values on the real workspace and enqueues the steps on
 the stream: no shape arithmetic, no dtype tables, no tiling built again. The cuda device resolves the
 steps further, once per workspace, stream and cuBLAS handle, into a replay program kept on the frozen
-launch (`FrozenLaunch.program`, device/cuda.CudaKernelContext.run_frozen); a device's reset drops its
-programs from the cached launches (`drop_programs`).
+launch (the last one used in `FrozenLaunch.program`, up to PROGRAMS_KEPT in `FrozenLaunch.programs`:
+device/cuda.CudaKernelContext.run_frozen), so threads or streams taking turns on one cached launch
+each find theirs; a device's reset drops its programs from the cached launches (`drop_programs`).
 
 The recorder also checks that every workspace range a step touches lies inside the size
 GetWorkspaceSize reported, so the workspace size and the launches cannot disagree, and that every
@@ -143,6 +144,9 @@ class Gemm:
 _UNSET = object()   # no workspace converted yet
 
 
+PROGRAMS_KEPT = 4   # replay programs kept per frozen launch (least recently used dropped first)
+
+
 @dataclass(frozen=True)
 class FrozenLaunch:
     steps: tuple[Upload | Launch | Gemm, ...]
@@ -155,6 +159,29 @@ class FrozenLaunch:
         # `run_frozen` keeps here the steps resolved to calls (kernels, C arguments with the handle in
         # front), so an execute with the same workspace on the same stream and thread only makes them
         object.__setattr__(self, "program", (None, ()))
+        # up to PROGRAMS_KEPT of them, key -> (key, program), least recently used first; replaced whole
+        # (copy on write), never changed in place, so a reader without the lock sees a whole dict
+        object.__setattr__(self, "programs", {})
+
+    def find_program(self, key: tuple) -> tuple | None:
+        """The kept replay program for `key` (workspace, context, handle) made the current one (and the
+        most recently used), or None."""
+        entry = self.programs.get(key)
+        if entry is None:
+            return None
+        self.keep_program(key, entry[1])
+        return entry[1]
+
+    def keep_program(self, key: tuple, program: tuple) -> None:
+        """Make `program` the current replay program for `key`, kept among the PROGRAMS_KEPT most recently
+        used (the least recently used dropped)."""
+        with _programs_lock:
+            programs = {k: v for k, v in self.programs.items() if k != key}
+            while len(programs) >= PROGRAMS_KEPT:
+                del programs[next(iter(programs))]
+            programs[key] = (key, program)
+            object.__setattr__(self, "programs", programs)
+            object.__setattr__(self, "program", (key, program))   # one tuple: threads see a whole one
 
     def run(self, ctx: Any, workspace: int) -> None:
         """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace` (a context
@@ -243,6 +270,7 @@ class Recorder:
         self.steps.append(Gemm(tuple(args), dict(kwargs), self._patches(args), batched))
 
 
+_programs_lock = threading.Lock()   # the frozen launches' program dicts (FrozenLaunch.keep_program)
 CACHE_SIZE = 256   # frozen launches kept by freeze_cached (oldest dropped first)
 _cache: dict[tuple, FrozenLaunch] = {}
 _cache_lock = threading.Lock()
@@ -266,13 +294,17 @@ def freeze_cached(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenL
 
 def drop_programs(device: Any) -> None:
     """Forget the replay programs a device made on the cached frozen launches (its reset: they hold its
-    streams' contexts, kernels and cuBLAS handles, which would otherwise live as long as the cache)."""
+    kernels and cuBLAS handles, which would otherwise live as long as the cache)."""
     with _cache_lock:
         frozen_launches = list(_cache.values())
-    for frozen in frozen_launches:
-        key = frozen.program[0]
-        if key is not None and getattr(key[1](), "device", None) is device:
-            object.__setattr__(frozen, "program", (None, ()))
+    with _programs_lock:
+        for frozen in frozen_launches:
+            key = frozen.program[0]
+            if key is not None and getattr(key[1](), "device", None) is device:
+                object.__setattr__(frozen, "program", (None, ()))
+            kept = {k: v for k, v in frozen.programs.items() if getattr(k[1](), "device", None) is not device}
+            if len(kept) != len(frozen.programs):
+                object.__setattr__(frozen, "programs", kept)
 
 
 def freeze(plan: Any, sm_count: int, arch: str = DEFAULT_ARCH) -> FrozenLaunch:

@@ -487,8 +487,8 @@ def test_forward_split_is_a_function_of_the_shape():
     assert plan.forward_split(plan.SPLIT_TARGET_BLOCKS, 8192) == (1, 8192)
     assert plan.forward_split(4, 1000) == (1, 1000)
     S = plan.forward_split(19, 8192)[0]
-    assert plan.forward_workspace_bytes(19, 8192, "none") == 8 * 19 * (4 * S + 1)
-    assert plan.forward_workspace_bytes(19, 8192, "mean", True) == 32 * 19 + 8 * 19 * (4 * S + 1)
+    assert plan.forward_workspace_bytes(19, 8192, "none") == 8 * 19 * (4 * S + 4)
+    assert plan.forward_workspace_bytes(19, 8192, "mean", True) == 32 * 19 + 8 * 19 * (4 * S + 4)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -528,3 +528,30 @@ def test_split_forward_matches_one_block_per_row_and_repeats(ctx, rng, small_spl
     c = run_forward_z(ctx, x, t, w, "mean", -100, 0.1, 0.01)
     for u, v in zip(a, c):
         np.testing.assert_allclose(u, v, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float64)], ids=lambda d: d.name)
+def test_split_forward_many_chunks_one_merged_state(ctx, rng, monkeypatch, dtype):
+    """More chunks than a warp has lanes (ce::merge_parts: a lane merges several records before the
+    butterfly): every (row, chunk) block of ce_forward_write and ce_forward_finish see the same merged
+    state, so a row's loss (no weight, no smoothing) is -logProb[target] bit for bit wherever the
+    target's chunk is; both against the reference, with a NaN and a +inf in late chunks."""
+    monkeypatch.setattr(plan, "SPLIT_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(plan, "SPLIT_MIN_CHUNK", 16)
+    monkeypatch.setattr(plan, "SPLIT_ALIGN", 16)
+    monkeypatch.setattr(plan, "SPLIT_TARGET_BLOCKS", 280)
+    N, C = 4, 16 * 70
+    S, _ = plan.forward_split(N, C)
+    assert S == 70
+    x = (rng.standard_normal((N, C)) * 4).astype(dtype)
+    x[1, 16 * 50 + 3] = 30.0           # the row's max in a chunk merged by a lane's second record
+    x[2, 16 * 66] = np.nan
+    x[3, 16 * 45 + 7] = np.inf
+    t = np.array([16 * 69 + 5, 16 * 33 + 1, 7, 16 * 40], np.int64)
+    want = reference_z(x, t, None, "none", -100, 0.0, 0.0, np.ones(N, dtype), None)
+    loss, lp, _, lse = run_forward_z(ctx, x, t, None, "none", -100, 0.0, 0.0)
+    for got, ref, what in [(lp, want[1], "logProb"), (lse, want[3], "lse"), (loss, want[0], "loss")]:
+        same_nonfinite(got, ref, what)
+        close(got, ref, dtype)
+    for i in range(N):
+        assert np.asarray(loss[i]).tobytes() == np.asarray(-lp[i, t[i]]).tobytes(), i

@@ -458,3 +458,42 @@ def test_split_bad_labels_and_impossible_alignments(rctx):
             assert a.tobytes() == b.tobytes()
         assert np.isnan(got[0][1]) and np.isnan(got[2][:, 1]).all()
         compare(got, "float32", SEED, il)
+
+
+
+@pytest.mark.parametrize("dt,long_path", [("float16", False), ("bfloat16", False), ("float32", False),
+                                          ("float16", True)])
+def test_infinite_grad_sign_where_exp_lp_and_the_term_underflow(ctx, dt, long_path):
+    """An infinite gradOut times exp(lp) - term with lp in [-140, -90]: both sides below float32's normal
+    range (0 under CuPy's -ftz=true, which the emulator's MXCSR mimics), so ctc_grad compares them scaled
+    by e^64. The sign asserted is PyTorch float64's: + for a class the target never emits (term 0), -
+    for the target's labels and the blank where their posterior exceeds exp(lp). Where ctc_grad forms
+    the occupancies itself (16-bit storage, register path: alpha and beta in log space) it forms the
+    term again scaled, so every sign is PyTorch's; where they come formed (float32 / float64, the long
+    path) an occupancy below FLT_MIN was flushed where it was formed, so only term-0 classes are
+    asserted there (docs/API.md: either infinity, never NaN)."""
+    rng = np.random.default_rng(SEED)
+    T, N, C = 4, 4, 5
+    lp = torch.log_softmax(torch.tensor(rng.standard_normal((T, N, C))), -1).numpy()
+    tg = np.array([[1, 2], [1, 2], [2, 1], [3, 3]], np.int64)
+    tl = np.array([2, 1, 2, 1], np.int64)
+    il = np.array([T, T, T, 3], np.int64)
+    tiny = [(0, 0, 1), (0, 0, 4), (1, 1, 1), (2, 1, 0), (3, 2, 2), (1, 2, 4), (0, 3, 0), (2, 3, 3), (1, 3, 4)]
+    for t, b, c in tiny:
+        lp[t, b, c] = rng.uniform(-140, -90)
+    lpd = lp.astype(DT[dt])
+    g = np.array([np.inf, -np.inf, np.inf, -np.inf], DT[dt])
+    _, _, out = run(ctx, lpd, tg, il, tl, g=g, reference=False, long_path=long_path)
+    lp64 = torch.tensor(lpd.astype(np.float64), requires_grad=True)
+    loss = torch.nn.functional.ctc_loss(lp64, torch.tensor(tg), torch.tensor(il), torch.tensor(tl), 0, "none")
+    loss.backward(torch.ones(N, dtype=torch.float64))
+    d = lp64.grad.numpy()    # exp(lp) - term in float64 (gradOut 1)
+    formed_here = dt in P.HALF and not long_path
+    checked = set()
+    for t, b, c in tiny:
+        assert d[t, b, c] != 0 and np.exp(float(lpd[t, b, c])) < np.finfo(np.float32).tiny
+        if formed_here or c not in (0, *tg[b, :tl[b]]):
+            got = f64(out)[t, b, c]
+            assert got == np.sign(d[t, b, c]) * f64(g)[b], (t, b, c, d[t, b, c], got)
+            checked.add(np.sign(d[t, b, c]))
+    assert checked == ({-1.0, 1.0} if formed_here else {1.0})   # both signs asserted where the kernel can tell

@@ -453,3 +453,26 @@ def test_the_nvmath_binding_missing_is_the_first_gemms_error(emulated, monkeypat
                    s.tensor(mk(40, 3, 8)), s.tensor(mk(3, 8, 16)), s.tensor(mk(16)), 1, 0, *outs)
     assert status == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, status
     assert "ACLNN_GPU_CUBLAS_BINDING=nvmath needs nvmath-python" in acl.aclGetRecentErrMsg()
+
+
+def test_nvmath_alpha_beta_past_the_interned_values_live_with_their_arguments(monkeypatch):
+    """nvmath's int form: once _SCALARS_KEPT values are interned, an unseen alpha / beta is a float that
+    its argument tuple keeps alive (the address an int that holds it), nothing module-wide: it goes with
+    the tuple, so GEMMs with ever new scalars do not grow memory; an interned value stays shared."""
+    import gc
+    import weakref
+    monkeypatch.setattr(gemm, "_SCALAR_FLOATS", {})
+    monkeypatch.setattr(gemm, "_SCALARS_KEPT", 1)
+    f32 = np.float32
+    args = (False, False, 2, 3, 4, 1.0, 0x1000, f32, 2, 8, 0x2000, f32, 4, 12, 0.0, 0x3000, f32, 2, 6, 5)
+    first = gemm.native_arguments(False, args, {}, ints=True)
+    alpha, beta = first[5], first[14]
+    assert type(alpha) is int and ctypes.c_float.from_address(alpha).value == 1.0   # interned
+    assert type(beta) is gemm._FloatAddress and ctypes.c_float.from_address(beta).value == 0.0
+    again = gemm.native_arguments(False, args, {}, ints=True)
+    assert again[5] == alpha and again[14] != beta   # one interned float; each call's own past the cap
+    assert list(gemm._SCALAR_FLOATS) == [1.0]
+    gone = weakref.ref(beta.number)
+    del first, beta, again
+    gc.collect()
+    assert gone() is None

@@ -16,11 +16,12 @@ Workspace (bytes):
               -> double rows[2N] (rows[4N]): per-row loss, then per-row weight w[t_i] (0 if not
                  counted) (, per-row z-loss, then 1 for rows that count in its mean); written by
                  ce_forward, reduced by ce_loss_reduce.
-              + 8 * N * (4 * S + 1) when the rows are split (forward_split: S > 1)
+              + 8 * N * (4 * S + 4) when the rows are split (forward_split: S > 1)
               -> double part[3][S][N] (each chunk's max, sum-exp, NaN vote; rows fastest) and
                  part[N] (each row's target logit) after the rows, then double acc[S][N] (each
-                 chunk's label-smoothing sum); written by ce_forward_stats / ce_forward_write, read
-                 by ce_forward_write / ce_forward_finish.
+                 chunk's label-smoothing sum), then double row[3][N] (each row's merged max,
+                 sum-exp, NaN vote); written by ce_forward_stats / ce_forward_write, read by
+                 ce_forward_write / ce_forward_finish.
 No tiling data: every launch parameter is a scalar kernel argument.
 
 Launches: grad = [ce_weight_sums<I> (1 block, only when red is needed)] + ce_grad<T, I>;
@@ -46,6 +47,7 @@ SPLIT_MIN_ELEMENTS = 1 << 16   # logits below this stay one block per row (one l
 SPLIT_MIN_CHUNK = 512       # elements of a chunk, at least (a block of 32 or more threads, 4 vectors each)
 SPLIT_ALIGN = 64            # chunk lengths: a multiple of this many elements
 _PART_FIELDS = 3            # doubles per chunk record, besides the row's target logit (kernels: ce::kPartFields)
+_ROW_FIELDS = 3             # doubles of a split row's merged state (kernels: ce::kRowFields)
 _RED_CODE = {"none": 0, "mean": 1, "sum": 2}
 _T = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _I = dtypes.cuda_types("int32", "int64")
@@ -110,20 +112,22 @@ def forward_split(N: int, C: int) -> tuple[int, int]:
     return -(-C // chunk), chunk
 
 
-def _split_layout(N: int, C: int, reduction: str, zloss: bool) -> tuple[int, int, int]:
-    """(part, acc, size): byte offsets of the split's chunk records and chunk sums in the forward's
-    workspace (after the per-row values of mean / sum at offset 0), and the workspace's size."""
+def _split_layout(N: int, C: int, reduction: str, zloss: bool) -> tuple[int, int, int, int]:
+    """(part, acc, row, size): byte offsets of the split's chunk records, chunk sums and merged row
+    states in the forward's workspace (after the per-row values of mean / sum at offset 0), and the
+    workspace's size."""
     rows = (32 if zloss else 16) * N if reduction in ("mean", "sum") and N > 0 and C > 0 else 0
     S, _ = forward_split(N, C)
     if S == 1:
-        return rows, rows, rows
+        return rows, rows, rows, rows
     part = rows
     acc = part + 8 * N * (_PART_FIELDS * S + 1)
-    return part, acc, acc + 8 * N * S
+    row = acc + 8 * N * S
+    return part, acc, row, row + 8 * N * _ROW_FIELDS
 
 
 def forward_workspace_bytes(N: int, C: int, reduction: str, zloss: bool = False) -> int:
-    return _split_layout(N, C, reduction, zloss)[2]
+    return _split_layout(N, C, reduction, zloss)[3]
 
 
 def _wave(ctx: KernelContext, expr: str, block: int) -> int:
@@ -204,8 +208,8 @@ def _launch_split_forward(ctx: KernelContext, t: str, i: str, S: int, chunk: int
     (row, chunk) blocks, then ce_forward_finish: one thread per row, and for mean / sum one block of
     REDUCE_THREADS that also reduces (no ce_loss_reduce launch)."""
     reduced = reduction != "none"
-    part_off, acc_off, _ = _split_layout(N, C, reduction, float(zscale) != 0.0)
-    part, acc = ptr(workspace_ptr + part_off), ptr(workspace_ptr + acc_off)
+    part_off, acc_off, row_off, _ = _split_layout(N, C, reduction, float(zscale) != 0.0)
+    part, acc, row = ptr(workspace_ptr + part_off), ptr(workspace_ptr + acc_off), ptr(workspace_ptr + row_off)
     V = 16 // _ITEM[t]
     blk = max(32, min(256, _pow2_ceil(-(-chunk // (4 * V)))))   # about 4 vectors per thread, as ce_forward
     vec = int((int(input_ptr) - int(log_prob_ptr)) % 16 == 0)
@@ -213,11 +217,11 @@ def _launch_split_forward(ctx: KernelContext, t: str, i: str, S: int, chunk: int
     ctx.launch(FILE, KERNELS.name("ce_forward_stats", _T[t], _I[i]), (units,), (blk,),
                (ptr(input_ptr), ptr(target_ptr), part, i64(N), i64(C), i64(S), i64(chunk), np.int32(vec)))
     ctx.launch(FILE, KERNELS.name("ce_forward_write", _T[t], _I[i]), (units,), (blk,),
-               (ptr(input_ptr), ptr(weight_ptr or 0), ptr(log_prob_ptr), part, acc, i64(N), i64(C), i64(S),
+               (ptr(input_ptr), ptr(weight_ptr or 0), ptr(log_prob_ptr), part, acc, row, i64(N), i64(C), i64(S),
                 i64(chunk), np.float64(label_smoothing), np.int32(vec)))
     fin = REDUCE_THREADS if reduced else max(32, min(REDUCE_THREADS, _pow2_ceil(N)))
     ctx.launch(FILE, KERNELS.name("ce_forward_finish", _T[t], _I[i]), (1 if reduced else -(-N // fin),), (fin,),
-               (ptr(target_ptr), ptr(weight_ptr or 0), part, acc, ptr(0 if reduced else loss_ptr),
+               (ptr(target_ptr), ptr(weight_ptr or 0), part, acc, row, ptr(0 if reduced else loss_ptr),
                 ptr(workspace_ptr if reduced else 0), ptr(0 if reduced else zloss_ptr), ptr(lse_ptr), i64(N), i64(C),
                 i64(S), i64(ignore_index), np.float64(label_smoothing), np.float64(zscale),
                 np.int32(_RED_CODE[reduction]), ptr(loss_ptr if reduced else 0),
