@@ -2,8 +2,10 @@
 blocks on the GPU plan (ops/ctc_loss/launch.recursion_split: few samples, many steps), through the
 two-phase API: against PyTorch CPU float64 on the cpu and emulated devices (float64: fp32's rounding
 over 300 steps is beyond check_case's fixed tolerance; float16: recomputed in fp32, rounded once), and
-on the emulated device the same bits as the one-block-per-sample plan for every dtype. The workspace
-GetWorkspaceSize reports holds the split's step counts and boundary values."""
+on the emulated device the same bits as the one-block-per-sample plan for every dtype (the emulator runs
+the blocks one after another: that checks the arithmetic, not the concurrency). The workspace
+GetWorkspaceSize reports holds the split's sync words and boundary values. On a GPU (ACLNN_GPU_TEST_DEVICES
+naming cuda; scripts/gpu_check.sh), a stress test repeats forced splits against the register path."""
 from __future__ import annotations
 
 import numpy as np
