@@ -896,35 +896,89 @@ __global__ void __launch_bounds__(ctc::kLongThreads, 1) ctc_beta_math_long(const
 // ------------------------------------------------------------------------------ split recursions
 // Few samples (host: launch.recursion_split): each sample's states are cut into J chunks of `cs`
 // consecutive states (2 <= cs <= 32), one warp-sized block per (sample, chunk), one state per lane, so
-// that the recursions of a few samples spread over many SMs. Block u of the recursion's blocks runs
+// that the recursions of a few samples spread over many SMs. Unit u of the recursion's units runs
 // sample u / J; alpha runs chunk u % J (states s depend on s-1, s-2: chunk j on chunk j-1 at the step
-// before), beta chunk J-1 - u % J (s on s+1, s+2: chunk j on chunk j+1 at the step after), so a block
-// only ever waits for the block before it. Each step, a chunk publishes the two states its neighbour
-// needs to `xchg` (math precision, every step kept: [unit][T][2]), then, every kSplitPublish steps
-// and at its last, after a __threadfence, the count of its published steps to `flags[unit]` (int, zeroed by the host before the launch); the
-// neighbour spins on that count (volatile loads, then a __threadfence) and reads a batch of up to
-// kSplitBatch steps of boundary values at once. The host launches the grid only when every block is
-// co-resident (kernels/occupancy.py's blocks per SM times the SMs), so a waiting block never holds
-// the SM its producer needs; the emulator runs blocks in grid order, producers first. Every state
-// is computed by the same lse3 with the same operands as on the register path, and the occupancies
-// feed the same ctc_grad, so every result is bit-identical to that path's, for any J.
+// before), beta chunk J-1 - u % J (s on s+1, s+2: chunk j on chunk j+1 at the step after), so a unit
+// only ever waits for unit u-1. Forward progress: a block does not run unit blockIdx.x but the unit of
+// its ticket (lane 0's atomicAdd on sync[0] when the block starts), so the unit a block waits for was
+// taken by a block that had already started, and a started block runs to its end without waiting on a
+// later one (the rule of CUB's decoupled look-back): no assumption on residency or dispatch order.
+// Each step, a chunk publishes the two states its neighbour needs to `xchg` (math precision, every
+// step kept: [unit][T][2]), then, every kSplitPublish steps and at its last, the count of its
+// published steps to counts[unit] (a release store by lane 0 after a __syncwarp); the neighbour's lane
+// 0 polls that count with acquire loads, backing off with __nanosleep, and the warp reads a batch of
+// up to kSplitBatch steps of boundary values at once. A wait that lasts longer than `timeout_ns`
+// (%globaltimer) sets the launch's abort word sync[1], which every waiting block also polls: such a
+// block, and every block that ends with the word set, marks its sample failed (NaN loss / status kBad)
+// instead of trapping, which would poison the context. The host zeroes sync = [ticket, abort,
+// counts...] with the tiling table's upload. Every state is computed by the same lse3 with the same
+// operands as on the register path, and the occupancies feed the same ctc_grad, so every result is
+// bit-identical to that path's, for any J.
 namespace ctc {
 constexpr int kSplitThreads = 32;   // host: launch.SPLIT_THREADS
 constexpr int kSplitBatch = 32;     // boundary steps read per wait
-constexpr int kSplitPublish = 4;    // steps per published count (a __threadfence each): host: launch.SPLIT_PUBLISH
-// A producer that never publishes traps instead of hanging: 2^31 polls are minutes on a GPU (an L2
-// round trip each) and about a second in the emulator
-constexpr long long kSpinLimit = 1ll << 31;
+constexpr int kSplitPublish = 4;    // steps per published count (a release store each): host: launch.SPLIT_PUBLISH
+constexpr int kSyncWords = 2;       // sync[0] the ticket, sync[1] the abort word, then the counts: host: launch.SYNC_WORDS
 
-// Waits until flags[unit] >= need; returns the count seen (lane 0 spins, the warp gets its value).
-__device__ __forceinline__ long long wait_count(const int* flags, long long unit, long long need, int* seen) {
+// %globaltimer (ns), ld.acquire.gpu and st.release.gpu (sm_70+); the emulator's stand-ins in emu.h
+__device__ __forceinline__ unsigned long long timer_ns() {
+#ifdef __CUDA_ARCH__
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#else
+  return emu::global_timer_ns();
+#endif
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+#ifdef __CUDA_ARCH__
+  int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#else
+  return emu::load_acquire(p);
+#endif
+}
+__device__ __forceinline__ void store_release(int* p, int v) {
+#ifdef __CUDA_ARCH__
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  emu::store_release(p, v);
+#endif
+}
+
+// The unit of this block: lane 0 takes the next ticket, the warp gets its value.
+__device__ __forceinline__ long long take_ticket(int* sync) {
+  int t = 0;
+  if (threadIdx.x == 0) t = atomicAdd(sync, 1);
+  return __shfl_sync(kFullMask, t, 0);
+}
+
+// Whether the launch's abort word is set (every lane loads it: uniform after the __syncwarp).
+__device__ __forceinline__ bool aborted(int* sync) {
+  __syncwarp();
+  return load_acquire(sync + 1) != 0;
+}
+
+// Waits until counts[unit] >= need; returns the count seen, or -1 where the wait ran past timeout_ns or
+// found the abort word set (lane 0 spins, the warp gets its value).
+__device__ __forceinline__ long long wait_count(int* sync, const int* counts, long long unit, long long need,
+                                                long long timeout_ns, int* seen) {
   if (threadIdx.x == 0) {
-    const volatile int* f = flags + unit;
-    long long n = 0;
-    int v;
-    while ((v = *f) < need)
-      if (++n > kSpinLimit) __trap();
-    __threadfence();   // acquire: the boundary values published before the count are visible
+    int v = load_acquire(counts + unit);
+    if (v < need) {
+      const unsigned long long t0 = timer_ns();
+      unsigned ns = 32;   // back-off: 32 ns doubling to 1 us, so that spinners leave the producer's L2 slice alone
+      while ((v = load_acquire(counts + unit)) < need) {
+        if (load_acquire(sync + 1) != 0 || (long long)(timer_ns() - t0) > timeout_ns) {
+          store_release(sync + 1, 1);
+          v = -1;
+          break;
+        }
+        __nanosleep(ns);
+        if (ns < 1024) ns *= 2;
+      }
+    }
     *seen = v;
   }
   __syncwarp();
@@ -933,12 +987,11 @@ __device__ __forceinline__ long long wait_count(const int* flags, long long unit
   return v;
 }
 
-// Publishes step count `count` of `unit` after this warp's stores (xchg, the output rows): every lane
-// fences its own stores, then lane 0 stores the count (the pattern of CUDA's threadFenceReduction).
-__device__ __forceinline__ void publish_count(int* flags, long long unit, long long count) {
-  __threadfence();
+// Publishes step count `count` of `unit` after this warp's stores (xchg, the output rows): the
+// __syncwarp orders the lanes' stores before lane 0's release store.
+__device__ __forceinline__ void publish_count(int* counts, long long unit, long long count) {
   __syncwarp();
-  if (threadIdx.x == 0) *(volatile int*)(flags + unit) = (int)count;
+  if (threadIdx.x == 0) store_release(counts + unit, (int)count);
 }
 
 // The boundary values of `steps` consecutive published steps, from step q0 on (in the order the
@@ -971,7 +1024,8 @@ template <class M> __device__ __forceinline__ M alpha_nll(long long lin, long lo
 }  // namespace ctc
 
 // The alpha recursion of (sample, chunk) unit u (AlphaStore<kWs> layout, as alpha_steps): lab and misc
-// in shared memory. flags / xchg: the recursion's own ([N*J] counts, [N*J][T][2] values).
+// in shared memory. sync: the launch's ticket and abort word; counts / xchg: the recursion's own ([N*J]
+// counts, [N*J][T][2] values). A failed wait: the sample's loss NaN.
 template <class T, class I, bool kWs>
 __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
                                                   typename ctc::AlphaStore<kWs, T>::type* nll_out,
@@ -979,7 +1033,8 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
                                                   const long long* tiling, long long Tn, long long N, long long C,
                                                   long long X, long long blank, long long max_l, long long tgt_numel,
                                                   long long tgt_stride, int zero_inf, long long J, long long cs,
-                                                  int* flags, math_t<T>* xchg, long long u, int* lab) {
+                                                  int* sync, int* counts, math_t<T>* xchg, long long timeout_ns,
+                                                  long long u, int* lab) {
   typedef math_t<T> M;
   typedef typename ctc::AlphaStore<kWs, T>::type A;
   using namespace ctc;
@@ -1027,7 +1082,11 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
     M p0 = NINF, p1 = NINF;   // alpha at t-1 of states c_lo-1, c_lo-2 (the previous chunk's top two)
     if (j > 0 && t > 0) {
       if (t - 1 >= q0 + nq) {
-        const long long seen_n = wait_count(flags, u - 1, t, &seen);
+        const long long seen_n = wait_count(sync, counts, u - 1, t, timeout_ns, &seen);
+        if (seen_n < 0) {   // uniform over the block
+          if (lane == 0) store(nll_out, b, quiet_nan<M>());
+          return;
+        }
         q0 = t - 1;
         nq = seen_n - q0 < kSplitBatch ? seen_n - q0 : kSplitBatch;
         load_boundary(xin, q0, 1, nq, bq);
@@ -1048,7 +1107,7 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
     if (j < J - 1) {   // the boundary first: the next chunk waits for it, not for the row below
       if (lane == cs - 1) xout[t * 2] = alpha;
       if (lane == cs - 2) xout[t * 2 + 1] = alpha;
-      if ((t + 1) % kSplitPublish == 0 || t == lin - 1) publish_count(flags, u, t + 1);
+      if ((t + 1) % kSplitPublish == 0 || t == lin - 1) publish_count(counts, u, t + 1);
     }
     A* row = la + t * a_step;
     if (lane < cs && s < row_end) store(row, s, (kWs && t == lin - 1 && s < 2 * L - 1) ? NINF : alpha);
@@ -1068,7 +1127,10 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
     a2l1 = NINF;
   } else if (s_fin == c_lo && lin > 0) {   // 2L-1 is the previous chunk's top state at Lin-1
     if (lin - 1 >= q0 + nq) {
-      wait_count(flags, u - 1, lin, &seen);
+      if (wait_count(sync, counts, u - 1, lin, timeout_ns, &seen) < 0) {
+        if (lane == 0) store(nll_out, b, quiet_nan<M>());
+        return;
+      }
       q0 = lin - 1;
       nq = 1;
       load_boundary(xin, q0, 1, nq, bq);
@@ -1076,10 +1138,13 @@ __device__ __forceinline__ void alpha_split_steps(const T* lp, const I* targets,
     a2l1 = bq[lin - 1 - q0][0];
   }
   if (lane == 0) store(nll_out, b, alpha_nll<M>(lin, L, a2l, a2l1, zero_inf));
+  // a block of this sample that failed its wait may have written NaN before this store
+  if (aborted(sync) && lane == 0) store(nll_out, b, quiet_nan<M>());
 }
 
 // The beta recursion of (sample, chunk) unit u (as beta_steps; kBetaOnly: beta itself into occ). The
 // sample's first unit (chunk J-1) writes its tables; every unit reads the labels from shared memory.
+// A failed wait: the sample's status kBad (ctc_grad's NaN slice).
 template <class T, class I, class A, bool kBetaOnly>
 __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, const math_t<T>* nll_ws,
                                                  const A* log_alpha, long long a_sample, long long a_step,
@@ -1087,7 +1152,8 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
                                                  math_t<T>* occ, long long W, long long Tn, long long N, long long C,
                                                  long long X, long long blank, long long max_l, long long tgt_numel,
                                                  long long tgt_stride, int zero_inf, long long J, long long cs,
-                                                 int* flags, math_t<T>* xchg, long long u, int* lab) {
+                                                 int* sync, int* counts, math_t<T>* xchg, long long timeout_ns,
+                                                 long long u, int* lab) {
   typedef math_t<T> M;
   using namespace ctc;
   __shared__ int misc[4];
@@ -1157,7 +1223,11 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
     if (j < J - 1 && t < lin - 1) {
       if (nq == 0 || t + 1 < q0 - nq + 1) {
         // the next chunk has published steps lin-1 down to lin-count: step t+1 needs count >= lin-1-t
-        const long long seen_n = wait_count(flags, u - 1, lin - 1 - t, &seen);
+        const long long seen_n = wait_count(sync, counts, u - 1, lin - 1 - t, timeout_ns, &seen);
+        if (seen_n < 0) {   // uniform over the block
+          if (lane == 0) tb.status[b] = kBad;
+          return;
+        }
         q0 = t + 1;
         const long long low = lin - seen_n;   // its lowest published step
         nq = q0 - low + 1 < kSplitBatch ? q0 - low + 1 : kSplitBatch;
@@ -1179,7 +1249,7 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
     if (j > 0) {   // the boundary first: the previous chunk waits for it, not for the occupancies
       if (lane == 0) xout[t * 2] = beta;
       if (lane == 1) xout[t * 2 + 1] = beta;
-      if ((lin - t) % kSplitPublish == 0 || t == 0) publish_count(flags, u, lin - t);
+      if ((lin - t) % kSplitPublish == 0 || t == 0) publish_count(counts, u, lin - t);
     }
     if (in) {
       M* orow = occ + (t * N + b) * W;
@@ -1190,17 +1260,23 @@ __device__ __forceinline__ void beta_split_steps(const T* lp, const T* nll_in, c
     }
   }
   }
+  // a block of this sample that failed its wait may have marked it before the status above
+  if (writer && aborted(sync) && lane == 0) tb.status[b] = kBad;
 }
 
+// sync: [ticket, abort, counts of the N*J units] (zeroed by the host); timeout_ns: the longest wait.
 template <class T, class I>
 __global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_alpha_split(const T* __restrict__ lp,
                           const I* __restrict__ targets, T* __restrict__ nll_out, T* __restrict__ log_alpha,
                           const long long* __restrict__ tiling, long long Tn, long long N, long long C, long long X,
                           long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
-                          long long J, long long cs, int* flags, math_t<T>* xchg) {
+                          long long J, long long cs, int* sync, math_t<T>* xchg, long long timeout_ns) {
   extern __shared__ __align__(16) unsigned char ctc_smem[];
+  const long long u = ctc::take_ticket(sync);
+  if (u >= (long long)gridDim.x) return;   // (a ticket past the grid: only where the host starts the ticket above 0)
   alpha_split_steps<T, I, false>(lp, targets, nll_out, log_alpha, tiling, Tn, N, C, X, blank, max_l, tgt_numel,
-                                 tgt_stride, zero_inf, J, cs, flags, xchg, blockIdx.x, (int*)ctc_smem);
+                                 tgt_stride, zero_inf, J, cs, sync, sync + ctc::kSyncWords, xchg, timeout_ns, u,
+                                 (int*)ctc_smem);
 }
 
 template <class T, class I>
@@ -1209,32 +1285,37 @@ __global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_beta_split(const T*
                          const I* __restrict__ targets, const long long* __restrict__ tiling, int* tables,
                          math_t<T>* __restrict__ occ, long long W, long long Tn, long long N, long long C, long long X,
                          long long blank, long long max_l, long long tgt_numel, long long tgt_stride, int zero_inf,
-                         long long J, long long cs, int* flags, math_t<T>* xchg) {
+                         long long J, long long cs, int* sync, math_t<T>* xchg, long long timeout_ns) {
   extern __shared__ __align__(16) unsigned char ctc_smem[];
+  const long long u = ctc::take_ticket(sync);
+  if (u >= (long long)gridDim.x) return;
   beta_split_steps<T, I, T, false>(lp, nll_in, nullptr, log_alpha, Tn * X, X, targets, tiling, tables, occ, W, Tn, N,
-                                   C, X, blank, max_l, tgt_numel, tgt_stride, zero_inf, J, cs, flags, xchg, blockIdx.x,
-                                   (int*)ctc_smem);
+                                   C, X, blank, max_l, tgt_numel, tgt_stride, zero_inf, J, cs, sync,
+                                   sync + ctc::kSyncWords, xchg, timeout_ns, u, (int*)ctc_smem);
 }
 
-// ctc_recursions_math split: units [0, N*J) alpha, [N*J, 2*N*J) beta, each with its own flags and
-// xchg halves (flags + N*J, xchg + N*J*T*2 for beta).
+// ctc_recursions_math split: units [0, N*J) alpha, [N*J, 2*N*J) beta (one ticket over both), each with
+// its own counts and xchg halves (counts + N*J, xchg + N*J*T*2 for beta).
 template <class T, class I>
 __global__ void __launch_bounds__(ctc::kSplitThreads, 1) ctc_recursions_math_split(const T* __restrict__ lp,
                           const T* __restrict__ nll_in, const I* __restrict__ targets,
                           const long long* __restrict__ tiling, int* tables, math_t<T>* __restrict__ nll_ws,
                           math_t<T>* __restrict__ alpha_ws, math_t<T>* __restrict__ beta_ws, long long W, long long Tn,
                           long long N, long long C, long long blank, long long max_l, long long tgt_numel,
-                          long long tgt_stride, int zero_inf, long long J, long long cs, int* flags,
-                          math_t<T>* xchg) {
+                          long long tgt_stride, int zero_inf, long long J, long long cs, int* sync,
+                          math_t<T>* xchg, long long timeout_ns) {
   extern __shared__ __align__(16) unsigned char ctc_smem[];
   const long long G = N * J;
-  if ((long long)blockIdx.x < G)
+  const long long u = ctc::take_ticket(sync);
+  int* counts = sync + ctc::kSyncWords;
+  if (u >= (long long)gridDim.x) return;
+  if (u < G)
     alpha_split_steps<T, I, true>(lp, targets, nll_ws, alpha_ws, tiling, Tn, N, C, W, blank, max_l, tgt_numel,
-                                  tgt_stride, 0, J, cs, flags, xchg, blockIdx.x, (int*)ctc_smem);
+                                  tgt_stride, 0, J, cs, sync, counts, xchg, timeout_ns, u, (int*)ctc_smem);
   else
     beta_split_steps<T, I, math_t<T>, true>(lp, nll_in, nullptr, (const math_t<T>*)nullptr, 0, 0, targets, tiling,
                                             tables, beta_ws, W, Tn, N, C, W, blank, max_l, tgt_numel, tgt_stride,
-                                            zero_inf, J, cs, flags + G, xchg + G * Tn * 2, blockIdx.x - G,
+                                            zero_inf, J, cs, sync, counts + G, xchg + G * Tn * 2, timeout_ns, u - G,
                                             (int*)ctc_smem);
 }
 

@@ -29,6 +29,16 @@ class Limits:
 
 LIMITS = {"80": Limits(shared=164 * 1024), "90": Limits(shared=228 * 1024)}
 DEFAULT_ARCH = "sm_90"
+# Devices whose per-SM limits differ from those of the table's architecture they map to (their registers
+# per thread are still that architecture's): CUDA C++ Programming Guide, technical specifications per
+# compute capability (64 K registers per SM on all of them).
+DEVICE_LIMITS = {
+    75: Limits(threads=1024, blocks=16, shared=64 * 1024),
+    86: Limits(threads=1536, blocks=16, shared=100 * 1024),
+    87: Limits(threads=2048, blocks=16, shared=164 * 1024),
+    89: Limits(threads=1536, blocks=24, shared=100 * 1024),
+    120: Limits(threads=1536, blocks=32, shared=100 * 1024),
+}
 
 # (file, name expression) -> {arch: (registers per thread, static shared bytes)}, from the compile report
 REGISTERS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
@@ -113,26 +123,26 @@ REGISTERS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
     ("cross_entropy.cu", "ce_forward_finish<__nv_bfloat16, int>"): {"80": (32, 64), "90": (40, 64)},
     ("cross_entropy.cu", "ce_forward_finish<__half, long long>"): {"80": (32, 64), "90": (40, 64)},
     ("cross_entropy.cu", "ce_forward_finish<__half, int>"): {"80": (32, 64), "90": (40, 64)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__nv_bfloat16, long long>"): {"80": (78, 544), "90": (88, 544)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__nv_bfloat16, int>"): {"80": (78, 544), "90": (88, 544)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__half, long long>"): {"80": (78, 544), "90": (88, 544)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__half, int>"): {"80": (78, 544), "90": (88, 544)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<float, long long>"): {"80": (100, 272), "90": (99, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<float, int>"): {"80": (100, 272), "90": (99, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<double, long long>"): {"80": (150, 528), "90": (170, 528)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<double, int>"): {"80": (150, 528), "90": (170, 528)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__nv_bfloat16, long long>"): {"80": (100, 272), "90": (99, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__nv_bfloat16, int>"): {"80": (100, 272), "90": (99, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__half, long long>"): {"80": (100, 272), "90": (99, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__half, int>"): {"80": (100, 272), "90": (99, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<float, long long>"): {"80": (79, 272), "90": (80, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<float, int>"): {"80": (79, 272), "90": (80, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<double, long long>"): {"80": (107, 528), "90": (107, 528)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<double, int>"): {"80": (107, 528), "90": (107, 528)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__nv_bfloat16, long long>"): {"80": (79, 272), "90": (81, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__nv_bfloat16, int>"): {"80": (79, 272), "90": (81, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__half, long long>"): {"80": (79, 272), "90": (81, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__half, int>"): {"80": (79, 272), "90": (81, 272)},
+    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__nv_bfloat16, long long>"): {"80": (96, 544), "90": (104, 544)},
+    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__nv_bfloat16, int>"): {"80": (96, 544), "90": (104, 544)},
+    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__half, long long>"): {"80": (96, 544), "90": (104, 544)},
+    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__half, int>"): {"80": (96, 544), "90": (104, 544)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<float, long long>"): {"80": (106, 272), "90": (109, 272)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<float, int>"): {"80": (106, 272), "90": (109, 272)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<double, long long>"): {"80": (158, 528), "90": (176, 528)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<double, int>"): {"80": (158, 528), "90": (176, 528)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<__nv_bfloat16, long long>"): {"80": (107, 272), "90": (110, 272)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<__nv_bfloat16, int>"): {"80": (107, 272), "90": (110, 272)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<__half, long long>"): {"80": (107, 272), "90": (110, 272)},
+    ("ctc_loss.cu", "aclg::ctc_beta_split<__half, int>"): {"80": (107, 272), "90": (110, 272)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<float, long long>"): {"80": (91, 272), "90": (92, 272)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<float, int>"): {"80": (91, 272), "90": (92, 272)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<double, long long>"): {"80": (113, 528), "90": (117, 528)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<double, int>"): {"80": (113, 528), "90": (117, 528)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<__nv_bfloat16, long long>"): {"80": (90, 272), "90": (92, 272)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<__nv_bfloat16, int>"): {"80": (90, 272), "90": (92, 272)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<__half, long long>"): {"80": (90, 272), "90": (92, 272)},
+    ("ctc_loss.cu", "aclg::ctc_alpha_split<__half, int>"): {"80": (90, 272), "90": (92, 272)},
 }
 
 
@@ -148,7 +158,7 @@ def _arch_key(arch: str) -> str:
 def blocks_per_sm(arch: str, file: str, expr: str, block: int, dynamic_shared: int = 0) -> int:
     """Resident blocks of `block` threads per SM (at least 1); KeyError for a kernel not in the table."""
     key = _arch_key(arch)
-    limits = LIMITS[key]
+    limits = DEVICE_LIMITS.get(int(re.sub(r"\D", "", str(arch)) or 0), LIMITS[key])
     registers, static_shared = REGISTERS[(file, expr)][key]
     warps = -(-int(block) // 32)
     by_threads = limits.threads // (warps * 32)

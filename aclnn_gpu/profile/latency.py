@@ -169,8 +169,8 @@ def _ours_ctc(name: str, d: dict, math_size: int) -> Recursion | None:
 # two warp shuffles (one round trip), lse3, the log-probs (and the backward's alpha) from a register
 # ring launch.RING[1] steps deep; the chunk's boundary with its neighbour comes from the workspace:
 # a count poll and one load of up to kSplitBatch steps of boundary values (two L2 round trips per
-# batch), and every launch.SPLIT_PUBLISH steps a __threadfence before the count is published
-# (FENCE_CYCLES, ASSUMED: a membar.gl waits for the warp's stores to reach L2, one L2 round trip).
+# batch), and every launch.SPLIT_PUBLISH steps a release store of the count (FENCE_CYCLES, ASSUMED: the
+# release waits for the warp's stores to reach L2, one L2 round trip).
 # The chain of J chunks trails its first by up to (J - 1) * (SPLIT_PUBLISH + 2) steps (each hop: a
 # publish interval and about two steps of the count's round trip): added to the steps.
 FENCE_CYCLES = L2_CYCLES

@@ -402,15 +402,29 @@ def test_recursion_split_at_the_bench_shapes():
     assert P.recursion_split(200, 16, 40, long_path=False) == (1, 0)
     assert P.recursion_split(200, 16, 40, split=0) == (1, 0)
     assert P.recursion_split(200, 16, 40, split=5) == (17, 5)
-    # the workspace holds the counts and the boundary values only where the recursions split
+    # the workspace holds the sync words and the boundary values only where the recursions split
     plain = P.forward_workspace_bytes(16, 40, 4, T=200, split=0)
     J, _ = P.recursion_split(200, 16, 40)
-    assert P.forward_workspace_bytes(16, 40, 4, T=200) == plain + P._round(4 * 16 * J) + P._round(16 * J * 200 * 8)
+    assert P.forward_workspace_bytes(16, 40, 4, T=200) == (plain + P._round(4 * (P.SYNC_WORDS + 16 * J))
+                                                           + P._round(16 * J * 200 * 8))
+
+
+def test_recursion_split_bounds_the_boundary_values():
+    """The launcher splits only while one recursion's boundary values (N * J * T * 2 * math size bytes)
+    fit SPLIT_XCHG_MAX, judged at the real math size (fp64: 8); a forced split is not bounded."""
+    J, cs = P.recursion_split(200, 16, 40)
+    per_step = 16 * J * 2
+    T_max = P.SPLIT_XCHG_MAX // (per_step * 4)
+    assert P.recursion_split(T_max, 16, 40) == (J, cs)
+    assert P.recursion_split(T_max + 1, 16, 40) == (1, 0)
+    assert P.recursion_split(T_max, 16, 40, math_size=8) == (1, 0)
+    assert P.recursion_split(T_max // 2, 16, 40, math_size=8) == (J, cs)
+    assert P.recursion_split(10 * T_max, 16, 40, split=cs) == (J, cs)
 
 
 def test_split_falls_back_where_the_blocks_cannot_all_be_resident():
-    """A waiting block must never hold the SM its producer needs: more (sample, chunk) blocks than the
-    device keeps resident take the one-block-per-sample path."""
+    """More (sample, chunk) blocks than the device keeps resident take the one-block-per-sample path (a
+    performance choice: the kernels' tickets need no residency)."""
     from aclnn_gpu.kernels.occupancy import blocks_per_sm
     one_sm = StandaloneEmuContext(sm_count=1)
     kernel = "aclg::ctc_alpha_split<float, long long>"
@@ -497,3 +511,31 @@ def test_infinite_grad_sign_where_exp_lp_and_the_term_underflow(ctx, dt, long_pa
             assert got == np.sign(d[t, b, c]) * f64(g)[b], (t, b, c, d[t, b, c], got)
             checked.add(np.sign(d[t, b, c]))
     assert checked == ({-1.0, 1.0} if formed_here else {1.0})   # both signs asserted where the kernel can tell
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16"])
+def test_split_wait_that_times_out_marks_the_samples_failed(rctx, monkeypatch, dt):
+    """A count that never comes ends the wait after SPLIT_TIMEOUT_NS (here 20 ms): the launch sets its
+    abort word and the samples turn NaN (loss, gradient) instead of a trap or a hang. Forced by sync
+    words whose ticket starts at 1: no block takes unit 0 (sample 0's first chunk), the block of unit 1
+    waits for it (float16: ctc_recursions_math_split, one ticket over alpha's and beta's units)."""
+    def ticket_from_one(units):
+        sync = np.zeros(P.SYNC_WORDS + units, np.int32)
+        sync[0] = 1
+        return sync
+
+    monkeypatch.setattr(P, "SPLIT_TIMEOUT_NS", 20_000_000)
+    monkeypatch.setattr(P, "split_sync", ticket_from_one)
+    rng = np.random.default_rng([SEED, 23])
+    lp, tg, il, tl = case(rng, 12, 2, 5, 4, dtype=DT[dt])
+    tl[:] = 4
+    il[:] = 12
+    rctx.names.clear()
+    finite = ctc_loss_forward(lp, tg, il, tl)[0]   # the backward's losses: its NaN can only be the status's
+    nll, _, grad = run(rctx, lp, tg, il, tl, split=2, nll_in=finite, reference=False)
+    assert sum("_split<" in n for n in rctx.names) == 2
+    assert np.isfinite(finite).all()
+    # sample 0: its waiting blocks fail; sample 1: computed in full (the emulator runs the blocks one after
+    # another), then marked by its blocks that end with the abort word set (outputs start as NaN poison,
+    # so the loss and the gradient were written: sample 1's by the check at the end)
+    assert np.isnan(nll).all() and np.isnan(grad).all()

@@ -34,7 +34,8 @@
 // in emu_last_error(); fibers of a failed block are abandoned, never resumed. In thread mode an
 // error is printed and the process aborts (standalone executables only).
 //
-// NOT emulated: inline PTX (asm), tensor cores (wmma/mma/wgmma), cp.async/TMA, textures/surfaces,
+// NOT emulated: inline PTX (asm; kernels guard it with #ifdef __CUDA_ARCH__ and call the emu:: stand-ins
+// below: global_timer_ns, load_acquire, store_release), tensor cores (wmma/mma/wgmma), cp.async/TMA, textures/surfaces,
 // dynamic parallelism, grid-wide sync, clusters/DSMEM, cooperative_groups, spin-waits on other
 // threads (fibers never pre-empt), implicit warp-synchronous code, the GPU's weak memory model,
 // fast-math ulp differences (__expf etc. map to accurate libm).
@@ -362,6 +363,16 @@ inline void launch_bounds(long long max_threads) {
 [[noreturn]] inline void __trap() { emu::set_error("__trap() called"); emu::fail_in_kernel(); }
 inline long long clock64() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 inline void __nanosleep(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
+namespace emu {
+// Stand-ins for the inline PTX a kernel guards with #ifdef __CUDA_ARCH__ (emulated code never sees it):
+// %globaltimer (ns, monotonic), ld.acquire.gpu.u32 and st.release.gpu.u32.
+inline unsigned long long global_timer_ns() {
+  return (unsigned long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+inline int load_acquire(const int* p) { return std::atomic_ref<int>(*const_cast<int*>(p)).load(std::memory_order_acquire); }
+inline void store_release(int* p, int v) { std::atomic_ref<int>(*p).store(v, std::memory_order_release); }
+}  // namespace emu
 
 // ---------------------------------------------------------------- warp intrinsics
 template <class T> T __shfl_sync(unsigned m, T v, int src, int width = 32) {

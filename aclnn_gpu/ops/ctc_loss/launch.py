@@ -19,16 +19,17 @@ math_size: 8 for float64, else 4 (the kernels compute in float32 for the 16-bit 
 Workspace (`Layout`), each range on a 256-byte boundary, W = occ_width(maxL) (2*maxL+1 rounded up
 to 32 bytes):
     tiling    8 * 3 * N           int64 [input_length, target_length, target_offset] per sample
+    sync      4 * (2 + units)     split recursions only (recursion_split: J > 1): int32 [ticket, abort
+                                  word, step count per unit], units = N * J (2 * N * J for the 16-bit
+                                  backward), zeroed in the same upload as the tiling table
     tables    4 * (2N + 3N*maxL)  backward: per-sample status, blank's first occurrence, labels and
                                   their occurrence chains (kernels: ctc::Tables)
     occ       T * N * W * math    backward: occupancy exp(alpha + beta - lp + nll) of every state
     slots     min(N, LONG_SLOTS) * long_slot_bytes   long-target path only (alpha/beta of two steps)
     nll       4 * N               backward of float16 / bfloat16 only: the fp32 losses of its own alpha
     alpha     T * N * W * 4       the same, register path only: its fp32 alpha (occ then holds beta)
-    flags     4 * units           split recursions only (recursion_split: J > 1): int32 step counts,
-                                  units = N * J (2 * N * J for the 16-bit backward), zeroed by an
-                                  upload before each launch
-    xchg      units * T * 2 * math   their boundary values: two states per (unit, step)
+    xchg      units * T * 2 * math   their boundary values: two states per (unit, step), at most
+                                  SPLIT_XCHG_MAX per recursion where the launcher chooses the split
 
 Launches. Backward of float16 / bfloat16 storage (`HALF`): its own alpha recursion in fp32 beside
 the beta recursion (register path: one launch of `ctc_recursions_math`, alpha and the losses into
@@ -51,9 +52,12 @@ block in chunks of LONG_CHUNK whose loads are issued together, recursion state i
 slots): any maxL, bit-identical results. Few samples where the register path would run
 (recursion_split: fewer than SPLIT_TARGET_BLOCKS samples and T * N * (2*maxL+1) >= SPLIT_MIN_WORK):
 the split path (`ctc_alpha_split`, `ctc_beta_split`, `ctc_recursions_math_split`), one 32-thread
-block per (sample, chunk of cs <= 32 states), N * J blocks, each waiting on the step counts of the
-block before it (kernels: "split recursions"), launched only when split_resident says every block
-is resident at once; bit-identical to the register path.
+block per (sample, chunk of cs <= 32 states), N * J blocks, each running the unit of the ticket it
+takes when it starts and waiting on the step counts of the unit before it, which a block that started
+earlier holds (kernels: "split recursions"): no residency is assumed. A wait longer than
+SPLIT_TIMEOUT_NS marks the samples failed (NaN loss, NaN gradient) instead of trapping. Taken where
+split_resident says every block is resident at once (a performance choice: blocks that wait on a
+block not yet running only idle); bit-identical to the register path.
 """
 from __future__ import annotations
 
@@ -83,6 +87,9 @@ SPLIT_MIN_STATES = 8       # states of a chunk, at least
 SPLIT_MIN_WORK = 1 << 16   # T * N * (2*maxL+1) below this: not split (the register path's one block per sample)
 SPLIT_BATCH = 32           # boundary steps a split block reads per wait (kernels: kSplitBatch)
 SPLIT_PUBLISH = 4          # steps per published count (kernels: kSplitPublish)
+SYNC_WORDS = 2             # int32 ticket and abort word before the counts (kernels: kSyncWords)
+SPLIT_TIMEOUT_NS = 5_000_000_000   # longest wait for a neighbour's count before the launch aborts
+SPLIT_XCHG_MAX = 4 << 20   # boundary-value bytes of one recursion beyond which the launcher does not split
 
 _CTYPE = dtypes.cuda_types("float32", "float64", "float16", "bfloat16")
 _ITYPE = dtypes.cuda_types("int32", "int64")
@@ -170,13 +177,14 @@ def long_slot_bytes(max_l: int, math_size: int) -> int:
 
 
 def recursion_split(T: int, N: int, max_l: int, long_path: bool | None = None,
-                    split: int | None = None) -> tuple[int, int]:
+                    split: int | None = None, math_size: int = 4) -> tuple[int, int]:
     """(J, cs): the recursions of few samples split each sample's S = 2*maxL+1 states into J chunks of
     cs states (2 <= cs <= SPLIT_THREADS), one block per (sample, chunk), so that N * J blocks reach
     about SPLIT_TARGET_BLOCKS; (1, 0): one block per sample. A function of the shape only (it sizes the
     workspace); the launcher still takes the register path where the N * J blocks (twice that for the
     16-bit backward) cannot all be resident (split_resident). Only where the register path would run
-    (the long path keeps its own). split: force cs (tests), 0: never split."""
+    (the long path keeps its own), and only where the boundary values of one recursion (N * J * T * 2
+    * math_size bytes) stay within SPLIT_XCHG_MAX. split: force cs (tests; no bound), 0: never split."""
     S = 2 * max_l + 1
     if split is not None:
         if not split or long_path:
@@ -184,22 +192,22 @@ def recursion_split(T: int, N: int, max_l: int, long_path: bool | None = None,
         cs = max(2, min(SPLIT_THREADS, int(split)))
         return max(1, -(-S // cs)), cs
     if (long_path is not None or N >= SPLIT_TARGET_BLOCKS or T * N * S < SPLIT_MIN_WORK
-            or recursion_geometry(max_l, 4).long):
+            or recursion_geometry(max_l, math_size).long):
         return 1, 0
     J = max(min(-(-S // SPLIT_MIN_STATES), -(-SPLIT_TARGET_BLOCKS // N)), -(-S // SPLIT_THREADS))
     cs = max(2, -(-S // J))
     J = -(-S // cs)
-    return (J, cs) if J >= 2 else (1, 0)
+    return (J, cs) if J >= 2 and N * J * T * 2 * math_size <= SPLIT_XCHG_MAX else (1, 0)
 
 
 class Layout(NamedTuple):
     """Byte offsets of the workspace ranges (module docstring); size is the total."""
+    sync: int     # the split recursions' ticket, abort word and step counts (right after the tiling table)
     tables: int
     occ: int
     slots: int
     nll: int      # the fp32 losses of the backward's own alpha recursion (16-bit storage; else size)
     alpha: int    # its fp32 alpha beside beta (16-bit storage, register path; else size)
-    flags: int    # the split recursions' step counts (int32 per (recursion, sample, chunk); else size)
     xchg: int     # their boundary values ([unit][T][2] in math precision; else size)
     size: int
 
@@ -208,7 +216,11 @@ def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path
            recompute: bool = False, split: int | None = None) -> Layout:
     if N == 0:
         return Layout(0, 0, 0, 0, 0, 0, 0, 0)
-    tables = _round(8 * 3 * N)
+    recompute = backward and recompute
+    J, _ = recursion_split(T, N, max_l, long_path, split, math_size)
+    units = N * J * (2 if recompute else 1) if J > 1 else 0
+    sync = _round(8 * 3 * N)
+    tables = sync + (_round(4 * (SYNC_WORDS + units)) if units else 0)
     occ_bytes = _round(T * N * occ_width(max_l, math_size) * math_size) if backward else 0
     occ = tables + (_round(4 * (2 * N + 3 * N * max_l)) if backward else 0)
     slots = occ + occ_bytes
@@ -216,14 +228,10 @@ def layout(T: int, N: int, max_l: int, math_size: int, backward: bool, long_path
     long = recursion_geometry(max_l, math_size, long_path).long
     if long:
         nll += min(N, LONG_SLOTS) * long_slot_bytes(max_l, math_size)
-    recompute = backward and recompute
     alpha = nll + (_round(N * math_size) if recompute else 0)
-    flags = alpha + (occ_bytes if recompute and not long else 0)
-    J, _ = recursion_split(T, N, max_l, long_path, split)
-    units = N * J * (2 if recompute else 1) if J > 1 else 0
-    xchg = flags + _round(4 * units)
+    xchg = alpha + (occ_bytes if recompute and not long else 0)
     size = xchg + _round(units * T * 2 * math_size)
-    return Layout(tables, occ, slots, nll, alpha, flags, xchg, size)
+    return Layout(sync, tables, occ, slots, nll, alpha, xchg, size)
 
 
 def forward_workspace_bytes(N: int, max_l: int = 0, math_size: int = 4, long_path: bool | None = None,
@@ -248,11 +256,26 @@ def tiling(input_lengths, target_lengths, targets_2d_stride: int) -> np.ndarray:
     return np.ascontiguousarray(np.stack([il, tl, off], axis=1).reshape(-1))
 
 
-def _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride):
-    tab = tiling(input_lengths, target_lengths, targets_2d_stride)
-    ctx.upload(workspace_ptr, tab)
+def _max_l(target_lengths) -> int:
     tl = np.asarray(target_lengths, dtype=np.int64)
     return int(tl.max()) if tl.size else 0
+
+
+def split_sync(units: int) -> np.ndarray:
+    """The split recursions' sync words at the start of a launch: ticket 0, abort word 0, every count 0."""
+    return np.zeros(SYNC_WORDS + units, np.int32)
+
+
+def _upload_tables(ctx, workspace_ptr: int, lay: Layout, input_lengths, target_lengths, targets_2d_stride,
+                   units: int) -> None:
+    """One upload: the tiling table and, for a split launch (units > 0), the sync words after it."""
+    tab = tiling(input_lengths, target_lengths, targets_2d_stride)
+    if units:
+        buf = np.zeros(lay.sync + 4 * (SYNC_WORDS + units), np.uint8)
+        buf[:tab.nbytes] = tab.view(np.uint8)
+        buf[lay.sync:] = split_sync(units).view(np.uint8)
+        tab = buf
+    ctx.upload(workspace_ptr, tab)
 
 
 def split_shared_bytes(max_l: int) -> int:
@@ -268,30 +291,26 @@ def split_resident(ctx, kernel: str, units: int, max_l: int) -> bool:
     return units <= int(ctx.sm_count) * per_sm
 
 
-def _split_of(ctx, kernel: str, geo: Geometry, T: int, N: int, max_l: int, long_path, split, recursions: int
-              ) -> tuple[int, int]:
+def _split_of(ctx, kernel: str, geo: Geometry, T: int, N: int, max_l: int, long_path, split, recursions: int,
+              math_size: int) -> tuple[int, int]:
     """(J, cs) of the launch, (1, 0) for the one-block-per-sample paths (recursion_split, register path
-    only, and only where every block is resident)."""
-    J, cs = recursion_split(T, N, max_l, long_path, split)
+    only, and only where every block is resident: a performance choice, the kernels need no residency)."""
+    J, cs = recursion_split(T, N, max_l, long_path, split, math_size)
     if J < 2 or geo.long or not split_resident(ctx, kernel, recursions * N * J, max_l):
         return 1, 0
     return J, cs
-
-
-def _zero_flags(ctx, workspace_ptr: int, lay: Layout, units: int) -> None:
-    """The split recursions' step counts start at 0 on every call (an upload, ordered before the launch)."""
-    ctx.upload(workspace_ptr + lay.flags, np.zeros(units, np.int32))
 
 
 def _recursion(ctx, kernel: str, geo: Geometry, N: int, args: tuple, tail: tuple, slots_ptr: int, max_l: int,
                msize: int, split: tuple[int, int] = (1, 0), split_ptrs: tuple[int, int] = (0, 0)) -> None:
     """Launches the alpha or beta recursion `kernel` ("aclg::ctc_beta<T, I>") on the split, the
     register or the long path; `tail` ends every argument list (zero_inf), then the path's own (the
-    split (J, cs) and its flags / xchg pointers, per, or the slots)."""
+    split (J, cs), its sync / xchg pointers and the timeout, per, or the slots)."""
     J, cs = split
     if J > 1:
         ctx.launch(FILE, kernel.replace("<", "_split<", 1), (N * J,), (SPLIT_THREADS,),
-                   args + tail + (np.int64(J), np.int64(cs), ptr(split_ptrs[0]), ptr(split_ptrs[1])),
+                   args + tail + (np.int64(J), np.int64(cs), ptr(split_ptrs[0]), ptr(split_ptrs[1]),
+                                  np.int64(SPLIT_TIMEOUT_NS)),
                    shared_mem=split_shared_bytes(max_l))
     elif geo.long:
         ctx.launch(FILE, kernel.replace("<", "_long<", 1), (min(N, LONG_SLOTS),), (geo.threads,),
@@ -316,12 +335,11 @@ def _recursions_of_half(ctx, geo: Geometry, lay: Layout, ct: str, it: str, *, lo
     tables, zero_inf = ptr(workspace_ptr + lay.tables), np.int32(bool(zero_infinity))
     J, cs = split
     if J > 1:
-        _zero_flags(ctx, workspace_ptr, lay, 2 * N * J)
         ctx.launch(FILE, f"aclg::ctc_recursions_math_split<{ct}, {it}>", (2 * N * J,), (SPLIT_THREADS,),
                    (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(targets_ptr), tiling, tables, nll,
                     ptr(workspace_ptr + lay.alpha), occ, W, i64(T), i64(N), i64(C), i64(blank), i64(max_l),
                     i64(targets_numel), i64(targets_2d_stride), zero_inf, i64(J), i64(cs),
-                    ptr(workspace_ptr + lay.flags), ptr(workspace_ptr + lay.xchg)),
+                    ptr(workspace_ptr + lay.sync), ptr(workspace_ptr + lay.xchg), i64(SPLIT_TIMEOUT_NS)),
                    shared_mem=split_shared_bytes(max_l))
         return
     if not geo.long:
@@ -347,7 +365,7 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0 or C == 0:
         return
-    max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
+    max_l = _max_l(target_lengths)
     msize = math_size_of(dt)
     recompute = dt in HALF
     geo = recursion_geometry(max_l, msize, long_path)
@@ -355,7 +373,9 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
     ct, i64 = _CTYPE[dt], np.int64
     kernel = (f"aclg::ctc_recursions_math_split<{ct}, {_ITYPE[it]}>" if recompute
               else f"aclg::ctc_beta_split<{ct}, {_ITYPE[it]}>")
-    parts = _split_of(ctx, kernel, geo, T, N, max_l, long_path, split, 2 if recompute else 1)
+    parts = _split_of(ctx, kernel, geo, T, N, max_l, long_path, split, 2 if recompute else 1, msize)
+    units = (2 if recompute else 1) * N * parts[0] if parts[0] > 1 else 0
+    _upload_tables(ctx, workspace_ptr, lay, input_lengths, target_lengths, targets_2d_stride, units)
     tables, occ, W = ptr(workspace_ptr + lay.tables), ptr(workspace_ptr + lay.occ), i64(occ_width(max_l, msize))
     if recompute:
         _recursions_of_half(ctx, geo, lay, ct, _ITYPE[it], log_probs_ptr=log_probs_ptr, targets_ptr=targets_ptr,
@@ -363,14 +383,12 @@ def launch_backward(ctx, *, grad_out_ptr, log_probs_ptr, targets_ptr, neg_log_li
                             C=C, W=W, blank=blank, max_l=max_l, targets_numel=targets_numel,
                             targets_2d_stride=targets_2d_stride, zero_infinity=zero_infinity, split=parts)
     else:
-        if parts[0] > 1:
-            _zero_flags(ctx, workspace_ptr, lay, N * parts[0])
         _recursion(ctx, f"aclg::ctc_beta<{ct}, {_ITYPE[it]}>", geo, N,
                    (ptr(log_probs_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr), ptr(targets_ptr),
                     ptr(workspace_ptr), tables, occ, W, i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l),
                     i64(targets_numel), i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),),
                    workspace_ptr + lay.slots, max_l, msize, parts,
-                   (workspace_ptr + lay.flags, workspace_ptr + lay.xchg))
+                   (workspace_ptr + lay.sync, workspace_ptr + lay.xchg))
     V = 16 // _SIZE[dt]
     vec = C % V == 0 and log_probs_ptr % 16 == 0 and out_ptr % 16 == 0
     lanes = -(-C // V) if vec else C
@@ -390,20 +408,21 @@ def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, l
     dt, it = _dname(dtype), _dname(target_dtype)
     if N == 0 or T == 0:
         return
-    max_l = _common(ctx, workspace_ptr, N, input_lengths, target_lengths, targets_2d_stride)
+    max_l = _max_l(target_lengths)
     X = 2 * max_l + 1 if X is None else int(X)   # columns 2*maxL+1 .. X-1 (CANN's 8-aligned padding): -inf
     msize = math_size_of(dt)
     geo = recursion_geometry(max_l, msize, long_path)
     lay = layout(T, N, max_l, msize, False, long_path, split=split)
     i64 = np.int64
-    parts = _split_of(ctx, f"aclg::ctc_alpha_split<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, T, N, max_l, long_path, split, 1)
-    if parts[0] > 1:
-        _zero_flags(ctx, workspace_ptr, lay, N * parts[0])
+    parts = _split_of(ctx, f"aclg::ctc_alpha_split<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, T, N, max_l, long_path, split, 1,
+                      msize)
+    _upload_tables(ctx, workspace_ptr, lay, input_lengths, target_lengths, targets_2d_stride,
+                   N * parts[0] if parts[0] > 1 else 0)
     _recursion(ctx, f"aclg::ctc_alpha<{_CTYPE[dt]}, {_ITYPE[it]}>", geo, N,
                (ptr(log_probs_ptr), ptr(targets_ptr), ptr(neg_log_likelihood_ptr), ptr(log_alpha_ptr),
                 ptr(workspace_ptr), i64(T), i64(N), i64(C), i64(X), i64(blank), i64(max_l), i64(targets_numel),
                 i64(targets_2d_stride)), (np.int32(bool(zero_infinity)),), workspace_ptr + lay.slots, max_l, msize,
-               parts, (workspace_ptr + lay.flags, workspace_ptr + lay.xchg))
+               parts, (workspace_ptr + lay.sync, workspace_ptr + lay.xchg))
 
 
 # registered last: the name list is built from the tables above
