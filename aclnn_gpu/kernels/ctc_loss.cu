@@ -411,6 +411,29 @@ __global__ void __launch_bounds__(512, 1) ctc_beta(const T* __restrict__ lp, con
                                 X, blank, max_l, tgt_numel, tgt_stride, zero_inf, per, ctc_smem, blockIdx.x, gridDim.x);
 }
 
+// ctc_grad's rare path: exp(l) - term scaled by e^64 where both underflowed (the comment at its call),
+// out of line so that its registers do not weigh on the common path (inlined, fp64 spilled on sm_90).
+// blank_column: the blank's term, which adds the even states' occupancies to the chain from j0.
+template <class T>
+__device__ __noinline__ math_t<T> underflowed_difference(const math_t<T>* a, const math_t<T>* o, const T* lrow,
+                                                         const int* lab, const int* nxt, long long blank, long long L,
+                                                         bool blank_column, int j0, bool drop_2l, math_t<T> shift,
+                                                         math_t<T> l, math_t<T> nl, bool nll_fin) {
+  typedef math_t<T> M;
+  const M up = M(64);
+  auto scaled_occupancy = [&](long long st) -> M {
+    if (!a) return o[st] * exp(up);
+    if (drop_2l && st == 2 * L) return M(0);
+    return exp(a[st] + o[st] - load(lrow, (st & 1) ? (long long)lab[st >> 1] : blank) + shift + up);
+  };
+  M big = M(0);
+  if (blank_column) {
+    for (long long st = 0; st <= 2 * L; st += 2) big += scaled_occupancy(st);
+  }
+  for (int jj = j0; jj >= 0; jj = nxt[jj]) big += scaled_occupancy(2 * jj + 1);
+  return exp(l + up) - (nll_fin ? big : exp(log(big) + nl));
+}
+
 // ------------------------------------------------------------------------------ backward: gradient rows
 // One block per row (t, b), grid-stride over rows. The whole row first: exp(lp) * g (NaN where lp is
 // -inf), 0 for t >= Lin or a zeroed sample, NaN for a bad one; then, after a barrier (it orders the
@@ -504,18 +527,8 @@ __global__ void __launch_bounds__(256) ctc_grad(const T* __restrict__ lp, const 
         // occupancy below FLT_MIN counts; a rare path, so the blank's sum over the even states is one
         // thread's serial loop here). The long path's occupancies come formed (alpha_ws null): those
         // scaled as they are, one already flushed counting as 0.
-        const M up = M(64);
-        auto scaled_occupancy = [&](long long st) -> M {
-          if (!a) return o[st] * exp(up);
-          if (drop_2l && st == 2 * L) return M(0);
-          return exp(a[st] + o[st] - load(lrow, (st & 1) ? (long long)lab[st >> 1] : blank) + shift + up);
-        };
-        M big = M(0);
-        if (k == L) {
-          for (long long st = 0; st <= 2 * L; st += 2) big += scaled_occupancy(st);
-        }
-        for (int jj = j0; jj >= 0; jj = nxt[jj]) big += scaled_occupancy(2 * jj + 1);
-        const M scaled = exp(l + up) - (nll_fin ? big : exp(log(big) + nl));
+        const M scaled = underflowed_difference<T>(a, o, lrow, lab, nxt, blank, L, k == L, j0, drop_2l, shift, l, nl,
+                                                   nll_fin);
         v = scaled > M(0) ? g_label : scaled < M(0) ? -g_label : quiet_nan<M>();
       }
       store(orow, c, v);
