@@ -24,6 +24,10 @@ short by the check's deadline keeps what it measured):
                     mid shape and at a size of >= 256 MB of minimum traffic, as a fraction of the copy
                     ceiling: a device-to-device copy of half the operator's minimum bytes (it reads
                     and writes them: the same bytes moved) timed the same way
+  splits            CrossEntropyLoss forward and CtcLoss forward and backward at the ladder shapes where
+                    their rows (samples) are split over several blocks to fill the GPU, with the split
+                    and with it turned off (one block per row or sample, the plan before the split),
+                    against PyTorch: whether filling the GPU pays there (the GPU models disagree)
 On the emulated device (the GPU check's rehearsal) the same code runs at tiny shapes against PyTorch on
 the CPU, with wall-clock times: it proves the script, not a speed.
 """
@@ -46,7 +50,7 @@ if __package__ in (None, ""):
 
 from bench import common  # noqa: E402
 
-SECTIONS = ("convtbc_launches", "convtbc", "host", "membound")
+SECTIONS = ("convtbc_launches", "convtbc", "host", "membound", "splits")
 MID = (2530, 16, 128, 3, 1)                                   # T, B, C, K, pad: bench's mid shape on a GPU
 CONV_SHAPES = {"cuda": [MID, (2530, 16, 64, 3, 1), (1024, 16, 1024, 5, 2), (50, 256, 128, 3, 1)],
                "emulated": [(12, 2, 8, 3, 1)]}
@@ -243,6 +247,48 @@ def host(kind: str, rep: Report) -> None:
 
 
 # ------------------------------------------------------------------------------ memory-bound families
+# ladder positions (bench/cpu_gap.LADDER) whose shapes split: CE forward N = 19 and 60, CTC N = 16 and 50
+SPLIT_LADDER = (0.5, 0.75, 1.0, 1.25, 1.5)
+
+
+def splits(kind: str, rep: Report, reps: int) -> None:
+    import torch
+
+    from aclnn_gpu.ops.cross_entropy import launch as ce_launch
+    from aclnn_gpu.ops.ctc_loss import launch as ctc_launch
+    from bench.families import FAMILIES
+    dev = "cuda" if kind == "cuda" else "cpu"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    ms = timer(kind)
+    rng = np.random.default_rng(0)
+    cases = [(fam, direction) for fam in FAMILIES for direction in ("forward", "backward")
+             if (fam.name, direction) in (("CrossEntropy", "forward"), ("CtcLoss", "forward"), ("CtcLoss", "backward"))]
+    for fam, direction in cases:
+        seen = set()
+        for e in SPLIT_LADDER:
+            p = fam.params(e) if kind == "cuda" else fam.emulated(e)
+            if p in seen:
+                continue
+            seen.add(p)
+            d = fam.data(p, np.dtype(np.float32), rng)
+            times = {}
+            for label, target in (("split", None), ("one block per row", 0)):
+                saved = (ce_launch.SPLIT_TARGET_BLOCKS, ctc_launch.SPLIT_TARGET_BLOCKS)
+                if target is not None:   # no row count is below 0: the plan before the split
+                    ce_launch.SPLIT_TARGET_BLOCKS = ctc_launch.SPLIT_TARGET_BLOCKS = target
+                bufs = common.Buffers()   # new buffers: a new executor, planned under this setting
+                try:
+                    times[label] = ms(fam.ours(bufs, d, direction, p), reps)
+                finally:
+                    bufs.close()
+                    ce_launch.SPLIT_TARGET_BLOCKS, ctc_launch.SPLIT_TARGET_BLOCKS = saved
+            times["torch"] = ms(_synced(fam.torch(torch, d, direction, p, dev), sync), reps)
+            name = fam.forward if direction == "forward" else fam.backward
+            rep.add("splits", {"operator": name, "shapes": fam.shapes(p), "ms": times})
+            rep.line(f"speed: {name} {fam.shapes(p)}: split {times['split']:.3f} ms, one block per row "
+                     f"{times['one block per row']:.3f} ms, PyTorch {times['torch']:.3f} ms")
+
+
 def membound(kind: str, rep: Report, reps: int) -> None:
     from bench.families import FAMILIES
     rng = np.random.default_rng(0)
@@ -315,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
                     convtbc(kind, rep, reps)
                 elif section == "host":
                     host(kind, rep)
+                elif section == "splits":
+                    splits(kind, rep, reps)
                 elif section == "membound":
                     membound(kind, rep, reps)
                 else:
