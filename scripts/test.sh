@@ -25,8 +25,9 @@ echo "::: lint and types: ok ($((SECONDS - t0)) s)"
 
 # The kernel proofs (scripts/ci_kernels.sh: NVRTC compile report, ASan+UBSan and TSan runs of the
 # emulated kernels), then the late stand-in's pass (scripts/ci_late.sh), run beside the main test run:
-# one process at a time on one core, and CI has two. The two-host network tests run beside both (they
-# wait on 1 mbit links and fault timeouts, not on a core). Each log is printed when its job ends
+# one process at a time on one core, and CI has two. The two-host network tests and the soak run beside
+# both (the first wait on 1 mbit links and fault timeouts; the soak runs for a fixed time, its default
+# 60 s per device, whatever share of the cores it gets). Each log is printed when its job ends
 # (below), or as far as it got if this script stops first.
 proofs_log=$(mktemp -t aclnn-proofs.XXXXXX)
 hosts_log=$(mktemp -t aclnn-hosts.XXXXXX)
@@ -35,11 +36,11 @@ PYTHON="$PY" setsid bash -c 'k=0; bash scripts/ci_kernels.sh || k=$?; l=0; bash 
   echo "::: kernel proofs status $k, late stand-in status $l"; [ "$k" = 0 ] && [ "$l" = 0 ]' > "$proofs_log" 2>&1 &
 proofs_pid=$!
 setsid "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" --durations=10 tests/test_hccl_hosts.py \
-  > "$hosts_log" 2>&1 &
+  tests/hardening/test_soak.py > "$hosts_log" 2>&1 &
 hosts_pid=$!
 stop_beside() {
   local pid name log
-  for pid in "$proofs_pid:kernel proofs and late stand-in:$proofs_log" "$hosts_pid:two-host tests:$hosts_log"; do
+  for pid in "$proofs_pid:kernel proofs and late stand-in:$proofs_log" "$hosts_pid:two-host tests and soak:$hosts_log"; do
     IFS=: read -r pid name log <<< "$pid"
     if kill -0 "$pid" 2>/dev/null; then
       kill -- "-$pid" 2>/dev/null || kill -- "$pid" 2>/dev/null || true
@@ -50,7 +51,7 @@ stop_beside() {
 }
 trap stop_beside EXIT
 echo "::: beside the tests: kernel proofs then the late stand-in (pid $proofs_pid, log $proofs_log)," \
-  "two-host tests (pid $hosts_pid, log $hosts_log)"
+  "two-host tests and soak (pid $hosts_pid, log $hosts_log)"
 
 echo "::: tests (cpu and emulated devices)"
 coverage=()
@@ -60,9 +61,8 @@ if [ "${ACLNN_GPU_COVERAGE:-0}" = 1 ] && "$PY" -c "import pytest_cov" 2>/dev/nul
   export COVERAGE_FILE="${COVERAGE_FILE:-$(mktemp -d -t aclnn-cov.XXXXXX)/.coverage}"
   coverage=(--cov=aclnn_gpu --cov-report=)
 fi
-# (the soak, tests/hardening/test_soak.py, at its default 60 s per device; ACLNN_GPU_SOAK_S sets another length)
 "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" --durations=25 "${coverage[@]}" \
-  --ignore=tests/test_hccl_hosts.py tests
+  --ignore=tests/test_hccl_hosts.py --ignore=tests/hardening/test_soak.py tests
 if [ ${#coverage[@]} -gt 0 ]; then
   echo "::: test coverage of aclnn_gpu: $("$PY" -m coverage report --format=total)%"
 fi
@@ -115,11 +115,11 @@ wait "$hosts_pid" || hosts_status=$?
 proofs_status=0
 wait "$proofs_pid" || proofs_status=$?
 trap - EXIT
-echo "::: two-host tests (tests/test_hccl_hosts.py):"
+echo "::: two-host tests and soak (tests/test_hccl_hosts.py, tests/hardening/test_soak.py):"
 cat "$hosts_log"
 cat "$proofs_log"
 if [ "$hosts_status" != 0 ]; then
-  echo "::: two-host tests: FAILED (status $hosts_status; their log is above)"; exit 1
+  echo "::: two-host tests or soak: FAILED (status $hosts_status; their log is above)"; exit 1
 fi
 if [ "$proofs_status" != 0 ]; then
   echo "::: kernel proofs or late stand-in: FAILED (status $proofs_status; their log is above)"; exit 1

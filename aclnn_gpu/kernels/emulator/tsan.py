@@ -56,8 +56,10 @@ def replay_cost(rec) -> int:
     return threads * (1 + stats.get("block_barriers", 0) // blocks + stats.get("warp_syncs", 0) // blocks // 32)
 
 
-def select(launches, only_sync: bool, max_per_kernel: int):
-    """-> (chosen launches grouped by source, counts of skipped ones by reason)."""
+def select(launches, only_sync: bool, max_per_kernel: int, file_of=None):
+    """-> (chosen launches grouped by source, counts of skipped ones by reason). `file_of`: a source key's
+    file name, so that one kernel recorded from several builds of its file (the device's and a standalone
+    context's) is one kernel here, replayed from the build of the launch chosen."""
     skipped: defaultdict[str, int] = defaultdict(int)
     per_kernel: defaultdict[tuple, list] = defaultdict(list)
     for rec in launches:
@@ -67,9 +69,10 @@ def select(launches, only_sync: bool, max_per_kernel: int):
         if only_sync and not (rec["stats"].get("block_barriers") or rec["smem"]):
             skipped["no barrier / dynamic shared memory"] += 1
             continue
-        per_kernel[(rec["source"], rec["name"])].append(rec)
+        source = Path(file_of(rec["source"])).name if file_of else rec["source"]
+        per_kernel[(source, rec["name"])].append(rec)
     groups = defaultdict(list)
-    for (src, _), recs in per_kernel.items():
+    for recs in per_kernel.values():
         seen: set = set()
         first: list = []
         rest: list = []
@@ -82,7 +85,8 @@ def select(launches, only_sync: bool, max_per_kernel: int):
             seen.add(geo)
         chosen = (first + rest)[:max_per_kernel]
         skipped["over --max-per-kernel"] += len(recs) - len(chosen)
-        groups[src].extend(chosen)
+        for rec in chosen:
+            groups[rec["source"]].append(rec)
     return groups, {k: v for k, v in skipped.items() if v}
 
 
@@ -155,7 +159,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     sources, launches = load_recording(a.record_dir)
-    groups, skipped = select(launches, a.only_sync, a.max_per_kernel)
+    groups, skipped = select(launches, a.only_sync, a.max_per_kernel,
+                             lambda key: sources.get(key, {}).get("filename", key))
     for why, n in sorted(skipped.items()):
         print(f"tsan: skipped {n} launch(es): {why}")
     if not groups:
