@@ -16,7 +16,7 @@ t0=$SECONDS
 # CI's share of the emulated suite under the late stand-in (the whole suite does not fit CI's 20 minutes
 # beside the normal pass; ACLNN_GPU_LATE_ALL=1 runs it, as docs/TESTING.md says): on the emulated device
 # alone, the runtime, streams, events, callbacks, captures, frees and uploads, functional and the
-# PyTorch stream layer, and every operator's own tests
+# PyTorch stream layer, programs that exit or fork with work queued, and every operator's own tests
 if [ "${ACLNN_GPU_LATE_ALL:-0}" = 1 ]; then
   targets=(tests --ignore=tests/kernels --ignore=tests/test_docs.py --ignore=tests/test_hccl_hosts.py
            --ignore=tests/capi/test_install.py --ignore=tests/test_examples.py
@@ -27,7 +27,7 @@ else
            tests/test_torch_stream.py tests/test_stream_order.py tests/test_fakecupy_late.py
            tests/hardening/test_dropped_streams.py tests/hardening/test_capture_cycles.py tests/hardening/test_memory.py
            tests/test_kl_div.py tests/test_cross_entropy.py tests/test_ctc_loss.py tests/test_conv_tbc.py
-           tests/test_scaled_masked_softmax.py)
+           tests/test_scaled_masked_softmax.py tests/test_exit.py tests/test_fork.py)
 fi
 ACLNN_GPU_TEST_DEVICES=emulated "$PY" -m pytest -q -p no:cacheprovider -m "not sanitizer" -k "not soak" \
   --durations=10 "${targets[@]}"
