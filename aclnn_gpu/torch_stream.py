@@ -68,12 +68,13 @@ import inspect
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from . import dtypes
+from .device.capture_mode import capture_mode
 from .device.cuda import CudaStream, cuda_bindings_runtime
 from .errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from .runtime import aclrtStream, device_of, get_device, using_device
@@ -146,20 +147,11 @@ class TorchCuda:
             return torch.cuda.is_current_stream_capturing()
 
 
-@contextlib.contextmanager
-def _relaxed_capture_mode() -> Iterator[None]:
-    """The calling thread in cudaStreamCaptureModeRelaxed for the block, then back to its mode
-    (cudaThreadExchangeStreamCaptureMode, push-pop as CUDA's docs advise; cuda-bindings: a
-    `(cudaError_t, previous mode)` tuple back)."""
+def _relaxed_capture_mode() -> contextlib.AbstractContextManager[None]:
+    """The calling thread in cudaStreamCaptureModeRelaxed for the block, then back to its mode (the real
+    cuda-bindings runtime: this is PyTorch's CUDA)."""
     from cuda.bindings import runtime as cudart
-    err, previous = cudart.cudaThreadExchangeStreamCaptureMode(
-        cudart.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed)
-    if err != cudart.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"cudaThreadExchangeStreamCaptureMode: {getattr(err, 'name', err)}")
-    try:
-        yield
-    finally:
-        cudart.cudaThreadExchangeStreamCaptureMode(previous)
+    return capture_mode(cudart, "cudaStreamCaptureModeRelaxed")
 
 
 _backend: Any = TorchCuda()

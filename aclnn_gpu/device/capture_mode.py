@@ -37,14 +37,18 @@ def cuda_bindings_runtime(cp: Any) -> Any:
 
 
 @contextlib.contextmanager
-def thread_local_capture_mode(cp: Any) -> Iterator[None]:
-    """The calling thread in cudaStreamCaptureModeThreadLocal for the block, then back to its mode."""
-    cudart = cuda_bindings_runtime(cp)
-    err, previous = cudart.cudaThreadExchangeStreamCaptureMode(
-        cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal)
+def capture_mode(cudart: Any, mode: str) -> Iterator[None]:
+    """The calling thread in capture interaction mode `mode` (a cudaStreamCaptureMode member name) of the
+    runtime `cudart` for the block, then back to its mode (push-pop, as CUDA's docs advise)."""
+    err, previous = cudart.cudaThreadExchangeStreamCaptureMode(getattr(cudart.cudaStreamCaptureMode, mode))
     if err != cudart.cudaError_t.cudaSuccess:
         raise RuntimeError(f"cudaThreadExchangeStreamCaptureMode: {getattr(err, 'name', err)}")
     try:
         yield
     finally:
         cudart.cudaThreadExchangeStreamCaptureMode(previous)
+
+
+def thread_local_capture_mode(cp: Any) -> contextlib.AbstractContextManager[None]:
+    """The calling thread in cudaStreamCaptureModeThreadLocal for the block, then back to its mode."""
+    return capture_mode(cuda_bindings_runtime(cp), "cudaStreamCaptureModeThreadLocal")

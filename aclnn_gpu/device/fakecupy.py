@@ -1028,8 +1028,8 @@ def _unsafe(what: str) -> None:
     thread's mode (global unless exchanged), global forbids it while the thread has a capture of its
     own not begun in relaxed mode, or while any thread has one begun in global mode; thread-local only
     for the thread's own; relaxed never. A forbidden call fails with cudaErrorStreamCaptureUnsupported
-    and invalidates those captures (the capture's end then fails: PyTorch's watchdog met it, pytorch
-    issues 104555, 105182)."""
+    and invalidates those captures (the capture's end then fails: PyTorch's NCCL watchdog met it with
+    its event queries during a user's graph capture)."""
     if not _strict_captures:
         return
     mode = getattr(_local, "capture_mode", _Runtime.streamCaptureModeGlobal)
