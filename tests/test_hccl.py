@@ -235,6 +235,41 @@ def test_bad_input_fails_on_every_rank_and_leaves_buffers_untouched(session):
     assert mismatch == "HcclAllReduce: the ranks disagree on count: rank 0 count=4, rank 1 count=5", mismatch
 
 
+def test_a_refused_send_stays_with_its_stream_while_another_thread_copies(session):
+    """A synchronous copy waits for every stream of the device, but the failure of one stream's queued
+    work is that stream's: its own aclrtSynchronizeStream reports it, not the other thread's copy."""
+    require_gpus(session.kind, 2, NCCL_ONE_RANK_PER_GPU)
+    import threading
+    uploaded, failed, copied = (threading.Barrier(2, timeout=30) for _ in range(3))
+
+    def body(rank, comm, stream):
+        good = upload(np.arange(8, dtype=np.float32))
+        uploaded.wait()   # a synchronous copy waits for the device's streams: not while a send waits for its receiver
+        if rank == 0:
+            assert acl.HcclSend(good, 4, F32, 1, comm, stream) == 0
+            deadline = time.monotonic() + 30
+            while ok(acl.aclrtStreamQuery(stream)) != acl.ACL_STREAM_STATUS_COMPLETE:   # the refused send has run
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            failed.wait()
+            copied.wait()
+            return acl.aclrtSynchronizeStream(stream), acl.aclGetRecentErrMsg()
+        try:
+            assert acl.HcclRecv(good, 3, F32, 0, comm, stream) == acl.HCCL_E_PARA
+        except BaseException:
+            failed.abort()   # rank 0 fails at its barrier at once
+            raise
+        failed.wait()
+        try:
+            return download(good, 8, np.float32)   # drains rank 0's stream too
+        finally:
+            copied.wait()
+
+    (sync, message), copy = in_threads(2, body)
+    np.testing.assert_array_equal(copy, np.arange(8, dtype=np.float32))
+    assert sync == acl.ACL_ERROR_RT_PARAM_INVALID and "refused the message" in message, message
+
+
 def test_destroyed_communicator_is_refused(session):
     require_gpus(session.kind, 2, NCCL_ONE_RANK_PER_GPU)
     def body(rank, comm, stream):

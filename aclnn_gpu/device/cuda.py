@@ -512,15 +512,22 @@ class CudaDevice(Device):
         capture), and the library cannot see those; so work other libraries queued on streams of their
         own is not waited for (the synchronous copy itself, cudaMemcpy on the legacy stream, still runs
         after the legacy stream's earlier work). Made in thread-local capture mode
-        (device/capture_mode.py)."""
+        (device/capture_mode.py).
+
+        Each stream is waited for through an event recorded on it, not cudaStreamSynchronize: a failure
+        of a stream's queued work (the emulated device's HCCL transfers run as such work) belongs to that
+        stream's own aclrtSynchronizeStream, and another thread's synchronous copy must not take it."""
         with thread_local_capture_mode(self.cp):
+            reached = None
             for stream in self.live_streams():
                 before = getattr(stream, "before_capture", None)   # read once: an end clears it
                 cupy_stream = stream.cupy   # type: ignore[attr-defined]  # read once: a close clears it
                 if before is not None:   # the work queued on it before the capture began may still use the memory
                     before.synchronize()
                 elif cupy_stream is not None:   # (a stream closed meanwhile was drained by its close)
-                    cupy_stream.synchronize()
+                    reached = reached or self.cp.cuda.Event(disable_timing=True)   # this call's own: drains overlap
+                    reached.record(cupy_stream)
+                    reached.synchronize()
             retired, self._retired = self._retired, []
             for event in retired:
                 event.synchronize()
