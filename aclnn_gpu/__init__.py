@@ -8,18 +8,18 @@ IntEnum and as module constants, HCCL's collectives (`Hccl*`), ACL graph capture
 """
 from __future__ import annotations
 
-from . import status as _status
-from .errors import AclnnError, aclGetRecentErrMsg
+from .base import status as _status
+from .base.errors import AclnnError, aclGetRecentErrMsg
 from .hccl import *  # noqa: F401,F403 - HCCL's collectives, HcclComm and the HCCL enums
 from .graph.api import (
     aclmdlRI, aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRIDestroy, aclmdlRIExecuteAsync,
 )
-from .callbacks import aclrtLaunchCallback, aclrtProcessReport, aclrtSubscribeReport, aclrtUnSubscribeReport
+from .runtime.callbacks import aclrtLaunchCallback, aclrtProcessReport, aclrtSubscribeReport, aclrtUnSubscribeReport
 from .executor import (
     aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable, aclSetInputTensorAddr,
     aclSetOutputTensorAddr,
 )
-from .lists import (
+from .meta.lists import (
     aclBoolArray, aclCreateBoolArray, aclCreateFloatArray, aclCreateScalarList, aclCreateTensorList,
     aclDestroyBoolArray, aclDestroyFloatArray, aclDestroyScalarList, aclDestroyTensorList, aclFloatArray,
     aclGetBoolArraySize,
@@ -37,7 +37,7 @@ from .runtime import (
     aclrtStreamWaitEvent, aclrtSynchronizeDevice, aclrtSynchronizeEvent, aclrtSynchronizeStream,
     current_device_kind,
 )
-from .runtime_ext import (
+from .runtime.ext import (
     aclDataTypeSize, aclFloat16ToFloat, aclFloatToFloat16, aclnnFinalize, aclnnInit, aclrtContext, aclrtCreateContext,
     aclrtDeviceGetBareTgid, aclrtMemcpy2d, aclrtMemcpy2dAsync, aclrtPointerGetAttributes, aclrtQueryDeviceStatus,
     aclrtGetLastError, aclrtPeekAtLastError, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutWithMs,
@@ -48,8 +48,8 @@ from .runtime_ext import (
     aclrtSetSysParamOpt, aclrtStreamQuery, aclrtSynchronizeDeviceWithTimeout, aclrtSynchronizeEventWithTimeout,
     aclrtSynchronizeStreamWithTimeout,
 )
-from .status import *  # noqa: F401,F403 - enums and their members as constants
-from .tensor import (
+from .base.status import *  # noqa: F401,F403 - enums and their members as constants
+from .meta.tensor import (
     aclCreateIntArray, aclCreateScalar, aclCreateTensor, aclDestroyIntArray, aclDestroyScalar, aclDestroyTensor,
     aclGetDataType, aclGetFormat, aclGetRawTensorAddr, aclGetStorageShape, aclGetViewOffset, aclGetViewShape,
     aclGetViewStrides, aclIntArray, aclScalar, aclSetRawTensorAddr, aclTensor,

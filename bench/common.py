@@ -48,7 +48,7 @@ def torch_device(kind: str) -> str:
 
 
 def torch_dtype(torch: Any, dt: Any) -> Any:
-    from aclnn_gpu import dtypes
+    from aclnn_gpu.base import dtypes
     return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
             dtypes.bfloat16: torch.bfloat16, np.dtype(np.float64): torch.float64,
             np.dtype(np.int64): torch.int64, np.dtype(np.bool_): torch.bool}[np.dtype(dt)]
@@ -56,7 +56,7 @@ def torch_dtype(torch: Any, dt: Any) -> Any:
 
 def to_torch(torch: Any, a: np.ndarray, device: str) -> Any:
     """A torch tensor with the values and dtype of a NumPy array (bfloat16 included)."""
-    from aclnn_gpu import dtypes
+    from aclnn_gpu.base import dtypes
     a = np.ascontiguousarray(a)
     if a.dtype == dtypes.bfloat16:
         t = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
@@ -70,7 +70,7 @@ class Buffers:
     """Device buffers, tensors and a stream owned by one benchmark case (DeviceArrays underneath)."""
 
     def __init__(self) -> None:
-        from aclnn_gpu.samples import DeviceArrays
+        from aclnn_gpu.demo.samples import DeviceArrays
         self.session = DeviceArrays()
         self.stream = self.session.stream
         self.executors: list[Any] = []

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aclnn_gpu as acl  # noqa: E402
-from aclnn_gpu import dtypes  # noqa: E402
+from aclnn_gpu.base import dtypes  # noqa: E402
 from bench.common import gpu_event_ms, medians_ms  # noqa: E402
 
 CUBE = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN", 2: "USE_FP16", 3: "USE_HF32"}

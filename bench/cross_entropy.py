@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aclnn_gpu as acl  # noqa: E402
-from aclnn_gpu import dtypes  # noqa: E402
+from aclnn_gpu.base import dtypes  # noqa: E402
 from bench.common import Op, gpu_event_ms, median_ms, torch_dtype  # noqa: E402
 
 ACL_CODE = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16,

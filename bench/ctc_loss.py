@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench import common  # noqa: E402
-from aclnn_gpu.dtypes import bfloat16  # noqa: E402
+from aclnn_gpu.base.dtypes import bfloat16  # noqa: E402
 
 GPU_SIZES = [(1000, 32, 5000, 100), (1500, 32, 29, 300)]
 CPU_SIZES = [(200, 8, 29, 40), (500, 16, 29, 100), (300, 16, 200, 60)]

@@ -194,7 +194,7 @@ class ShapeBuffers:
 
     def tensor(self, array):
         import aclnn_gpu as acl
-        from aclnn_gpu import dtypes
+        from aclnn_gpu.base import dtypes
         shape = list(array.shape)
         t = acl.aclCreateTensor(shape, dtypes.from_numpy(array.dtype), None, 0, acl.ACL_FORMAT_ND, shape,
                                 self.malloc(array.nbytes))

@@ -106,7 +106,7 @@ def host_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int = 200, ba
 
 # ------------------------------------------------------------------------------ ConvTbc
 def _np_dtype(name: str):
-    from aclnn_gpu import dtypes
+    from aclnn_gpu.base import dtypes
     return {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": dtypes.bfloat16}[name]
 
 

@@ -186,7 +186,7 @@ def phase_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
     """The pieces of one GetWorkspaceSize + execute, each a callable that does only that piece (and what
     it needs before it); `phase_table` turns their costs into the cost of each phase by differences."""
     from aclnn_gpu import executor as executor_module
-    from aclnn_gpu.ops import checks as checks_module
+    from aclnn_gpu.plans import checks as checks_module
     from aclnn_gpu.runtime import get_device, resolve_stream
 
     device = get_device()
@@ -207,7 +207,7 @@ def phase_calls(case: SimpleNamespace) -> dict[str, Callable[[], Any]]:
         execute(work if ws else None, ws, ex, stream)
 
     from aclnn_gpu.device.registry import Registry
-    from aclnn_gpu.executor_cache import cache
+    from aclnn_gpu.executor.cache import cache
 
     def hit_executor() -> Any:   # as an executor-cache hit makes it: its tensors proven at this generation
         ex = executor_module.aclOpExecutor(case.name, plan, device)

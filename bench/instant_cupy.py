@@ -1,7 +1,7 @@
 """A CuPy stand-in whose launches and copies return at once, for timing the library's own Python.
 
 The `cuda` device's code (`aclnn_gpu/device/cuda.py`) runs over it unchanged: memory is host memory
-(`device/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
+(`emulator/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
 record, a stream synchronize, a stream capture and a graph launch do nothing; `null_cublas()` is a
 libcublas whose C entry points return at once (bench/null_cublas.c, compiled on first use), under the
 library's own GEMM wrapper. What a call then costs is what the library's code costs on a GPU before
@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.emulator import fakecupy
 
 SM_COUNT = 132  # an H100's: grids are sized as on the GPU the figures stand for
 
@@ -126,7 +126,7 @@ def null_cublas() -> Any:
     into the library's compile cache with the emulator's C++ compiler and loaded through ctypes, as the
     real libcublas is."""
     from aclnn_gpu.kernels import gemm
-    from aclnn_gpu.kernels.emulator import build
+    from aclnn_gpu.emulator import build
     source = NULL_CUBLAS_SOURCE.read_bytes()
     target = build.cache_dir() / f"null_cublas_{hashlib.sha256(source).hexdigest()[:16]}.so"
     if not target.exists():

@@ -76,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     kind = common.setup_device(args.device)
     import torch
-    from aclnn_gpu import dtypes
+    from aclnn_gpu.base import dtypes
     dev = common.torch_device(kind)
     if kind != "cuda":
         import os

@@ -42,7 +42,7 @@ CUBLAS_MAJOR = 13   # the soname nvmath-python's binding (built for CUDA 13) loo
 def null_library(source: Path, soname: str, language: str = "c") -> Path:
     """`source` built once into the library's compile cache as a shared library whose SONAME is `soname`
     (dlopen by that name then finds the loaded copy)."""
-    from aclnn_gpu.kernels.emulator import build
+    from aclnn_gpu.emulator import build
     text = source.read_bytes()
     key = hashlib.sha256(text + soname.encode()).hexdigest()[:16]
     target = build.cache_dir() / f"null_{soname.replace('.', '_')}_{key}.so"

@@ -103,7 +103,7 @@ def _timed(fn: Callable[[], Any], calls: int, batches: int) -> tuple[float, floa
 def _plan_run_us(call: Callable[[], Any], calls: int, batches: int) -> tuple[float, float]:
     """Per-call microseconds spent inside `call_cache.run` (the cached plan's NumPy work, on the
     calling thread) during batches of a cached call: the rest of the call is the library's Python."""
-    from aclnn_gpu import call_cache
+    from aclnn_gpu.functional import cache as call_cache
     real, spent = call_cache.run, [0.0]
 
     def timed(*args: Any) -> None:
@@ -142,7 +142,7 @@ def measure(families: list, calls: int = 100, batches: int = 9) -> dict:
 
 
 def _rows(torch: Any, families: list, calls: int, batches: int) -> list[dict]:
-    from aclnn_gpu import call_cache
+    from aclnn_gpu.functional import cache as call_cache
     rows = []
     for fam in families:
         p = fam.tiny()

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aclnn_gpu as acl  # noqa: E402
-from aclnn_gpu import dtypes  # noqa: E402
+from aclnn_gpu.base import dtypes  # noqa: E402
 from bench.common import gpu_event_ms, medians_ms, torch_dtype  # noqa: E402
 
 CODES = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16, dtypes.bfloat16: acl.ACL_BF16,

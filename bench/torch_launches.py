@@ -142,12 +142,12 @@ def _conv_backward(d: dict) -> list[Launch]:
 def l2_model_bytes(seq: list, d: dict, e: int, l2_mib: float = 50) -> list[int] | None:
     """Per launch, the DRAM bytes of the profiler's L2 model (LRU over 32-byte sectors, warm across the
     launches) for a sequence whose launches all give footprints; None when one does not, or when the
-    profiler's runtime (clang++, kernels/emulator/profiling.py) is unavailable. Each tensor lives at
+    profiler's runtime (clang++, emulator/profiling.py) is unavailable. Each tensor lives at
     its own 256-aligned base, as cudaMalloc places them."""
     if not seq or any(len(launch) < 4 for launch in seq):
         return None
     try:
-        from aclnn_gpu.kernels.emulator import profiling
+        from aclnn_gpu.emulator import profiling
         rt = profiling.runtime()
     except Exception:   # no compiler for the runtime: the cold bytes stand
         return None

@@ -36,8 +36,8 @@ step "compile report" "$PY" -m aclnn_gpu.kernels.report --json "$ART/kernel_repo
 step "sanitizer proofs" "$PY" -m pytest -q -p no:cacheprovider -m sanitizer tests/kernels
 step "asan+ubsan kernel tests" env ACLNN_GPU_EMU_RECORD="$REC" ACLNN_GPU_EMU_RECORD_FILTER=sync \
   ACLNN_GPU_EMU_RECORD_PER_KERNEL=1 ACLNN_GPU_SANITIZER_LOGS="$ART/sanitizer-logs" \
-  "$PY" -m aclnn_gpu.kernels.emulator.sanitize -q -p no:cacheprovider -m "kernels and not sanitizer" tests
-step "tsan replay" "$PY" -m aclnn_gpu.kernels.emulator.tsan "$REC" --only-sync --max-blocks 1 --max-per-kernel 1
+  "$PY" -m aclnn_gpu.emulator.sanitize -q -p no:cacheprovider -m "kernels and not sanitizer" tests
+step "tsan replay" "$PY" -m aclnn_gpu.emulator.tsan "$REC" --only-sync --max-blocks 1 --max-per-kernel 1
 
 echo "::: kernel CI total $((SECONDS - t_all)) s, status $status (artifacts: $ART)"
 exit $status

@@ -1,5 +1,5 @@
 """The first call of every operator on a cold cache against its tenth call: one process, one device,
-the demo's ten cases (aclnn_gpu/demo.py), each call both phases and a synchronize with a fresh
+the demo's ten cases (aclnn_gpu/demo/), each call both phases and a synchronize with a fresh
 executor. Run it with CUPY_CACHE_DIR and ACLNN_GPU_CACHE set to empty folders for a cold start, and
 once with ACLNN_GPU_SHIPPED_KERNELS=0 to see what the shipped kernels save (scripts/gpu_check.sh does
 both). Prints one JSON object: per operator the first and tenth call in ms and the kernel files the
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     import aclnn_gpu as acl
     from aclnn_gpu.demo import build_cases
     from aclnn_gpu.kernels import shipped
-    from aclnn_gpu.samples import DeviceArrays
+    from aclnn_gpu.demo.samples import DeviceArrays
 
     compiled: list[str] = []
 

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if real:
         import cupy as cp
     else:
-        from aclnn_gpu.device import fakecupy as cp   # type: ignore[no-redef]
+        from aclnn_gpu.emulator import fakecupy as cp   # type: ignore[no-redef]
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
 
     def need_gpu() -> None:

@@ -14,7 +14,7 @@ Why the seed is printed before the first test and not with the results: a test t
 line is flushed to the terminal at session start, a failed test's report carries its replay command,
 and with ACLNN_GPU_TEST_TRACE=<file> the id of every test is appended to that file (one write() each,
 so the kernel has it before the test runs) and the last line names the test that was running when the
-process died (`python -m aclnn_gpu.kernels.emulator.sanitize` sets it and prints the replay command).
+process died (`python -m aclnn_gpu.emulator.sanitize` sets it and prints the replay command).
 """
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from typing import Any, Sequence
 import numpy as np
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from aclnn_gpu.runtime import release_devices
-from aclnn_gpu.samples import DeviceArrays
+from aclnn_gpu.demo.samples import DeviceArrays
 from seeding import draw_seed
 
 # ACLNN_GPU_TEST_DEVICES (comma list, default "cpu,emulated"): the device kinds the tests run on;

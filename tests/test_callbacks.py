@@ -1,4 +1,4 @@
-"""Host callbacks in stream order (callbacks.py): a subscribed thread runs them in its
+"""Host callbacks in stream order (runtime/callbacks.py): a subscribed thread runs them in its
 aclrtProcessReport; ACL_CALLBACK_BLOCK holds the stream's later work until the callback has run,
 NO_BLOCK does not; the codes for a missing or repeated subscription and a timeout; a blocked stream
 is released when its subscription is withdrawn. On cpu and emulated."""
@@ -167,7 +167,7 @@ def test_a_blocking_callback_still_holds_its_stream_where_cuda_refuses_stream_wa
     """Without stream memory operations (cuStreamWaitValue32 refused: CUDA_ERROR_NOT_SUPPORTED) the
     host function waits for the callback, as before: the stream is held all the same."""
     from aclnn_gpu import runtime
-    from aclnn_gpu.device import fakecupy
+    from aclnn_gpu.emulator import fakecupy
     use_device("emulated")
     monkeypatch.setattr(fakecupy.cuda_bindings_driver, "cuStreamWaitValue32",
                         lambda *args: (fakecupy.cuda_bindings_driver.CUresult.CUDA_ERROR_NOT_SUPPORTED,))

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aclnn_gpu as acl
-from aclnn_gpu.samples import DeviceArrays
+from aclnn_gpu.demo.samples import DeviceArrays
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/ is not installed with the package
 from bench import capture as capture_bench  # noqa: E402
@@ -127,7 +127,7 @@ def capture(stream: Any, issue: Any, mode: int = GLOBAL) -> Any:
 
 @pytest.fixture
 def s(session):
-    """The test's stream, memory and tensors (aclnn_gpu.samples.DeviceArrays), released after it."""
+    """The test's stream, memory and tensors (aclnn_gpu.demo.samples.DeviceArrays), released after it."""
     arrays = DeviceArrays()
     yield arrays
     arrays.close()
@@ -732,7 +732,7 @@ def test_a_replay_queued_behind_a_failure_still_finishes(session, s):
 
 
 def test_a_replay_that_cannot_be_queued_is_not_left_running():
-    from aclnn_gpu.device.hoststream import HostStream
+    from aclnn_gpu.host.stream import HostStream
     stream = HostStream("capfix")
     stream.begin_capture()
     stream.submit(lambda: None)
@@ -893,7 +893,7 @@ def test_captured_copies_page_lock_shared_overlapping_and_pinned_buffers():
 
     from support import use_device
 
-    from aclnn_gpu.device import fakecupy
+    from aclnn_gpu.emulator import fakecupy
     use_device("emulated")
     s = DeviceArrays()
     try:
@@ -929,7 +929,7 @@ def test_captured_copies_page_lock_shared_overlapping_and_pinned_buffers():
 def test_fakecupy_treats_captured_event_records_as_cuda_does():
     """A plain record in a capture is graph-internal (the event is unusable afterwards, as CUDA's
     cudaErrorCapturedEvent); an EXTERNAL record (what the cuda device uses) is recorded by each replay."""
-    from aclnn_gpu.device import fakecupy
+    from aclnn_gpu.emulator import fakecupy
     cuda = fakecupy.cuda
     stream, plain, external = cuda.Stream(), cuda.Event(), cuda.Event()
     gate = threading.Event()
@@ -963,7 +963,7 @@ def test_a_synchronous_copy_and_a_capture_beginning_meanwhile_exclude_each_other
     waiting to: the capture waits, the copy succeeds, and the capture then records and replays."""
     from support import use_device
 
-    from aclnn_gpu.device import fakecupy
+    from aclnn_gpu.emulator import fakecupy
     use_device("emulated")
     s = DeviceArrays()
     try:
@@ -1012,7 +1012,7 @@ def test_fakecupy_refuses_what_cuda_refuses_during_a_capture():
     (cudaErrorStreamCaptureUnsupported) -- each invalidating the capture, whose end then fails -- and
     capture on the legacy stream (CuPy's RuntimeError). A non-blocking stream's capture leaves the
     legacy stream usable."""
-    from aclnn_gpu.device import fakecupy
+    from aclnn_gpu.emulator import fakecupy
     cuda, runtime = fakecupy.cuda, fakecupy.cuda.runtime
     host = np.zeros(64, np.uint8)
     memory = cuda.alloc(64)
@@ -1059,7 +1059,7 @@ def test_two_devices_capturing_one_buffer_share_its_page_locks(monkeypatch):
     device 1's model goes too."""
     from support import use_device
 
-    from aclnn_gpu.device import fakecupy
+    from aclnn_gpu.emulator import fakecupy
     monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
     use_device("emulated")
     runtime, n = fakecupy.cuda.runtime, 2 * 4096

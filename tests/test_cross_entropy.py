@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from aclnn_gpu import functional as fn
 from support import assert_close, assert_refused, near_end
 

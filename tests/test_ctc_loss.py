@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from aclnn_gpu import functional as F
 from support import assert_close, assert_refused, near_end
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from support import DEVICE_KINDS
 from test_ctc_loss import BWD, FWD, ia
 

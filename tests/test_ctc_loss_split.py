@@ -21,8 +21,8 @@ T, N, C, L = 300, 2, 6, 63
 def test_the_shape_splits():
     """... and the emulated device (fakecupy's SMs) keeps every block of each split launch resident, so
     the plans below take the split path."""
-    from aclnn_gpu.device import fakecupy
-    from aclnn_gpu.kernels.context import StandaloneEmuContext
+    from aclnn_gpu.emulator import fakecupy
+    from aclnn_gpu.emulator.context import StandaloneEmuContext
     J, cs = launch.recursion_split(T, N, L)
     assert J > 1 and (J - 1) * cs < 2 * L + 1 <= J * cs
     ctx = StandaloneEmuContext(sm_count=fakecupy.SM_COUNT)

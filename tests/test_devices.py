@@ -17,9 +17,9 @@ from support import DEVICE_KINDS, assert_close, require_gpus
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.emulator import fakecupy
 from aclnn_gpu.reference.kl_div import kl_div
-from aclnn_gpu.samples import DeviceArrays
+from aclnn_gpu.demo.samples import DeviceArrays
 
 P = acl.ACL_ERROR_RT_PARAM_INVALID
 INVALID = acl.ACLNN_ERR_PARAM_INVALID
@@ -209,8 +209,9 @@ def test_operator_refuses_another_devices_memory_and_stream_unless_peer(two, rng
 
 def test_plan_uses_the_sm_count_of_its_device(monkeypatch, rng):
     """Grids are sized from the SM count of the device that runs the plan, not device 0's."""
-    from aclnn_gpu.device import cuda, fakecupy
-    from aclnn_gpu.ops.frozen import Launch
+    from aclnn_gpu.device import cuda
+    from aclnn_gpu.emulator import fakecupy
+    from aclnn_gpu.plans.frozen import Launch
     monkeypatch.setenv("ACLNN_GPU_DEVICE", "emulated")
     monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
     monkeypatch.setitem(fakecupy.SM_COUNTS, 1, 1)        # device 1: one SM; device 0: fakecupy.SM_COUNT

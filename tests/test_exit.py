@@ -1,7 +1,7 @@
 """Processes that end with work still queued, or with threads still calling operators, exit
 cleanly on every device: the program's own exit code, no signal, nothing on stderr but what the
 program wrote (tests/exit_program.py; the C ABI's twin is tests/capi/exit_queued.c). The stream
-workers stop at exit (device/hoststream.py `stop_all`): queued work is abandoned, the running task
+workers stop at exit (host/stream.py `stop_all`): queued work is abandoned, the running task
 finishes, and no kernel runs into memory the exit frees."""
 from __future__ import annotations
 

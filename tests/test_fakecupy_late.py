@@ -1,4 +1,4 @@
-"""The late stand-in (`ACLNN_GPU_EMU_LATE`, device/fakecupy.py and device/fakepool.py): each of its
+"""The late stand-in (`ACLNN_GPU_EMU_LATE`, emulator/fakecupy.py and emulator/fakepool.py): each of its
 rules shown on, against what CUDA and CuPy document, and aclrtMalloc's padding under it.
 
 Where a test needs a stream to run late it does not sleep: it gives that stream's worker a delay
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu.device import fakecupy, fakepool
+from aclnn_gpu.emulator import fakecupy
+from aclnn_gpu.emulator import fakepool
 from support import use_device
 
 runtime = fakecupy.cuda.runtime

@@ -18,7 +18,7 @@ import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
 from aclnn_gpu.device import current
-from aclnn_gpu.errors import AclnnError, NoDevice
+from aclnn_gpu.base.errors import AclnnError, NoDevice
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss
 from aclnn_gpu.reference.kl_div import kl_div
 

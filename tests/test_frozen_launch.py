@@ -1,4 +1,4 @@
-"""The frozen launch (aclnn_gpu/ops/frozen.py): phase 1 records an operator's launcher once; phase 2
+"""The frozen launch (aclnn_gpu/plans/frozen.py): phase 1 records an operator's launcher once; phase 2
 replays it with the workspace rebased. The replay must issue exactly the calls the launcher itself
 would issue for the same workspace (kernel names, geometry, argument values and types, upload bytes,
 GEMM arguments), and the recorder must refuse a step outside the reported workspace."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu.ops.frozen import SENTINEL, Gemm, Recorder, freeze
+from aclnn_gpu.plans.frozen import SENTINEL, Gemm, Recorder, freeze
 from support import Session
 
 
@@ -234,7 +234,7 @@ def test_the_cuda_replay_program_follows_the_workspace_and_the_stream(monkeypatc
 
     from aclnn_gpu.device.cuda import CudaDevice, CudaKernelContext
     from aclnn_gpu.kernels import gemm
-    from aclnn_gpu.ops.frozen import FrozenLaunch
+    from aclnn_gpu.plans.frozen import FrozenLaunch
     from bench import instant_cupy
 
     cublas = _RecordingCublas()
@@ -275,7 +275,7 @@ def test_the_cuda_replay_program_follows_the_workspace_and_the_stream(monkeypatc
     run(second, w2)
     assert cublas.streams == [first.cupy.ptr, second.cupy.ptr]
     assert len(cublas.gemms) == 4 and len(launched) == 4
-    from aclnn_gpu.ops import frozen as frozen_module
+    from aclnn_gpu.plans import frozen as frozen_module
     monkeypatch.setitem(frozen_module._cache, ("a launch key",), frozen)
     device.close()   # a reset forgets the programs it made on cached frozen launches (they hold its streams)
     assert frozen.program == (None, ()) and frozen.programs == {}
@@ -286,7 +286,7 @@ def test_streams_taking_turns_on_one_frozen_launch_keep_their_replay_programs(mo
     a few are kept per frozen launch (PROGRAMS_KEPT, least recently used dropped first), not one slot
     rebuilt at every turn; each still launches on its own stream with its own workspace."""
     from aclnn_gpu.device.cuda import CudaDevice, CudaKernelContext
-    from aclnn_gpu.ops import frozen as frozen_module
+    from aclnn_gpu.plans import frozen as frozen_module
     from bench import instant_cupy
 
     recorder = Recorder(4, 1024)

@@ -1,4 +1,4 @@
-"""The functional layer's per-signature cache (aclnn_gpu/call_cache.py) never gives another answer
+"""The functional layer's per-signature cache (aclnn_gpu/functional/cache.py) never gives another answer
 than the uncached path: every operator, the same signature with new data, other strides, other
 scalars, interleaved signatures, threads, a device reset, a fork() child, bad input after a cached
 call, a failure already queued on the stream; results compared bit for bit with call_cache.disabled()."""
@@ -13,7 +13,7 @@ import pytest
 from support import use_device
 
 import aclnn_gpu as acl
-from aclnn_gpu import call_cache
+from aclnn_gpu.functional import cache as call_cache
 from aclnn_gpu import functional as F
 from aclnn_gpu import runtime
 

@@ -487,7 +487,7 @@ def test_nccl_layer_maps_types_ops_and_the_stream(monkeypatch):
     import contextlib
     import types as pytypes
 
-    from aclnn_gpu.errors import OpError
+    from aclnn_gpu.base.errors import OpError
     from aclnn_gpu.hccl import nccl as layer
 
     calls = []
@@ -549,7 +549,7 @@ class StrictNccl:
             super().__init__(message)
 
     def __init__(self) -> None:
-        from aclnn_gpu.device import fakecupy
+        from aclnn_gpu.emulator import fakecupy
         self.fakecupy = fakecupy
         self.devices: dict[bytes, dict[int, int]] = {}   # unique id -> {device: rank}
         self.calls: list[tuple[str, int, int]] = []      # (call, communicator's device, current device)

@@ -357,7 +357,7 @@ def test_nccl_layer_maps_the_new_collectives(monkeypatch):
     counts at byte offsets); all-gather-v is one ncclBroadcast per rank, reduce-scatter-v one
     ncclReduce per rank, grouped; a fault aborts the communicator and refuses later calls; the async
     error maps NCCL's codes to HCCL's."""
-    from aclnn_gpu.errors import OpError
+    from aclnn_gpu.base.errors import OpError
     from aclnn_gpu.hccl import nccl as layer
     from aclnn_gpu.hccl.gloo import Item
 

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch.distributed")
 
 import aclnn_gpu as acl  # noqa: E402
-from aclnn_gpu.errors import OpError  # noqa: E402
+from aclnn_gpu.base.errors import OpError  # noqa: E402
 from aclnn_gpu.hccl import bootstrap  # noqa: E402
 from aclnn_gpu.hccl.types import HCCL_ROOT_INFO_BYTES  # noqa: E402
 from hccl_ranks import RANK_TIMEOUT_S, ok  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from support import assert_close, assert_refused, near_end
 
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}

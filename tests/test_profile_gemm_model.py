@@ -66,7 +66,7 @@ needs_runtime = pytest.mark.skipif(not shutil.which("clang++"), reason="the L2 m
 
 @needs_runtime
 def test_l2_touch_hits_what_is_cached():
-    from aclnn_gpu.kernels.emulator import profiling
+    from aclnn_gpu.emulator import profiling
     with profiling.collect(l2_bytes=1 << 20):                     # an empty 1 MiB L2
         assert profiling.l2_touch([1000], [1010], False) == (10, 0)   # cold: 10 read misses
         assert profiling.l2_touch([1000], [1010], False) == (0, 0)    # cached

@@ -29,7 +29,7 @@ def test_enums_have_canns_numbers():
     assert acl.ACL_MEM_MALLOC_HUGE_FIRST == 0 and acl.ACL_MEM_MALLOC_NORMAL_ONLY == 2
     assert isinstance(acl.ACL_FLOAT, acl.aclDataType)
     import enum
-    for enum_type in acl.status.ENUMS:     # every enum an IntEnum whose members are module constants
+    for enum_type in acl.base.status.ENUMS:     # every enum an IntEnum whose members are module constants
         assert issubclass(enum_type, enum.IntEnum), enum_type
         assert all(getattr(acl, name) is member for name, member in enum_type.__members__.items())
     assert (acl.KEEP_DTYPE, acl.USE_HF32, acl.ACL_EVENT_TIME_LINE | acl.ACL_EVENT_SYNC) == (0, 3, 9)

@@ -1,4 +1,4 @@
-"""The rest of the runtime and meta API (runtime_ext.py, lists.py, the executor rebinding): the half
+"""The rest of the runtime and meta API (runtime/ext.py, meta/lists.py, the executor rebinding): the half
 conversions against PyTorch, element sizes, versions, contexts, stream and event status, memory
 information, the copy kinds 5-7, float / bool arrays and tensor / scalar lists, raw tensor
 addresses, aclSet{Input,Output}TensorAddr against PyTorch's kl_div gradient, and the C layer's
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import aclnn_gpu as acl
-from aclnn_gpu import executor_cache
+from aclnn_gpu.executor import cache as executor_cache
 from support import use_device
 
 P = acl.ACL_ERROR_RT_PARAM_INVALID

@@ -11,7 +11,7 @@ import torch
 
 import aclnn_gpu as acl
 import aclnn_gpu.functional as F
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from support import assert_refused, near_end
 
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), dtypes.bfloat16

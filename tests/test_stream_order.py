@@ -27,7 +27,7 @@ import pytest
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.emulator import fakecupy
 from aclnn_gpu.reference.kl_div import kl_div
 from support import DEVICE_KINDS, use_device
 

@@ -251,7 +251,7 @@ def test_cpu_tensors_are_lent_without_copies(gen, monkeypatch, cached):
     never taken for contiguous or strided torch CPU tensors, whether a call describes them (the
     uncached path) or runs a cached plan on them (call_cache: a signature's second call)."""
     import aclnn_gpu.functional as F
-    from aclnn_gpu import call_cache
+    from aclnn_gpu.functional import cache as call_cache
     read = []
     original = F._Call._describe if not cached else call_cache.bytes_of
     if cached:

@@ -1,4 +1,4 @@
-"""The `aclnn::` custom operators (aclnn_gpu/torch_ops.py): torch.library.opcheck of every one (schema,
+"""The `aclnn::` custom operators (aclnn_gpu/torch/ops.py): torch.library.opcheck of every one (schema,
 fake tensor, autograd registration, AOT dispatch with dynamic shapes) on cpu tensors, the fake
 implementations' shapes and dtypes against the real results, torch.compile(fullgraph=True) of the
 attention step and of the ConvTbc + CTC model against eager, and torch.export holding them."""
@@ -14,7 +14,7 @@ import torch.nn.functional as TF  # noqa: E402
 from support import use_device  # noqa: E402
 
 import aclnn_gpu.torch as AT  # noqa: E402
-from aclnn_gpu import torch_ops  # noqa: E402
+from aclnn_gpu.torch import ops as torch_ops  # noqa: E402
 
 aclnn = torch.ops.aclnn
 

@@ -1,4 +1,4 @@
-"""aclnn_gpu.torch on a GPU (aclnn_gpu/torch_stream.py): every operator enqueues on the PyTorch stream that
+"""aclnn_gpu.torch on a GPU (aclnn_gpu/torch/stream.py): every operator enqueues on the PyTorch stream that
 is current (a side stream included), returns without waiting, takes its results and workspace from
 PyTorch's caching allocator on that stream, a result used on another stream is recorded there as
 PyTorch requires, autograd's backward runs on the forward's stream, and a captured call replays.
@@ -23,7 +23,7 @@ from support import DEVICE_KINDS, GPU_TOLERANCE_SCALE, use_device  # noqa: E402
 from torch_gpu import Harness  # noqa: E402
 
 import aclnn_gpu.torch as AT  # noqa: E402
-from aclnn_gpu import torch_stream  # noqa: E402
+from aclnn_gpu.torch import stream as torch_stream  # noqa: E402
 from aclnn_gpu.device import cuda as cuda_device  # noqa: E402
 
 aclnn = torch.ops.aclnn

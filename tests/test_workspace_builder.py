@@ -1,4 +1,4 @@
-"""The one workspace builder (aclnn_gpu/ops/plan.py: WorkspaceBuilder -> Workspace): ranges in call
+"""The one workspace builder (aclnn_gpu/plans/plan.py: WorkspaceBuilder -> Workspace): ranges in call
 order on 256-byte boundaries, where kernels find each tensor, and the order of the copies around an
 operator's launches (staged inputs, input conversions | launches | output conversions, staged outputs)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aclnn_gpu.ops.plan import NO_WORKSPACE, WorkspaceBuilder, tensor_ptr
+from aclnn_gpu.plans.plan import NO_WORKSPACE, WorkspaceBuilder, tensor_ptr
 from support import Session
 
 

@@ -1,7 +1,7 @@
 """The GPU side of `aclnn_gpu.torch`, for tests that run on the emulated device and on a real GPU alike.
 
-`StandIn` answers `aclnn_gpu.torch_stream`'s seam (the six questions `TorchCuda` asks PyTorch and CuPy
-on a GPU) with CPU tensors and the emulated device's CuPy-shaped streams (`device/fakecupy.py`), so
+`StandIn` answers `aclnn_gpu.torch.stream`'s seam (the six questions `TorchCuda` asks PyTorch and CuPy
+on a GPU) with CPU tensors and the emulated device's CuPy-shaped streams (`emulator/fakecupy.py`), so
 the code a GPU runs (`TorchCall`, the two phases on PyTorch's stream, the registry lending, the capture
 path) runs in CI:
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from aclnn_gpu import torch_stream
+from aclnn_gpu.torch import stream as torch_stream
 
 
 class FakeTorchStream:
@@ -63,7 +63,7 @@ class StandIn:
     device_kind = "emulated"
 
     def __init__(self) -> None:
-        from aclnn_gpu.device import fakecupy
+        from aclnn_gpu.emulator import fakecupy
         self.fakecupy = fakecupy
         self.streams: list[FakeTorchStream] = []
         # PyTorch's default stream is CUDA's legacy stream (handle 0); the late stand-in has it so

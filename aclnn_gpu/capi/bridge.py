@@ -26,10 +26,11 @@ import threading
 from typing import Any, Callable
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes, runtime
-from aclnn_gpu.errors import set_recent_error
+from aclnn_gpu import runtime
+from aclnn_gpu.base import dtypes
+from aclnn_gpu.base.errors import set_recent_error
 from aclnn_gpu.executor import aclOpExecutor
-from aclnn_gpu.tensor import MAX_DIMS
+from aclnn_gpu.meta.tensor import MAX_DIMS
 
 from .build import marshalled
 from .custom import CONVERSIONS, CError

@@ -33,7 +33,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..kernels.emulator.build import _locked, _tmp_name
+from ..emulator.build import _locked, _tmp_name
 from .custom import CONVERSIONS
 from .table import CDEF_TYPES, INCLUDE_DIR, Entry, Param, entries, headers
 

@@ -14,20 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..host.memory import host_memory_info
 from .registry import Registry
-
-
-def virtual_device_count() -> int:
-    """The cpu and emulated kinds' number of devices: ACLNN_GPU_DEVICE_COUNT (default 1).
-    ValueError for anything but an integer >= 1."""
-    text = os.environ.get("ACLNN_GPU_DEVICE_COUNT", "").strip() or "1"
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(f"ACLNN_GPU_DEVICE_COUNT={text!r} must be an integer >= 1")
-    return count
 
 
 STOP_TIMEOUT_ENV = "ACLNN_GPU_STOP_TIMEOUT_S"
@@ -45,7 +33,7 @@ def stop_timeout_s() -> float:
 
 
 class DeviceStream(abc.ABC):
-    """A device's in-order queue. `capture` is the runtime's capture state (`aclnn_gpu/graph/state.py`)
+    """A device's in-order queue. `capture` is the runtime's capture state (`aclnn_gpu/runtime/capture.py`)
     while the stream captures, else None: the one attribute the hot paths read."""
 
     capture: Any = None
@@ -76,12 +64,6 @@ class DeviceEvent(abc.ABC):
 
     @abc.abstractmethod
     def elapsed_ms(self, end: "DeviceEvent") -> float: ...
-
-
-def host_memory_info() -> tuple[int, int]:
-    """(available, total) bytes of the host's physical memory."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
 
 class Device(abc.ABC):
@@ -170,7 +152,7 @@ class Device(abc.ABC):
     # ------------------------------------------------------------------ operators
     @abc.abstractmethod
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
-        """Queue an operator plan (see `aclnn_gpu.ops.plan`) on `stream`."""
+        """Queue an operator plan (see `aclnn_gpu.plans.plan`) on `stream`."""
 
     # ------------------------------------------------------------------ stream capture (ACL graphs)
     @abc.abstractmethod

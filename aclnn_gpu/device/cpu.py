@@ -14,19 +14,9 @@ from typing import Any
 import numpy as np
 
 from .base import Device, DeviceEvent, DeviceStream
-from .hoststream import CapturedWork, HostEventMark, HostStream
+from ..host.memory import aligned_buffer
+from ..host.stream import CapturedWork, HostEventMark, HostStream
 from .registry import Allocation, Registry
-
-ALIGN = 64  # bytes; CANN guarantees 32, vector kernels want 16
-
-
-def aligned_buffer(size: int, align: int = ALIGN) -> tuple[int, np.ndarray]:
-    """A zero-initialised-free host buffer of `size` bytes whose first byte is `align`-aligned."""
-    raw = np.empty(size + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    buf = raw[start:start + size]
-    return buf.ctypes.data, buf
-
 
 class CpuStream(DeviceStream):
     """A stream handle's device side. Its worker belongs to the device (`CpuDevice.workers`): when
@@ -162,7 +152,7 @@ class CpuDevice(Device):
 
     # ------------------------------------------------------------------ operators
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
-        if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
+        if stream.capture is not None:   # the model keeps the plan and its memory (runtime/capture.py)
             stream.capture.hold_plan(plan, workspace)
         stream.worker.submit(lambda: run_quietly(plan, self, workspace))  # type: ignore[attr-defined]
 

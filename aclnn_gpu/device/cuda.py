@@ -1,5 +1,5 @@
 """The `cuda` device, written against CuPy: streams, events, the memory pool, RawModule kernels and
-cuBLAS. The emulated device is this same class over `device/fakecupy.py`, a CuPy-shaped layer that
+cuBLAS. The emulated device is this same class over `emulator/fakecupy.py`, a CuPy-shaped layer that
 runs on the CPU, so everything here except the few calls into real CuPy is executed in CI.
 
 What only a GPU can run (and no test here reaches) is the CuPy module itself: `cupy.cuda.alloc`,
@@ -15,7 +15,7 @@ CuPy compiles the kernels for) are read from that device.
 Stream capture maps onto CUDA's: `stream.begin_capture(relaxed)`, `end_capture()` -> `cupy.cuda.Graph`
 (kept in a `CudaGraph` with the event of its last launch), `graph.launch(stream)`. CUDA is asked
 for RELAXED mode whatever ACL mode the caller chose: the ACL mode rules are the runtime's
-(`graph/state.py`), and the library itself allocates pinned memory while capturing (below), which
+(`runtime/capture.py`), and the library itself allocates pinned memory while capturing (below), which
 CUDA's stricter modes forbid. A captured copy from or to a caller's host buffer object uses that
 buffer at every replay: it is page-locked in place (cudaHostRegister, portable: one process-wide
 table, `hostpins.shared_pins`, since a registration is the process's, not a device's) for the
@@ -54,8 +54,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..kernels import shipped
-from ..ops.frozen import ALIGN as FROZEN_ALIGN
-from ..ops.frozen import Launch, Upload, drop_programs
+from ..plans.frozen import ALIGN as FROZEN_ALIGN
+from ..plans.frozen import Launch, Upload, drop_programs
 from .base import Device, DeviceEvent, DeviceStream
 from .capture_mode import cuda_bindings_runtime, thread_local_capture_mode
 from .hostpins import shared_pins
@@ -212,7 +212,7 @@ class StreamGate:
     `hold()` queues cuStreamWaitValue32 (a stream memory operation: the stream's later work waits until
     a 32-bit word is cyclically >= n) on a pinned counter, and `release(n)` stores n there. Pinned
     memory is device-accessible at its host address under unified addressing. aclrtLaunchCallback's
-    blocking callbacks hold their stream this way (callbacks.py): a host function that waited would
+    blocking callbacks hold their stream this way (runtime/callbacks.py): a host function that waited would
     hold up other streams' host functions, which CUDA may serialize."""
 
     def __init__(self, device: "CudaDevice", stream: CudaStream):
@@ -258,7 +258,7 @@ class CudaKernelContext:
         self.upload_at(dst, host, None)
 
     def upload_at(self, dst: int, host: np.ndarray, address: int | None) -> None:
-        """`upload`, told the address of `host`'s C-contiguous bytes (a frozen launch's tables: ops/frozen.py)."""
+        """`upload`, told the address of `host`'s C-contiguous bytes (a frozen launch's tables: plans/frozen.py)."""
         capture = self.stream.capture
         if capture is None:
             self.device.uploads.upload(dst, host, self.stream.cupy, address)
@@ -581,8 +581,8 @@ class CudaDevice(Device):
         """The address of a caller's host buffer (aclrtMemcpyAsync's `what`, src or dst) that a captured
         copy reads or writes at every replay: page-locked in place through the device's table
         (`hostpins.HostPins`) until the model is released; the model keeps the buffer alive."""
-        from ..errors import fail
-        from ..status import aclError
+        from ..base.errors import fail
+        from ..base.status import aclError
         address = int(array.ctypes.data)
         key = (address, array.nbytes)
         if key not in capture.pinned and array.nbytes:
@@ -771,7 +771,7 @@ class CudaDevice(Device):
         return stream.cublas_workspace[1], stream.cublas_workspace[2]
 
     def enqueue(self, stream: DeviceStream, plan: Any, workspace: int) -> None:
-        if stream.capture is not None:   # the model keeps the plan and its memory (graph/state.py)
+        if stream.capture is not None:   # the model keeps the plan and its memory (runtime/capture.py)
             stream.capture.hold_plan(plan, workspace)
         context = stream.kernel_context   # one per stream: it holds only the device and the stream
         if context is None:

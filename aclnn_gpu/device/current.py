@@ -14,9 +14,10 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from ..errors import DeviceUnavailable, NoDevice, fail
-from ..status import aclError
-from .base import Device, virtual_device_count
+from ..base.errors import DeviceUnavailable, NoDevice, fail
+from ..base.status import aclError
+from ..host.memory import virtual_device_count
+from .base import Device
 from .registry import Allocation, Registry
 
 KINDS = ("auto", "cpu", "cuda", "emulated")
@@ -303,7 +304,7 @@ def at_exit() -> None:
     abandoned, running tasks finished), then keep every device, and so its memory, alive for good:
     a daemon thread still inside a copy when Python tears its modules down writes into memory that
     stays mapped. The operating system takes it back when the process ends."""
-    from . import hoststream
+    from ..host import stream as hoststream
     hoststream.stop_all()
     with _state.lock:
         devices = list(_state.devices.values())

@@ -1,4 +1,4 @@
-"""The `emulated` device: the cuda device's code (`device/cuda.py`) over `device/fakecupy.py`, so
+"""The `emulated` device: the cuda device's code (`device/cuda.py`) over `emulator/fakecupy.py`, so
 the CUDA kernels run from their `.cu` sources on the CPU, with the same plans, launch geometry and
 argument packing as on a GPU. GEMMs run in NumPy (`kernels/gemm.py`)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import functools
 import shutil
 from typing import Callable
 
-from . import fakecupy
+from ..emulator import fakecupy
 from .cuda import CudaDevice
 from .registry import Allocation
 
@@ -15,7 +15,7 @@ FindAllocation = Callable[[int, int], "Allocation | None"]
 
 
 def emulator_available() -> bool:
-    from ..kernels.emulator import build
+    from ..emulator import build
     return shutil.which(build.CXX) is not None
 
 
@@ -24,7 +24,7 @@ class EmulatedDevice(CudaDevice):
 
     def __init__(self, device_id: int, find_allocation: FindAllocation) -> None:
         super().__init__(fakecupy, kind="emulated", device_id=device_id)
-        from ..kernels.emulator import set_memory_resolver
+        from ..emulator import set_memory_resolver
         # lets recorded launches be replayed (ThreadSanitizer)
         set_memory_resolver(functools.partial(_resolve, find_allocation))
         # what the late stand-in reads to tell device memory (a lent array included) from pageable host memory
@@ -59,6 +59,6 @@ def _resolve(find_allocation: FindAllocation, address: int) -> tuple[int, int] |
 
 def emulator_unavailable_reason() -> str | None:
     if not emulator_available():
-        from ..kernels.emulator import build
+        from ..emulator import build
         return f"ACLNN_GPU_DEVICE=emulated needs a C++ compiler ({build.CXX}), none was found"
     return None

@@ -11,7 +11,7 @@ owner is enabled and otherwise refuses it with a message naming the owning devic
 `Registry.generation` is one process-wide value that changes with every removal from any device's
 registry and every peer-access change (`Registry.bump`): a range that passed the check while it was
 g is still usable while it is g, which lets phase 2 of an operator skip re-checking its pointers
-(ops/plan.py `check_plan_memory`). It is shared by all devices because a tensor may live in a peer
+(plans/plan.py `check_plan_memory`). It is shared by all devices because a tensor may live in a peer
 device's memory: a free there, or peer access disabled, must invalidate this device's cached checks.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 
-from ..errors import fail
-from ..status import aclError
+from ..base.errors import fail
+from ..base.status import aclError
 
 
 _GENERATIONS = itertools.count(1)

@@ -13,10 +13,10 @@ import numbers
 import threading
 from typing import Any
 
-from ..errors import c_api, fail
+from ..base.errors import c_api, fail
 from ..runtime import _stream_owner, aclrtStream
-from ..status import aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus
-from . import state
+from ..base.status import aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus
+from ..runtime import capture as state
 
 OK = aclError.ACL_SUCCESS
 PARAM = aclError.ACL_ERROR_RT_PARAM_INVALID

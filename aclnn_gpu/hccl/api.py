@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import OpError, aclGetRecentErrMsg, c_api, fail
+from ..base.errors import OpError, aclGetRecentErrMsg, c_api, fail
 from ..runtime import aclrtSetDevice
 from . import bootstrap, sealed
 from .comm import HcclComm, build, check_comm, device_of, engine_for, require_torch_distributed
@@ -315,7 +315,7 @@ def HcclGetCommAsyncError(comm: HcclComm) -> tuple[int, int]:
     c.health.observe()
     fault = c.health.fault
     if fault is not None:
-        from ..errors import set_recent_error
+        from ..base.errors import set_recent_error
         set_recent_error(f"{fn}: {fault[1]}")
         return OK, HcclResult(fault[0])
     return OK, HcclResult(c.engine.async_error())

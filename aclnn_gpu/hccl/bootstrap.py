@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import OpError, fail
+from ..base.errors import OpError, fail
 from . import sealed
 from .sealed import Unauthenticated
 from .types import HCCL_ROOT_INFO_BYTES, HcclResult

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-from ..errors import OpError, fail
-from ..status import aclError
+from ..base.errors import OpError, fail
+from ..base.status import aclError
 from .api import (
     OK, PARA, PTR, buffer, counts, data_type, hccl_api, integer, is_zero, optional_buffer, peer, reduce_op, stream_of,
 )

@@ -15,7 +15,7 @@ import time
 import weakref
 from typing import Any
 
-from ..errors import NoDevice, OpError, fail
+from ..base.errors import NoDevice, OpError, fail
 from ..runtime import get_device, resolve_stream
 from . import bootstrap
 from .bootstrap import leak

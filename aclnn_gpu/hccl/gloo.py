@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import OpError
-from ..status import aclError
+from ..base.errors import OpError
+from ..base.status import aclError
 from . import bootstrap
 from .bootstrap import Health
 from .types import HcclReduceOp, HcclResult

@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import OpError, fail
-from ..status import aclError
+from ..base.errors import OpError, fail
+from ..base.status import aclError
 from .types import HcclReduceOp, HcclResult
 
 # ncclDataType_t by NumPy type; NCCL has no 16-bit integers (reductions of those are refused).

@@ -14,7 +14,6 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from . import manifest
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
@@ -71,36 +70,3 @@ class KernelFile:
 def ptr(address: int) -> np.uint64:
     """A device pointer kernel argument (8 bytes, as CUDA expects)."""
     return np.uint64(address)
-
-
-class StandaloneEmuContext:
-    """KernelContext over NumPy arrays for kernel unit tests: device memory is host memory, the
-    kernels run in the CPU emulator, `upload` is a memmove."""
-
-    def __init__(self, sm_count: int = 4, arch: str = "sm_90"):
-        self.sm_count = sm_count
-        self.arch = arch
-        self._modules: dict[str, Any] = {}
-
-    def module(self, file: str):
-        if file not in self._modules:
-            from .emulator import EmuModule
-            src = (KERNEL_DIR / file).read_text()
-            self._modules[file] = EmuModule(src, name_expressions=manifest.KERNELS[file], filename=file)
-        return self._modules[file]
-
-    def upload(self, dst: int, host: np.ndarray) -> None:
-        import ctypes
-        host = np.ascontiguousarray(host)
-        ctypes.memmove(dst, host.ctypes.data, host.nbytes)
-
-    def launch(self, file, expr, grid, block, args, shared_mem=0):
-        self.module(file).get_function(expr)(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
-
-    def gemm_strided_batched(self, *args, **kwargs) -> None:
-        from .gemm import gemm_numpy
-        gemm_numpy(*args, **kwargs)
-
-    def gemm_batched(self, *args, **kwargs) -> None:
-        from .gemm import gemm_batched_numpy
-        gemm_batched_numpy(*args, **kwargs)

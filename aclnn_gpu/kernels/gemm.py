@@ -55,8 +55,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..errors import OpError
-from ..status import aclError
+from ..base.errors import OpError
+from ..base.status import aclError
 
 COMPUTE_32F = "32F"
 COMPUTE_32F_FAST_TF32 = "32F_FAST_TF32"

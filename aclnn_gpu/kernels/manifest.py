@@ -3,8 +3,8 @@ instantiation the host launches.
 
 Each operator package declares its file's table once (a `KernelFile`, through which its launcher
 builds every name) and registers it here when its launch module is imported; the workspace builder
-(`ops/plan.py`) registers the strided copies the same way. The loader (cuda/emulated devices), the
-emulator and the compile report read the tables from here; phase 1's recorder (`ops/frozen.py`)
+(`plans/plan.py`) registers the strided copies the same way. The loader (cuda/emulated devices), the
+emulator and the compile report read the tables from here; phase 1's recorder (`plans/frozen.py`)
 refuses a launch outside them. Registration, not imports from here, keeps this layer below the
 operators: `kernels/` never imports `ops/`.
 

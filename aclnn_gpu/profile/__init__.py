@@ -1,7 +1,7 @@
 """GPU memory cost of the operators, measured on the emulated device: `python -m aclnn_gpu.profile`.
 
 Each operator call runs through the public `aclnn_gpu.functional` API on the emulated device with the
-emulator's profiling build (`ACLNN_GPU_EMU_PROFILE=1`, see kernels/emulator/profiling.py): every kernel
+emulator's profiling build (`ACLNN_GPU_EMU_PROFILE=1`, see emulator/profiling.py): every kernel
 launch reports its access sites (file:line), warp requests, 32-byte sectors per request against the
 ideal for the access width, and its DRAM bytes (cold cache: distinct sectors read + written; and an
 LRU model of a 50 MiB L2 warm across the launches of the call). cuBLAS GEMMs (ConvTbc) are not
@@ -170,7 +170,7 @@ def _strided_entries(addr: int, dtype, stride: int, batch: int) -> np.ndarray:
 
 def _recorder(launches, l2: bool):
     """record(m, n, k, batch, ...): append the GemmLaunch of a GEMM with entries at a, b, c."""
-    from ..kernels.emulator import profiling
+    from ..emulator import profiling
     shift = np.vectorize(profiling.gpu_sector_shift, otypes=[np.int64]) if l2 else None
 
     def record(transa, transb, m, n, k, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc, batch, compute):
@@ -222,7 +222,7 @@ def profile_call(op: str, dims: dict | None = None, dtype: str | None = None, *,
     its launches' profiles. Needs ACLNN_GPU_DEVICE=emulated and ACLNN_GPU_EMU_PROFILE=1 set before the
     device's first kernel build (the command sets both)."""
     from ..kernels import gemm as gemm_module
-    from ..kernels.emulator import profiling
+    from ..emulator import profiling
     from .operators import DTYPES, OPERATORS
     if os.environ.get("ACLNN_GPU_DEVICE") != "emulated" or not os.environ.get("ACLNN_GPU_EMU_PROFILE"):
         raise RuntimeError("profile_call needs ACLNN_GPU_DEVICE=emulated and ACLNN_GPU_EMU_PROFILE=1 "

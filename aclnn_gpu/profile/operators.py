@@ -119,7 +119,7 @@ def _ce_grad_strided_out(g, lp, t):
     """The two-phase API with a non-contiguous gradient (functional's outputs are contiguous): the
     kernel writes a contiguous staging copy that strided_scatter spreads out."""
     import aclnn_gpu as acl
-    from aclnn_gpu.samples import DeviceArrays
+    from aclnn_gpu.demo.samples import DeviceArrays
 
     def call():
         with DeviceArrays() as dev:

@@ -30,7 +30,7 @@ Constants (H200 SXM, 141 GB; the GPU check measures the copy ceiling and GEMM ra
   to three 16-byte loads per thread in flight holds ~1.5 KB).
 - GEMM_TILE 128: the output tile of cuBLAS's large Hopper kernels (128x128 or 128x256 CTAs).
 
-`launch_steps(frozen, regions)` turns a plan's frozen launch list (`ops/frozen.py`, recorded for any SM
+`launch_steps(frozen, regions)` turns a plan's frozen launch list (`plans/frozen.py`, recorded for any SM
 count without a GPU) into priced `Step`s; a kernel's bytes there are the bytes of the buffers its
 pointer arguments address (an upper bound of what it moves: the operator's tensors, from each
 pointer to its tensor's end, and the workspace ranges between the pointers the plan uses).
@@ -191,7 +191,7 @@ def launch_steps(frozen: Any, tensors: Sequence[tuple[int, int]], workspace_size
     the plan's tensors (ops/plan.byte_range); `workspace_size` and `workspace_starts` (the offsets where
     the plan's workspace ranges begin): the plan's. Without starts, each workspace pointer's buffer runs
     to the next pointer the launch list uses."""
-    from ..ops import frozen as frozen_module
+    from ..plans import frozen as frozen_module
     from . import _gemm_bytes, _strided_entries
     base = frozen_module.SENTINEL if frozen.rebased else 0
     cuts = [base + off for off in workspace_starts]
@@ -263,8 +263,8 @@ def fill_problems(steps: Sequence[Step], gpu: Gpu = H200) -> list[str]:
 
 def plan_steps(plan: Any, gpu: Gpu = H200) -> list[Step]:
     """A plan's launch list recorded for `gpu` (ops/frozen.freeze: no GPU needed), priced."""
-    from ..ops.frozen import freeze
-    from ..ops.plan import byte_range
+    from ..plans.frozen import freeze
+    from ..plans.plan import byte_range
     frozen = freeze(plan, gpu.sm_count, gpu.arch)
     tensors = [byte_range(t) for t in plan.tensors.values() if t is not None and t.numel]
     ws = plan.workspace

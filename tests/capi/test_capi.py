@@ -380,7 +380,7 @@ def test_pkg_config_and_cmake(flags, tmp_path):
 def test_header_constants_match_the_python_enums(flags, tmp_path):
     """Every CANN constant the headers define has the Python API's number (compile-time asserts, in C++:
     acl_base.h keeps the generic codes as `static const int`, as CANN does, which C cannot assert on)."""
-    from aclnn_gpu import status
+    from aclnn_gpu.base import status
     from aclnn_gpu.capi.table import INCLUDE_DIR
     text = "\n".join(p.read_text() for p in INCLUDE_DIR.rglob("*.h"))
     checks = []

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
-from aclnn_gpu.status import aclDataType, aclFormat
+from aclnn_gpu.base import dtypes
+from aclnn_gpu.base.status import aclDataType, aclFormat
 from support import GPU_TOLERANCE_SCALE
 
 ATK_DTYPES = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64),

@@ -49,7 +49,7 @@ def main() -> None:
         code = acl.aclrtSynchronizeDevice()
         workers = [t for t in threading.enumerate() if t.name.startswith("aclnn_gpu-") and "stream" in t.name]
         # every worker but the default stream's must be idle: is the dropped stream's queue empty?
-        from aclnn_gpu.device import hoststream
+        from aclnn_gpu.host import stream as hoststream
         pending = sum(1 for s in list(hoststream._live) if not s.finished_all())
         print("status aclrtSynchronizeDevice", code)
         print("unfinished-streams", pending, "of", len(workers))
@@ -63,7 +63,7 @@ def main() -> None:
     # Whatever a stream worker still has queued now runs before the program goes on (on a library
     # that left a dropped stream running, its next copy is a write into freed memory: SIGSEGV, or
     # an ASan report, instead of the exit abandoning it).
-    from aclnn_gpu.device import hoststream
+    from aclnn_gpu.host import stream as hoststream
     left = [s for s in list(hoststream._live) if s._thread.is_alive()]
     print("unfinished-after-reset", sum(not s.finished_all() for s in left))
     for worker in left:

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
-from aclnn_gpu.status import aclDataType as D
-from aclnn_gpu.tensor import aclTensor
+from aclnn_gpu.base import dtypes
+from aclnn_gpu.base.status import aclDataType as D
+from aclnn_gpu.meta.tensor import aclTensor
 from support import Session, near_end
 
 NULLPTR = int(acl.aclnnStatus.ACLNN_ERR_PARAM_NULLPTR)
@@ -401,7 +401,7 @@ def _null_data(name):
 def _negative_stride(name):
     def m(s, a):
         t = a[name]
-        strides = list(acl.tensor.contiguous_strides(t.shape))
+        strides = list(acl.meta.tensor.contiguous_strides(t.shape))
         k = next(i for i, n in enumerate(t.shape) if n > 1)
         strides[k] = -strides[k]
         a.over(name, t.data, strides=strides, offset=(t.shape[k] - 1) * -strides[k], storage=[t.numel])
@@ -425,7 +425,7 @@ def _alias(out, inp):
 def _self_overlap(name):
     def m(s, a):
         t = a[name]
-        strides = list(acl.tensor.contiguous_strides(t.shape))
+        strides = list(acl.meta.tensor.contiguous_strides(t.shape))
         k = next(i for i, n in enumerate(t.shape) if n > 1)
         strides[k] = 0
         a.over(name, t.data, strides=strides, storage=[t.numel])
@@ -778,7 +778,7 @@ def test_bad_input(cpu, row):
             inputs = [args[n] for n in args.spec.order if isinstance(args[n], aclTensor) and n not in args.spec.outputs]
         before = [raw_or_none(s, t) for t in outputs]
         inputs_before = [raw_or_none(s, t) for t in inputs] if args is not None else []
-        acl.errors.set_recent_error("")
+        acl.base.errors.set_recent_error("")
         result = call() if call is not None else args.spec.gws(*args.values_in_order())
     except Exception as e:  # noqa: BLE001 - an exception out of the API is the crash we count
         TALLY["crashes" if not known else "known"] += 1

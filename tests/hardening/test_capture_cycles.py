@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu.device import fakecupy
-from aclnn_gpu.ops.plan import Plan
+from aclnn_gpu.emulator import fakecupy
+from aclnn_gpu.plans.plan import Plan
 from aclnn_gpu.runtime import get_device
 from support import use_device
 
@@ -125,7 +125,7 @@ def test_torch_capture_replay_release_cycles_stay_flat(figures):
     from torch_gpu import Harness
 
     import aclnn_gpu.torch  # noqa: F401 - registers torch.ops.aclnn
-    from aclnn_gpu import torch_stream
+    from aclnn_gpu.torch import stream as torch_stream
     from aclnn_gpu.device.emulated import emulator_unavailable_reason
     if emulator_unavailable_reason():
         pytest.skip(emulator_unavailable_reason())

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from aclnn_gpu.status import aclError
+from aclnn_gpu.base.status import aclError
 
 PROGRAM = pathlib.Path(__file__).with_name("dropped_stream_program.py")
 ROOT = PROGRAM.parents[2]
@@ -62,7 +62,7 @@ def test_dropped_stream_is_drained(device, mode, figures):
 
 @pytest.mark.parametrize("device", ["cpu", "emulated"])
 def test_dropped_stream_reset_under_asan(device, figures):
-    from aclnn_gpu.kernels.emulator.sanitize import sanitizer_env
+    from aclnn_gpu.emulator.sanitize import sanitizer_env
     try:
         env = sanitizer_env()
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:

@@ -1,4 +1,4 @@
-"""Phase 1's executor cache (aclnn_gpu/executor_cache.py) against the uncached path: every operator bit
+"""Phase 1's executor cache (aclnn_gpu/executor/cache.py) against the uncached path: every operator bit
 for bit, every bad-input row of test_bad_inputs.py refused with the same code and message after the
 same objects were cached, adversarial sequences (memory freed and allocated again at the same
 address, too short, as host memory; tensors rebound, re-described, destroyed; scalars of the same
@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu import executor_cache, runtime
+from aclnn_gpu import runtime
+from aclnn_gpu.executor import cache as executor_cache
 from aclnn_gpu.device.registry import Allocation
-from aclnn_gpu.executor_cache import cache
-from aclnn_gpu.tensor import aclIntArray, aclTensor
+from aclnn_gpu.executor.cache import cache
+from aclnn_gpu.meta.tensor import aclIntArray, aclTensor
 from support import DEVICE_KINDS, Session
 from test_bad_inputs import ROWS, SPECS, Args, raw_or_none
 
@@ -80,7 +81,7 @@ def test_a_hit_is_the_uncached_call_bit_for_bit(session, op):
 @pytest.mark.parametrize("op", list(SPECS))
 def test_plan_tensors_are_exactly_the_memory_checked_ones(cpu_session, op, monkeypatch):
     """A hit re-proves the memory of the plan's tensors only: they must be the ones the checks proved."""
-    from aclnn_gpu.ops import checks
+    from aclnn_gpu.plans import checks
     checked = []
     real = checks.check_tensor_memory
     monkeypatch.setattr(checks, "check_tensor_memory", lambda o, n, t, d: (checked.append(t), real(o, n, t, d)))
@@ -101,7 +102,7 @@ def test_bad_input_rows_are_refused_after_the_good_call_was_cached(cpu_session, 
     assert a.spec.gws(*a.values_in_order())[0] == 0, acl.aclGetRecentErrMsg()   # cached: these very objects
     code, tokens, call = row.mutate(s, a)
     assert call is None
-    acl.errors.set_recent_error("")
+    acl.base.errors.set_recent_error("")
     cached = a.spec.gws(*a.values_in_order())
     message = acl.aclGetRecentErrMsg()
     uncached = a.spec.gws.uncached(*a.values_in_order())
@@ -114,7 +115,7 @@ def test_bad_input_rows_are_refused_after_the_good_call_was_cached(cpu_session, 
 # ------------------------------------------------------------------------------ memory, one change at a time
 def _redescribe(t: aclTensor, shape: tuple, data: int | None = None) -> None:
     """aclInitTensor's change in place: a contiguous view of `shape` (at `data`, default: where it is)."""
-    t.describe(tuple(shape), t.dtype, acl.tensor.contiguous_strides(shape), 0, t.format, tuple(shape),
+    t.describe(tuple(shape), t.dtype, acl.meta.tensor.contiguous_strides(shape), 0, t.format, tuple(shape),
                t.data if data is None else data)
 
 

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
+from aclnn_gpu.base import dtypes
 from aclnn_gpu.reference import ctc_loss as ctc_ref
 from aclnn_gpu.reference import cross_entropy as ce_ref
 from aclnn_gpu.reference import scaled_masked_softmax as sms_ref

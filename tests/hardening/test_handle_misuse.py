@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu.status import aclError, aclnnStatus
+from aclnn_gpu.base.status import aclError, aclnnStatus
 
 # codes that say "bug in the library", never an answer to a bad argument
 INTERNAL = {int(aclError.ACL_ERROR_INTERNAL_ERROR), int(aclnnStatus.ACLNN_ERR_INNER), int(acl.HCCL_E_INTERNAL),

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.emulator import fakecupy
 from aclnn_gpu.runtime import get_device
-from aclnn_gpu.tensor import aclTensor
+from aclnn_gpu.meta.tensor import aclTensor
 from aclnn_gpu.reference.kl_div import kl_div
 from aclnn_gpu.reference.scaled_masked_softmax import scaled_masked_softmax
 from support import use_device
@@ -56,7 +56,7 @@ def _tensor(array, owned):
     owned.append(ptr)
     if array.nbytes:
         _ok(acl.aclrtMemcpy(ptr, array.nbytes, array, array.nbytes, H2D), "aclrtMemcpy")
-    t = acl.aclCreateTensor(list(array.shape), int(acl.dtypes.from_numpy(array.dtype)), None, 0,
+    t = acl.aclCreateTensor(list(array.shape), int(acl.base.dtypes.from_numpy(array.dtype)), None, 0,
                             int(acl.ACL_FORMAT_ND), list(array.shape), ptr)
     assert t is not None, acl.aclGetRecentErrMsg()
     return t
@@ -201,8 +201,8 @@ def test_streams_create_destroy(kind, figures):
 
 BUG_9 = ("BUG-9: aclrtDestroyStream does not release an emulated (or cuda) stream: device/cuda.py:48 "
          "CudaStream.close() only synchronizes; the fakecupy Stream's HostStream worker thread stops in "
-         "Stream.__del__ (device/fakecupy.py:73), i.e. only when the caller drops the aclrtStream handle "
-         "(runtime.py:166 keeps .impl after destroy). Keeping 100 destroyed handles keeps 100 threads.")
+         "Stream.__del__ (emulator/fakecupy.py:73), i.e. only when the caller drops the aclrtStream handle "
+         "(runtime/:166 keeps .impl after destroy). Keeping 100 destroyed handles keeps 100 threads.")
 
 
 @pytest.mark.parametrize("kind", ["cpu", "emulated"])

@@ -23,7 +23,7 @@ import torch.nn.functional as TF
 
 import aclnn_gpu as acl
 import aclnn_gpu.functional as F
-from aclnn_gpu.samples import DeviceArrays
+from aclnn_gpu.demo.samples import DeviceArrays
 from support import DEVICE_KINDS, use_device
 
 # (the kernels mark, which the sanitizer runs select, on the kernel devices' rows only: the cpu rows

@@ -20,7 +20,7 @@ import aclnn_gpu.functional as Fn
 from aclnn_gpu.executor import aclOpExecutor
 from aclnn_gpu.reference.kl_div import kl_div
 from aclnn_gpu.reference.scaled_masked_softmax import scaled_masked_softmax
-from aclnn_gpu.tensor import aclTensor
+from aclnn_gpu.meta.tensor import aclTensor
 from support import use_device
 
 from test_memory import rss_bytes

@@ -12,7 +12,7 @@ import pytest
 from support import DEVICE_KINDS, Session
 
 import aclnn_gpu as acl
-from aclnn_gpu.status import aclError, aclnnStatus
+from aclnn_gpu.base.status import aclError, aclnnStatus
 
 
 def _c_functions() -> list[str]:

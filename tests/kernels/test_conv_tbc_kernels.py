@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from aclnn_gpu.kernels import gemm as G
-from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.emulator.context import StandaloneEmuContext
 from aclnn_gpu.ops.conv_tbc import launch as plan
 from aclnn_gpu.reference.conv_tbc import conv_tbc, conv_tbc_backward
 from seeding import draw_seed
@@ -305,7 +305,7 @@ def test_numpy_pointer_array_gemm():
 
 
 def _record(T, B, Cin, Cout, K, pad, dtype, backward=True):
-    from aclnn_gpu.ops.frozen import freeze
+    from aclnn_gpu.plans.frozen import freeze
 
     class Plan:
         workspace_size = (plan.backward_workspace_bytes if backward else plan.forward_workspace_bytes)(
@@ -326,7 +326,7 @@ def test_launch_lists_at_the_bench_shape():
     """ATen's launch count or fewer, no copy of x or dy: the forward is a bias fill and one GEMM per tap
     (M = the tap's n*B rows); the backward one column-sum pass, K split gradWeight GEMMs (a strided batch
     of S chunks each), one reduce, and K gradInput GEMMs, the covering tap first with beta = 0."""
-    from aclnn_gpu.ops.frozen import Gemm, Launch, Upload
+    from aclnn_gpu.plans.frozen import Gemm, Launch, Upload
 
     T, B, C, K, pad = 2530, 16, 128, 3, 1
     f32 = np.dtype(np.float32)

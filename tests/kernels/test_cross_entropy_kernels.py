@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.emulator.context import StandaloneEmuContext
 from aclnn_gpu.kernels.occupancy import blocks_per_sm
 from aclnn_gpu.ops.cross_entropy import launch as plan
 from aclnn_gpu.reference.cross_entropy import cross_entropy_loss, cross_entropy_loss_grad

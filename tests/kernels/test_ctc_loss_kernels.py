@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.emulator.context import StandaloneEmuContext
 from aclnn_gpu.ops.ctc_loss import launch as P
 from aclnn_gpu.reference.ctc_loss import ctc_loss_backward, ctc_loss_forward
 from seeding import draw_seed

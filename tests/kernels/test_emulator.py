@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels.emulator import (EmuArgumentError, EmuDeadlockError, EmuLaunchError, EmuModule)
+from aclnn_gpu.emulator import (EmuArgumentError, EmuDeadlockError, EmuLaunchError, EmuModule)
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 EXPRS = ["block_reverse<float, 128>", "block_reverse<double, 64>"]
@@ -225,7 +225,7 @@ def test_build_cache_and_concurrent_builds(tmp_path, monkeypatch):
 def test_build_tools_run_without_the_sanitizer_runtime(tmp_path, monkeypatch):
     """A sanitized test process (sanitize.py) preloads libasan/libubsan: the compiler it starts must
     not inherit them (the ASan run compiled every kernel under the ASan runtime, ~1.8x slower)."""
-    from aclnn_gpu.kernels.emulator import build
+    from aclnn_gpu.emulator import build
 
     seen = tmp_path / "env"
     wrapper = tmp_path / "cxx"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels.emulator import EmuLaunchError, EmuModule
+from aclnn_gpu.emulator import EmuLaunchError, EmuModule
 
 
 @pytest.fixture(scope="module")

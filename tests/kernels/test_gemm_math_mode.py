@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import aclnn_gpu as acl
-from aclnn_gpu import dtypes
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.base import dtypes
+from aclnn_gpu.emulator import fakecupy
 from aclnn_gpu.device.cuda import CudaDevice
 from aclnn_gpu.kernels import gemm
 from aclnn_gpu.runtime import get_device
@@ -428,7 +428,7 @@ def test_a_thread_gives_its_handle_back_when_it_ends(monkeypatch):
 
 def test_the_cublas_binding_is_named_by_the_environment(monkeypatch):
     """ACLNN_GPU_CUBLAS_BINDING: ctypes (the default) or nvmath; another name is refused with the rule."""
-    from aclnn_gpu.errors import OpError
+    from aclnn_gpu.base.errors import OpError
     monkeypatch.delenv(gemm.BINDING_ENV, raising=False)
     assert gemm.handle_maker() is not gemm.NvmathHandle
     monkeypatch.setenv(gemm.BINDING_ENV, "nvmath")

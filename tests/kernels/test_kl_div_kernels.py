@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.emulator.context import StandaloneEmuContext
 from aclnn_gpu.kernels.occupancy import blocks_per_sm
 from aclnn_gpu.ops.kl_div import launch as plan
 

@@ -11,7 +11,7 @@ import pytest
 
 from aclnn_gpu.kernels import manifest
 from aclnn_gpu.kernels.context import KERNEL_DIR, KernelFile
-from aclnn_gpu.ops.frozen import freeze
+from aclnn_gpu.plans.frozen import freeze
 from aclnn_gpu.ops.kl_div import launch as kl_launch
 
 _KERNEL = re.compile(r"(?:template\s*<(?P<params>[^{;]*?)>\s*)?__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?"

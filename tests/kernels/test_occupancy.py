@@ -9,7 +9,7 @@ import pytest
 import aclnn_gpu as acl
 from aclnn_gpu.kernels import occupancy
 from aclnn_gpu.kernels.occupancy import LIMITS, REGISTERS, blocks_per_sm
-from aclnn_gpu.ops.frozen import Launch
+from aclnn_gpu.plans.frozen import Launch
 from aclnn_gpu.runtime import get_device
 from support import Session
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels.emulator import EmuModule, record_to
-from aclnn_gpu.kernels.emulator import tsan
-from aclnn_gpu.kernels.emulator.sanitize import sanitizer_env
+from aclnn_gpu.emulator import EmuModule, record_to
+from aclnn_gpu.emulator import tsan
+from aclnn_gpu.emulator.sanitize import sanitizer_env
 
 pytestmark = pytest.mark.sanitizer
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 _ASAN_CHILD = """
 import sys, numpy as np
-from aclnn_gpu.kernels.emulator import EmuModule
+from aclnn_gpu.emulator import EmuModule
 m = EmuModule.from_file(sys.argv[1])
 kernel = sys.argv[2]
 n = 1000
@@ -88,7 +88,7 @@ def test_tsan_replay_accepts_synchronised_kernel(tmp_path, capsys):
 _ABORTING_TEST = '''
 import os
 import numpy as np
-from aclnn_gpu.kernels.emulator import EmuModule
+from aclnn_gpu.emulator import EmuModule
 
 def test_out_of_bounds():
     # C-level output on fd 2 just before the abort: pytest's default (fd) capture would discard it
@@ -107,7 +107,7 @@ def test_sanitizer_run_reports_survive_the_abort(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("ACLNN_GPU_TEST_TRACE", "PYTEST_CURRENT_TEST")}
     env.update(OOB_CU=str(FIX / "oob.cu"), ACLNN_GPU_TEST_SEED="4242", ACLNN_GPU_SANITIZER_LOGS=str(tmp_path / "logs"),
                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.kernels.emulator.sanitize", "-q", "-p", "seeding", "-p",
+    r = subprocess.run([sys.executable, "-m", "aclnn_gpu.emulator.sanitize", "-q", "-p", "seeding", "-p",
                         "no:cacheprovider", "--rootdir", str(tmp_path), "test_aborts.py"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
@@ -116,13 +116,13 @@ def test_sanitizer_run_reports_survive_the_abort(tmp_path):
     assert "AddressSanitizer: heap-buffer-overflow" in out and "oob.cu:6" in out, out[-3000:]
     assert list((tmp_path / "logs").glob("asan.*")), "the report was not written to its log file"
     assert "the test running then: test_aborts.py::test_out_of_bounds" in out, out[-3000:]
-    assert ("replay: ACLNN_GPU_TEST_SEED=4242 python -m aclnn_gpu.kernels.emulator.sanitize "
+    assert ("replay: ACLNN_GPU_TEST_SEED=4242 python -m aclnn_gpu.emulator.sanitize "
             "test_aborts.py::test_out_of_bounds") in out, out[-3000:]
 
 
 _DANGLING_CHILD = """
 import sys, numpy as np
-from aclnn_gpu.kernels.emulator import EmuModule, record_to
+from aclnn_gpu.emulator import EmuModule, record_to
 m = EmuModule.from_file(sys.argv[1])
 gone = np.ones(1000, np.float32)
 address = gone.ctypes.data
@@ -148,7 +148,7 @@ def test_launch_recorder_never_reads_freed_memory(tmp_path):
 
 _STACK_POOL_CHILD = """
 import ctypes, sys, numpy as np
-from aclnn_gpu.kernels.emulator import EmuModule
+from aclnn_gpu.emulator import EmuModule
 m = EmuModule(open(sys.argv[1]).read() + "\\n// stack pool test\\n", filename="oob_pool.cu")
 libc = ctypes.CDLL(None)
 poisoned = libc.__asan_region_is_poisoned

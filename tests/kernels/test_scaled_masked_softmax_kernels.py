@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from aclnn_gpu.kernels import manifest
-from aclnn_gpu.kernels.context import StandaloneEmuContext
+from aclnn_gpu.emulator.context import StandaloneEmuContext
 from aclnn_gpu.ops.scaled_masked_softmax import launch as plan
 from aclnn_gpu.reference.scaled_masked_softmax import scaled_masked_softmax, scaled_masked_softmax_backward
 from seeding import draw_seed

@@ -1,7 +1,7 @@
 """The shipped kernels (kernels/cubins/, kernels/shipped.py): the binaries are the current sources'
 (rebuilt with scripts/build_cubins.sh), each is what its name says, the cuda device chooses them by
 the driver's CUDA major and the GPU's architecture and falls back to NVRTC otherwise, saying so on
-the `aclnn_gpu` logger; over the stand-in (device/fakecupy.py records which path each module took)."""
+the `aclnn_gpu` logger; over the stand-in (emulator/fakecupy.py records which path each module took)."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +18,7 @@ from support import assert_close
 import aclnn_gpu as acl
 import aclnn_gpu.functional as Fn
 from aclnn_gpu import runtime
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.emulator import fakecupy
 from aclnn_gpu.kernels import loader, report, shipped
 
 REQUIRED = ("sm_80", "sm_86", "sm_89", "sm_90")   # every CUDA major of the extras ships at least these

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aclnn_gpu.kernels.emulator import EmuModule, profiling
+from aclnn_gpu.emulator import EmuModule, profiling
 from aclnn_gpu.profile.budget import check_launch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import aclnn_gpu as acl
-from aclnn_gpu.device import fakecupy
+from aclnn_gpu.emulator import fakecupy
 from aclnn_gpu.device.uploads import UPLOAD_SLOT_BYTES
 from aclnn_gpu.device.uploads import LARGE_UPLOAD_BUFFERS
 from aclnn_gpu.runtime import get_device

@@ -37,15 +37,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...reference import conv_tbc as reference
-from ...status import aclDataType as D
-from ...status import aclFormat as F
-from ...tensor import aclTensor
+from ...base.status import aclDataType as D
+from ...base.status import aclFormat as F
+from ...meta.tensor import aclTensor
 from . import launch as gpu
-from ..checks import INVALID, Checks
-from ..plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
+from ...plans.checks import INVALID, Checks
+from ...plans.plan import (STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array,
+                           write_out)
 
 __all__ = ["aclnnConvTbc", "aclnnConvTbcGetWorkspaceSize",
            "aclnnConvTbcBackward", "aclnnConvTbcBackwardGetWorkspaceSize"]

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.gemm import F32, compute_mode, rm_gemm

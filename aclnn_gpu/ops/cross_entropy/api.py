@@ -45,14 +45,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...reference import cross_entropy as reference
-from ...status import aclDataType as D
-from ...tensor import aclTensor
+from ...base.status import aclDataType as D
+from ...meta.tensor import aclTensor
 from . import launch as gpu
-from ..checks import INVALID, NULLPTR, TILING, Checks
-from ..plan import STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
+from ...plans.checks import INVALID, NULLPTR, TILING, Checks
+from ...plans.plan import STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT16, D.ACL_FLOAT, D.ACL_BF16, D.ACL_DOUBLE)
 TARGET_TYPES = (D.ACL_INT64, D.ACL_INT32)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import blocks_per_sm, context_arch

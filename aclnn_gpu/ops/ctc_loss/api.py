@@ -56,16 +56,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...kernels.context import ptr
 from ...kernels.occupancy import wave_grid
 from ...reference import ctc_loss as reference
-from ...status import aclDataType as D
-from ...tensor import aclTensor
+from ...base.status import aclDataType as D
+from ...meta.tensor import aclTensor
 from . import launch as gpu
-from ..checks import INVALID, Checks
-from ..plan import NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, write_out
+from ...plans.checks import INVALID, Checks
+from ...plans.plan import (NO_WORKSPACE, STRIDED_COPY, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array,
+                           write_out)
 
 __all__ = ["aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize",
            "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize"]

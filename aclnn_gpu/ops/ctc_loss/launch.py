@@ -65,7 +65,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...kernels import manifest
 from ...kernels.context import KernelFile, ptr
 from ...kernels.occupancy import blocks_per_sm, context_arch, wave_grid

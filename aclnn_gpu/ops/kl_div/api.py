@@ -22,11 +22,11 @@ import numpy as np
 
 from ...executor import make_execute, make_get_workspace_size
 from ...reference import kl_div as reference
-from ...status import aclDataType as D
-from ...tensor import aclTensor
+from ...base.status import aclDataType as D
+from ...meta.tensor import aclTensor
 from . import launch
-from ..checks import INVALID, Checks, broadcast_shapes
-from ..plan import DERIVED, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, tensor_ptr, write_out
+from ...plans.checks import INVALID, Checks, broadcast_shapes
+from ...plans.plan import DERIVED, EmptyPlan, Plan, Workspace, WorkspaceBuilder, host_array, tensor_ptr, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16, D.ACL_DOUBLE)
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", 3: "batchmean"}

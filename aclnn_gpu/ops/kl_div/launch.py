@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import wave_grid

@@ -40,15 +40,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...reference import scaled_masked_softmax as reference
-from ...status import aclDataType as D
-from ...status import aclFormat as F
-from ...tensor import aclTensor
+from ...base.status import aclDataType as D
+from ...base.status import aclFormat as F
+from ...meta.tensor import aclTensor
 from . import launch as gpu
-from ..checks import INVALID, Checks
-from ..plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, WorkspaceBuilder, host_array, write_out
+from ...plans.checks import INVALID, Checks
+from ...plans.plan import STRIDED_COPY, NO_WORKSPACE, EmptyPlan, Plan, WorkspaceBuilder, host_array, write_out
 
 FLOAT_TYPES = (D.ACL_FLOAT, D.ACL_FLOAT16, D.ACL_BF16)
 MASK_TYPES = (D.ACL_BOOL,)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import dtypes
+from ...base import dtypes
 from ...kernels import manifest
 from ...kernels.context import KernelFile
 

@@ -1,0 +1,293 @@
+"""CANN's enumerations and return codes, with CANN's numbers (docs/API.md §8).
+
+Every enum is an `IntEnum`, so members compare equal to the plain ints C code uses, and every
+member is also exported as a module constant (`ACL_FLOAT`, `ACLNN_ERR_PARAM_INVALID`, ...).
+"""
+from __future__ import annotations
+
+import enum
+
+
+class aclDataType(enum.IntEnum):
+    ACL_DT_UNDEFINED = -1
+    ACL_FLOAT = 0
+    ACL_FLOAT16 = 1
+    ACL_INT8 = 2
+    ACL_INT32 = 3
+    ACL_UINT8 = 4
+    ACL_INT16 = 6
+    ACL_UINT16 = 7
+    ACL_UINT32 = 8
+    ACL_INT64 = 9
+    ACL_UINT64 = 10
+    ACL_DOUBLE = 11
+    ACL_BOOL = 12
+    ACL_STRING = 13
+    ACL_COMPLEX64 = 16
+    ACL_COMPLEX128 = 17
+    ACL_BF16 = 27
+    ACL_INT4 = 29
+    ACL_UINT1 = 30
+    ACL_COMPLEX32 = 33
+    ACL_HIFLOAT8 = 34
+    ACL_FLOAT8_E5M2 = 35
+    ACL_FLOAT8_E4M3FN = 36
+    ACL_FLOAT8_E8M0 = 37
+    ACL_FLOAT6_E3M2 = 38
+    ACL_FLOAT6_E2M3 = 39
+    ACL_FLOAT4_E2M1 = 40
+    ACL_FLOAT4_E1M2 = 41
+
+
+class aclFormat(enum.IntEnum):
+    ACL_FORMAT_UNDEFINED = -1
+    ACL_FORMAT_NCHW = 0
+    ACL_FORMAT_NHWC = 1
+    ACL_FORMAT_ND = 2
+    ACL_FORMAT_NC1HWC0 = 3
+    ACL_FORMAT_FRACTAL_Z = 4
+    ACL_FORMAT_NC1HWC0_C04 = 12
+    ACL_FORMAT_HWCN = 16
+    ACL_FORMAT_NDHWC = 27
+    ACL_FORMAT_FRACTAL_NZ = 29
+    ACL_FORMAT_NCDHW = 30
+    ACL_FORMAT_NDC1HWC0 = 32
+    ACL_FRACTAL_Z_3D = 33
+    ACL_FORMAT_NC = 35
+    ACL_FORMAT_NCL = 47
+    ACL_FORMAT_FRACTAL_NZ_C0_16 = 50
+    ACL_FORMAT_FRACTAL_NZ_C0_32 = 51
+    ACL_FORMAT_FRACTAL_NZ_C0_2 = 52
+    ACL_FORMAT_FRACTAL_NZ_C0_4 = 53
+    ACL_FORMAT_FRACTAL_NZ_C0_8 = 54
+
+
+class aclrtMemMallocPolicy(enum.IntEnum):
+    ACL_MEM_MALLOC_HUGE_FIRST = 0
+    ACL_MEM_MALLOC_HUGE_ONLY = 1
+    ACL_MEM_MALLOC_NORMAL_ONLY = 2
+    ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3
+    ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4
+    ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5
+    ACL_MEM_MALLOC_HUGE1G_ONLY = 6
+    ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7
+
+
+class aclrtMemAttr(enum.IntEnum):   # bit values: combine them with | (plain ints)
+    ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100
+    ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000
+    ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000
+
+
+class aclrtMemcpyKind(enum.IntEnum):
+    ACL_MEMCPY_HOST_TO_HOST = 0
+    ACL_MEMCPY_HOST_TO_DEVICE = 1
+    ACL_MEMCPY_DEVICE_TO_HOST = 2
+    ACL_MEMCPY_DEVICE_TO_DEVICE = 3
+    ACL_MEMCPY_DEFAULT = 4
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7
+
+
+class aclrtEventFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
+    ACL_EVENT_SYNC = 0x1
+    ACL_EVENT_CAPTURE_STREAM_PROGRESS = 0x2
+    ACL_EVENT_TIME_LINE = 0x8
+    ACL_EVENT_DEVICE_USE_ONLY = 0x10
+    ACL_EVENT_EXTERNAL = 0x20
+    ACL_EVENT_IPC = 0x40
+
+
+class aclrtEventRecordedStatus(enum.IntEnum):
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1
+
+
+class aclrtEventStatus(enum.IntEnum):
+    ACL_EVENT_STATUS_COMPLETE = 0
+    ACL_EVENT_STATUS_NOT_READY = 1
+    ACL_EVENT_STATUS_RESERVED = 2
+
+
+class aclrtEventWaitStatus(enum.IntEnum):
+    ACL_EVENT_WAIT_STATUS_COMPLETE = 0
+    ACL_EVENT_WAIT_STATUS_NOT_READY = 1
+    ACL_EVENT_WAIT_STATUS_RESERVED = 0xFFFF
+
+
+class aclrtStreamStatus(enum.IntEnum):
+    ACL_STREAM_STATUS_COMPLETE = 0
+    ACL_STREAM_STATUS_NOT_READY = 1
+    ACL_STREAM_STATUS_RESERVED = 0xFFFF
+
+
+class aclrtRunMode(enum.IntEnum):
+    ACL_DEVICE = 0
+    ACL_HOST = 1
+
+
+class aclrtDeviceStatus(enum.IntEnum):
+    ACL_RT_DEVICE_STATUS_NORMAL = 0
+    ACL_RT_DEVICE_STATUS_ABNORMAL = 1
+    ACL_RT_DEVICE_STATUS_END = 0xFFFF
+
+
+class aclrtCallbackBlockType(enum.IntEnum):
+    ACL_CALLBACK_NO_BLOCK = 0
+    ACL_CALLBACK_BLOCK = 1
+
+
+class aclrtLastErrLevel(enum.IntEnum):
+    ACL_RT_THREAD_LEVEL = 0
+
+
+class aclrtMemLocationType(enum.IntEnum):
+    ACL_MEM_LOCATION_TYPE_HOST = 0
+    ACL_MEM_LOCATION_TYPE_DEVICE = 1
+
+
+class aclrtStreamFlag(enum.IntEnum):   # bit values: combine them with | (plain ints)
+    ACL_STREAM_FAST_LAUNCH = 0x1
+    ACL_STREAM_FAST_SYNC = 0x2
+    ACL_STREAM_PERSISTENT = 0x4
+    ACL_STREAM_HUGE = 0x8
+    ACL_STREAM_CPU_SCHEDULE = 0x10
+    ACL_STREAM_DEVICE_USE_ONLY = 0x20
+
+
+class aclSysParamOpt(enum.IntEnum):
+    ACL_OPT_DETERMINISTIC = 0
+    ACL_OPT_ENABLE_DEBUG_KERNEL = 1
+
+
+class cubeMathType(enum.IntEnum):
+    KEEP_DTYPE = 0
+    ALLOW_FP32_DOWN_PRECISION = 1
+    USE_FP16 = 2
+    USE_HF32 = 3
+    USE_FP32_ADD = 4
+
+
+class aclmdlRICaptureMode(enum.IntEnum):   # acl_mdl.h; CUDA's cudaStreamCaptureMode has the same numbers
+    ACL_MODEL_RI_CAPTURE_MODE_GLOBAL = 0
+    ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL = 1
+    ACL_MODEL_RI_CAPTURE_MODE_RELAXED = 2
+
+
+class aclmdlRICaptureStatus(enum.IntEnum):   # acl_mdl.h
+    ACL_MODEL_RI_CAPTURE_STATUS_NONE = 0
+    ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE = 1
+    ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED = 2
+
+
+class aclnnStatus(enum.IntEnum):
+    ACLNN_SUCCESS = 0
+    ACLNN_ERR_PARAM_NULLPTR = 161001
+    ACLNN_ERR_PARAM_INVALID = 161002
+    ACLNN_ERR_RUNTIME_ERROR = 361001
+    ACLNN_ERR_INNER = 561000
+    ACLNN_ERR_INNER_INFERSHAPE_ERROR = 561001
+    ACLNN_ERR_INNER_TILING_ERROR = 561002
+    ACLNN_ERR_INNER_FIND_KERNEL_ERROR = 561003
+    ACLNN_ERR_INNER_CREATE_EXECUTOR = 561101
+    ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR = 561102
+    ACLNN_ERR_INNER_NULLPTR = 561103
+    ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE = 561104
+    ACLNN_ERR_INNER_KEY_CONFLICT = 561105
+    ACLNN_ERR_INNER_KEY_CONFILICT = 561105  # CANN's old misspelt alias
+    ACLNN_ERR_INNER_INVALID_IMPL_MODE = 561106
+    ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND = 561107
+    ACLNN_ERR_INNER_LOAD_JSON_FAILED = 561108
+    ACLNN_ERR_INNER_JSON_VALUE_NOT_FOUND = 561109
+    ACLNN_ERR_INNER_JSON_FORMAT_INVALID = 561110
+    ACLNN_ERR_INNER_JSON_DTYPE_INVALID = 561111
+    ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND = 561112
+    ACLNN_ERR_INNER_OP_FILE_INVALID = 561113
+    ACLNN_ERR_INNER_ATTR_NUM_OUT_OF_BOUND = 561114
+    ACLNN_ERR_INNER_ATTR_LEN_NOT_ENOUGH = 561115
+    ACLNN_ERR_INNER_INPUT_NUM_IN_JSON_TOO_LARGE = 561116
+    ACLNN_ERR_INNER_INPUT_JSON_IS_NULL = 561117
+    ACLNN_ERR_INNER_STATIC_WORKSPACE_INVALID = 561118
+    ACLNN_ERR_INNER_STATIC_BLOCK_DIM_INVALID = 561119
+
+
+class aclError(enum.IntEnum):
+    ACL_SUCCESS = 0
+    ACL_ERROR_INVALID_PARAM = 100000
+    ACL_ERROR_UNINITIALIZE = 100001
+    ACL_ERROR_REPEAT_INITIALIZE = 100002
+    ACL_ERROR_INVALID_FILE = 100003
+    ACL_ERROR_UNSUPPORTED_DATA_TYPE = 100026
+    ACL_ERROR_FORMAT_NOT_MATCH = 100027
+    ACL_ERROR_KERNEL_NOT_FOUND = 100029
+    ACL_ERROR_REPEAT_SUBSCRIBE = 100033
+    ACL_ERROR_STREAM_NOT_SUBSCRIBE = 100034
+    ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
+    ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
+    ACL_ERROR_REPEAT_FINALIZE = 100037
+    ACL_ERROR_BAD_ALLOC = 200000
+    ACL_ERROR_API_NOT_SUPPORT = 200001
+    ACL_ERROR_INVALID_DEVICE = 200002
+    ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
+    ACL_ERROR_RESOURCE_NOT_MATCH = 200004
+    ACL_ERROR_INVALID_RESOURCE_HANDLE = 200005
+    ACL_ERROR_FEATURE_UNSUPPORTED = 200006
+    ACL_ERROR_STORAGE_OVER_LIMIT = 300000
+    ACL_ERROR_INTERNAL_ERROR = 500000
+    ACL_ERROR_FAILURE = 500001
+    ACL_ERROR_GE_FAILURE = 500002
+    ACL_ERROR_RT_FAILURE = 500003
+    ACL_ERROR_DRV_FAILURE = 500004
+    ACL_ERROR_PROFILING_FAILURE = 500005
+    ACL_ERROR_RT_PARAM_INVALID = 107000
+    ACL_ERROR_RT_INVALID_DEVICEID = 107001
+    ACL_ERROR_RT_CONTEXT_NULL = 107002
+    ACL_ERROR_RT_STREAM_CONTEXT = 107003
+    ACL_ERROR_RT_ADDR_UNALIGNED = 107008
+    ACL_ERROR_RT_INVALID_MEMORY_TYPE = 107016
+    ACL_ERROR_RT_INVALID_HANDLE = 107017
+    ACL_ERROR_RT_INVALID_MALLOC_TYPE = 107018
+    ACL_ERROR_RT_WAIT_TIMEOUT = 107019
+    # Stream capture (aclmdlRICapture*): CANN's include/external/acl/error_codes/rt_error_codes.h and the
+    # runtime API's return-code table (107037 and 107038 are in the table only)
+    ACL_ERROR_RT_CAPTURE_DEPENDENCY = 107024       # an event wait in a capture without its record in it
+    ACL_ERROR_RT_STREAM_UNJOINED = 107025
+    ACL_ERROR_RT_MODEL_CAPTURED = 107026           # the model is still being captured
+    ACL_ERROR_RT_STREAM_CAPTURED = 107027          # the stream is capturing
+    ACL_ERROR_RT_EVENT_CAPTURED = 107028           # the event was recorded in a capture still active
+    ACL_ERROR_RT_STREAM_NOT_CAPTURED = 107029
+    ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT = 107030  # the capture mode forbids the call
+    ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT = 107031  # the default stream in a capture
+    ACL_ERROR_STREAM_CAPTURE_CONFLICT = 107032     # event and stream of different model run instances
+    ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED = 107036
+    ACL_ERROR_RT_MODEL_RUNNING = 107037            # a model with replays still queued cannot be destroyed
+    ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD = 107038
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
+    ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
+    ACL_ERROR_RT_MEMORY_FREE = 207002
+    ACL_ERROR_RT_NO_DEVICE = 207004
+    ACL_ERROR_RT_NO_EVENT_RESOURCE = 207007
+    ACL_ERROR_RT_NO_STREAM_RESOURCE = 207008
+    ACL_ERROR_RT_DEVICE_OOM = 207018
+    ACL_ERROR_RT_INTERNAL_ERROR = 507000
+    ACL_ERROR_RT_STREAM_TASK_FULL = 507002
+    ACL_ERROR_RT_STREAM_NOT_COMPLETE = 507004
+    ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006
+    ACL_ERROR_RT_AICORE_TIMEOUT = 507014
+    ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED = 507903   # rt_error_codes.h: the capture was invalidated
+
+
+ACL_ERROR_NONE = aclError.ACL_SUCCESS
+
+ENUMS = (aclDataType, aclFormat, aclrtMemMallocPolicy, aclrtMemAttr, aclrtMemcpyKind, aclrtEventFlag,
+         aclrtEventRecordedStatus, aclrtEventStatus, aclrtStreamFlag, aclSysParamOpt, cubeMathType, aclnnStatus,
+         aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus, aclrtEventWaitStatus, aclrtStreamStatus, aclrtRunMode,
+         aclrtDeviceStatus, aclrtMemLocationType, aclrtLastErrLevel,
+         aclrtCallbackBlockType)
+
+# Every member as a module constant: `from aclnn_gpu.base.status import ACL_FLOAT`.
+globals().update({name: member for enum_type in ENUMS for name, member in enum_type.__members__.items()})
+
+__all__ = [e.__name__ for e in ENUMS] + ["ACL_ERROR_NONE"] + [
+    name for enum_type in ENUMS for name in enum_type.__members__]

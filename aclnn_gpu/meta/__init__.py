@@ -1,0 +1,1 @@
+"""(re-exports written by the move)"""
