@@ -1,9 +1,12 @@
 """The import structure of `aclnn_gpu` and `bench`, read from the sources (no module is imported):
 no two modules import each other, directly or around a circle, and every import goes down the
-layer order the docs give (the "## Import layers" section, in docs/DESIGN.md). Imports inside
-functions count: a function-level import that closes a circle is still a circle, only postponed.
-So do the packages an import runs on the way: importing `a.b.c` from outside `a.b` runs
-`a/b/__init__.py` first. `if TYPE_CHECKING:` blocks are left out (they never run)."""
+layer order the docs give (the "## Import layers" section, in docs/DESIGN.md), and each of the
+library's layers is one folder (or one module). Imports inside functions count: a function-level
+import that closes a circle is still a circle, only postponed. So do the packages an import runs on
+the way: importing `a.b.c` from outside `a.b` runs `a/b/__init__.py` first. So do the imports under
+`if TYPE_CHECKING:` (they never run, but a type that needs an upper layer is a layering fault all
+the same). Beside the imports: no module of the library over 600 lines (the NumPy references
+excepted), and every package's `__init__` says what it owns."""
 from __future__ import annotations
 
 import ast
@@ -39,13 +42,13 @@ def _is_type_checking(test: ast.expr) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _nodes(tree: ast.AST):
-    """Every node, function bodies included, except the bodies of `if TYPE_CHECKING:`."""
+def _nodes(tree: ast.AST, type_checking: bool = False):
+    """Every node, function bodies included; the bodies of `if TYPE_CHECKING:` only when `type_checking`."""
     stack = [tree]
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
@@ -75,7 +78,7 @@ def _imported_names(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return []
 
 
-def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> Graph:
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES, type_checking: bool = False) -> Graph:
     modules = find_modules(root, packages)
 
     def owner(name: str) -> str | None:
@@ -86,7 +89,7 @@ def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> Gra
     graph: Graph = {}
     for module, (path, is_package) in modules.items():
         edges = graph.setdefault(module, {})
-        for node in _nodes(ast.parse(path.read_text(), str(path))):
+        for node in _nodes(ast.parse(path.read_text(), str(path)), type_checking):
             names = _imported_names(node, module, is_package)
             if isinstance(node, ast.ImportFrom):
                 *wanted, source = names
@@ -198,7 +201,7 @@ def upward_imports(graph: Graph, layers: list[tuple[str, list[str]]], root: Path
 # ------------------------------------------------------------------------------ the project
 @pytest.fixture(scope="module")
 def graph() -> Graph:
-    return import_graph()
+    return import_graph(type_checking=True)
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +233,40 @@ def test_the_graph_sees_the_kinds_of_import(graph):
     assert "aclnn_gpu.ops.kl_div.launch" in graph["aclnn_gpu.ops.kl_div.api"]
     assert "aclnn_gpu.emulator" in graph["aclnn_gpu.device.emulated"]   # inside a method
     assert "aclnn_gpu.functional" in graph["aclnn_gpu"]                         # importlib.import_module
-    assert "aclnn_gpu.kernels.context" not in graph["aclnn_gpu.kernels.manifest"]   # under TYPE_CHECKING only
+    assert "aclnn_gpu.kernels.context" in graph["aclnn_gpu.kernels.manifest"]   # under TYPE_CHECKING
+    assert "aclnn_gpu.kernels.context" not in import_graph()["aclnn_gpu.kernels.manifest"]   # (left out on request)
+
+
+LIBRARY = "aclnn_gpu"
+LONGEST_MODULE = 600   # lines
+EXEMPT = ("aclnn_gpu/reference/",)   # the NumPy references: one operator's whole math in one file
+
+
+def test_each_layer_of_the_library_is_one_folder_or_module(layers):
+    modules = find_modules(ROOT, (LIBRARY,))
+    for name, names in layers:
+        if not names[0].startswith(LIBRARY):
+            continue
+        assert len(names) == 1, f"layer {name!r} lists {names}: one folder (or module) per layer of the library"
+        assert names[0] in modules, f"layer {name!r}: {names[0]} is no module or package"
+
+
+def test_no_module_of_the_library_is_over_600_lines():
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in sorted((ROOT / LIBRARY).rglob("*.py"))
+            if not str(path.relative_to(ROOT)).startswith(EXEMPT)
+            and (n := len(path.read_text().splitlines())) > LONGEST_MODULE]
+    assert not long, f"modules over {LONGEST_MODULE} lines (cut them by concern):\n" + "\n".join(long)
+
+
+def test_every_package_says_what_it_owns_and_the_layers_say_which_layer(layers):
+    for path in sorted((ROOT / LIBRARY).rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        assert doc and len(doc) > 40, f"{path.relative_to(ROOT)}: no docstring saying what the package owns"
+    for number, (name, names) in enumerate(layers, 1):
+        if names[0].startswith(LIBRARY + ".") and find_modules(ROOT, (LIBRARY,))[names[0]][1]:
+            path = ROOT / Path(*names[0].split(".")) / "__init__.py"
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            assert f"layer {number}" in doc.lower(), f"{path.relative_to(ROOT)}: its docstring does not say it is layer {number} ({name})"
 
 
 # ------------------------------------------------------------------------------ the checker can fail
