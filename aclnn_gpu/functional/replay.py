@@ -52,7 +52,7 @@ class Replay:
             if (host.shape, host.strides, host.dtype) != self.entry.layouts[i]:
                 raise Retry(uncacheable=True)
         if self.device.registry.host_allocations and host.size:
-            # an operand in aclrtMallocHost memory: the uncached path refuses it (161002, host memory)
+            # an operand in aclrtMallocHost memory: the uncached path refuses it (ACLNN_ERR_PARAM_INVALID, host memory)
             found = self.device.registry.find(host.__array_interface__["data"][0], 1)
             if found is not None and not found.on_device:
                 raise Retry(uncacheable=False)
