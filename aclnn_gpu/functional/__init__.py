@@ -36,7 +36,7 @@ def _public_functions() -> dict[str, Callable[..., Any]]:
     offer (their functional.py's OPERATORS, with BY_VALUE's parameters keyed by value)."""
     functions: dict[str, Callable[..., Any]] = {}
     for family in FUNCTIONAL:
-        module = importlib.import_module(f"aclnn_gpu.ops.{family}.functional")
+        module = importlib.import_module(f"..ops.{family}.functional", __package__)
         for body in module.OPERATORS:
             functions[body.__name__] = entry_point(body, module.BY_VALUE.get(body.__name__, ()))
     return functions
