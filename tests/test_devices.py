@@ -271,12 +271,13 @@ def test_functional_refuses_arrays_on_two_gpus():
     def cupy_array(device_id):
         cls = type("ndarray", (), {"__module__": "cupy", "device": types.SimpleNamespace(id=device_id)})
         return cls()
+    from aclnn_gpu.functional.arrays import arrays_gpu
     host = np.zeros(3, np.float32)
     import torch
-    assert Fn._arrays_gpu("kl_div", [host, 1, "mean", torch.zeros(2), torch.float32]) is None
-    assert Fn._arrays_gpu("kl_div", [host, cupy_array(3), cupy_array(3), None]) == 3
+    assert arrays_gpu("kl_div", [host, 1, "mean", torch.zeros(2), torch.float32]) is None
+    assert arrays_gpu("kl_div", [host, cupy_array(3), cupy_array(3), None]) == 3
     with pytest.raises(acl.AclnnError) as refused:
-        Fn._arrays_gpu("kl_div", [cupy_array(0), host, cupy_array(1)])
+        arrays_gpu("kl_div", [cupy_array(0), host, cupy_array(1)])
     assert refused.value.status == INVALID
     assert str(refused.value).endswith("kl_div: expected all arrays on the same device, but found at least two "
                                        "devices, cuda:0 and cuda:1")

@@ -14,6 +14,7 @@ from support import use_device
 
 import aclnn_gpu as acl
 from aclnn_gpu.functional import cache as call_cache
+from aclnn_gpu.functional.arrays import to_numpy
 from aclnn_gpu import functional as F
 from aclnn_gpu import runtime
 
@@ -32,7 +33,7 @@ def cpu():
 def _arrays(result):
     """A call's result(s) as a tuple of NumPy arrays (torch tensors viewed, never copied by value)."""
     results = result if isinstance(result, tuple) else (result,)
-    return tuple(F._to_numpy(r) for r in results)
+    return tuple(to_numpy(r) for r in results)
 
 
 def _same(a, b):

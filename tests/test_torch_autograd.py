@@ -250,14 +250,14 @@ def test_cpu_tensors_are_lent_without_copies(gen, monkeypatch, cached):
     """On the cpu device the operator reads the torch tensor's own memory: functional's copy path is
     never taken for contiguous or strided torch CPU tensors, whether a call describes them (the
     uncached path) or runs a cached plan on them (call_cache: a signature's second call)."""
-    import aclnn_gpu.functional as F
     from aclnn_gpu.functional import cache as call_cache
+    from aclnn_gpu.functional.call import Call
     read = []
-    original = F._Call._describe if not cached else call_cache.bytes_of
+    original = Call._describe if not cached else call_cache.bytes_of
     if cached:
         monkeypatch.setattr(call_cache, "bytes_of", lambda a: read.append(a.ctypes.data) or original(a))
     else:
-        monkeypatch.setattr(F._Call, "_describe",
+        monkeypatch.setattr(Call, "_describe",
                             lambda self, address, *rest: read.append(address) or original(self, address, *rest))
     x = torch.randn(6, 2, 4, generator=gen, requires_grad=True)
     w = torch.randn(3, 4, 5, generator=gen, requires_grad=True)

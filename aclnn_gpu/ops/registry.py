@@ -1,4 +1,8 @@
-"""The operators' public entry points, gathered from their host modules (one per family)."""
+"""The operators' public entry points, gathered from their host modules (one per family), and the list of
+families whose `functional.py` holds the bodies of aclnn_gpu.functional's operators (FUNCTIONAL).
+
+Adding a family: its package under ops/, its names here, and (for a functional API) its name in
+FUNCTIONAL; aclnn_gpu.functional builds its public functions from that list."""
 from __future__ import annotations
 
 from .kl_div import aclnnKlDiv, aclnnKlDivBackward, aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivGetWorkspaceSize
@@ -11,6 +15,10 @@ from .scaled_masked_softmax import (aclnnScaledMaskedSoftmax, aclnnScaledMaskedS
                                     aclnnScaledMaskedSoftmaxGetWorkspaceSize)
 from .cross_entropy import (aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize,
                             aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize)
+
+# The families with a functional.py (OPERATORS, BY_VALUE and the bodies), in the order aclnn_gpu.functional
+# lists them. Names only: this module must not import those modules (aclnn_gpu.functional does).
+FUNCTIONAL = ("kl_div", "conv_tbc", "scaled_masked_softmax", "cross_entropy", "ctc_loss")
 
 __all__ = [
     "aclnnKlDiv", "aclnnKlDivGetWorkspaceSize", "aclnnKlDivBackward", "aclnnKlDivBackwardGetWorkspaceSize",
