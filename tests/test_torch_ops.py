@@ -118,6 +118,21 @@ def test_every_operator_is_checked():
         assert str(getattr(aclnn, name).default._schema).startswith(f"aclnn::{name}(")
 
 
+def test_the_registered_operators_are_the_families_definitions():
+    """The operators are exactly the records of the families `ops/registry.py` lists in TORCH (each in
+    `ops/<family>/torch_ops.py`, no name twice), and each record's functional call exists."""
+    import importlib
+
+    from aclnn_gpu import functional
+    from aclnn_gpu.ops import registry
+    names = []
+    for family in registry.TORCH:
+        for record in importlib.import_module(f"aclnn_gpu.ops.{family}.torch_ops").OPERATORS:
+            names.append(record.name)
+            assert record.functional is None or callable(getattr(functional, record.functional)), record.name
+    assert len(names) == len(set(names)) and set(names) == set(torch_ops.OPERATORS)
+
+
 @pytest.mark.parametrize("case", range(len(_forward_cases()) + len(_backward_cases())))
 def test_fake_gives_the_real_shapes_and_dtypes(case):
     """Under FakeTensorMode each operator gives exactly the real results' shapes, strides and dtypes."""

@@ -29,3 +29,8 @@ __all__ = [
     "aclnnCrossEntropyLossGradGetWorkspaceSize",
     "aclnnCtcLoss", "aclnnCtcLossGetWorkspaceSize", "aclnnCtcLossBackward", "aclnnCtcLossBackwardGetWorkspaceSize",
 ]
+
+
+# The families with PyTorch definitions (`<family>/torch_ops.py`: their `aclnn::` custom operators as data),
+# in the order `aclnn_gpu.torch` registers them. Names only: nothing here imports torch.
+TORCH = ("ctc_loss", "cross_entropy", "kl_div", "conv_tbc", "scaled_masked_softmax")

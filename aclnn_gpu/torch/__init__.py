@@ -3,6 +3,12 @@ custom operator of the `aclnn` namespace (`aclnn_gpu/torch/ops.py`) whose forwar
 library's aclnn operators, so models using them train, `torch.compile(fullgraph=True)` traces them,
 `torch.export` holds them and CUDA graphs capture them.
 
+The package `aclnn_gpu.torch` is layer 15, "PyTorch" (docs/DESIGN.md, "Import layers"). It owns these
+PyTorch-shaped wrappers (this module), the registration of the `aclnn::` custom operators (`ops.py`,
+from the families' definitions in `aclnn_gpu/ops/<family>/torch_ops.py`), the machinery that defines
+them (`library.py`: definition, Autograd and autocast kernels, the route of a call) and the calls on
+PyTorch's streams and caching allocator (`stream.py`).
+
     import aclnn_gpu.torch as acl_torch
     loss = acl_torch.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0,
                               reduction="mean", zero_infinity=False)
