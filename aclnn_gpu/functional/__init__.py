@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
-from .arrays import int_list
 from .dispatch import entry_point
 from ..base.errors import AclnnError
 from ..ops.registry import FUNCTIONAL
@@ -44,8 +43,6 @@ def _public_functions() -> dict[str, Callable[..., Any]]:
 
 _OPERATORS = _public_functions()
 globals().update(_OPERATORS)   # kl_div, kl_div_backward, ...: real attributes of this module
-
-_int_list = int_list   # the name aclnn_gpu/torch/stream.py imports
 
 
 if TYPE_CHECKING:   # the operators are attributes made from the registry, which a type checker cannot list

@@ -3,7 +3,7 @@ caching allocator, without waiting.
 
 A call of an `aclnn::` custom operator (`aclnn_gpu/torch/ops.py`) on CUDA tensors, with the `cuda`
 device in use, runs `functional`'s body of the operator (its descriptors, output shapes and the two
-phases) over a `TorchCall` instead of functional's `_Call`:
+phases) over a `TorchCall` instead of functional's `Call` (`functional/call.py`):
 
 - its tensors are described where they are (`data_ptr`, shape, strides): no copy, no DLPack. A host
   tensor among CUDA ones (CTC's targets, say) is copied to the GPU on the stream first. Each tensor it
@@ -413,7 +413,7 @@ class TorchStream(CudaStream):
 # ---------------------------------------------------------------------------- the call
 class TorchCall:
     """One functional operator body run on PyTorch's stream (see the module docstring): the methods
-    functional's bodies call on `_Call` (`tensor`, `output`, `int_array`, `run`, `result`)."""
+    functional's bodies call on `Call` (`tensor`, `output`, `int_array`, `run`, `result`)."""
 
     def __init__(self, name: str, device: Any, gpu: Any, like: torch.Tensor, index: int):
         self.name = name
@@ -484,8 +484,8 @@ class TorchCall:
         return self._describe(self._lend_tensor(result), fmt, "output"), result
 
     def int_array(self, values: Any, name: str) -> aclIntArray:
-        from ..functional import _int_list
-        array = aclCreateIntArray(_int_list(self.name, name, values))
+        from ..functional.arrays import int_list
+        array = aclCreateIntArray(int_list(self.name, name, values))
         if array is None:
             raise AclnnError(INVALID, f"{self.name}: {name}: {aclGetRecentErrMsg()}")
         return array
