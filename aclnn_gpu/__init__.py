@@ -14,7 +14,6 @@ from .hccl import *  # noqa: F401,F403 - HCCL's collectives, HcclComm and the HC
 from .graph.api import (
     aclmdlRI, aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRIDestroy, aclmdlRIExecuteAsync,
 )
-from .runtime.callbacks import aclrtLaunchCallback, aclrtProcessReport, aclrtSubscribeReport, aclrtUnSubscribeReport
 from .executor import (
     aclDestroyAclOpExecutor, aclOpExecutor, aclSetAclOpExecutorRepeatable, aclSetInputTensorAddr,
     aclSetOutputTensorAddr,
@@ -28,25 +27,23 @@ from .meta.lists import (
 from .ops.registry import *  # noqa: F401,F403 - the aclnn* operator functions
 from .ops.registry import __all__ as _ops_all
 from .runtime import (
-    aclFinalize, aclInit, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtCreateStream,
-    aclrtCreateStreamWithConfig, aclrtCtxSetSysParamOpt, aclrtDestroyEvent, aclrtDestroyStream,
-    aclrtDeviceCanAccessPeer, aclrtDeviceDisablePeerAccess, aclrtDeviceEnablePeerAccess,
-    aclrtEvent, aclrtEventElapsedTime, aclrtFree, aclrtFreeHost, aclrtGetDevice, aclrtGetDeviceCount,
-    aclrtGetSysParamOpt, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost, aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset,
-    aclrtMemsetAsync, aclrtQueryEventStatus, aclrtRecordEvent, aclrtResetDevice, aclrtSetDevice, aclrtStream,
-    aclrtStreamWaitEvent, aclrtSynchronizeDevice, aclrtSynchronizeEvent, aclrtSynchronizeStream,
-    current_device_kind,
-)
-from .runtime.ext import (
-    aclDataTypeSize, aclFloat16ToFloat, aclFloatToFloat16, aclnnFinalize, aclnnInit, aclrtContext, aclrtCreateContext,
-    aclrtDeviceGetBareTgid, aclrtMemcpy2d, aclrtMemcpy2dAsync, aclrtPointerGetAttributes, aclrtQueryDeviceStatus,
-    aclrtGetLastError, aclrtPeekAtLastError, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutWithMs,
-    aclrtSetOpWaitTimeout, aclrtSetStreamFailureMode, aclrtStreamGetId,
-    aclrtCtxGetSysParamOpt, aclrtDestroyContext, aclrtDestroyStreamForce, aclrtGetCurrentContext, aclrtGetMemInfo,
-    aclrtGetRunMode, aclrtGetSocName, aclrtGetVersion, aclrtMallocCached, aclrtMemFlush, aclrtMemInvalidate,
-    aclrtQueryEvent, aclrtQueryEventWaitStatus, aclrtResetDeviceForce, aclrtResetEvent, aclrtSetCurrentContext,
-    aclrtSetSysParamOpt, aclrtStreamQuery, aclrtSynchronizeDeviceWithTimeout, aclrtSynchronizeEventWithTimeout,
-    aclrtSynchronizeStreamWithTimeout,
+    aclDataTypeSize, aclFinalize, aclFloat16ToFloat, aclFloatToFloat16, aclInit, aclnnFinalize, aclnnInit,
+    aclrtContext, aclrtCreateContext, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtCreateStream,
+    aclrtCreateStreamWithConfig, aclrtCtxGetSysParamOpt, aclrtCtxSetSysParamOpt, aclrtDestroyContext,
+    aclrtDestroyEvent, aclrtDestroyStream, aclrtDestroyStreamForce, aclrtDeviceCanAccessPeer,
+    aclrtDeviceDisablePeerAccess, aclrtDeviceEnablePeerAccess, aclrtDeviceGetBareTgid, aclrtEvent,
+    aclrtEventElapsedTime, aclrtFree, aclrtFreeHost, aclrtGetCurrentContext, aclrtGetDevice, aclrtGetDeviceCount,
+    aclrtGetLastError, aclrtGetMemInfo, aclrtGetRunMode, aclrtGetSocName, aclrtGetSysParamOpt, aclrtGetVersion,
+    aclrtLaunchCallback, aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached, aclrtMallocHost, aclrtMemcpy,
+    aclrtMemcpy2d, aclrtMemcpy2dAsync, aclrtMemcpyAsync, aclrtMemFlush, aclrtMemInvalidate, aclrtMemset,
+    aclrtMemsetAsync, aclrtPeekAtLastError, aclrtPointerGetAttributes, aclrtProcessReport, aclrtQueryDeviceStatus,
+    aclrtQueryEvent, aclrtQueryEventStatus, aclrtQueryEventWaitStatus, aclrtRecordEvent, aclrtResetDevice,
+    aclrtResetDeviceForce, aclrtResetEvent, aclrtSetCurrentContext, aclrtSetDevice, aclrtSetOpExecuteTimeOut,
+    aclrtSetOpExecuteTimeOutWithMs, aclrtSetOpWaitTimeout, aclrtSetStreamFailureMode, aclrtSetSysParamOpt,
+    aclrtStream, aclrtStreamGetId, aclrtStreamQuery, aclrtStreamWaitEvent, aclrtSubscribeReport,
+    aclrtSynchronizeDevice, aclrtSynchronizeDeviceWithTimeout, aclrtSynchronizeEvent,
+    aclrtSynchronizeEventWithTimeout, aclrtSynchronizeStream, aclrtSynchronizeStreamWithTimeout,
+    aclrtUnSubscribeReport, current_device_kind,
 )
 from .base.status import *  # noqa: F401,F403 - enums and their members as constants
 from .meta.tensor import (

@@ -143,7 +143,7 @@ def test_dataloader_workers(used):
 def test_fork_after_acl_init_only():
     os.environ["ACLNN_GPU_DEVICE"] = "cpu"
     runtime.release_devices()
-    runtime._state.initialized = False
+    runtime.acl_state.initialized = False
     assert acl.aclInit(None) == 0 and not current._state.devices
 
     def child():

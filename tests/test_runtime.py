@@ -36,7 +36,7 @@ def test_enums_have_canns_numbers():
 
 
 def test_init_twice_and_finalize():
-    runtime._state.initialized = False
+    runtime.acl_state.initialized = False
     assert acl.aclInit(None) == 0
     assert acl.aclInit(None) == acl.ACL_ERROR_REPEAT_INITIALIZE
     assert "already" in acl.aclGetRecentErrMsg()

@@ -1,8 +1,8 @@
-"""The rest of the runtime and meta API (runtime/ext.py, meta/lists.py, the executor rebinding): the half
-conversions against PyTorch, element sizes, versions, contexts, stream and event status, memory
-information, the copy kinds 5-7, float / bool arrays and tensor / scalar lists, raw tensor
-addresses, aclSet{Input,Output}TensorAddr against PyTorch's kl_div gradient, and the C layer's
-wording of Python messages."""
+"""The rest of the runtime and meta API (runtime/: acl_base.py, devices.py, streams.py, memory.py;
+meta/lists.py; the executor rebinding): the half conversions against PyTorch, element sizes,
+versions, contexts, stream and event status, memory information, the copy kinds 5-7, float / bool
+arrays and tensor / scalar lists, raw tensor addresses, aclSet{Input,Output}TensorAddr against
+PyTorch's kl_div gradient, and the C layer's wording of Python messages."""
 from __future__ import annotations
 
 import os

@@ -29,10 +29,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..host import stream as hoststream
 from ..base.errors import c_api, fail
-from . import aclrtStream, get_device, resolve_stream
 from ..base.status import aclError
+from ..device.current import get_device
+from ..host import stream as hoststream
+from .handles import aclrtStream, resolve_stream
 
 OK = aclError.ACL_SUCCESS
 PARAM = aclError.ACL_ERROR_RT_PARAM_INVALID

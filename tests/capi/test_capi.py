@@ -511,7 +511,7 @@ def test_generic_wrapper_converts_declared_arguments(cpu_session, monkeypatch):
              "typedef struct aclOpExecutor aclOpExecutor; typedef void *aclrtStream;")
     E = {e.name: e for e in entries()}
     from aclnn_gpu import runtime   # as after a C program's aclInit (the C callers' runtime rule)
-    monkeypatch.setattr(runtime._state, "initialized", True)
+    monkeypatch.setattr(runtime.acl_state, "initialized", True)
 
     def wrap(name):
         return generic_wrapper(ffi, E[name], getattr(acl, name))
