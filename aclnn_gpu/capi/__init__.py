@@ -2,6 +2,8 @@
 libraries (`libascendcl.so`, with `libnnopbase.so`, `libopapi.so`, ... as links to it), so a C or C++
 Ascend program compiles unchanged and runs on the device `ACLNN_GPU_DEVICE` selects.
 
+Layer 16 of docs/DESIGN.md, "Import layers" (C ABI): above everything it exports, below the demo.
+
     g++ sample.cpp $(python -m aclnn_gpu.capi --cflags --libs)
 
 Modules: `table` (the exported functions, read from the headers), `build` (cffi embedding mode ->

@@ -1,6 +1,9 @@
 """HCCL (Huawei's collective communication library, `hccl.h`) on established engines: PyTorch's
 gloo backend on the cpu and emulated devices, NCCL through CuPy on cuda.
 
+Layer 13 of docs/DESIGN.md, "Import layers" (collectives): above the runtime and the graphs, below
+functional.
+
 Modules: `types` (the enums and structs), `bootstrap` (root info, rank table, addresses, timeouts,
 the cross-rank agreement over a TCP store), `liveness` (heartbeats: dead peers found in bounded
 time), `comm` (the communicator), `api` (communicator entry points), `collectives` (the
