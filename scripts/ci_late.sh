@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ci_late.sh -- the emulated device's tests again over the late stand-in (ACLNN_GPU_EMU_LATE=1,
-# emulator/fakecupy.py): every stream's work starts late, pinned sources are read when the copy runs,
+# emulator/fakecupy/): every stream's work starts late, pinned sources are read when the copy runs,
 # freed memory comes back poisoned in CuPy's pool order, captures honour their modes. An ordering
 # defect the prompt stand-in hides fails here. Run by scripts/test.sh beside the main tests.
 # Environment: PYTHON (default: python), ACLNN_GPU_EMU_LATE_SEED (the stand-in's delays; derived from

@@ -567,7 +567,7 @@ class StrictNccl:
                 self.device = device
 
             def _launch(self, name: str, stream: int) -> None:
-                if outer.fakecupy._stream(stream).device_id != self.device:
+                if outer.fakecupy.streams._stream(stream).device_id != self.device:
                     raise outer.NcclError(1, f"ncclUnhandledCudaError: {name} on a stream of another device")
                 outer.calls.append((name, self.device, outer.fakecupy.cuda.runtime.getDevice()))
 
