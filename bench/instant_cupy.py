@@ -1,7 +1,7 @@
 """A CuPy stand-in whose launches and copies return at once, for timing the library's own Python.
 
 The `cuda` device's code (`aclnn_gpu/device/cuda.py`) runs over it unchanged: memory is host memory
-(`emulator/fakecupy.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
+(`emulator/fakecupy/memory.py`'s allocator), but a kernel launch, an asynchronous copy or memset, an event
 record, a stream synchronize, a stream capture and a graph launch do nothing; `null_cublas()` is a
 libcublas whose C entry points return at once (bench/null_cublas.c, compiled on first use), under the
 library's own GEMM wrapper. What a call then costs is what the library's code costs on a GPU before

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ci_late.sh -- the whole emulated suite again over the late stand-in (ACLNN_GPU_EMU_LATE=1,
-# emulator/fakecupy.py): every stream's work starts late, pinned sources are read when the copy runs,
+# emulator/fakecupy/): every stream's work starts late, pinned sources are read when the copy runs,
 # freed memory comes back poisoned in CuPy's pool order, captures honour their modes. An ordering
 # defect the prompt stand-in hides fails here. Run by scripts/test.sh beside the main tests.
 # The late stand-in's time is mostly waiting (its delays), not computing, so the suite runs as

@@ -1,4 +1,4 @@
-"""The late stand-in (`ACLNN_GPU_EMU_LATE`, emulator/fakecupy.py and emulator/fakepool.py): each of its
+"""The late stand-in (`ACLNN_GPU_EMU_LATE`, emulator/fakecupy/ and emulator/fakepool.py): each of its
 rules shown on, against what CUDA and CuPy document, and aclrtMalloc's padding under it.
 
 Where a test needs a stream to run late it does not sleep: it gives that stream's worker a delay
@@ -25,7 +25,7 @@ Stream = fakecupy.Stream
 def late():
     """The late stand-in on (a fixed seed) for the test, as it was afterwards."""
     previous = fakecupy.set_late(fakecupy.LateRules(seed=1234))
-    yield fakecupy._late
+    yield fakecupy.streams._late
     fakecupy.set_late(previous)
 
 
@@ -63,7 +63,7 @@ def test_the_delay_is_seeded_and_bounded():
 def test_pinned_source_is_read_when_the_copy_runs_a_pageable_one_at_the_call(late, monkeypatch):
     """CUDA Runtime API, API synchronization behavior: cudaMemcpyAsync from pageable host memory stages
     it at the call; from pinned memory the copy reads it when it runs."""
-    monkeypatch.setattr(fakecupy, "_device_memory", lambda ptr, size: False)   # no device registry here
+    monkeypatch.setattr(fakecupy.memory, "_device_memory", lambda ptr, size: False)   # no device registry here
     stream = Stream(non_blocking=True)
     pinned = fakecupy.alloc_pinned_memory(32)
     pageable = np.full(32, 1, np.uint8)
@@ -84,7 +84,7 @@ def test_pinned_source_is_read_when_the_copy_runs_a_pageable_one_at_the_call(lat
 def test_freed_memory_comes_back_poisoned_in_cupys_pool_order(late, monkeypatch):
     """cupy/cuda/memory.pyx: 512-byte units, best fit by bin, a larger chunk split, one arena per stream;
     the most recently freed chunk of a bin first; the bytes are whatever was there: poison."""
-    monkeypatch.setattr(fakecupy, "_pools", {})   # a pool of its own: no other test's free chunks
+    monkeypatch.setattr(fakecupy.memory, "_pools", {})   # a pool of its own: no other test's free chunks
     legacy = fakecupy.get_current_stream()
     first, second = fakecupy.alloc(1000), fakecupy.alloc(1000)
     ctypes.memset(first.ptr, 5, 1000)
@@ -205,7 +205,7 @@ def test_the_pytorch_stand_ins_default_stream_is_the_legacy_stream(late):
     from torch_gpu import StandIn
     standin = StandIn()
     try:
-        assert standin.default.cuda_stream == 0 and standin.default.cupy is fakecupy._legacy_stream(0)
+        assert standin.default.cuda_stream == 0 and standin.default.cupy is fakecupy.streams._legacy_stream(0)
     finally:
         standin.close()
 
@@ -229,6 +229,6 @@ def test_malloc_padding_is_zeroed_before_the_pointer_is_returned(late):
     back = np.zeros(64, np.uint8)
     assert acl.aclrtMemcpy(back, 64, dev, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
     assert (back[:16] == data).all() and (back[16:] == 0).all()
-    device.default_stream.cupy.worker.delay = fakecupy._late.delay
+    device.default_stream.cupy.worker.delay = fakecupy.streams._late.delay
     assert acl.aclrtFree(dev) == 0
     assert acl.aclrtDestroyStream(stream) == 0

@@ -567,7 +567,7 @@ class StrictNccl:
                 self.device = device
 
             def _launch(self, name: str, stream: int) -> None:
-                if outer.fakecupy._stream(stream).device_id != self.device:
+                if outer.fakecupy.streams._stream(stream).device_id != self.device:
                     raise outer.NcclError(1, f"ncclUnhandledCudaError: {name} on a stream of another device")
                 outer.calls.append((name, self.device, outer.fakecupy.cuda.runtime.getDevice()))
 
@@ -788,25 +788,25 @@ def test_hccl_interface_variables_choose_the_addresses_and_nccls_interface(cpu_s
     """HCCL_SOCKET_IFNAME picks the interface whose address the store listens on (and the engine
     binds); on cuda the same variables tell NCCL its interface (NCCL_SOCKET_IFNAME) unless the user
     set that: HCCL_SOCKET_IFNAME as is, or the interface holding HCCL_IF_IP."""
-    from aclnn_gpu.hccl import bootstrap
+    from aclnn_gpu.hccl import addresses
     for name in ("HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         monkeypatch.delenv(name, raising=False)
-    loopback = bootstrap.interface_of("127.0.0.1")
+    loopback = addresses.interface_of("127.0.0.1")
     assert loopback is not None
     monkeypatch.setenv("HCCL_SOCKET_IFNAME", "=" + loopback)
-    assert bootstrap.store_address("t") == "127.0.0.1"
-    assert bootstrap.engine_address("127.0.0.1", "t") == "127.0.0.1"
-    bootstrap.nccl_environment()
+    assert addresses.store_address("t") == "127.0.0.1"
+    assert addresses.engine_address("127.0.0.1", "t") == "127.0.0.1"
+    addresses.nccl_environment()
     assert os.environ["NCCL_SOCKET_IFNAME"] == "=" + loopback
     monkeypatch.delenv("NCCL_SOCKET_IFNAME")
     monkeypatch.delenv("HCCL_SOCKET_IFNAME")
     monkeypatch.setenv("HCCL_IF_IP", "127.0.0.1")
-    bootstrap.nccl_environment()
+    addresses.nccl_environment()
     assert os.environ["NCCL_SOCKET_IFNAME"] == "=" + loopback
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")   # the user's choice stays
-    bootstrap.nccl_environment()
+    addresses.nccl_environment()
     assert os.environ["NCCL_SOCKET_IFNAME"] == "ib0"
-    assert bootstrap._socket_ifname("^" + loopback) != "127.0.0.1"   # "^": every interface but that one
+    assert addresses._socket_ifname("^" + loopback) != "127.0.0.1"   # "^": every interface but that one
 
 
 def test_api_reference_documents_every_hccl_name_and_enum():
@@ -828,7 +828,7 @@ def test_the_heartbeat_rule_over_a_frozen_machine_and_a_dead_rank():
     the watcher's own beats must see a counter stand still; a rank that stops for good is reported
     (HCCL_E_REMOTE, naming it) once both the time and the beats are there; one that said bye
     (HcclCommDestroy) is a leaver, not a dead rank."""
-    from aclnn_gpu.hccl.bootstrap import Health
+    from aclnn_gpu.hccl.rendezvous import Health
     from aclnn_gpu.hccl.liveness import Liveness
 
     class Store:

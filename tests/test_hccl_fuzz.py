@@ -18,7 +18,7 @@ pytest.importorskip("torch.distributed")
 
 import aclnn_gpu as acl  # noqa: E402
 from aclnn_gpu.base.errors import OpError  # noqa: E402
-from aclnn_gpu.hccl import bootstrap  # noqa: E402
+from aclnn_gpu.hccl import bootstrap, rank_table  # noqa: E402
 from aclnn_gpu.hccl.types import HCCL_ROOT_INFO_BYTES  # noqa: E402
 from hccl_ranks import RANK_TIMEOUT_S, ok  # noqa: E402
 
@@ -109,21 +109,21 @@ def test_twenty_thousand_ranks_give_a_short_message(cpu_session, tmp_path):
 
 def test_more_ranks_than_hccl_allows_are_refused(cpu_session, tmp_path):
     path = tmp_path / "table.json"
-    path.write_text(json.dumps(table_of(devices(bootstrap.MAX_RANKS + 1))))   # ids 0..MAX_RANKS: one too many
-    assert f"not below {bootstrap.MAX_RANKS}" in table_refused(path)
-    path.write_text(json.dumps(table_of([{"device_id": "0", "rank_id": str(bootstrap.MAX_RANKS)}])))
-    assert f"not below {bootstrap.MAX_RANKS}" in table_refused(path)
+    path.write_text(json.dumps(table_of(devices(rank_table.MAX_RANKS + 1))))   # ids 0..MAX_RANKS: one too many
+    assert f"not below {rank_table.MAX_RANKS}" in table_refused(path)
+    path.write_text(json.dumps(table_of([{"device_id": "0", "rank_id": str(rank_table.MAX_RANKS)}])))
+    assert f"not below {rank_table.MAX_RANKS}" in table_refused(path)
     path.write_text(json.dumps(table_of([{"device_id": "0", "rank_id": "9" * 5000}])))
     assert "characters)" in table_refused(path)   # the value is quoted cut short
 
 
-@pytest.mark.parametrize("n_ranks", [0, bootstrap.MAX_RANKS + 1, 0xFFFFFFFF, 2**64 - 1])
+@pytest.mark.parametrize("n_ranks", [0, rank_table.MAX_RANKS + 1, 0xFFFFFFFF, 2**64 - 1])
 def test_n_ranks_is_bounded_before_anything_is_allocated(cpu_session, n_ranks):
     """HcclCommInitRootInfo(0xFFFFFFFF, ...) grew to 22 GB: nRanks is checked against HCCL's bound
     before the store is touched."""
     root_info = ok(acl.HcclGetRootInfo())
     message = refused(lambda: acl.HcclCommInitRootInfo(n_ranks, root_info, 0), "HcclCommInitRootInfo")
-    assert f"nRanks {n_ranks}" in message and str(bootstrap.MAX_RANKS) in message, message
+    assert f"nRanks {n_ranks}" in message and str(rank_table.MAX_RANKS) in message, message
     assert len(message) < MESSAGE_MAX
 
 
@@ -173,7 +173,7 @@ def test_fuzzed_root_infos_are_refused_or_decoded_never_an_internal_error(cpu_se
 
 
 def test_a_user_value_in_a_message_is_cut_short(cpu_session):
-    """An argument's repr is quoted at most bootstrap.MAX_SHOWN characters."""
+    """An argument's repr is quoted at most rank_table.MAX_SHOWN characters."""
     root_info = ok(acl.HcclGetRootInfo())
     message = refused(lambda: acl.HcclCommInitRootInfo(list(range(100_000)), root_info, 0), "HcclCommInitRootInfo")
     assert len(message) < MESSAGE_MAX and "characters)" in message, message

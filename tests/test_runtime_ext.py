@@ -407,7 +407,7 @@ def test_the_c_memcpy_takes_another_devices_pointer_as_device_memory(monkeypatch
     device 0 is current stays an address (the CPU must not read a GPU's memory), a caller's host
     pointer becomes a buffer."""
     cffi = pytest.importorskip("cffi")
-    from aclnn_gpu.capi.bridge import _memcpy2d_host_sides, _memcpy_host_sides
+    from aclnn_gpu.capi.adapters import _memcpy2d_host_sides, _memcpy_host_sides
     monkeypatch.setenv("ACLNN_GPU_DEVICE_COUNT", "2")
     use_device("emulated")
     ffi = cffi.FFI()

@@ -1,7 +1,7 @@
 """The GPU side of `aclnn_gpu.torch`, for tests that run on the emulated device and on a real GPU alike.
 
 `StandIn` answers `aclnn_gpu.torch.stream`'s seam (the six questions `TorchCuda` asks PyTorch and CuPy
-on a GPU) with CPU tensors and the emulated device's CuPy-shaped streams (`emulator/fakecupy.py`), so
+on a GPU) with CPU tensors and the emulated device's CuPy-shaped streams (`emulator/fakecupy/`), so
 the code a GPU runs (`TorchCall`, the two phases on PyTorch's stream, the registry lending, the capture
 path) runs in CI:
 
@@ -68,7 +68,7 @@ class StandIn:
         self.streams: list[FakeTorchStream] = []
         # PyTorch's default stream is CUDA's legacy stream (handle 0); the late stand-in has it so
         # (it orders with blocking streams both ways); otherwise a stream of its own, as before
-        self.default = FakeTorchStream(fakecupy._legacy_stream(0)) if fakecupy._late is not None else \
+        self.default = FakeTorchStream(fakecupy.streams._legacy_stream(0)) if fakecupy.streams._late is not None else \
             self.new_stream()
         self._current = threading.local()
         self.allocations: list[Allocation] = []

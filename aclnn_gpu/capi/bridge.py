@@ -1,47 +1,35 @@
 """The Python side of the C ABI: runs inside the interpreter that `libascendcl.so` embeds and turns
 each exported C function into a call of the Python API with the same name.
 
-Owns: the handle table (C's opaque pointers <-> Python objects, keyed by `key_of`), the Python
-side of each call (`wrapper_source`: one function written out per C function, over the arguments the
-generated C marshalled; `generic_wrapper` for a declaration the C does not marshal, running the
-irregular signatures' conversions of `custom.py`), the writing of out-parameters, the C callers'
-runtime rule (a function that needs the runtime, called before aclInit / aclnnInit or after
-aclFinalize, returns its library's not-initialised code: `needs_init`), the wording of messages for
-C (`c_words`), and `aclGetRecentErrMsg`'s per-thread C string.
+Owns: the Python side of each call (`wrapper_source`: one function written out per C function, over
+the arguments the generated C marshalled; `generic_wrapper` for a declaration the C does not
+marshal, running the irregular signatures' conversions of `custom.py`), the writing of
+out-parameters, the C callers' runtime rule (a function that needs the runtime, called before
+aclInit / aclnnInit or after aclFinalize, returns its library's not-initialised code:
+`needs_init`, with the wording of messages for C, `c_words`, in `rules.py`), `aclGetRecentErrMsg`'s
+per-thread C string, and `install` (every `extern "Python"` function of the built library).
 
-Handles are integers from a counter, never Python object addresses: a handle the table does not know
-(never created, or destroyed long ago) turns into an `UnknownHandle` object, which the Python API's
-own type checks refuse with their usual code (the message then says "a handle that was never
-created"); a recently destroyed or spent handle turns into a dead stand-in of its class
-(`destroyed` / `spent` set), so the message says what happened. Nothing a C program passes can make
-this layer dereference an object that is gone.
+The handle table (C's opaque pointers <-> Python objects, and what a forged or retired handle
+becomes) is `handles.py`; the conversions of arrays and of the caller's host memory are
+`adapters.py`.
 """
 from __future__ import annotations
 
 import gc
-import itertools
-import os
-import sys
 import threading
 from typing import Any, Callable
 
 import aclnn_gpu as acl
 from aclnn_gpu import runtime
-from aclnn_gpu.base import dtypes
 from aclnn_gpu.base.errors import set_recent_error
 from aclnn_gpu.executor import aclOpExecutor
-from aclnn_gpu.meta.tensor import MAX_DIMS
 
+from .adapters import ADAPTERS, INVALID, MAX_ARRAY_ITEMS, int_array
 from .build import marshalled
 from .custom import CONVERSIONS, CError
 from .rules import UNINITIALIZED, c_words, init_refusal, needs_init
+from .handles import HANDLE_SHIFT, TOMBSTONES, handles, key_of
 from .table import Entry, entries
-
-HANDLE_BASE = 0x5A0000000000       # handles look like (aligned) pointers and are never NULL
-HANDLE_SHIFT = 4                   # handles are multiples of 16 (the generated C rotates by as much)
-_MASK64 = (1 << 64) - 1
-TOMBSTONES = 1 << 14               # the tombstone ring: a retired handle keeps saying why it is dead
-                                   # until a handle created this many handles later retires in its place
 
 # The codes the C layer itself returns, by return type: a NULL out-pointer, a function the Python
 # package does not have (the §8 functions until their modules land), and a bug in this layer.
@@ -51,245 +39,9 @@ UNSUPPORTED = {"aclError": int(acl.ACL_ERROR_FEATURE_UNSUPPORTED), "aclnnStatus"
                "HcclResult": 5}    # HCCL_E_NOT_SUPPORT
 INTERNAL = {"aclError": int(acl.ACL_ERROR_INTERNAL_ERROR), "aclnnStatus": int(acl.ACLNN_ERR_INNER),
             "HcclResult": 4}       # HCCL_E_INTERNAL
-INVALID = int(acl.ACLNN_ERR_PARAM_INVALID)
-RT_PARAM = int(acl.ACL_ERROR_RT_PARAM_INVALID)
-# The most items the C ABI reads from a caller's array (aclCreateIntArray, aclCreateTensorList, ...):
-# a count beyond it is refused before anything is read (a length of UINT64_MAX would otherwise walk
-# off the caller's array until the process dies).
-MAX_ARRAY_ITEMS = 1 << 24
 
 # C names whose Python function has another name (none today; the table's escape hatch).
 PYTHON_NAME: dict[str, str] = {}
-
-
-class UnknownHandle:
-    """What a handle the table does not know becomes: an object of no API type."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int):
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"UnknownHandle({hex(self.value)})"
-
-
-_stand_ins: dict[type, Any] = {}
-
-
-def _dead_stand_in(obj: Any) -> Any:
-    """What a retired handle remembers: for an executor its operator and state (a fresh dead executor
-    is made at each use, since the Python API may mark it destroyed), for any other class one shared
-    dead object (the API only refuses those); `obj` itself is released."""
-    if isinstance(obj, aclOpExecutor):
-        return ("executor", obj.op, obj.repeatable, obj.spent, obj.destroyed)
-    cls: Any = type(obj)
-    dead = _stand_ins.get(cls)
-    if dead is None:
-        if cls is acl.aclTensor:
-            dead = acl.aclTensor((), acl.aclDataType.ACL_FLOAT, (), 0, int(acl.ACL_FORMAT_ND), (), None)
-        elif cls is acl.aclIntArray:
-            dead = acl.aclIntArray(())
-        elif cls in (acl.aclrtStream, acl.aclrtEvent):
-            dead = cls(None, None)
-        else:
-            try:
-                dead = cls.__new__(cls)
-            except TypeError:
-                return obj
-            if hasattr(dead, "__dict__"):   # the flags its class's checks read before `destroyed` (HcclComm's forked)
-                vars(dead).update({k: v for k, v in vars(obj).items() if type(v) is bool})
-        try:
-            dead.destroyed = True
-        except AttributeError:  # a class with no `destroyed`: remember the object itself
-            return obj
-        _stand_ins[cls] = dead
-    return dead
-
-
-def _revive(remembered: Any) -> Any:
-    if type(remembered) is str:   # a spent single-use executor (its operator: see Handles._remember)
-        dead = aclOpExecutor(remembered, None, None)
-        dead.spent = True
-        return dead
-    if type(remembered) is tuple:
-        _, op, repeatable, spent, destroyed = remembered
-        dead = aclOpExecutor(op, None, None)
-        dead.repeatable, dead.spent, dead.destroyed = repeatable, spent, destroyed
-        return dead
-    return remembered
-
-
-def key_of(handle: int) -> int:
-    """The table's key of a C handle value: the value rotated right by HANDLE_SHIFT bits (the
-    generated C passes handle arguments this way). A handle's low bits are zero, so its key is
-    HANDLE_BASE's key plus the handle's serial number: consecutive integers, which a dict spreads over
-    its whole table (the handles themselves, multiples of 16, share one slot in 16 and collide). An
-    unaligned value keeps its low bits in the key's top bits: it never meets a live key."""
-    return ((handle >> HANDLE_SHIFT) | (handle << (64 - HANDLE_SHIFT))) & _MASK64
-
-
-def handle_of(key: int) -> int:
-    return ((key << HANDLE_SHIFT) | (key >> (64 - HANDLE_SHIFT))) & _MASK64
-
-
-class Handles:
-    """Live handles -> objects, objects -> their handle, and a bounded memory of retired handles, keyed
-    by `key_of(handle)` (what the generated C passes: the look-up is one dict get of that integer)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counter = itertools.count(key_of(HANDLE_BASE) + 1)
-        self._live: dict[int, Any] = {}
-        self._of: dict[int, int] = {}          # id(obj) -> handle (objects in _live stay alive)
-        # retired keys and what they remember, at place key % TOMBSTONES (keys are consecutive, so a
-        # place is taken again only by a handle created TOMBSTONES handles later): two list stores a
-        # retirement, where a bounded dict of tombstones cost ~3k instructions a call in its churn
-        self._dead_key: list[int] = [0] * TOMBSTONES
-        self._dead_record: list[Any] = [None] * TOMBSTONES
-
-    def new(self, obj: Any) -> int:
-        """The handle (the C value) of `obj`: the one it has, or a new one."""
-        if obj is None:
-            return 0
-        with self._lock:
-            handle = self._of.get(id(obj))
-            if handle is None:
-                key = next(self._counter)
-                self._live[key] = obj
-                handle = self._of[id(obj)] = key << HANDLE_SHIFT
-            return handle
-
-    def _remember(self, key: int, record: Any) -> None:
-        """Retired `key` remembers `record` (the generated execute wrappers write this out for a spent
-        executor, whose record is its operator's name: `_revive` knows the rest, and a str is not
-        tracked by the cyclic collector as a tuple per call would be)."""
-        place = key % TOMBSTONES
-        self._dead_key[place] = key
-        self._dead_record[place] = record
-
-    def get(self, handle: int) -> Any:
-        """The object of C handle value `handle` (None for NULL, a stand-in or UnknownHandle)."""
-        return self.get_key(key_of(handle))
-
-    def get_key(self, key: int) -> Any:
-        if key == 0:
-            return None
-        obj = self._live.get(key)
-        if obj is None:
-            place = key % TOMBSTONES
-            if self._dead_key[place] == key:
-                return _revive(self._dead_record[place])
-            return UnknownHandle(handle_of(key))
-        return obj
-
-    def retire(self, key: int, obj: Any) -> None:
-        """The handle of `key` (whose object, or revived stand-in, is `obj`) is destroyed or spent."""
-        with self._lock:
-            if self._live.pop(key, None) is not None:
-                self._of.pop(id(obj), None)   # (a GetWorkspaceSize executor has no reverse entry)
-            elif self._dead_key[key % TOMBSTONES] != key:
-                return
-            self._remember(key, _dead_stand_in(obj))   # (a stand-in's new state too: spent, then destroyed)
-
-    def retire_object(self, obj: Any) -> None:
-        """`obj`'s handle, if it has one, is destroyed (a list's members, destroyed with the list)."""
-        handle = self._of.get(id(obj))
-        if handle is not None:
-            self.retire(key_of(handle), obj)
-
-    def counts(self) -> tuple[int, int]:
-        """(live handles, remembered retired handles): for the leak tests."""
-        return len(self._live), sum(1 for key in self._dead_key if key)
-
-
-handles = Handles()
-
-
-def _reinit_lock_in_child() -> None:
-    """A fork() child: a thread of the parent may have held the handle table's lock at fork time."""
-    handles._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_lock_in_child)
-
-
-def _array(ffi: Any, entry: Entry, p: Any, length: str) -> Callable[[Any, int], Any]:
-    """The converter of int64 array `p` (C pointer and its length) to a list."""
-    dims, NULL, unpack = entry.name == "aclCreateTensor", ffi.NULL, ffi.unpack
-
-    def array(pointer: Any, n: int) -> Any:
-        if dims and n > MAX_DIMS:
-            raise CError(INVALID, f"{entry.name}: {length} {n} exceeds {MAX_DIMS} dims")
-        if n > MAX_ARRAY_ITEMS:
-            raise CError(INVALID, f"{entry.name}: {length} {n} exceeds {MAX_ARRAY_ITEMS} items, the most the C ABI "
-                                  "reads from an array")
-        if pointer == NULL:
-            if n and p.name in ("viewDims", "storageDims"):
-                raise CError(INVALID, f"{entry.name}: {p.name} is null but {length} is {n}")
-            return None
-        return unpack(pointer, n)
-    return array
-
-
-# (destination, source) of each copy kind: which sides may be the caller's host memory
-_HOST_SIDES = {0: (True, True), 1: (False, True), 2: (True, False), 4: (True, True), 5: (False, True)}
-
-
-def _host_buffers(ffi: Any, args: list, kind: Any, reaches: tuple[int, int], fn: str) -> list:
-    """A copy's dst (args[0]) and src (args[2]) that may be host memory under `kind` become buffers of
-    `reaches` bytes when they are the caller's: no device of this process holds them (another device's
-    pointer, under ACL_MEMCPY_DEFAULT, is device memory the CPU must not read). A reach beyond any
-    address space (count SIZE_MAX, a height of 2^61) is refused before a buffer is made of it."""
-    host = _HOST_SIDES.get(kind, (False, False))
-    try:
-        acl.runtime.get_device()
-    except Exception:  # noqa: BLE001 - no device: the Python API reports it with its own code
-        return args
-    find = acl.runtime.find_allocation
-    for position, is_host, reach in ((0, host[0], reaches[0]), (2, host[1], reaches[1])):
-        addr = args[position]
-        if is_host and addr is not None and reach > 0 and find(addr, 0) is None:
-            if reach > sys.maxsize:
-                raise CError(RT_PARAM, f"{fn}: {'dst' if position == 0 else 'src'} would span {reach} bytes of host "
-                                       f"memory from {hex(addr)}, more than an address space holds ({sys.maxsize})")
-            args[position] = ffi.buffer(ffi.cast("char *", addr), reach)
-    return args
-
-
-def _memcpy_host_sides(ffi: Any, args: list) -> list:
-    """aclrtMemcpy(Async)(dst, destMax, src, count, kind[, stream]): a C host pointer that is not an
-    allocation of this library (a std::vector's data()) is the caller's memory: it is handed to the
-    Python API as a buffer of `count` bytes, as a Python caller hands a NumPy array."""
-    count, kind = args[3], args[4]
-    return _host_buffers(ffi, args, kind, (count, count), "aclrtMemcpy")
-
-
-def _scalar_value(ffi: Any, args: list) -> list:
-    """aclCreateScalar(value, dataType): the value is read from host memory as `dataType`."""
-    addr, dtype = args
-    if addr is not None and dtypes.has_numpy(dtype):
-        import numpy as np
-        args[0] = np.frombuffer(ffi.buffer(ffi.cast("char *", addr), dtypes.itemsize(dtype)),
-                                dtypes.to_numpy(dtype))[0].item()
-    return args
-
-
-def _memcpy2d_host_sides(ffi: Any, args: list) -> list:
-    """aclrtMemcpy2d(Async)(dst, dpitch, src, spitch, width, height, kind[, stream]): a host side that is
-    not an allocation of this library is the caller's memory, a buffer of the bytes its rows reach."""
-    _, dpitch, _, spitch, width, height, kind = args[:7]
-
-    def reach(pitch: int) -> int:
-        return pitch * (height - 1) + width if height else 0
-    return _host_buffers(ffi, args, kind, (reach(dpitch), reach(spitch)), "aclrtMemcpy2d")
-
-
-ADAPTERS: dict[str, Callable[[Any, list], list]] = {
-    "aclrtMemcpy": _memcpy_host_sides, "aclrtMemcpyAsync": _memcpy_host_sides, "aclCreateScalar": _scalar_value,
-    "aclrtMemcpy2d": _memcpy2d_host_sides, "aclrtMemcpy2dAsync": _memcpy2d_host_sides,
-}
 
 
 def fail(status: int, message: str) -> int:
@@ -421,7 +173,7 @@ def _generic_input(ffi: Any, entry: Entry, index: int, position: dict[str, int])
         return lambda a: None if a[index] == NULL else bytes(ffi.buffer(a[index], size))
     if p.kind == "array":
         length = _length_name(entry, p.name)
-        convert, at = _array(ffi, entry, p, length), position[length]
+        convert, at = int_array(ffi, entry, p, length), position[length]
         return lambda a: convert(a[index], a[at])
     return lambda a: a[index]
 
@@ -544,7 +296,7 @@ def make_wrapper(ffi: Any, entry: Entry, target: Callable | None) -> Callable:
         "_INTERNAL": INTERNAL[status_type]}
     for i, p in enumerate(entry.params):
         if p.kind == "array":
-            scope[f"_array{i}"] = _array(ffi, entry, p, _length_name(entry, p.name))
+            scope[f"_array{i}"] = int_array(ffi, entry, p, _length_name(entry, p.name))
     exec(compile(wrapper_source(entry), f"<C ABI {name}>", "exec"), scope)   # noqa: S102 - our own generated code
     return scope[name]
 

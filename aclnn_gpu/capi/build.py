@@ -71,7 +71,7 @@ def _cdef() -> str:
 # How a C argument crosses into Python (the C side marshals, so each call makes as few Python
 # objects as it can): handles and addresses as integers (`uintptr_t`: a Python int hashes and
 # compares without a cffi object), a handle as its table key (rotated right by 4 bits, `aclnn_gpu_key`,
-# bridge.key_of), out-handles and out-addresses as `uintptr_t *` into the caller's pointer-sized slot;
+# handles.key_of), out-handles and out-addresses as `uintptr_t *` into the caller's pointer-sized slot;
 # every other parameter as declared.
 # An entry with a parameter kind or a return kind outside these crosses as declared (cffi's own
 # conversions) and `bridge.generic_wrapper` converts it, one converter per parameter.
@@ -120,7 +120,7 @@ def _source(python: str) -> str:
     out.append("static void _py_aclnn_gpu_at_exit(void);")
     out.append("static int _py_aclnn_gpu_fail(int, const char *);")
     out.append(f"""
-/* a handle's key in the bridge's table (bridge.key_of): the value rotated right by 4 bits */
+/* a handle's key in the bridge's table (handles.key_of): the value rotated right by 4 bits */
 static inline uintptr_t aclnn_gpu_key(const void *handle)
 {{
     uintptr_t v = (uintptr_t)handle;
@@ -247,8 +247,9 @@ def _key() -> str:
     parts = [sys.executable, str(PACKAGE_PARENT), cffi.__version__, _compiler_version(), sys.version]
     parts += [p.read_text() for p in sorted(INCLUDE_DIR.rglob("*.h"))]
     # custom.py's CONVERSIONS decide which entries the C marshals (`marshalled`), so the exported
-    # functions' C signatures; bridge.py writes the Python those signatures call
-    parts += [(HERE / name).read_text() for name in ("build.py", "table.py", "custom.py", "bridge.py")]
+    # functions' C signatures; bridge.py writes the Python those signatures call; handles.py's key
+    # rotation is the one the generated C writes out
+    parts += [(HERE / name).read_text() for name in ("build.py", "table.py", "custom.py", "bridge.py", "handles.py")]
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")

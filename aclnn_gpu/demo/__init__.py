@@ -2,6 +2,9 @@
 two-phase API as Ascend's samples call it. Prints a table (operator, shapes, dtype, device, max
 error against a float64 reference, time) and returns non-zero if any result is wrong.
 
+Layer 17 of docs/DESIGN.md, "Import layers" (demo): it calls the public API as a user would;
+`samples` holds the sample-program helpers (host arrays in and out of device tensors).
+
 `python -m aclnn_gpu [--device cpu|cuda|emulated] [--repeat N]`
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `emulated` device: the cuda device's code (`device/cuda.py`) over `emulator/fakecupy.py`, so
+"""The `emulated` device: the cuda device's code (`device/cuda.py`) over `emulator/fakecupy/`, so
 the CUDA kernels run from their `.cu` sources on the CPU, with the same plans, launch geometry and
 argument packing as on a GPU. GEMMs run in NumPy (`kernels/gemm.py`)."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ class EmulatedDevice(CudaDevice):
         # lets recorded launches be replayed (ThreadSanitizer)
         set_memory_resolver(functools.partial(_resolve, find_allocation))
         # what the late stand-in reads to tell device memory (a lent array included) from pageable host memory
-        fakecupy._device_memory = functools.partial(_on_device, find_allocation)
+        fakecupy.memory._device_memory = functools.partial(_on_device, find_allocation)
 
     def gemm(self, stream, *args, **kwargs) -> None:
         from ..kernels import gemm

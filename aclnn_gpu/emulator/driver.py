@@ -1,9 +1,9 @@
 """The CuPy-shaped face of the emulator: `EmuModule` (like `cupy.RawModule`) and `EmuKernel` (like
 the `cupy.RawKernel` function it returns).
 
-    mod = EmuModule(source, name_expressions=["kl_fwd<float, 256>"], filename="kl_div.cu")
-    k = mod.get_function("kl_fwd<float, 256>")
-    k((blocks,), (256,), (x, y, np.int64(n)), shared_mem=0)
+    mod = EmuModule(source, name_expressions=["kl_fwd_contig<float>"], filename="kl_div.cu")
+    k = mod.get_function("kl_fwd_contig<float>")
+    k((blocks,), (256,), (s, t, out, np.int64(n), np.int32(log_target), np.int32(vec)), shared_mem=0)
 
 Owns: argument packing exactly as CuPy's RawKernel does it, the checks a GPU launch would fail
 (argument count and byte sizes are checked against the kernel's C++ parameter types before the

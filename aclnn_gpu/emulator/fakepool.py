@@ -1,4 +1,4 @@
-"""The late stand-in's device memory pool (`ACLNN_GPU_EMU_LATE`, emulator/fakecupy.py): CuPy's
+"""The late stand-in's device memory pool (`ACLNN_GPU_EMU_LATE`, emulator/fakecupy/): CuPy's
 SingleDeviceMemoryPool rules over host memory, so freed device memory comes back to the next caller
 the way it does on a GPU, with bytes nobody wrote.
 

@@ -13,7 +13,7 @@ import numbers
 import threading
 from typing import Any
 
-from ..base.errors import c_api, fail
+from ..base.errors import c_api, fail, live_handle
 from ..runtime import _stream_owner, aclrtStream
 from ..base.status import aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus
 from ..runtime import capture as state
@@ -51,12 +51,8 @@ def _capturing_stream(stream: Any, fn: str) -> Any:
 
 
 def _model(modelRI: Any, fn: str) -> aclmdlRI:
-    if modelRI is None:
-        fail(PARAM, f"{fn}: modelRI is null")
-    if not isinstance(modelRI, aclmdlRI):
-        fail(PARAM, f"{fn}: modelRI must be an aclmdlRI (from aclmdlRICaptureEnd), got {type(modelRI).__name__}")
-    if modelRI.destroyed:   # (the C ABI's stand-in for a destroyed handle has nothing but this flag)
-        fail(PARAM, f"{fn}: modelRI was destroyed (aclmdlRIDestroy, or its capture failed)")
+    """The live, captured model `modelRI` of a device that was not reset; else ACL's code, saying why."""
+    live_handle(modelRI, aclmdlRI, fn, "modelRI", PARAM, destroyer="aclmdlRIDestroy, or its capture failed")
     if modelRI.graph is None:
         fail(aclError.ACL_ERROR_RT_MODEL_CAPTURED, f"{fn}: modelRI {modelRI.id} is still being captured; call "
                                                    "aclmdlRICaptureEnd on its stream first")

@@ -14,11 +14,17 @@ import numpy as np
 
 from ..base.errors import OpError, aclGetRecentErrMsg, c_api, fail
 from ..runtime import aclrtSetDevice
-from . import bootstrap, sealed
+from . import addresses, bootstrap, rank_table, rendezvous, sealed
 from .comm import HcclComm, build, check_comm, device_of, engine_for, require_torch_distributed
 from .types import (
-    COMM_NAME_MAX_LENGTH, HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET, HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET, NUMPY_DTYPE,
-    HcclCommConfig, HcclDataType, HcclReduceOp, HcclResult,
+    COMM_NAME_MAX_LENGTH,
+    HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET,
+    HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET,
+    NUMPY_DTYPE,
+    HcclCommConfig,
+    HcclDataType,
+    HcclReduceOp,
+    HcclResult,
 )
 
 OK = HcclResult.HCCL_SUCCESS
@@ -35,7 +41,7 @@ def hccl_api(n_out: int = 0) -> Callable:
 def integer(value: Any, fn: str, what: str, low: int, high: int | None = None) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < low or \
             (high is not None and int(value) > high):
-        fail(PARA, f"{fn}: {what} {bootstrap.shown(value)} must be an integer in "
+        fail(PARA, f"{fn}: {what} {rank_table.shown(value)} must be an integer in "
                    f"[{low}, {'inf' if high is None else high}]")
     return int(value)
 
@@ -48,14 +54,14 @@ def is_zero(value: Any) -> bool:
 def data_type(value: Any, fn: str, what: str = "dataType") -> np.dtype:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or \
             int(value) not in HcclDataType._value2member_map_:
-        fail(PARA, f"{fn}: {what} {bootstrap.shown(value)} is not an HcclDataType (0..11)")
+        fail(PARA, f"{fn}: {what} {rank_table.shown(value)} is not an HcclDataType (0..11)")
     return NUMPY_DTYPE[HcclDataType(int(value))]
 
 
 def reduce_op(value: Any, fn: str) -> HcclReduceOp:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or \
             int(value) not in HcclReduceOp._value2member_map_:
-        fail(PARA, f"{fn}: op {bootstrap.shown(value)} is not an HcclReduceOp (0..3)")
+        fail(PARA, f"{fn}: op {rank_table.shown(value)} is not an HcclReduceOp (0..3)")
     return HcclReduceOp(int(value))
 
 
@@ -129,17 +135,17 @@ def HcclGetRootInfo() -> tuple[int, bytes]:
     require_torch_distributed(fn)
     device, _ = device_of(None, fn)
     engine = engine_for(device)
-    address = bootstrap.store_address(fn)
+    address = addresses.store_address(fn)
     try:
         port = bootstrap.serve(address, 0, bootstrap.connect_timeout())
     except OpError:
         raise
     except Exception as e:  # noqa: BLE001 - the listening socket could not be opened
-        fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {address}: {bootstrap._first_line(e)}")
+        fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {address}: {rendezvous._first_line(e)}")
     nccl_id = None
     if engine == "nccl":
         from .nccl import new_unique_id
-        bootstrap.nccl_environment()
+        addresses.nccl_environment()
         nccl_id = new_unique_id()
     key = bootstrap.new_key()
     return OK, bootstrap.Meeting(address, port, key, engine, nccl_id, bootstrap.process_token(), key,
@@ -147,7 +153,7 @@ def HcclGetRootInfo() -> tuple[int, bytes]:
 
 
 def _init_root_info(fn: str, nRanks: Any, rootInfo: Any, rank: Any, name: str = "") -> HcclComm:
-    n = integer(nRanks, fn, "nRanks", 1, bootstrap.MAX_RANKS)
+    n = integer(nRanks, fn, "nRanks", 1, rank_table.MAX_RANKS)
     r = integer(rank, fn, "rank", 0, n - 1)
     meeting = bootstrap.Meeting.decode(rootInfo, fn)
     require_torch_distributed(fn)
@@ -177,20 +183,20 @@ def HcclCommInitRootInfoConfig(nRanks: int, rootInfo: bytes, rank: int, config: 
 
 
 def _init_cluster_info(fn: str, clusterInfo: Any, rank: Any, name: str = "") -> HcclComm:
-    r = integer(rank, fn, "rank", 0, bootstrap.MAX_RANKS - 1)
-    table = bootstrap.read_rank_table(clusterInfo, r, fn)
+    r = integer(rank, fn, "rank", 0, rank_table.MAX_RANKS - 1)
+    table = rank_table.read_rank_table(clusterInfo, r, fn)
     require_torch_distributed(fn)
     device, _ = device_of(None, fn)
-    host, port = bootstrap.resolve(table.root_host), bootstrap.base_port()
+    host, port = addresses.resolve(table.root_host), rank_table.base_port()
     if r == 0:   # rank 0 serves the store on its own server's address, at HCCL_IF_BASE_PORT
-        if not bootstrap.is_local(host):
+        if not addresses.is_local(host):
             fail(PARA, f"{fn}: rank 0's server address {table.root_host} (host_ip / server_id) is not an address "
                        "of this host: rank 0 must run on the server the rank table names")
         try:
             bootstrap.serve(host, port, bootstrap.connect_timeout())
         except Exception as e:  # noqa: BLE001 - the port is taken by another process
             fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot listen on {host}:{port} (HCCL_IF_BASE_PORT): "
-                                                f"{bootstrap._first_line(e)}")
+                                                f"{rendezvous._first_line(e)}")
     meeting = bootstrap.Meeting(host, port, "rt-" + table.digest, engine_for(device), None, "", name or RANK_TABLE_NAME,
                                 table.secret)
     comm = build(meeting, table.n_ranks, r, device, fn, (table.device_ips[r], table.hosts[r]))
@@ -242,7 +248,7 @@ def HcclCommInitAll(ndev: int, devices: list[int]) -> tuple[int, list[HcclComm]]
     collectives are then called from a thread that has its device current, as CANN's sample does
     (a collective waits for every rank to call it)."""
     fn = "HcclCommInitAll"
-    n = integer(ndev, fn, "ndev", 1, bootstrap.MAX_RANKS)
+    n = integer(ndev, fn, "ndev", 1, rank_table.MAX_RANKS)
     ids = counts(devices, n, fn, "devices")
     if len(set(ids)) != n:
         fail(PARA, f"{fn}: devices {ids} name a device twice")

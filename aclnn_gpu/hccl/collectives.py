@@ -13,11 +13,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-
 from ..base.errors import OpError, fail
 from ..base.status import aclError
 from .api import (
-    OK, PARA, PTR, buffer, counts, data_type, hccl_api, integer, is_zero, optional_buffer, peer, reduce_op, stream_of,
+    OK,
+    PARA,
+    PTR,
+    buffer,
+    counts,
+    data_type,
+    hccl_api,
+    integer,
+    is_zero,
+    optional_buffer,
+    peer,
+    reduce_op,
+    stream_of,
 )
 from .comm import HcclComm, check_comm
 from .gloo import Item

@@ -15,10 +15,11 @@ import time
 import weakref
 from typing import Any
 
-from ..base.errors import NoDevice, OpError, fail
+from ..base.errors import NoDevice, OpError, fail, live_handle
 from ..runtime import get_device, resolve_stream
-from . import bootstrap
+from . import addresses, bootstrap
 from .bootstrap import leak
+from .rendezvous import _first_line, generation, guarded, Health, Rendezvous
 from .liveness import Liveness
 from .sealed import conceal, sealed_store
 from .types import HcclResult
@@ -57,8 +58,8 @@ _destroyed: set[tuple[str, int, int]] = set()
 class HcclComm:
     """A communicator handle (C's HcclComm)."""
 
-    def __init__(self, rank: int, size: int, device: Any, engine: Any, rendezvous: bootstrap.Rendezvous,
-                 side: bootstrap.Rendezvous, liveness: Liveness, meeting: bootstrap.Meeting, generation: int,
+    def __init__(self, rank: int, size: int, device: Any, engine: Any, rendezvous: Rendezvous,
+                 side: Rendezvous, liveness: Liveness, meeting: bootstrap.Meeting, generation: int,
                  address: str, clients: list[Any]):
         self.rank = rank
         self.size = size
@@ -155,7 +156,7 @@ def _store_owner(meeting: bootstrap.Meeting, headers: list[dict]) -> str:
 def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: str,
           preferred: tuple[str, ...] = ()) -> HcclComm:
     """Join the meeting as `rank` of `n_ranks` and start the engine, bound to this host's address
-    (`bootstrap.engine_address`); every wait bounded."""
+    (`addresses.engine_address`); every wait bounded."""
     connect_s, exec_s = bootstrap.connect_timeout(), bootstrap.exec_timeout()
     heartbeat_s = bootstrap.heartbeat_timeout()
     try:  # one store client per user: a client is not shared between threads that wait on it
@@ -163,21 +164,21 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     except Exception as e:  # noqa: BLE001 - torch's DistNetworkError / RuntimeError
         fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: cannot reach the bootstrap store at {meeting.host}:{meeting.port} "
                                             f"within HCCL_CONNECT_TIMEOUT={connect_s:g} s: "
-                                            f"{bootstrap._first_line(e)}")
-    engine_address = bootstrap.engine_address(meeting.host, fn, preferred)
+                                            f"{_first_line(e)}")
+    engine_address = addresses.engine_address(meeting.host, fn, preferred)
     if meeting.engine == "nccl":   # a rank table's address is HCCL's configuration too; a routed one is not
-        bootstrap.nccl_environment(engine_address if preferred else None)
+        addresses.nccl_environment(engine_address if preferred else None)
     # every key named and every value authenticated with the meeting's secret (sealed.py)
     root = sealed_store(clients[0], meeting.secret, meeting.key)
 
     def left(number: int) -> bool:
         return (meeting.key, rank, number) in _destroyed or bool(root.check([f"{number}/bye/{rank}"]))
 
-    number = bootstrap.generation(root, rank, fn, left)
+    number = generation(root, rank, fn, left)
     prefix = f"{meeting.key}/{number}"
     store, side_store, engine_store, monitor_store = (sealed_store(c, meeting.secret, prefix) for c in clients)
-    health = bootstrap.Health(silence_s=heartbeat_s)
-    rendezvous = bootstrap.Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
+    health = Health(silence_s=heartbeat_s)
+    rendezvous = Rendezvous(store, rank, n_ranks, connect_s, "HCCL_CONNECT_TIMEOUT", health)
     engine: Any = None
     liveness: Liveness | None = None
     try:
@@ -208,15 +209,15 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
             except Exception as e:  # noqa: BLE001
                 if "unauthenticated message" in str(e):   # sealed.Unauthenticated, through gloo's C++
                     fail(HcclResult.HCCL_E_TCP_TRANSFER, f"{fn}: gloo's rendezvous read an unauthenticated message: "
-                                                         f"{bootstrap._first_line(e)}")
+                                                         f"{_first_line(e)}")
                 fail(HcclResult.HCCL_E_TCP_CONNECT, f"{fn}: gloo could not connect the ranks from {engine_address}: "
-                                                    f"{bootstrap._first_line(e)}")
+                                                    f"{_first_line(e)}")
     except BaseException:
         rendezvous.worker.close()
         if liveness is not None:
             liveness.stop()   # says bye: this rank may join this meeting's next communicator
         else:
-            bootstrap.guarded(fn, "leaving", lambda: store.set(f"bye/{rank}", "1"))
+            guarded(fn, "leaving", lambda: store.set(f"bye/{rank}", "1"))
         raise
     health.on_fault = engine.on_fault
     engine.report = liveness.report
@@ -224,7 +225,7 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
     engine.refresh = liveness.refresh
     rendezvous.set_timeout(exec_s, "HCCL_EXEC_TIMEOUT")
     rendezvous.watch = True
-    side = bootstrap.Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT", health)
+    side = Rendezvous(side_store, rank, n_ranks, exec_s, "HCCL_EXEC_TIMEOUT", health)
     side.watch = True
     liveness.start()
     return HcclComm(rank, n_ranks, device, engine, rendezvous, side, liveness, meeting, number, engine_address,
@@ -232,13 +233,10 @@ def build(meeting: bootstrap.Meeting, n_ranks: int, rank: int, device: Any, fn: 
 
 
 def check_comm(comm: Any, fn: str) -> HcclComm:
-    if comm is None:
-        fail(HcclResult.HCCL_E_PTR, f"{fn}: comm is null")
-    if not isinstance(comm, HcclComm):
-        fail(HcclResult.HCCL_E_PARA, f"{fn}: comm must be an HcclComm from HcclCommInitRootInfo or "
-                                     f"HcclCommInitClusterInfo, got {type(comm).__name__}")
-    if comm.destroyed:
+    """The live communicator `comm` of this process: nullptr HCCL_E_PTR, any other misuse HCCL_E_PARA."""
+    if isinstance(comm, HcclComm) and comm.destroyed:   # "was destroyed": the words the C ABI's tests read
         fail(HcclResult.HCCL_E_PARA, f"{fn}: comm was destroyed (HcclCommDestroy)")
+    live_handle(comm, HcclComm, fn, "comm", HcclResult.HCCL_E_PARA, null_status=HcclResult.HCCL_E_PTR)
     if comm.forked:
         fail(HcclResult.HCCL_E_PARA, f"{fn}: comm was created in the parent process before fork() and cannot be "
                                      "used in the child (make the child's own communicator; HcclCommDestroy only "

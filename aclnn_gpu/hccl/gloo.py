@@ -2,7 +2,7 @@
 (`torch.distributed.ProcessGroupGloo`), one process group per communicator over the communicator's
 own store namespace, so a process can hold several communicators and never touches PyTorch's
 global default group. Each rank's gloo device is bound to its own host's address (the
-communicator's `bootstrap.engine_address`), which gloo advertises to the peers through the store:
+communicator's `addresses.engine_address`), which gloo advertises to the peers through the store:
 the communicator's SealedStore (sealed.py), so the addresses a rank connects to were written by
 members. Gloo's own connections carry no authentication (docs/HCCL.md says what that leaves open).
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from ..base.errors import OpError
 from ..base.status import aclError
-from . import bootstrap
-from .bootstrap import Health
+from . import rendezvous
+from .rendezvous import Health
 from .types import HcclReduceOp, HcclResult
 
 _SIGN_BIT = {np.dtype(np.uint32): (np.int32, np.int32(-2**31)), np.dtype(np.uint64): (np.int64, np.int64(-2**63))}
@@ -179,8 +179,8 @@ class GlooEngine:
     def _failure(self, e: Exception, what: str) -> OpError:
         """A gloo failure in queued work: the stream reports it at its next synchronize; the other
         ranks learn it through the store."""
-        text = re.sub(r"^\[[^\]]*\.cc:\d+\]\s*", "", bootstrap._first_line(e)).split(". This is typically")[0]
-        if bootstrap.is_timeout(e):
+        text = re.sub(r"^\[[^\]]*\.cc:\d+\]\s*", "", rendezvous._first_line(e)).split(". This is typically")[0]
+        if rendezvous.is_timeout(e):
             return OpError(aclError.ACL_ERROR_RT_WAIT_TIMEOUT, f"{what}: HCCL_E_TIMEOUT: a peer did not take part "
                                                                f"within HCCL_EXEC_TIMEOUT={self.timeout_s:g} s "
                                                                f"({text})")
@@ -204,7 +204,7 @@ class GlooEngine:
                 known = self._fault(what)
                 if known is not None:
                     raise known
-                step = max(0.001, min(bootstrap.WAIT_SLICE_S, deadline - time.monotonic()))
+                step = max(0.001, min(rendezvous.WAIT_SLICE_S, deadline - time.monotonic()))
                 try:
                     work.wait(datetime.timedelta(seconds=step))
                     break

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from .bootstrap import Health, _first_line
+from .rendezvous import Health, _first_line
 from .sealed import Unauthenticated
 from .types import HcclResult
 

@@ -81,7 +81,7 @@ def sealed_store(inner: Any, secret: bytes, namespace: str) -> Any:
 
 
 def _define() -> Any:
-    from torch.distributed import Store   # PyTorch only when a communicator is made
+    from torch.distributed import Store  # PyTorch only when a communicator is made
 
     class SealedStore(Store):
         """The store methods the communicator and gloo use (set, get, wait, check, multi_get,

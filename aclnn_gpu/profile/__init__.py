@@ -1,5 +1,8 @@
 """GPU memory cost of the operators, measured on the emulated device: `python -m aclnn_gpu.profile`.
 
+Layer 18 of docs/DESIGN.md, "Import layers" (tools): it drives the public `functional` API and the
+emulator from above them; no module of the library imports it.
+
 Each operator call runs through the public `aclnn_gpu.functional` API on the emulated device with the
 emulator's profiling build (`ACLNN_GPU_EMU_PROFILE=1`, see emulator/profiling.py): every kernel
 launch reports its access sites (file:line), warp requests, 32-byte sectors per request against the

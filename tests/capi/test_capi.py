@@ -430,7 +430,7 @@ def test_a_python_host_keeps_its_interpreter(flags, cpu_session):
     """Loaded into a process that already runs Python (here: this one, through ctypes), the library uses
     that interpreter and the objects the C calls create are this process's Python objects."""
     import ctypes
-    from aclnn_gpu.capi.bridge import UnknownHandle, handles
+    from aclnn_gpu.capi.handles import UnknownHandle, handles
     lib = ctypes.CDLL(str(Path(next(f[2:] for f in flags if f.startswith("-L"))) / "libascendcl.so"))
     lib.aclGetRecentErrMsg.restype = ctypes.c_char_p
     lib.aclCreateTensor.restype = ctypes.c_void_p
@@ -473,7 +473,7 @@ def test_handle_keys_are_dense_and_unaligned_values_never_meet_them():
     """The table's key of a handle (the generated C rotates the value right by 4 bits): handles map to
     consecutive keys (a dict spreads them), every value maps back, and a value that is not a multiple of
     16 (a stray pointer into a handle) never has a live handle's key."""
-    from aclnn_gpu.capi.bridge import HANDLE_BASE, handle_of, key_of
+    from aclnn_gpu.capi.handles import HANDLE_BASE, handle_of, key_of
     handles_ = [HANDLE_BASE + 16 * n for n in range(1, 6)]
     keys = [key_of(h) for h in handles_]
     assert [k - keys[0] for k in keys] == [0, 1, 2, 3, 4]
@@ -663,7 +663,7 @@ def test_the_build_key_follows_every_file_that_shapes_the_generated_c(tmp_path, 
     marshals, so the exported C signatures) and bridge.py change the key as build.py, table.py and the
     headers do, or a stale library would call wrappers written for other signatures."""
     from aclnn_gpu.capi import build
-    for name in ("build.py", "table.py", "custom.py", "bridge.py"):
+    for name in ("build.py", "table.py", "custom.py", "bridge.py", "handles.py"):
         shutil.copy(build.HERE / name, tmp_path / name)
     monkeypatch.setattr(build, "HERE", tmp_path)
     first = build._key()

@@ -43,7 +43,7 @@ def _live_plans() -> int:
 def _pinned() -> tuple[int, int]:
     """(fakecupy's page-locked allocations, ranges in the device's page-lock table)."""
     pins = getattr(get_device(), "host_pins", None)
-    return len(fakecupy._pinned_allocations), len(getattr(pins, "_ranges", {}))
+    return len(fakecupy.memory._pinned_allocations), len(getattr(pins, "_ranges", {}))
 
 
 @pytest.mark.parametrize("device", ["cpu", "emulated"])

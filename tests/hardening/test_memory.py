@@ -120,7 +120,7 @@ def state():
     s = {"registry": len(device.registry), "tensors": live_tensors(), "threads": threading.active_count(),
          "rss": rss_bytes()}
     if device.kind == "emulated":
-        s.update(modules=len(device._modules), kernels=len(device._kernels), fake_streams=len(fakecupy._streams))
+        s.update(modules=len(device._modules), kernels=len(device._kernels), fake_streams=len(fakecupy.streams._streams))
     return s
 
 
@@ -176,7 +176,7 @@ def test_streams_create_destroy(kind, figures):
     use_device(kind)
     gc.collect()
     threads0 = _threads_settle(0, 0.0)
-    table0 = len(fakecupy._streams)
+    table0 = len(fakecupy.streams._streams)
     status, ptr = acl.aclrtMalloc(64, 0)
     _ok(status, "aclrtMalloc")
     peak = threads0
@@ -192,7 +192,7 @@ def test_streams_create_destroy(kind, figures):
     seconds = time.perf_counter() - start
     _ok(acl.aclrtFree(ptr), "aclrtFree")
     threads1 = _threads_settle(threads0)
-    table1 = len(fakecupy._streams)
+    table1 = len(fakecupy.streams._streams)
     figures(f"streams {kind}: 500 create/use/destroy in {seconds:.1f} s; threads {threads0} -> {threads1} "
             f"(peak {peak}); fakecupy stream table {table0} -> {table1}")
     assert threads1 <= threads0, f"{kind}: {threads1 - threads0} stream worker threads leaked"
@@ -201,7 +201,7 @@ def test_streams_create_destroy(kind, figures):
 
 BUG_9 = ("BUG-9: aclrtDestroyStream does not release an emulated (or cuda) stream: device/cuda.py:48 "
          "CudaStream.close() only synchronizes; the fakecupy Stream's HostStream worker thread stops in "
-         "Stream.__del__ (emulator/fakecupy.py:73), i.e. only when the caller drops the aclrtStream handle "
+         "Stream.__del__ (emulator/fakecupy/streams.py), i.e. only when the caller drops the aclrtStream handle "
          "(runtime/:166 keeps .impl after destroy). Keeping 100 destroyed handles keeps 100 threads.")
 
 

@@ -68,7 +68,7 @@ class RecordingCublas(SimpleNamespace):
         raise AssertionError(f"cuBLAS status {status}")
 
     def setStream(self, handle, stream):
-        if fakecupy._stream(stream).is_capturing():
+        if fakecupy.streams._stream(stream).is_capturing():
             raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
         assert self.cublasSetStream_v2(handle, stream) == 0
 
@@ -112,7 +112,7 @@ class RecordingCublas(SimpleNamespace):
 
     def _record(self, handle, compute, a_type, b_type, c_type, batched):
         state = self.state(handle)
-        stream = fakecupy._stream(state.stream)
+        stream = fakecupy.streams._stream(state.stream)
         captured = stream.is_capturing()
         if captured and state.workspace is None:   # it would allocate inside the graph
             return stream, None

@@ -1,7 +1,7 @@
 """The shipped kernels (kernels/cubins/, kernels/shipped.py): the binaries are the current sources'
 (rebuilt with scripts/build_cubins.sh), each is what its name says, the cuda device chooses them by
 the driver's CUDA major and the GPU's architecture and falls back to NVRTC otherwise, saying so on
-the `aclnn_gpu` logger; over the stand-in (emulator/fakecupy.py records which path each module took)."""
+the `aclnn_gpu` logger; over the stand-in (emulator/fakecupy/modules.py records which path each module took)."""
 from __future__ import annotations
 
 import logging
@@ -158,8 +158,8 @@ def test_a_cold_first_call_loads_the_shipped_cubin(cold_emulated, monkeypatch, r
                                                    folder, target):
     """The first call on a fresh device loads kernels/cubins/<folder>/kl_div.<target>.cubin: no NVRTC
     compile, no log line, the right kernels run (the stand-in finds them by their lowered names)."""
-    monkeypatch.setattr(fakecupy, "DRIVER_VERSION", driver)
-    monkeypatch.setattr(fakecupy, "COMPUTE_CAPABILITY", capability)
+    monkeypatch.setattr(fakecupy.runtime, "DRIVER_VERSION", driver)
+    monkeypatch.setattr(fakecupy.runtime, "COMPUTE_CAPABILITY", capability)
     with caplog.at_level(logging.INFO, logger="aclnn_gpu"):
         _first_call(rng)
     loaded = [Path(path) for kind, path in fakecupy.module_loads if kind == "load"]
@@ -173,8 +173,8 @@ def test_a_cold_first_call_loads_the_shipped_cubin(cold_emulated, monkeypatch, r
     (14000, (9, 0), "no shipped kernels for CUDA 14"),
 ])
 def test_the_fallback_compiles_and_says_why(cold_emulated, monkeypatch, rng, caplog, driver, capability, why):
-    monkeypatch.setattr(fakecupy, "DRIVER_VERSION", driver)
-    monkeypatch.setattr(fakecupy, "COMPUTE_CAPABILITY", capability)
+    monkeypatch.setattr(fakecupy.runtime, "DRIVER_VERSION", driver)
+    monkeypatch.setattr(fakecupy.runtime, "COMPUTE_CAPABILITY", capability)
     with caplog.at_level(logging.INFO, logger="aclnn_gpu"):
         _first_call(rng)
     assert ("nvrtc", loader.source("kl_div.cu")) in fakecupy.module_loads
@@ -187,7 +187,7 @@ def test_a_first_call_loads_every_file_its_launch_list_needs_together(cold_emula
     """A call whose launch list needs two kernel files (ConvTbc into a strided output: the plan in
     conv_tbc.cu, the scatter into the output in strided_copy.cu) loads both in one `load_all` (NVRTC in
     parallel threads where no binary ships), not one after the other as each launch reaches them."""
-    monkeypatch.setattr(fakecupy, "COMPUTE_CAPABILITY", (7, 5))      # no shipped cubin: NVRTC compiles
+    monkeypatch.setattr(fakecupy.runtime, "COMPUTE_CAPABILITY", (7, 5))      # no shipped cubin: NVRTC compiles
     calls = []
     real = shipped.load_all
     monkeypatch.setattr(shipped, "load_all", lambda cp, arch, scope, files, *a, **k:
@@ -240,7 +240,7 @@ def test_load_all_compiles_the_fallbacks_in_parallel_threads(monkeypatch, caplog
 
 
 def test_load_all_loads_the_shipped_ones_on_the_calling_thread(monkeypatch, caplog):
-    monkeypatch.setattr(fakecupy, "DRIVER_VERSION", 13000)
+    monkeypatch.setattr(fakecupy.runtime, "DRIVER_VERSION", 13000)
     with caplog.at_level(logging.INFO, logger="aclnn_gpu"):
         modules = shipped.load_all(fakecupy, "sm_90", lambda: fakecupy.cuda.Device(0), ["strided_copy.cu"])
     module = modules["strided_copy.cu"]
@@ -289,7 +289,7 @@ def test_warm_makes_every_file_ready_with_a_progress_bar(monkeypatch, shipped_on
     """`python -m aclnn_gpu.kernels warm` over the stand-in: every kernel file, one progress line each
     (the bar filling up), shipped binaries where they serve, NVRTC otherwise."""
     import io
-    monkeypatch.setattr(fakecupy, "DRIVER_VERSION", 13000)
+    monkeypatch.setattr(fakecupy.runtime, "DRIVER_VERSION", 13000)
     if not shipped_on:
         monkeypatch.setenv(shipped.ENV, "0")
     out = io.StringIO()
