@@ -115,7 +115,7 @@ def wrapper_source(entry: Entry) -> str:
             else f"r = _target({', '.join(args)})")
     body = []
     if needs_init(name):   # the C callers' runtime rule (a C call that needs the runtime, before aclInit)
-        body += ["if not (_runtime._state.initialized or _runtime._state.aclnn_initialized):",
+        body += ["if not (_runtime.acl_state.initialized or _runtime.acl_state.aclnn_initialized):",
                  f"    m = _init_refusal({name!r})", "    if m is not None:",
                  "        _set_recent_error(_c_words(m), _UNINITIALIZED)",
                  f"        return {'0' if entry.returns == 'handle' else '_UNINITIALIZED'}"]
@@ -220,7 +220,7 @@ def generic_wrapper(ffi: Any, entry: Entry, target: Callable) -> Callable:
 
     def call(*cargs: Any) -> Any:
         try:
-            if guarded and not (runtime._state.initialized or runtime._state.aclnn_initialized):
+            if guarded and not (runtime.acl_state.initialized or runtime.acl_state.aclnn_initialized):
                 refusal = init_refusal(name)
                 if refusal is not None:
                     return failed(UNINITIALIZED[status_type], refusal)

@@ -38,7 +38,7 @@ def needs_init(name: str) -> bool:
 
 def init_refusal(name: str) -> str | None:
     """Why `name` may not run now (the runtime is not initialised), or None."""
-    state = runtime._state
+    state = runtime.acl_state
     if state.initialized or state.aclnn_initialized:
         return None
     if state.finalized:

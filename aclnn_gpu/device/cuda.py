@@ -1,5 +1,5 @@
 """The `cuda` device, written against CuPy: streams, events, the memory pool, RawModule kernels and
-cuBLAS. The emulated device is this same class over `emulator/fakecupy.py`, a CuPy-shaped layer that
+cuBLAS. The emulated device is this same class over `emulator/fakecupy/`, a CuPy-shaped layer that
 runs on the CPU, so everything here except the few calls into real CuPy is executed in CI.
 
 What only a GPU can run (and no test here reaches) is the CuPy module itself: `cupy.cuda.alloc`,

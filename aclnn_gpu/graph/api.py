@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from ..base.errors import c_api, fail, live_handle
-from ..runtime import _stream_owner, aclrtStream
+from ..runtime import aclrtStream, stream_owner
 from ..base.status import aclError, aclmdlRICaptureMode, aclmdlRICaptureStatus
 from ..runtime import capture as state
 
@@ -46,7 +46,7 @@ def _capturing_stream(stream: Any, fn: str) -> Any:
     """The live aclrtStream handle `stream` (None: the default stream, which never captures)."""
     if stream is None:
         return None
-    _stream_owner(stream, fn)
+    stream_owner(stream, fn)
     return stream
 
 
@@ -138,7 +138,7 @@ def aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> int:
     if stream is None:
         impl = model.device.default_stream
     else:
-        if _stream_owner(stream, fn) is not model.device:
+        if stream_owner(stream, fn) is not model.device:
             fail(aclError.ACL_ERROR_RT_STREAM_CONTEXT,
                  f"{fn}: stream belongs to device {stream.device.id}, but modelRI {model.id} was captured on device "
                  f"{model.device.id}: replay it on a stream of that device")

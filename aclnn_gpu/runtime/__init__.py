@@ -52,11 +52,6 @@ from .streams import (
     aclrtSynchronizeStream, aclrtSynchronizeStreamWithTimeout,
 )
 
-# the spellings code above the runtime reads today: the C ABI and tests `runtime._state`, graph/api.py
-# `_stream_owner` (one object each with its public name above)
-_state = acl_state
-_stream_owner = stream_owner
-
 __all__ = [
     "aclDataTypeSize", "aclFinalize", "aclFloat16ToFloat", "aclFloatToFloat16", "aclInit", "acl_state",
     "aclnnFinalize", "aclnnInit", "aclrtContext", "aclrtCreateContext", "aclrtCreateEvent", "aclrtCreateEventWithFlag",
