@@ -41,9 +41,12 @@ ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vecto
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Plan:
     """Base of every operator plan: subclasses are frozen dataclasses that add their typed fields,
-    set `op` and write `run_host` and `launch_kernels`."""
+    set `op` and `outputs` and write `run_host` and `launch_kernels`."""
 
     op: ClassVar[str] = "?"
+    # the operator's output parameters: its C declaration's trailing aclTensor parameters (a test reads
+    # them from the headers); aclSetOutputTensorAddr counts these, aclSetInputTensorAddr the other tensors
+    outputs: ClassVar[tuple[str, ...]] = ()
     kernel_files: ClassVar[tuple[str, ...]] = ()   # the kernel files its launcher launches from (recorder-checked)
     has_work: ClassVar[bool] = True
     tensors: Mapping[str, aclTensor | None]   # C parameter name -> tensor (None: an absent optional)

@@ -3,8 +3,8 @@
 kernels of `kernels/kl_div.cu`. The host side (`ops/kl_div/api.py`) has already validated everything.
 
 Tensors are `(ptr, shape, strides, dtype)`: device address with the view offset already folded in,
-shape and element strides (sequences of int), ACL dtype code (FLOAT 0, FLOAT16 1, DOUBLE 11,
-BF16 27).
+shape and element strides (sequences of int), aclDataType code (ACL_FLOAT, ACL_FLOAT16, ACL_DOUBLE,
+ACL_BF16).
 
 Paths (chosen here, from the layouts):
 * fast: after dropping size-1 dims and merging contiguous dims, the iteration space is one dense
@@ -31,9 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...base import dtypes
+from ...base.status import aclDataType
 from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import wave_grid
+from ...plans.checks import broadcast_shapes
 
 FILE = "kl_div.cu"
 BLOCK = 256
@@ -43,7 +45,8 @@ MAX_PARTIALS = 1024
 # a block per out element only pays when each would have at least this many elements to sum
 BLOCK_REDUCE_MIN = 2 * BLOCK
 
-FLOAT, FLOAT16, DOUBLE, BF16 = 0, 1, 11, 27
+FLOAT, FLOAT16, DOUBLE, BF16 = (aclDataType.ACL_FLOAT, aclDataType.ACL_FLOAT16, aclDataType.ACL_DOUBLE,
+                               aclDataType.ACL_BF16)   # the storage types of the kernels
 _STORAGE = {code: dtypes.CUDA_TYPE[code] for code in (FLOAT, FLOAT16, DOUBLE, BF16)}
 _ITEMSIZE = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
 
@@ -72,7 +75,7 @@ class Operand:
     dtype: int
 
 
-def _t(x: Operand | tuple) -> Operand:
+def as_operand(x: Operand | tuple) -> Operand:
     """An Operand from `(ptr, shape, strides, dtype)`; the host checks refused ranks over 8 and other
     dtypes already (the asserts state the invariant, they are not checks)."""
     if isinstance(x, Operand):
@@ -81,21 +84,6 @@ def _t(x: Operand | tuple) -> Operand:
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
     assert len(shape) == len(strides) <= MAX_RANK and int(dtype) in _STORAGE, x
     return Operand(int(p), shape, strides, int(dtype))
-
-
-def broadcast_shape(*shapes: Sequence[int]) -> tuple:
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for d in range(rank):
-        size = 1
-        for s in shapes:
-            k = d - (rank - len(s))
-            if k >= 0 and s[k] != 1:
-                if size != 1 and size != s[k]:
-                    raise ValueError(f"kl_div launch: shapes {shapes} do not broadcast")
-                size = s[k]
-        out.append(size)
-    return tuple(out)
 
 
 def _bstrides(t: Operand, shape: Sequence[int]) -> list:
@@ -173,9 +161,10 @@ class BackwardLayout:
 
 
 def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
-    g, t, o = _t(grad_output), _t(target), _t(out)
+    g, t, o = as_operand(grad_output), as_operand(target), as_operand(out)
     self_shape = tuple(int(s) for s in self_shape)
-    b = broadcast_shape(self_shape, t.shape)   # out is self's shape and g broadcasts to b: checked by api.py
+    b = broadcast_shapes(self_shape, t.shape)   # out is self's shape and g broadcasts to b: checked by api.py
+    assert b is not None, (self_shape, t.shape)
     rank = len(b)
     lead = rank - len(self_shape)
     sg, st = _bstrides(g, b), _bstrides(t, b)
@@ -198,7 +187,8 @@ def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
 def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> BackwardLayout:
     """The backward's layout decisions, made once: the workspace size and the launch both read them
     (memoised: phase 1 of a training loop meets the same operands again)."""
-    return _cached_backward(_t(grad_output), _t(target), _t(out), tuple(int(s) for s in self_shape))
+    return _cached_backward(as_operand(grad_output), as_operand(target), as_operand(out),
+                            tuple(int(s) for s in self_shape))
 
 
 @functools.lru_cache(maxsize=256)
@@ -215,7 +205,7 @@ def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=
 def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape, reduction: int,
                     log_target: bool, workspace_ptr: int, layout: BackwardLayout | None = None) -> None:
     """out = sum over self's broadcast axes of -(e * g) * coef, cast to out's dtype."""
-    g, t, o = _t(grad_output), _t(target), _t(out)
+    g, t, o = as_operand(grad_output), as_operand(target), as_operand(out)
     p = layout or _plan_backward(g, t, o, self_shape)
     if p.n_out == 0:
         return
@@ -259,8 +249,9 @@ class ForwardLayout:
 
 
 def _plan_forward(self, target, out, reduction) -> ForwardLayout:
-    s, t, o = _t(self), _t(target), _t(out)
-    b = broadcast_shape(s.shape, t.shape)
+    s, t, o = as_operand(self), as_operand(target), as_operand(out)
+    b = broadcast_shapes(s.shape, t.shape)   # checked by api.py
+    assert b is not None, (s.shape, t.shape)
     reduce = int(reduction) in (REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN)
     # out: one element for a reduction, else shape b (checked by api.py)
     so = [0] * len(b) if reduce else list(o.strides)
@@ -275,7 +266,7 @@ def _plan_forward(self, target, out, reduction) -> ForwardLayout:
 def plan_forward(*, self, target, out, reduction=1, log_target=False) -> ForwardLayout:
     """The forward's layout decisions, made once: the workspace size and the launch both read them
     (memoised like `plan_backward`)."""
-    return _cached_forward(_t(self), _t(target), _t(out), int(reduction))
+    return _cached_forward(as_operand(self), as_operand(target), as_operand(out), int(reduction))
 
 
 @functools.lru_cache(maxsize=256)
@@ -296,7 +287,7 @@ def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log
                    workspace_ptr: int, layout: ForwardLayout | None = None) -> None:
     """none: out[B] = elementwise KL; sum/mean/batchmean: out (one element) = sum / div, by per-block
     partials (workspace + TILING_BYTES) combined in index order by one block."""
-    s, t, o = _t(self), _t(target), _t(out)
+    s, t, o = as_operand(self), as_operand(target), as_operand(out)
     p = layout or _plan_forward(s, t, o, reduction)
     lt = np.int32(1 if log_target else 0)
     m = "double" if p.double else "float"
