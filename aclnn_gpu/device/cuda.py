@@ -54,8 +54,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..kernels import shipped
-from ..plans.frozen import ALIGN as FROZEN_ALIGN
-from ..plans.frozen import Launch, Upload, drop_programs
+from ..plans.frozen import Launch, Upload, drop_programs, run_plan
 from .base import Device, DeviceEvent, DeviceStream
 from .capture_mode import cuda_bindings_runtime, thread_local_capture_mode
 from .hostpins import shared_pins
@@ -776,19 +775,11 @@ class CudaDevice(Device):
         context = stream.kernel_context   # one per stream: it holds only the device and the stream
         if context is None:
             context = stream.kernel_context = CudaKernelContext(self, stream)  # type: ignore[arg-type]
-        frozen = plan.frozen
         if self.cp.cuda.runtime.getDevice() == self.id:   # current already: no device switch
-            self._run(context, plan, frozen, workspace)
+            run_plan(plan, context, workspace)
             return
         with self.scope:   # launches, module loads and the cuBLAS handle of this GPU
-            self._run(context, plan, frozen, workspace)
-
-    @staticmethod
-    def _run(context: CudaKernelContext, plan: Any, frozen: Any, workspace: int) -> None:
-        if frozen is not None and not workspace % FROZEN_ALIGN:   # (Plan.run_kernels, one call less)
-            context.run_frozen(frozen, workspace)
-        else:
-            plan.run_kernels(context, workspace)
+            run_plan(plan, context, workspace)
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:

@@ -213,6 +213,18 @@ class FrozenLaunch:
                                                                                  **gemm.kwargs)
 
 
+def run_plan(plan: Any, ctx: Any, workspace: int) -> None:
+    """Phase 2 of `plan` on a kernel context, the one fast path (`Plan.run_kernels`, and the cuda
+    device's `enqueue` directly: the host hot path): its frozen launch replayed at `workspace`
+    (`FrozenLaunch.run`); with no record, or a workspace base less aligned than the recording's (ALIGN:
+    the launcher's vector-path choices would differ), the launcher runs again."""
+    frozen = plan.frozen
+    if frozen is None or workspace % ALIGN:
+        plan.launch_kernels(ctx, workspace)
+    else:
+        frozen.run(ctx, workspace)
+
+
 class Recorder:
     """A KernelContext that records instead of running (see the module docstring)."""
 

@@ -30,8 +30,7 @@ from ..kernels.context import KernelContext, KernelFile, ptr
 from ..kernels.occupancy import wave_grid
 from ..base.status import aclnnStatus
 from ..meta.tensor import REBINDS, aclTensor
-from .frozen import ALIGN as FROZEN_ALIGN
-from .frozen import FrozenLaunch, freeze_cached
+from .frozen import FrozenLaunch, freeze_cached, run_plan
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vector loads want 16)
@@ -100,11 +99,7 @@ class Plan:
     def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
         """Phase 2 on a kernel device: replay the frozen launch on the real workspace. A workspace
         base less aligned than the recording's reruns the launcher (its alignment choices differ)."""
-        frozen = self.frozen
-        if frozen is None or workspace % FROZEN_ALIGN:
-            self.launch_kernels(ctx, workspace)
-        else:
-            frozen.run(ctx, workspace)
+        run_plan(self, ctx, workspace)
 
 
 DERIVED = {"derived": True}   # field metadata: computed from the other fields, left out of `launch_key`
