@@ -26,7 +26,7 @@ import numpy as np
 from ..base import dtypes
 from ..base.errors import fail
 from ..kernels import manifest
-from ..kernels.context import KernelContext, KernelFile, ptr
+from ..kernels.context import KERNEL_DIR, KernelContext, KernelFile, ptr
 from ..kernels.occupancy import wave_grid
 from ..base.status import aclnnStatus
 from ..meta.tensor import REBINDS, aclTensor
@@ -232,7 +232,8 @@ MAX_RANK = 8
 COPY_BLOCK = 256
 STRIDED_COPY = manifest.register(KernelFile("strided_copy.cu", tuple(f"strided_{kind}<{size}>"
                                                                     for kind in ("gather", "scatter")
-                                                                    for size in (1, 2, 4, 8))))
+                                                                    for size in (1, 2, 4, 8))),
+                                 registers=KERNEL_DIR / "registers.json")   # (the copies belong to no operator)
 
 Copy = Callable[[KernelContext, int, int], None]   # (ctx, source address, destination address)
 

@@ -27,6 +27,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from ...kernels.occupancy import wave_grid
 from ...plans.checks import broadcast_shapes
 
 FILE = "kl_div.cu"
+REGISTERS = Path(__file__).with_name("registers.json")   # its kernels' register counts (kernels/occupancy.py)
 BLOCK = 256
 MAX_RANK = 8
 TILING_BYTES = 512
@@ -62,7 +64,8 @@ def _kernel_names() -> tuple[str, ...]:
                  + [f"kl_fwd_partial_strided<{m}>" for m in math_types] + [f"kl_fwd_final<{m}>" for m in math_types])
 
 
-KERNELS = manifest.register(KernelFile(FILE, _kernel_names()))   # every instantiation the launchers below can launch
+# every instantiation the launchers below can launch, and their register counts
+KERNELS = manifest.register(KernelFile(FILE, _kernel_names()), registers=REGISTERS)
 
 
 @dataclass(frozen=True)
