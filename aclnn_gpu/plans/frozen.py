@@ -10,7 +10,7 @@ table that do: a GEMM's pointer array; int64 tiling tables are never patched). P
 the stream: no shape arithmetic, no dtype tables, no tiling built again. The cuda device resolves the
 steps further, once per workspace, stream and cuBLAS handle, into a replay program kept on the frozen
 launch (the last one used in `FrozenLaunch.program`, up to PROGRAMS_KEPT in `FrozenLaunch.programs`:
-device/cuda.CudaKernelContext.run_frozen), so threads or streams taking turns on one cached launch
+device/cuda_context.CudaKernelContext.run_frozen), so threads or streams taking turns on one cached launch
 each find theirs; a device's reset drops its programs from the cached launches (`drop_programs`).
 
 The recorder also checks that every workspace range a step touches lies inside the size
