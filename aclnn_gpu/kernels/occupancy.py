@@ -102,8 +102,11 @@ def measure(keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, tupl
 
 def table_json(file: str, table: dict[tuple[str, str], dict[str, tuple[int, int]]]) -> str:
     """The JSON text of `file`'s rows of `table`, one kernel a line, as the register files hold them."""
-    rows = [f'    {json.dumps(expr)}: {{{", ".join(f"{json.dumps(a)}: [{v[0]}, {v[1]}]" for a, v in sorted(by_arch.items()))}}}'
-            for (f, expr), by_arch in table.items() if f == file]
+    rows = []
+    for (f, expr), by_arch in table.items():
+        if f == file:
+            values = ", ".join(f"{json.dumps(arch)}: [{v[0]}, {v[1]}]" for arch, v in sorted(by_arch.items()))
+            rows.append(f"    {json.dumps(expr)}: {{{values}}}")
     return "{\n  " + json.dumps(file) + ": {\n" + ",\n".join(rows) + "\n  }\n}\n"
 
 
