@@ -221,8 +221,13 @@ def run_plan(plan: Any, ctx: Any, workspace: int) -> None:
     frozen = plan.frozen
     if frozen is None or workspace % ALIGN:
         plan.launch_kernels(ctx, workspace)
-    else:
-        frozen.run(ctx, workspace)
+        return
+    try:   # (an attribute read, not getattr(): the hot path pays no builtin call and no frame of `run`)
+        replay = ctx.run_frozen
+    except AttributeError:   # a context without its own replay program
+        frozen.run_steps(ctx, workspace)
+        return
+    replay(frozen, workspace)
 
 
 class Recorder:
