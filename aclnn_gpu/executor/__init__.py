@@ -1,4 +1,6 @@
-"""`aclOpExecutor`: the plan that phase 1 froze, and the phase-2 checks every operator shares.
+"""Layer 10, executor: `aclOpExecutor`, the plan that phase 1 froze, the two phases every operator's
+entry points are made of (`make_get_workspace_size`, `make_execute`: phase 2's checks) and the
+executor cache (`cache.py`).
 
 Single-use by default, as in CANN: a second run of a non-repeatable executor is refused with
 ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU. A repeatable executor
