@@ -49,8 +49,8 @@ BLOCK_REDUCE_MIN = 2 * BLOCK
 
 FLOAT, FLOAT16, DOUBLE, BF16 = (aclDataType.ACL_FLOAT, aclDataType.ACL_FLOAT16, aclDataType.ACL_DOUBLE,
                                aclDataType.ACL_BF16)   # the storage types of the kernels
-_STORAGE = {code: dtypes.CUDA_TYPE[code] for code in (FLOAT, FLOAT16, DOUBLE, BF16)}
-_ITEMSIZE = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
+_STORAGE: dict[int, str] = {code: dtypes.CUDA_TYPE[code] for code in (FLOAT, FLOAT16, DOUBLE, BF16)}
+_ITEMSIZE: dict[int, int] = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN = 0, 1, 2, 3
 
