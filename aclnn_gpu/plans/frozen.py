@@ -222,12 +222,12 @@ def run_plan(plan: Any, ctx: Any, workspace: int) -> None:
     if frozen is None or workspace % ALIGN:
         plan.launch_kernels(ctx, workspace)
         return
-    try:   # (an attribute read, not getattr(): the hot path pays no builtin call and no frame of `run`)
-        replay = ctx.run_frozen
-    except AttributeError:   # a context without its own replay program
-        frozen.run_steps(ctx, workspace)
-        return
-    replay(frozen, workspace)
+    try:   # a method call, no getattr() and no frame of `run`: the host hot path pays nothing more
+        ctx.run_frozen(frozen, workspace)
+    except AttributeError:
+        if hasattr(ctx, "run_frozen"):   # raised inside the context's replay: not a missing method
+            raise
+        frozen.run_steps(ctx, workspace)   # a context without its own replay program
 
 
 class Recorder:
