@@ -25,6 +25,7 @@ from torch_gpu import Harness  # noqa: E402
 import aclnn_gpu.torch as AT  # noqa: E402
 from aclnn_gpu.torch import stream as torch_stream  # noqa: E402
 from aclnn_gpu.device import cuda as cuda_device  # noqa: E402
+from aclnn_gpu.device import cuda_context  # noqa: E402
 
 aclnn = torch.ops.aclnn
 GPU_KINDS = [k for k in DEVICE_KINDS if k in ("emulated", "cuda")]
@@ -266,8 +267,8 @@ def test_captured_call_replays(gpu, monkeypatch, mode):
     in PyTorch's default global mode), and its plan is kept, so each replay computes from the inputs'
     current values."""
     uploads = []
-    real = cuda_device.captured_upload
-    monkeypatch.setattr(cuda_device, "captured_upload", lambda *a: uploads.append(a) or real(*a))
+    real = cuda_context.captured_upload
+    monkeypatch.setattr(cuda_context, "captured_upload", lambda *a: uploads.append(a) or real(*a))
     pinned, real_pinned = [], gpu.gpu.pinned
     monkeypatch.setattr(gpu.gpu, "pinned", lambda t: pinned.append(t.nbytes) or real_pinned(t))
     (lp, targets, il, tl, blank, zi), _ = _case("ctc_loss", gpu.kind)     # CTC uploads a per-sample table

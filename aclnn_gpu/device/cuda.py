@@ -1,6 +1,8 @@
 """The `cuda` device, written against CuPy: streams, events, the memory pool, RawModule kernels and
-cuBLAS. The emulated device is this same class over `emulator/fakecupy/`, a CuPy-shaped layer that
-runs on the CPU, so everything here except the few calls into real CuPy is executed in CI.
+cuBLAS (layer 8, devices). Its streams, events, graphs and gates are `device/cuda_streams.py`, the
+KernelContext a plan runs on `device/cuda_context.py`; their names are importable from here. The
+emulated device is this same class over `emulator/fakecupy/`, a CuPy-shaped layer that runs on the
+CPU, so everything here except the few calls into real CuPy is executed in CI.
 
 What only a GPU can run (and no test here reaches) is the CuPy module itself: `cupy.cuda.alloc`,
 `Stream`, `Event`, `runtime.memcpyAsync`/`memsetAsync`, `RawModule` compilation and launch, and
@@ -36,151 +38,35 @@ library's own (one per thread: `CudaDevice.cublas`), never through CuPy's cuBLAS
 `cublas.setStream`) raise NotImplementedError while the stream captures, which CUDA itself allows.
 While the stream captures, the GEMMs run on a workspace the model owns (`cublasSetWorkspace`, as
 cuBLAS's "CUDA Graphs Support" asks of captured routines). A frozen launch's GEMM is one C call with
-arguments converted once (`ops/frozen.Gemm.native`), from the replay program the device keeps per
-workspace, stream and handle (`CudaKernelContext.run_frozen`); the handle's stream and workspace are
+arguments converted once (`plans/frozen.Gemm.native`), from the replay program the device keeps per
+workspace, stream and handle (`device/cuda_context.CudaKernelContext.run_frozen`); the handle's stream and workspace are
 set once per execute, only when they change.
 
 NCCL (`hccl/nccl.py`) creates its communicator and makes every call inside the device's scope:
 ncclCommInitRank binds the GPU current on the calling thread.
 """
-from __future__ import annotations
 
-import contextlib
-import ctypes
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from ..kernels import shipped
-from ..plans.frozen import ALIGN as FROZEN_ALIGN
-from ..plans.frozen import Launch, Upload, drop_programs
+from ..plans.frozen import drop_programs, run_plan
 from .base import Device, DeviceEvent, DeviceStream
 from .capture_mode import cuda_bindings_runtime, thread_local_capture_mode
+from .cuda_context import CudaKernelContext
+from .cuda_streams import (CaptureGate, CudaEvent, CudaGraph, CudaStream, StreamGate, cuda_available,
+                           cuda_bindings_driver, cuda_unavailable_reason, record_external)
 from .hostpins import shared_pins
 from .registry import Allocation, Registry
-from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload
+from .uploads import MEMCPY_DEFAULT, UploadRing, captured_upload  # noqa: F401  (re-exported)
 
-
-
-def _version(number: int) -> str:
-    """CUDA's integer version (12040) as text ("12.4")."""
-    return f"{number // 1000}.{number % 1000 // 10}"
-
-
-def cuda_unavailable_reason() -> str | None:
-    """None when CuPy imports and sees at least one GPU, else CuPy's own cause in one line (CuPy
-    missing, a driver older than CuPy's CUDA runtime, no device). Never raises."""
-    try:
-        import cupy
-    except Exception as e:  # noqa: BLE001 - ImportError, or a broken install raising anything
-        return (f"CuPy cannot be imported ({type(e).__name__}: {e}); install a CuPy wheel that matches "
-                "the CUDA driver, e.g. pip install 'aclnn_gpu[cuda]'")
-    runtime = cupy.cuda.runtime
-    try:
-        count = runtime.getDeviceCount()
-    except Exception as e:  # noqa: BLE001 - CUDARuntimeError: cudaErrorInsufficientDriver, NoDevice ...
-        cause = f"CuPy {cupy.__version__}: {e}"
-        try:
-            driver, built_for = runtime.driverGetVersion(), runtime.runtimeGetVersion()
-            shown = f"CUDA {_version(driver)}" if driver else "none (no NVIDIA driver is loaded)"
-            cause += f" (driver supports: {shown}; CuPy's CUDA runtime: {_version(built_for)})"
-        except Exception:  # noqa: BLE001 - the versions are extra detail only
-            pass
-        return cause
-    if count < 1:
-        return f"CuPy {cupy.__version__}: the CUDA driver reports no GPU (cudaGetDeviceCount = 0)"
-    return None
-
-
-def cuda_available() -> bool:
-    """True when CuPy imports and sees a GPU; never raises (a silent device check)."""
-    return cuda_unavailable_reason() is None
-
-
-class CudaStream(DeviceStream):
-    """A stream of one device (made inside that device's scope)."""
-
-    def __init__(self, cp: Any):
-        # A blocking stream (cudaStreamCreate's default): it orders with the legacy default stream,
-        # where CuPy puts its current-stream work (cupy.asarray of host data, DLPack hand-overs),
-        # where the synchronous aclrtMemcpy / aclrtMemset run and where PyTorch works by default, so
-        # an operator never starts before the data it reads has arrived.
-        self.cp = cp
-        self.cupy = cp.cuda.Stream(non_blocking=False)
-        self.before_capture: Any = None   # while it captures: an event recorded just before the capture began
-        self.cublas_workspace: Any = None  # while it captures: (capture, address, size) of its GEMMs' workspace
-
-    host_gate: Any = None   # StreamGate, made at the stream's first blocking host callback
-
-    # What a capture on this stream keeps for its graph's replays (an ACL capture: relaxed mode, so
-    # CuPy's allocations may run inside it; `torch_stream.TorchStream` allocates through PyTorch instead).
-    pinned_for_capture: Any = None    # None: uploads.captured_upload's own pinned buffer
-
-    def capture_workspace(self, cp: Any, nbytes: int) -> int:
-        """Device memory for the GEMMs of this stream's capture, kept by its model (`capture.keep`)."""
-        memory = cp.cuda.alloc(nbytes)   # in the device's scope (enqueue)
-        self.capture.keep.append(memory)
-        return int(memory.ptr)
-
-    def synchronize(self) -> None:
-        with thread_local_capture_mode(self.cp):   # another thread's global-mode capture stays valid
-            self.cupy.synchronize()
-
-    def close(self) -> None:
-        """Drain, then release the stream now (not whenever its handle is collected)."""
-        stream, self.cupy = self.cupy, None
-        if stream is not None:
-            stream.synchronize()
-            release = getattr(stream, "close", None)  # fakecupy's streams own a worker thread
-            if release is not None:
-                release()
-
-
-def record_external(cp: Any, event: Any, stream: Any) -> None:
-    """cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal): in a capture, an event-record
-    node that records the event at every replay (ACL's aclrtRecordEvent in a model). A plain
-    cudaEventRecord there is graph-internal: the event is unusable outside the capture
-    (cudaErrorCapturedEvent). CuPy's runtime has no eventRecordWithFlags (cupy_backends/cuda/api/
-    runtime.pyx); cuda-bindings has it (cuda_bindings/cuda/bindings/runtime.pyx.in): the handles as
-    ints, a `(cudaError_t,)` tuple back, cudaError_t an int enum (cuda-bindings 13: a FastEnum) with `.name`."""
-    cudart = cuda_bindings_runtime(cp)
-    err, = cudart.cudaEventRecordWithFlags(int(event.ptr), int(stream.ptr), cudart.cudaEventRecordExternal)
-    if err != cudart.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"cudaEventRecordWithFlags: {getattr(err, 'name', err)}")
-
-
-class CudaEvent(DeviceEvent):
-    def __init__(self, cp: Any):
-        self.cp = cp
-        self.cupy = cp.cuda.Event()
-        self._recorded = False
-
-    def record(self, stream: DeviceStream) -> None:
-        if stream.capture is not None:   # recorded at every replay, and usable after the capture (below)
-            record_external(self.cp, self.cupy, stream.cupy)  # type: ignore[attr-defined]
-        else:
-            self.cupy.record(stream.cupy)  # type: ignore[attr-defined]
-        self._recorded = True
-
-    def synchronize(self) -> None:
-        with thread_local_capture_mode(self.cp):
-            self.cupy.synchronize()
-
-    def recorded(self) -> bool:
-        return self._recorded
-
-    def query(self) -> bool:
-        with thread_local_capture_mode(self.cp):
-            return bool(self.cupy.done)
-
-    def elapsed_ms(self, end: DeviceEvent) -> float:
-        return float(self.cp.cuda.get_elapsed_time(self.cupy, end.cupy))  # type: ignore[attr-defined]
-
-
-# The kinds of a replay program's entries (CudaKernelContext._program); compared by identity.
-_GEMM, _LAUNCH, _UPLOAD, _HOST_GEMM = "gemm", "launch", "upload", "host gemm"
+# the device's parts, importable from here as before
+__all__ = ["CaptureGate", "CudaDevice", "CudaEvent", "CudaGraph", "CudaKernelContext", "CudaStream", "StreamGate",
+           "captured_upload", "cuda_available", "cuda_bindings_driver", "cuda_bindings_runtime",
+           "cuda_unavailable_reason", "record_external"]
 
 
 def _retire(device_ref: Any, cupy_stream: Any) -> None:
@@ -196,224 +82,6 @@ def _retire(device_ref: Any, cupy_stream: Any) -> None:
         device._retired.append(event)
     except Exception:  # noqa: BLE001 - a stream destroyed or a device reset meanwhile: nothing left to wait for
         pass
-
-
-def cuda_bindings_driver(cp: Any) -> Any:
-    """cuda-bindings' `cuda.bindings.driver` (fakecupy brings a stand-in of the part the device calls)."""
-    stand_in = getattr(cp, "cuda_bindings_driver", None)
-    if stand_in is not None:
-        return stand_in
-    from cuda.bindings import driver
-    return driver
-
-
-class StreamGate:
-    """A stream held on the GPU until the host releases it, with no host thread waiting: the n-th
-    `hold()` queues cuStreamWaitValue32 (a stream memory operation: the stream's later work waits until
-    a 32-bit word is cyclically >= n) on a pinned counter, and `release(n)` stores n there. Pinned
-    memory is device-accessible at its host address under unified addressing. aclrtLaunchCallback's
-    blocking callbacks hold their stream this way (runtime/callbacks.py): a host function that waited would
-    hold up other streams' host functions, which CUDA may serialize."""
-
-    def __init__(self, device: "CudaDevice", stream: CudaStream):
-        self.device, self.stream = device, stream
-        with device.scope, thread_local_capture_mode(device.cp):
-            self.memory = device.cp.cuda.alloc_pinned_memory(4)
-        self.cell = ctypes.c_uint32.from_address(int(self.memory.ptr))
-        self.cell.value = 0
-        self.held = 0
-        self.lock = threading.Lock()
-
-    def hold(self) -> int:
-        """Queue the wait for the next release number and return it; RuntimeError when CUDA refuses."""
-        driver = cuda_bindings_driver(self.device.cp)
-        with self.lock:
-            n = (self.held + 1) & 0xFFFFFFFF
-            with self.device.scope:
-                err, = driver.cuStreamWaitValue32(driver.CUstream(int(self.stream.cupy.ptr)),
-                                                  driver.CUdeviceptr(int(self.memory.ptr)), n,
-                                                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
-            if err != driver.CUresult.CUDA_SUCCESS:
-                raise RuntimeError(f"cuStreamWaitValue32: {getattr(err, 'name', err)}")
-            self.held = n
-            return n
-
-    def release(self, n: int) -> None:
-        """Let the stream pass its hold number `n` (and every earlier one)."""
-        with self.lock:
-            if (n - self.cell.value) & 0xFFFFFFFF < 0x80000000:   # n not behind the counter
-                self.cell.value = n
-
-
-class CudaKernelContext:
-    """The KernelContext of a plan running on one stream of a CudaDevice."""
-
-    def __init__(self, device: "CudaDevice", stream: CudaStream):
-        self.device = device
-        self.stream = stream
-        self.sm_count = device.sm_count   # of the device that runs the plan (not device 0's)
-        self.arch = device.arch           # its occupancy limits size grids (kernels/occupancy.py)
-
-    def upload(self, dst: int, host: np.ndarray) -> None:
-        self.upload_at(dst, host, None)
-
-    def upload_at(self, dst: int, host: np.ndarray, address: int | None) -> None:
-        """`upload`, told the address of `host`'s C-contiguous bytes (a frozen launch's tables: plans/frozen.py)."""
-        capture = self.stream.capture
-        if capture is None:
-            self.device.uploads.upload(dst, host, self.stream.cupy, address)
-        else:   # the graph re-reads its source at every replay: a pinned copy the model keeps
-            capture.keep.append(captured_upload(self.device.cp, dst, host, self.stream.cupy,
-                                                self.stream.pinned_for_capture))
-
-    def run_frozen(self, frozen: Any, workspace: int) -> None:
-        """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy and
-        cuBLAS calls as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of
-        phase 2). The steps are resolved once per (workspace, stream, cuBLAS handle) into a replay
-        program (`_program`, kept on the frozen launch: FrozenLaunch.find_program / keep_program, a few
-        per launch, so threads or streams taking turns do not rebuild theirs): a kernel launch is the
-        kernel object and its argument tuple, a GEMM one C call on an argument tuple with the handle in
-        front (`Gemm.native`'s arguments, built once: a tuple made per call costs a fifth of the call).
-        The handle's stream and workspace are settled once per execute, before the first step
-        (`CudaDevice.cublas`)."""
-        device = self.device
-        handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
-        key, program = frozen.program
-        if key is None or key[0] != workspace or key[1]() is not self or key[2] is not handle:
-            # another thread's or stream's, kept (a weak reference compares as its live referent)
-            program = frozen.find_program((workspace, weakref.ref(self), handle))
-            if program is None:
-                program = self._program(frozen, workspace, handle)
-        stream, gemm, launch = self.stream.cupy, _GEMM, _LAUNCH   # (locals: the loop's lookups are its cost)
-        for kind, call, arguments in program:
-            if kind is gemm:
-                status = call(*arguments)
-                if status:
-                    handle.check(status, "cublasGemmStridedBatchedEx" if call is handle.strided
-                                 else "cublasGemmBatchedEx")
-            elif kind is launch:
-                grid, block, args, shared_mem = arguments
-                if shared_mem > 48 * 1024:
-                    call.max_dynamic_shared_size_bytes = shared_mem
-                call(grid, block, args, shared_mem=shared_mem, stream=stream)
-            elif kind is _UPLOAD:
-                self.upload_at(*arguments)
-            else:   # a GEMM of the device's own (the emulated device: NumPy on its stream)
-                batched, args, kwargs = arguments
-                (device.gemm_batched if batched else device.gemm)(self.stream, *args, **kwargs)
-
-    def _program(self, frozen: Any, workspace: int, handle: Any) -> tuple:
-        """`run_frozen`'s replay program of `frozen` at `workspace` on this context's stream with `handle`
-        (None: no cuBLAS GEMM), kept on `frozen` (one tuple: threads see a whole one). Loads the kernel
-        modules the launch list needs at its first use."""
-        device = self.device
-        kernels = device._kernels
-        program: list[tuple] = []
-        for step in frozen.steps:
-            kind = type(step)
-            if kind is Launch:
-                kernel = kernels.get(step.kernel_key)
-                if kernel is None:   # a first call: every kernel file the launch list needs, loaded together
-                    device.load_modules(s.file for s in frozen.steps if type(s) is Launch)
-                    kernel = device.kernel(step.file, step.expr)
-                program.append((_LAUNCH, kernel, (step.grid, step.block, step.rebased(workspace), step.shared_mem)))
-            elif kind is Upload:
-                data, address = step.rebased_at(workspace)
-                program.append((_UPLOAD, None, (workspace + step.offset, data, address)))
-            elif handle is not None:
-                arguments = step.native(workspace, handle.ints)
-                if arguments is not None:   # (None: an empty product, no call)
-                    program.append((_GEMM, handle.batched if step.batched else handle.strided,
-                                    (handle.handle, *arguments)))
-            else:
-                program.append((_HOST_GEMM, None, (step.batched, step.rebased(workspace), step.kwargs)))
-        resolved = tuple(program)
-        # the context by weak reference: a cached launch must not keep a stream alive, nor what the
-        # stream holds (a PyTorch stream's capture and the plans it keeps until its graph goes)
-        frozen.keep_program((workspace, weakref.ref(self), handle), resolved)
-        return resolved
-
-    def launch(self, file: str, expr: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
-               shared_mem: int = 0) -> None:
-        kernel = self.device.kernel(file, expr)
-        if shared_mem > 48 * 1024:
-            kernel.max_dynamic_shared_size_bytes = shared_mem
-        # on the plan's stream given by name: what `with stream:` makes current, without making it
-        # current (CuPy 14: RawKernel.__call__ hands `stream` to Function.__call__, cupy/cuda/function.pyx)
-        kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=self.stream.cupy)
-
-    def gemm_strided_batched(self, *args: Any, **kwargs: Any) -> None:
-        self.device.gemm(self.stream, *args, **kwargs)
-
-    def gemm_batched(self, *args: Any, **kwargs: Any) -> None:
-        self.device.gemm_batched(self.stream, *args, **kwargs)
-
-
-class CudaGraph:
-    """A captured CUDA graph and the event recorded after its latest launch (graph_busy)."""
-
-    __slots__ = ("graph", "event")
-
-    def __init__(self, graph: Any, event: Any):
-        self.graph = graph
-        self.event = event
-
-
-class CaptureGate:
-    """Beginning a capture (`exclusive`) against the synchronous calls (`shared`: any number at once).
-
-    A synchronous call decides between the legacy-stream path and the capture-safe one from the
-    device's capture state, then makes its CUDA calls; a capture that began in between would be
-    invalidated by them (cudaErrorStreamCaptureImplicit / Unsupported). So a capture begins only while
-    no synchronous call is inside the gate, and synchronous calls wait while a capture is beginning
-    (or waiting to: a stream of synchronous calls cannot keep a capture from beginning). Beginning
-    is short (an event record and cudaStreamBeginCapture); a synchronous call holds the gate for its
-    own waits and copy only. A thread inside `shared` may enter it again (nested synchronous paths
-    never wait for a capture that waits for them)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._shared = 0          # synchronous calls inside
-        self._exclusive = False   # a capture is beginning
-        self.waiting = 0          # captures waiting for the synchronous calls inside to leave
-        self._depth = threading.local()
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        depth = getattr(self._depth, "n", 0)
-        if not depth:
-            with self._cond:
-                while self._exclusive or self.waiting:
-                    self._cond.wait()
-                self._shared += 1
-        self._depth.n = depth + 1
-        try:
-            yield
-        finally:
-            self._depth.n = depth
-            if not depth:
-                with self._cond:
-                    self._shared -= 1
-                    if not self._shared:
-                        self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self.waiting += 1
-            self._cond.notify_all()   # for whoever watches `waiting` (tests)
-            try:
-                while self._exclusive or self._shared:
-                    self._cond.wait()
-            finally:
-                self.waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
 
 
 class CudaDevice(Device):
@@ -776,19 +444,11 @@ class CudaDevice(Device):
         context = stream.kernel_context   # one per stream: it holds only the device and the stream
         if context is None:
             context = stream.kernel_context = CudaKernelContext(self, stream)  # type: ignore[arg-type]
-        frozen = plan.frozen
         if self.cp.cuda.runtime.getDevice() == self.id:   # current already: no device switch
-            self._run(context, plan, frozen, workspace)
+            run_plan(plan, context, workspace)
             return
         with self.scope:   # launches, module loads and the cuBLAS handle of this GPU
-            self._run(context, plan, frozen, workspace)
-
-    @staticmethod
-    def _run(context: CudaKernelContext, plan: Any, frozen: Any, workspace: int) -> None:
-        if frozen is not None and not workspace % FROZEN_ALIGN:   # (Plan.run_kernels, one call less)
-            context.run_frozen(frozen, workspace)
-        else:
-            plan.run_kernels(context, workspace)
+            run_plan(plan, context, workspace)
 
     # ------------------------------------------------------------------ stream capture
     def begin_capture(self, stream: DeviceStream) -> None:

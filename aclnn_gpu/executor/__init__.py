@@ -1,4 +1,6 @@
-"""`aclOpExecutor`: the plan that phase 1 froze, and the phase-2 checks every operator shares.
+"""Layer 10, executor: `aclOpExecutor`, the plan that phase 1 froze, the two phases every operator's
+entry points are made of (`make_get_workspace_size`, `make_execute`: phase 2's checks) and the
+executor cache (`cache.py`).
 
 Single-use by default, as in CANN: a second run of a non-repeatable executor is refused with
 ACLNN_ERR_PARAM_INVALID instead of being the use-after-free it is on the NPU. A repeatable executor
@@ -81,25 +83,24 @@ def aclDestroyAclOpExecutor(executor: aclOpExecutor) -> int:
     return aclnnStatus.ACLNN_SUCCESS
 
 
-# The output parameters of each operator: its C declaration's trailing aclTensor parameters (non-const
-# where CANN's header writes them so; a test reads them from the headers). aclSetOutputTensorAddr counts
-# these, aclSetInputTensorAddr the other tensor parameters.
-OUTPUTS: dict[str, tuple[str, ...]] = {
-    "aclnnCtcLoss": ("negLogLikelihoodOut", "logAlphaOut"), "aclnnCtcLossBackward": ("out",),
-    "aclnnCrossEntropyLoss": ("lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),
-    "aclnnCrossEntropyLossGrad": ("out",), "aclnnKlDiv": ("out",), "aclnnKlDivBackward": ("out",),
-    "aclnnConvTbc": ("out",), "aclnnConvTbcBackward": ("gradInput", "gradWeight", "gradBias"),
-    "aclnnScaledMaskedSoftmax": ("y",), "aclnnScaledMaskedSoftmaxBackward": ("out",),
-}
-
-
 class _Phase1:
-    """What an executor needs to plan again: its operator's phase 1 and C parameter names."""
+    """What an executor needs to plan again: its operator's phase 1 (`build(device, *args)`, then the
+    launcher recorded on a kernel device), C parameter names and output parameters (its plan type's
+    `outputs`)."""
 
-    __slots__ = ("plan_of", "names")
+    __slots__ = ("build", "names", "outputs")
 
-    def __init__(self, plan_of: Any, names: tuple[str, ...]):
-        self.plan_of, self.names = plan_of, names
+    def __init__(self, build: Any, names: tuple[str, ...], outputs: tuple[str, ...]):
+        self.build, self.names, self.outputs = build, names, outputs
+
+    def plan_of(self, device: Any, args: tuple, kwargs: dict) -> Any:
+        """The plan of `args` on `device`: `build`'s, with its launcher recorded on a kernel device
+        (`Plan.with_frozen_launch`, `plans/frozen.py`)."""
+        plan = self.build(device, *args, **kwargs)
+        sm_count = getattr(device, "sm_count", None)
+        if sm_count is not None:  # cuda and emulated: record the launcher once, for this device
+            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", DEFAULT_ARCH))
+        return plan
 
 
 def _set_tensor_addr(fn: str, outputs: bool, executor: Any, index: Any, tensor: Any, addr: Any) -> int:
@@ -117,7 +118,7 @@ def _set_tensor_addr(fn: str, outputs: bool, executor: Any, index: Any, tensor: 
     phase1, args, kwargs = ex.source
     bound = dict(zip(phase1.names, args), **kwargs)
     planned = getattr(ex.plan, "tensors", {})
-    wanted = OUTPUTS.get(ex.op, ())
+    wanted = phase1.outputs
     names = [n for n in phase1.names if (n in planned or isinstance(bound.get(n), aclTensor))
              and (n in wanted) == outputs]
     kind = "output" if outputs else "input"
@@ -240,17 +241,15 @@ def make_execute(op: str):
     return c_api(internal=aclnnStatus.ACLNN_ERR_INNER)(execute)
 
 
-def make_get_workspace_size(op: str, build):
-    """Phase 1 of `op`: `build(device, *args)` validates and returns a plan; on a kernel device the
-    plan's launcher is recorded here (`Plan.with_frozen_launch`, `plans/frozen.py`), then the plan is
-    wrapped into an executor."""
-
-    def plan_of(device: Any, args: tuple, kwargs: dict) -> Any:
-        plan = build(device, *args, **kwargs)
-        sm_count = getattr(device, "sm_count", None)
-        if sm_count is not None:  # cuda and emulated: record the launcher once, for this device
-            plan = plan.with_frozen_launch(sm_count, getattr(device, "arch", DEFAULT_ARCH))
-        return plan
+def make_get_workspace_size(plan_type: Any, build):
+    """Phase 1 of the operator of `plan_type` (its `op`, e.g. `aclnnKlDiv`, and its output parameters,
+    `outputs`): `build(device, *args)` validates and returns a plan (of `plan_type`, or an EmptyPlan);
+    on a kernel device the plan's launcher is recorded here (`Plan.with_frozen_launch`,
+    `plans/frozen.py`), then the plan is wrapped into an executor."""
+    op: str = plan_type.op
+    params = list(inspect.signature(build).parameters.values())[1:]   # the C parameters (build's, without the device)
+    phase1 = _Phase1(build, tuple(p.name for p in params), tuple(plan_type.outputs))
+    plan_of = phase1.plan_of
 
     def get_workspace_size(*args: Any, **kwargs: Any) -> tuple[int, int, aclOpExecutor]:
         device = get_device()
@@ -280,13 +279,10 @@ def make_get_workspace_size(op: str, build):
         executor.source = (phase1, args, kwargs)
         return SUCCESS, plan.workspace_size, executor
 
-    phase1 = _Phase1(plan_of, tuple(p.name for p in list(inspect.signature(build).parameters.values())[1:]))
     get_workspace_size.__name__ = get_workspace_size.__qualname__ = f"{op}GetWorkspaceSize"
     get_workspace_size.__doc__ = build.__doc__
-    # the C parameters (build's, without the device): what a call with the wrong arguments is told
-    params = list(inspect.signature(build).parameters.values())[1:]
+    # the C parameters: what a call with the wrong arguments is told
     get_workspace_size.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    get_workspace_size.build = build  # type: ignore[attr-defined]  # (bench/host_overhead.py times its phases)
     uncached.__name__ = uncached.__qualname__ = get_workspace_size.__name__
     uncached.__signature__ = get_workspace_size.__signature__  # type: ignore[attr-defined]
     # the same entry point without executor_cache (callers whose descriptors are new at every call)

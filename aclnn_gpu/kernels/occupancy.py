@@ -1,20 +1,28 @@
 """Resident blocks per SM of a kernel, for grids sized to one full wave at the occupancy the kernel
 really reaches (not a fixed number of blocks per SM).
 
-`REGISTERS` is a checked-in table of what the compile report (`python -m aclnn_gpu.kernels.report`,
-NVRTC + ptxas, no GPU) measures per kernel and architecture: registers per thread and static shared
-memory. `blocks_per_sm` takes the minimum over the architecture's limits (threads, blocks, the
-register file allocated per warp, shared memory), as CUDA's occupancy calculator does; `wave_grid`
-caps a grid at `sm_count * blocks_per_sm`, the kernels' grid-stride loops doing the rest.
-tests/kernels/test_report.py compiles the table's kernels afresh and fails when it drifts;
-`python -m aclnn_gpu.kernels.occupancy` prints a fresh table to paste here.
+`REGISTERS` is the table of what the compile report (`python -m aclnn_gpu.kernels.report`, NVRTC +
+ptxas, no GPU) measures per kernel and architecture: registers per thread and static shared memory.
+Its rows are checked-in data next to each launcher (`ops/<op>/registers.json`, the strided copies'
+`kernels/registers.json`), handed over when the launcher registers its kernel file
+(`kernels/manifest.py`): this layer never imports the operators. `blocks_per_sm` takes the minimum
+over the architecture's limits (threads, blocks, the register file allocated per warp, shared
+memory), as CUDA's occupancy calculator does; `wave_grid` caps a grid at `sm_count * blocks_per_sm`,
+the kernels' grid-stride loops doing the rest. tests/kernels/test_occupancy.py compiles the table's
+kernels afresh and fails when it drifts; `python -m aclnn_gpu.kernels.occupancy` prints fresh tables,
+`--write` writes them to their JSON files.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .manifest import REGISTER_FILES, REGISTERS
 
 
 @dataclass(frozen=True)
@@ -41,109 +49,6 @@ DEVICE_LIMITS = {
 }
 
 # (file, name expression) -> {arch: (registers per thread, static shared bytes)}, from the compile report
-REGISTERS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {
-    ("strided_copy.cu", "strided_gather<1>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_gather<2>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_gather<4>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_gather<8>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_scatter<1>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_scatter<2>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_scatter<4>"): {"80": (40, 0), "90": (40, 0)},
-    ("strided_copy.cu", "strided_scatter<8>"): {"80": (42, 0), "90": (42, 0)},
-    ("kl_div.cu", "kl_bwd_contig<float>"): {"80": (32, 0), "90": (32, 0)},
-    ("kl_div.cu", "kl_bwd_contig<__half>"): {"80": (32, 0), "90": (31, 0)},
-    ("kl_div.cu", "kl_bwd_contig<__nv_bfloat16>"): {"80": (32, 0), "90": (31, 0)},
-    ("kl_div.cu", "kl_bwd_contig<double>"): {"80": (32, 0), "90": (47, 0)},
-    ("kl_div.cu", "kl_bwd_strided<float>"): {"80": (40, 0), "90": (38, 0)},
-    ("kl_div.cu", "kl_bwd_strided<double>"): {"80": (40, 0), "90": (38, 0)},
-    ("kl_div.cu", "kl_bwd_strided_block<float>"): {"80": (40, 128), "90": (36, 128)},
-    ("kl_div.cu", "kl_bwd_strided_block<double>"): {"80": (40, 256), "90": (36, 256)},
-    ("kl_div.cu", "kl_fwd_contig<float>"): {"80": (32, 0), "90": (32, 0)},
-    ("kl_div.cu", "kl_fwd_contig<__half>"): {"80": (32, 0), "90": (32, 0)},
-    ("kl_div.cu", "kl_fwd_contig<__nv_bfloat16>"): {"80": (32, 0), "90": (32, 0)},
-    ("kl_div.cu", "kl_fwd_contig<double>"): {"80": (40, 0), "90": (46, 0)},
-    ("kl_div.cu", "kl_fwd_strided<float>"): {"80": (30, 0), "90": (32, 0)},
-    ("kl_div.cu", "kl_fwd_strided<double>"): {"80": (32, 0), "90": (32, 0)},
-    ("kl_div.cu", "kl_fwd_partial_contig<float>"): {"80": (32, 128), "90": (32, 128)},
-    ("kl_div.cu", "kl_fwd_partial_contig<__half>"): {"80": (30, 128), "90": (31, 128)},
-    ("kl_div.cu", "kl_fwd_partial_contig<__nv_bfloat16>"): {"80": (30, 128), "90": (31, 128)},
-    ("kl_div.cu", "kl_fwd_partial_contig<double>"): {"80": (40, 256), "90": (48, 256)},
-    ("kl_div.cu", "kl_fwd_partial_strided<float>"): {"80": (32, 128), "90": (32, 128)},
-    ("kl_div.cu", "kl_fwd_partial_strided<double>"): {"80": (32, 256), "90": (32, 256)},
-    ("kl_div.cu", "kl_fwd_final<float>"): {"80": (13, 128), "90": (14, 128)},
-    ("kl_div.cu", "kl_fwd_final<double>"): {"80": (23, 256), "90": (25, 256)},
-    ("cross_entropy.cu", "ce_weight_sums<int>"): {"80": (26, 64), "90": (28, 64)},
-    ("cross_entropy.cu", "ce_weight_sums<long long>"): {"80": (26, 64), "90": (28, 64)},
-    ("cross_entropy.cu", "ce_grad<float, int>"): {"80": (48, 0), "90": (48, 0)},
-    ("cross_entropy.cu", "ce_grad<float, long long>"): {"80": (48, 0), "90": (48, 0)},
-    ("cross_entropy.cu", "ce_grad<double, int>"): {"80": (64, 0), "90": (78, 0)},
-    ("cross_entropy.cu", "ce_grad<double, long long>"): {"80": (64, 0), "90": (80, 0)},
-    ("cross_entropy.cu", "ce_grad<__half, int>"): {"80": (48, 0), "90": (48, 0)},
-    ("cross_entropy.cu", "ce_grad<__half, long long>"): {"80": (48, 0), "90": (48, 0)},
-    ("cross_entropy.cu", "ce_grad<__nv_bfloat16, int>"): {"80": (48, 0), "90": (48, 0)},
-    ("cross_entropy.cu", "ce_grad<__nv_bfloat16, long long>"): {"80": (48, 0), "90": (48, 0)},
-    ("cross_entropy.cu", "ce_forward<float, int>"): {"80": (38, 256), "90": (39, 256)},
-    ("cross_entropy.cu", "ce_forward<float, long long>"): {"80": (38, 256), "90": (39, 256)},
-    ("cross_entropy.cu", "ce_forward<double, int>"): {"80": (32, 512), "90": (45, 512)},
-    ("cross_entropy.cu", "ce_forward<double, long long>"): {"80": (32, 512), "90": (45, 512)},
-    ("cross_entropy.cu", "ce_forward<__half, int>"): {"80": (32, 256), "90": (40, 256)},
-    ("cross_entropy.cu", "ce_forward<__half, long long>"): {"80": (32, 256), "90": (40, 256)},
-    ("cross_entropy.cu", "ce_forward<__nv_bfloat16, int>"): {"80": (32, 256), "90": (40, 256)},
-    ("cross_entropy.cu", "ce_forward<__nv_bfloat16, long long>"): {"80": (32, 256), "90": (40, 256)},
-    ("cross_entropy.cu", "ce_loss_reduce<float>"): {"80": (30, 64), "90": (30, 64)},
-    ("cross_entropy.cu", "ce_loss_reduce<double>"): {"80": (30, 64), "90": (30, 64)},
-    ("cross_entropy.cu", "ce_loss_reduce<__half>"): {"80": (30, 64), "90": (30, 64)},
-    ("cross_entropy.cu", "ce_loss_reduce<__nv_bfloat16>"): {"80": (30, 64), "90": (30, 64)},
-    ("ctc_loss.cu", "aclg::ctc_cast_targets"): {"80": (32, 0), "90": (32, 0)},
-    ("ctc_loss.cu", "aclg::ctc_grad<float>"): {"80": (75, 32), "90": (62, 32)},
-    ("ctc_loss.cu", "aclg::ctc_grad<double>"): {"80": (78, 64), "90": (48, 64)},
-    ("ctc_loss.cu", "aclg::ctc_grad<__half>"): {"80": (80, 32), "90": (63, 32)},
-    ("ctc_loss.cu", "aclg::ctc_grad<__nv_bfloat16>"): {"80": (80, 32), "90": (63, 32)},
-    ("cross_entropy.cu", "ce_forward_write<float, long long>"): {"80": (30, 128), "90": (48, 128)},
-    ("cross_entropy.cu", "ce_forward_write<float, int>"): {"80": (30, 128), "90": (48, 128)},
-    ("cross_entropy.cu", "ce_forward_write<double, long long>"): {"80": (32, 256), "90": (32, 256)},
-    ("cross_entropy.cu", "ce_forward_write<double, int>"): {"80": (32, 256), "90": (32, 256)},
-    ("cross_entropy.cu", "ce_forward_write<__nv_bfloat16, long long>"): {"80": (31, 128), "90": (48, 128)},
-    ("cross_entropy.cu", "ce_forward_write<__nv_bfloat16, int>"): {"80": (31, 128), "90": (48, 128)},
-    ("cross_entropy.cu", "ce_forward_write<__half, long long>"): {"80": (32, 128), "90": (48, 128)},
-    ("cross_entropy.cu", "ce_forward_write<__half, int>"): {"80": (32, 128), "90": (48, 128)},
-    ("cross_entropy.cu", "ce_forward_stats<float, long long>"): {"80": (26, 256), "90": (28, 256)},
-    ("cross_entropy.cu", "ce_forward_stats<float, int>"): {"80": (26, 256), "90": (28, 256)},
-    ("cross_entropy.cu", "ce_forward_stats<double, long long>"): {"80": (29, 512), "90": (30, 512)},
-    ("cross_entropy.cu", "ce_forward_stats<double, int>"): {"80": (29, 512), "90": (30, 512)},
-    ("cross_entropy.cu", "ce_forward_stats<__nv_bfloat16, long long>"): {"80": (24, 256), "90": (28, 256)},
-    ("cross_entropy.cu", "ce_forward_stats<__nv_bfloat16, int>"): {"80": (24, 256), "90": (28, 256)},
-    ("cross_entropy.cu", "ce_forward_stats<__half, long long>"): {"80": (24, 256), "90": (26, 256)},
-    ("cross_entropy.cu", "ce_forward_stats<__half, int>"): {"80": (24, 256), "90": (26, 256)},
-    ("cross_entropy.cu", "ce_forward_finish<float, long long>"): {"80": (40, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<float, int>"): {"80": (40, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<double, long long>"): {"80": (48, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<double, int>"): {"80": (48, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<__nv_bfloat16, long long>"): {"80": (32, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<__nv_bfloat16, int>"): {"80": (32, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<__half, long long>"): {"80": (32, 64), "90": (40, 64)},
-    ("cross_entropy.cu", "ce_forward_finish<__half, int>"): {"80": (32, 64), "90": (40, 64)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__nv_bfloat16, long long>"): {"80": (96, 544), "90": (104, 544)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__nv_bfloat16, int>"): {"80": (96, 544), "90": (104, 544)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__half, long long>"): {"80": (96, 544), "90": (104, 544)},
-    ("ctc_loss.cu", "aclg::ctc_recursions_math_split<__half, int>"): {"80": (96, 544), "90": (104, 544)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<float, long long>"): {"80": (106, 272), "90": (109, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<float, int>"): {"80": (106, 272), "90": (109, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<double, long long>"): {"80": (158, 528), "90": (176, 528)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<double, int>"): {"80": (158, 528), "90": (176, 528)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__nv_bfloat16, long long>"): {"80": (107, 272), "90": (110, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__nv_bfloat16, int>"): {"80": (107, 272), "90": (110, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__half, long long>"): {"80": (107, 272), "90": (110, 272)},
-    ("ctc_loss.cu", "aclg::ctc_beta_split<__half, int>"): {"80": (107, 272), "90": (110, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<float, long long>"): {"80": (91, 272), "90": (92, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<float, int>"): {"80": (91, 272), "90": (92, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<double, long long>"): {"80": (113, 528), "90": (117, 528)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<double, int>"): {"80": (113, 528), "90": (117, 528)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__nv_bfloat16, long long>"): {"80": (90, 272), "90": (92, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__nv_bfloat16, int>"): {"80": (90, 272), "90": (92, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__half, long long>"): {"80": (90, 272), "90": (92, 272)},
-    ("ctc_loss.cu", "aclg::ctc_alpha_split<__half, int>"): {"80": (90, 272), "90": (92, 272)},
-}
 
 
 def _arch_key(arch: str) -> str:
@@ -195,9 +100,30 @@ def measure(keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, tupl
     return table
 
 
-def main() -> int:
-    for (file, expr), by_arch in measure(list(REGISTERS)).items():
-        print(f'    ("{file}", "{expr}"): {{{", ".join(f"{a!r}: {v}" for a, v in sorted(by_arch.items()))}}},')
+def table_json(file: str, table: dict[tuple[str, str], dict[str, tuple[int, int]]]) -> str:
+    """The JSON text of `file`'s rows of `table`, one kernel a line, as the register files hold them."""
+    rows = []
+    for (f, expr), by_arch in table.items():
+        if f == file:
+            values = ", ".join(f"{json.dumps(arch)}: [{v[0]}, {v[1]}]" for arch, v in sorted(by_arch.items()))
+            rows.append(f"    {json.dumps(expr)}: {{{values}}}")
+    return "{\n  " + json.dumps(file) + ": {\n" + ",\n".join(rows) + "\n  }\n}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m aclnn_gpu.kernels.occupancy",
+                                 description="Measure the register table afresh (NVRTC compile report).")
+    ap.add_argument("--write", action="store_true",
+                    help="write each kernel file's rows to its registers.json (else print them)")
+    args = ap.parse_args(argv)
+    fresh = measure(list(REGISTERS))
+    for file, path in sorted(REGISTER_FILES.items()):
+        text = table_json(file, fresh)
+        if args.write:
+            Path(path).write_text(text)
+            print(f"wrote {path}")
+        else:
+            print(f"# {path}\n{text}", end="")
     return 0
 
 

@@ -10,7 +10,7 @@ table that do: a GEMM's pointer array; int64 tiling tables are never patched). P
 the stream: no shape arithmetic, no dtype tables, no tiling built again. The cuda device resolves the
 steps further, once per workspace, stream and cuBLAS handle, into a replay program kept on the frozen
 launch (the last one used in `FrozenLaunch.program`, up to PROGRAMS_KEPT in `FrozenLaunch.programs`:
-device/cuda.CudaKernelContext.run_frozen), so threads or streams taking turns on one cached launch
+device/cuda_context.CudaKernelContext.run_frozen), so threads or streams taking turns on one cached launch
 each find theirs; a device's reset drops its programs from the cached launches (`drop_programs`).
 
 The recorder also checks that every workspace range a step touches lies inside the size
@@ -211,6 +211,23 @@ class FrozenLaunch:
                 gemm: Gemm = step   # type: ignore[assignment]
                 (ctx.gemm_batched if gemm.batched else ctx.gemm_strided_batched)(*gemm.rebased(workspace),
                                                                                  **gemm.kwargs)
+
+
+def run_plan(plan: Any, ctx: Any, workspace: int) -> None:
+    """Phase 2 of `plan` on a kernel context, the one fast path (`Plan.run_kernels`, and the cuda
+    device's `enqueue` directly: the host hot path): its frozen launch replayed at `workspace`
+    (`FrozenLaunch.run`); with no record, or a workspace base less aligned than the recording's (ALIGN:
+    the launcher's vector-path choices would differ), the launcher runs again."""
+    frozen = plan.frozen
+    if frozen is None or workspace % ALIGN:
+        plan.launch_kernels(ctx, workspace)
+        return
+    try:   # a method call, no getattr() and no frame of `run`: the host hot path pays nothing more
+        ctx.run_frozen(frozen, workspace)
+    except AttributeError:
+        if hasattr(ctx, "run_frozen"):   # raised inside the context's replay: not a missing method
+            raise
+        frozen.run_steps(ctx, workspace)   # a context without its own replay program
 
 
 class Recorder:

@@ -26,12 +26,11 @@ import numpy as np
 from ..base import dtypes
 from ..base.errors import fail
 from ..kernels import manifest
-from ..kernels.context import KernelContext, KernelFile, ptr
+from ..kernels.context import KERNEL_DIR, KernelContext, KernelFile, ptr
 from ..kernels.occupancy import wave_grid
 from ..base.status import aclnnStatus
 from ..meta.tensor import REBINDS, aclTensor
-from .frozen import ALIGN as FROZEN_ALIGN
-from .frozen import FrozenLaunch, freeze_cached
+from .frozen import FrozenLaunch, freeze_cached, run_plan
 
 INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vector loads want 16)
@@ -41,9 +40,12 @@ ALIGN = 256  # bytes: every workspace range starts on a 256-byte boundary (vecto
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Plan:
     """Base of every operator plan: subclasses are frozen dataclasses that add their typed fields,
-    set `op` and write `run_host` and `launch_kernels`."""
+    set `op` and `outputs` and write `run_host` and `launch_kernels`."""
 
     op: ClassVar[str] = "?"
+    # the operator's output parameters: its C declaration's trailing aclTensor parameters (a test reads
+    # them from the headers); aclSetOutputTensorAddr counts these, aclSetInputTensorAddr the other tensors
+    outputs: ClassVar[tuple[str, ...]] = ()
     kernel_files: ClassVar[tuple[str, ...]] = ()   # the kernel files its launcher launches from (recorder-checked)
     has_work: ClassVar[bool] = True
     tensors: Mapping[str, aclTensor | None]   # C parameter name -> tensor (None: an absent optional)
@@ -97,11 +99,7 @@ class Plan:
     def run_kernels(self, ctx: KernelContext, workspace: int) -> None:
         """Phase 2 on a kernel device: replay the frozen launch on the real workspace. A workspace
         base less aligned than the recording's reruns the launcher (its alignment choices differ)."""
-        frozen = self.frozen
-        if frozen is None or workspace % FROZEN_ALIGN:
-            self.launch_kernels(ctx, workspace)
-        else:
-            frozen.run(ctx, workspace)
+        run_plan(self, ctx, workspace)
 
 
 DERIVED = {"derived": True}   # field metadata: computed from the other fields, left out of `launch_key`
@@ -234,7 +232,8 @@ MAX_RANK = 8
 COPY_BLOCK = 256
 STRIDED_COPY = manifest.register(KernelFile("strided_copy.cu", tuple(f"strided_{kind}<{size}>"
                                                                     for kind in ("gather", "scatter")
-                                                                    for size in (1, 2, 4, 8))))
+                                                                    for size in (1, 2, 4, 8))),
+                                 registers=KERNEL_DIR / "registers.json")   # (the copies belong to no operator)
 
 Copy = Callable[[KernelContext, int, int], None]   # (ctx, source address, destination address)
 

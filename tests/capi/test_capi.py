@@ -621,10 +621,14 @@ def test_header_enums_are_tagged_where_cann_tags_them():
 
 
 def test_executor_outputs_are_the_headers_trailing_tensors():
-    """executor.OUTPUTS (what aclSetOutputTensorAddr counts) names, for each operator, trailing aclTensor
+    """Each operator's plan types' `outputs` (what aclSetOutputTensorAddr counts) name trailing aclTensor
     parameters of its C GetWorkspaceSize declaration that hold every non-const one."""
     from aclnn_gpu.capi.table import entries
-    from aclnn_gpu.executor import OUTPUTS
+    from aclnn_gpu.plans.plan import Plan
+
+    def plan_types(cls: type) -> list[type]:
+        return [t for sub in cls.__subclasses__() for t in (sub, *plan_types(sub))]
+    OUTPUTS = {t.op: t.outputs for t in plan_types(Plan) if "op" in vars(t)}
     ops = {}
     for e in entries():
         if e.name.startswith("aclnn") and e.name.endswith("GetWorkspaceSize"):

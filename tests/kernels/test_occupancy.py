@@ -37,7 +37,9 @@ def test_table_agrees_with_a_fresh_compile_report():
     pytest.importorskip("cuda.bindings.nvrtc")
     fresh = occupancy.measure(list(REGISTERS))
     stale = {key: (REGISTERS[key], fresh.get(key)) for key in REGISTERS if fresh.get(key) != REGISTERS[key]}
-    assert not stale, f"kernels/occupancy.py REGISTERS differ from the compile report (table, fresh): {stale}"
+    assert not stale, ("the register tables (ops/<op>/registers.json, kernels/registers.json) differ from the "
+                       "compile report (table, fresh; python -m aclnn_gpu.kernels.occupancy --write rewrites them): "
+                       f"{stale}")
 
 
 @pytest.fixture

@@ -197,6 +197,7 @@ class _ConvTbcPlan(Plan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ConvTbcBackwardPlan(_ConvTbcPlan):
     op: ClassVar[str] = "aclnnConvTbcBackward"
+    outputs: ClassVar[tuple[str, ...]] = ("gradInput", "gradWeight", "gradBias")
     grad: aclTensor
     input: aclTensor
     weight: aclTensor
@@ -231,6 +232,7 @@ class ConvTbcBackwardPlan(_ConvTbcPlan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ConvTbcPlan(_ConvTbcPlan):
     op: ClassVar[str] = "aclnnConvTbc"
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
     input: aclTensor
     weight: aclTensor
     bias: aclTensor
@@ -321,7 +323,7 @@ def _build_forward(device: Any, self: Any, weight: Any, bias: Any, pad: Any, out
         cube_math_type=cube_math_type, compute=compute, input=input_, weight=weight_, bias=bias_, out=out_)
 
 
-aclnnConvTbcBackwardGetWorkspaceSize = make_get_workspace_size("aclnnConvTbcBackward", _build_backward)
+aclnnConvTbcBackwardGetWorkspaceSize = make_get_workspace_size(ConvTbcBackwardPlan, _build_backward)
 aclnnConvTbcBackward = make_execute("aclnnConvTbcBackward")
-aclnnConvTbcGetWorkspaceSize = make_get_workspace_size("aclnnConvTbc", _build_forward)
+aclnnConvTbcGetWorkspaceSize = make_get_workspace_size(ConvTbcPlan, _build_forward)
 aclnnConvTbc = make_execute("aclnnConvTbc")

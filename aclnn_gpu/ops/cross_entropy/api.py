@@ -196,6 +196,7 @@ class CrossEntropyLossGradPlan(_CrossEntropyPlan):
     z-loss count n is needed, into the workspace), then ce_grad (the z-loss term in the same pass)."""
 
     op: ClassVar[str] = GRAD_OP
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
     grad_loss: aclTensor
     log_prob: aclTensor
     out: aclTensor
@@ -226,6 +227,7 @@ class CrossEntropyLossPlan(_CrossEntropyPlan):
     and sum; few long rows split over blocks (launch.forward_split)."""
 
     op: ClassVar[str] = FORWARD_OP
+    outputs: ClassVar[tuple[str, ...]] = ("lossOut", "logProbOut", "zlossOut", "lseForZlossOut")
     input: aclTensor
     loss: aclTensor
     log_prob: aclTensor
@@ -367,9 +369,9 @@ def _build_forward(device: Any, input: Any, target: Any, weightOptional: Any, re
         zloss_scale=zscale, zloss=zloss, lse=lse)
 
 
-aclnnCrossEntropyLossGradGetWorkspaceSize = make_get_workspace_size(GRAD_OP, _build_backward)
+aclnnCrossEntropyLossGradGetWorkspaceSize = make_get_workspace_size(CrossEntropyLossGradPlan, _build_backward)
 aclnnCrossEntropyLossGrad = make_execute(GRAD_OP)
-aclnnCrossEntropyLossGetWorkspaceSize = make_get_workspace_size(FORWARD_OP, _build_forward)
+aclnnCrossEntropyLossGetWorkspaceSize = make_get_workspace_size(CrossEntropyLossPlan, _build_forward)
 aclnnCrossEntropyLoss = make_execute(FORWARD_OP)
 
 __all__ = ["aclnnCrossEntropyLossGrad", "aclnnCrossEntropyLossGradGetWorkspaceSize", "aclnnCrossEntropyLoss",

@@ -32,6 +32,8 @@ ce_forward_finish (one thread per row; for mean/sum one block that also reduces)
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ...base import dtypes
@@ -40,6 +42,7 @@ from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import blocks_per_sm, context_arch
 
 FILE = "cross_entropy.cu"
+REGISTERS = Path(__file__).with_name("registers.json")   # its kernels' register counts (kernels/occupancy.py)
 REDUCE_THREADS = 256
 # the forward's row split (forward_split): a pure function of the shape
 SPLIT_TARGET_BLOCKS = 256   # split rows when there are fewer; aim at about this many (row, chunk) blocks
@@ -71,7 +74,8 @@ def _kernel_names() -> tuple[str, ...]:
     return tuple(out)
 
 
-KERNELS = manifest.register(KernelFile(FILE, _kernel_names()))   # every instantiation the launchers below can launch
+# every instantiation the launchers below can launch, and their register counts
+KERNELS = manifest.register(KernelFile(FILE, _kernel_names()), registers=REGISTERS)
 
 
 def _pow2_ceil(n: int) -> int:

@@ -239,6 +239,7 @@ class _CtcPlan(Plan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class CtcLossBackwardPlan(_CtcPlan):
     op: ClassVar[str] = "aclnnCtcLossBackward"
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
     grad_out: aclTensor
     neg_log_likelihood: aclTensor
     log_alpha: aclTensor
@@ -264,6 +265,7 @@ class CtcLossBackwardPlan(_CtcPlan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class CtcLossPlan(_CtcPlan):
     op: ClassVar[str] = "aclnnCtcLoss"
+    outputs: ClassVar[tuple[str, ...]] = ("negLogLikelihoodOut", "logAlphaOut")
     neg_log_likelihood: aclTensor
     log_alpha: aclTensor
 
@@ -393,7 +395,7 @@ def _build_forward(device: Any, logProbs: Any, targets: Any, inputLengths: Any, 
         zero_infinity=zero_infinity, neg_log_likelihood=neg_log_likelihood, log_alpha=log_alpha)
 
 
-aclnnCtcLossBackwardGetWorkspaceSize = make_get_workspace_size("aclnnCtcLossBackward", _build_backward)
+aclnnCtcLossBackwardGetWorkspaceSize = make_get_workspace_size(CtcLossBackwardPlan, _build_backward)
 aclnnCtcLossBackward = make_execute("aclnnCtcLossBackward")
-aclnnCtcLossGetWorkspaceSize = make_get_workspace_size("aclnnCtcLoss", _build_forward)
+aclnnCtcLossGetWorkspaceSize = make_get_workspace_size(CtcLossPlan, _build_forward)
 aclnnCtcLoss = make_execute("aclnnCtcLoss")

@@ -61,6 +61,7 @@ block not yet running only idle); bit-identical to the register path.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -71,6 +72,7 @@ from ...kernels.context import KernelFile, ptr
 from ...kernels.occupancy import blocks_per_sm, context_arch, wave_grid
 
 FILE = "ctc_loss.cu"
+REGISTERS = Path(__file__).with_name("registers.json")   # its kernels' register counts (kernels/occupancy.py)
 K_PER = {4: 8, 8: 5}   # max states per thread by math size (kernels: PerOf<M>)
 RING = {1: 8}          # prefetch distance (steps) of the register recursions by P, else 1 (kernels: RingOf<P>)
 K_MAX_WARPS = 16
@@ -426,4 +428,4 @@ def launch_forward(ctx, *, log_probs_ptr, targets_ptr, neg_log_likelihood_ptr, l
 
 
 # registered last: the name list is built from the tables above
-manifest.register(KernelFile(FILE, tuple(all_name_expressions())))
+manifest.register(KernelFile(FILE, tuple(all_name_expressions())), registers=REGISTERS)

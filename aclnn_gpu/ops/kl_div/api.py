@@ -80,6 +80,7 @@ class _KlDivPlan(Plan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class KlDivBackwardPlan(_KlDivPlan):
     op: ClassVar[str] = "aclnnKlDivBackward"
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
     grad_output: aclTensor
     self_shape: tuple[int, ...]
     layout: launch.BackwardLayout = field(metadata=DERIVED)   # from the fields above
@@ -121,6 +122,7 @@ def _forward_args(self_: aclTensor, target: aclTensor, out: aclTensor, reduction
 @dataclass(frozen=True, eq=False, kw_only=True)
 class KlDivPlan(_KlDivPlan):
     op: ClassVar[str] = "aclnnKlDiv"
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
     self_: aclTensor
     layout: launch.ForwardLayout = field(metadata=DERIVED)   # from the fields above
 
@@ -194,9 +196,9 @@ def _build_forward(device: Any, self: Any, target: Any, reduction: Any, logTarge
     return KlDivPlan.build(self_, target_, out_, reduction, log_target)
 
 
-aclnnKlDivBackwardGetWorkspaceSize = make_get_workspace_size("aclnnKlDivBackward", _build_backward)
+aclnnKlDivBackwardGetWorkspaceSize = make_get_workspace_size(KlDivBackwardPlan, _build_backward)
 aclnnKlDivBackward = make_execute("aclnnKlDivBackward")
-aclnnKlDivGetWorkspaceSize = make_get_workspace_size("aclnnKlDiv", _build_forward)
+aclnnKlDivGetWorkspaceSize = make_get_workspace_size(KlDivPlan, _build_forward)
 aclnnKlDiv = make_execute("aclnnKlDiv")
 
 __all__ = ["aclnnKlDiv", "aclnnKlDivGetWorkspaceSize", "aclnnKlDivBackward", "aclnnKlDivBackwardGetWorkspaceSize"]

@@ -3,8 +3,8 @@
 kernels of `kernels/kl_div.cu`. The host side (`ops/kl_div/api.py`) has already validated everything.
 
 Tensors are `(ptr, shape, strides, dtype)`: device address with the view offset already folded in,
-shape and element strides (sequences of int), ACL dtype code (FLOAT 0, FLOAT16 1, DOUBLE 11,
-BF16 27).
+shape and element strides (sequences of int), aclDataType code (ACL_FLOAT, ACL_FLOAT16, ACL_DOUBLE,
+ACL_BF16).
 
 Paths (chosen here, from the layouts):
 * fast: after dropping size-1 dims and merging contiguous dims, the iteration space is one dense
@@ -27,15 +27,19 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ...base import dtypes
+from ...base.status import aclDataType
 from ...kernels import manifest
 from ...kernels.context import KernelContext, KernelFile, ptr
 from ...kernels.occupancy import wave_grid
+from ...plans.checks import broadcast_shapes
 
 FILE = "kl_div.cu"
+REGISTERS = Path(__file__).with_name("registers.json")   # its kernels' register counts (kernels/occupancy.py)
 BLOCK = 256
 MAX_RANK = 8
 TILING_BYTES = 512
@@ -43,9 +47,10 @@ MAX_PARTIALS = 1024
 # a block per out element only pays when each would have at least this many elements to sum
 BLOCK_REDUCE_MIN = 2 * BLOCK
 
-FLOAT, FLOAT16, DOUBLE, BF16 = 0, 1, 11, 27
-_STORAGE = {code: dtypes.CUDA_TYPE[code] for code in (FLOAT, FLOAT16, DOUBLE, BF16)}
-_ITEMSIZE = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
+FLOAT, FLOAT16, DOUBLE, BF16 = (aclDataType.ACL_FLOAT, aclDataType.ACL_FLOAT16, aclDataType.ACL_DOUBLE,
+                               aclDataType.ACL_BF16)   # the storage types of the kernels
+_STORAGE: dict[int, str] = {code: dtypes.CUDA_TYPE[code] for code in (FLOAT, FLOAT16, DOUBLE, BF16)}
+_ITEMSIZE: dict[int, int] = {FLOAT: 4, FLOAT16: 2, DOUBLE: 8, BF16: 2}
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN = 0, 1, 2, 3
 
@@ -59,7 +64,8 @@ def _kernel_names() -> tuple[str, ...]:
                  + [f"kl_fwd_partial_strided<{m}>" for m in math_types] + [f"kl_fwd_final<{m}>" for m in math_types])
 
 
-KERNELS = manifest.register(KernelFile(FILE, _kernel_names()))   # every instantiation the launchers below can launch
+# every instantiation the launchers below can launch, and their register counts
+KERNELS = manifest.register(KernelFile(FILE, _kernel_names()), registers=REGISTERS)
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class Operand:
     dtype: int
 
 
-def _t(x: Operand | tuple) -> Operand:
+def as_operand(x: Operand | tuple) -> Operand:
     """An Operand from `(ptr, shape, strides, dtype)`; the host checks refused ranks over 8 and other
     dtypes already (the asserts state the invariant, they are not checks)."""
     if isinstance(x, Operand):
@@ -81,21 +87,6 @@ def _t(x: Operand | tuple) -> Operand:
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
     assert len(shape) == len(strides) <= MAX_RANK and int(dtype) in _STORAGE, x
     return Operand(int(p), shape, strides, int(dtype))
-
-
-def broadcast_shape(*shapes: Sequence[int]) -> tuple:
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for d in range(rank):
-        size = 1
-        for s in shapes:
-            k = d - (rank - len(s))
-            if k >= 0 and s[k] != 1:
-                if size != 1 and size != s[k]:
-                    raise ValueError(f"kl_div launch: shapes {shapes} do not broadcast")
-                size = s[k]
-        out.append(size)
-    return tuple(out)
 
 
 def _bstrides(t: Operand, shape: Sequence[int]) -> list:
@@ -173,9 +164,10 @@ class BackwardLayout:
 
 
 def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
-    g, t, o = _t(grad_output), _t(target), _t(out)
+    g, t, o = as_operand(grad_output), as_operand(target), as_operand(out)
     self_shape = tuple(int(s) for s in self_shape)
-    b = broadcast_shape(self_shape, t.shape)   # out is self's shape and g broadcasts to b: checked by api.py
+    b = broadcast_shapes(self_shape, t.shape)   # out is self's shape and g broadcasts to b: checked by api.py
+    assert b is not None, (self_shape, t.shape)
     rank = len(b)
     lead = rank - len(self_shape)
     sg, st = _bstrides(g, b), _bstrides(t, b)
@@ -198,7 +190,8 @@ def _plan_backward(grad_output, target, out, self_shape) -> BackwardLayout:
 def plan_backward(*, grad_output, target, out, self_shape, reduction=0, log_target=False) -> BackwardLayout:
     """The backward's layout decisions, made once: the workspace size and the launch both read them
     (memoised: phase 1 of a training loop meets the same operands again)."""
-    return _cached_backward(_t(grad_output), _t(target), _t(out), tuple(int(s) for s in self_shape))
+    return _cached_backward(as_operand(grad_output), as_operand(target), as_operand(out),
+                            tuple(int(s) for s in self_shape))
 
 
 @functools.lru_cache(maxsize=256)
@@ -215,7 +208,7 @@ def backward_workspace_bytes(*, grad_output, target, out, self_shape, reduction=
 def launch_backward(ctx: KernelContext, *, grad_output, target, out, self_shape, reduction: int,
                     log_target: bool, workspace_ptr: int, layout: BackwardLayout | None = None) -> None:
     """out = sum over self's broadcast axes of -(e * g) * coef, cast to out's dtype."""
-    g, t, o = _t(grad_output), _t(target), _t(out)
+    g, t, o = as_operand(grad_output), as_operand(target), as_operand(out)
     p = layout or _plan_backward(g, t, o, self_shape)
     if p.n_out == 0:
         return
@@ -259,8 +252,9 @@ class ForwardLayout:
 
 
 def _plan_forward(self, target, out, reduction) -> ForwardLayout:
-    s, t, o = _t(self), _t(target), _t(out)
-    b = broadcast_shape(s.shape, t.shape)
+    s, t, o = as_operand(self), as_operand(target), as_operand(out)
+    b = broadcast_shapes(s.shape, t.shape)   # checked by api.py
+    assert b is not None, (s.shape, t.shape)
     reduce = int(reduction) in (REDUCTION_MEAN, REDUCTION_SUM, REDUCTION_BATCHMEAN)
     # out: one element for a reduction, else shape b (checked by api.py)
     so = [0] * len(b) if reduce else list(o.strides)
@@ -275,7 +269,7 @@ def _plan_forward(self, target, out, reduction) -> ForwardLayout:
 def plan_forward(*, self, target, out, reduction=1, log_target=False) -> ForwardLayout:
     """The forward's layout decisions, made once: the workspace size and the launch both read them
     (memoised like `plan_backward`)."""
-    return _cached_forward(_t(self), _t(target), _t(out), int(reduction))
+    return _cached_forward(as_operand(self), as_operand(target), as_operand(out), int(reduction))
 
 
 @functools.lru_cache(maxsize=256)
@@ -296,7 +290,7 @@ def launch_forward(ctx: KernelContext, *, self, target, out, reduction: int, log
                    workspace_ptr: int, layout: ForwardLayout | None = None) -> None:
     """none: out[B] = elementwise KL; sum/mean/batchmean: out (one element) = sum / div, by per-block
     partials (workspace + TILING_BYTES) combined in index order by one block."""
-    s, t, o = _t(self), _t(target), _t(out)
+    s, t, o = as_operand(self), as_operand(target), as_operand(out)
     p = layout or _plan_forward(s, t, o, reduction)
     lt = np.int32(1 if log_target else 0)
     m = "double" if p.double else "float"

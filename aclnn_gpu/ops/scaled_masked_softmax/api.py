@@ -110,6 +110,7 @@ class _SmsmPlan(Plan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
     op: ClassVar[str] = "aclnnScaledMaskedSoftmaxBackward"
+    outputs: ClassVar[tuple[str, ...]] = ("out",)
 
     def run_host(self, device: Any, workspace: int) -> None:
         grad_output, y = (host_array(device, t) for t in self.inputs)
@@ -126,6 +127,7 @@ class ScaledMaskedSoftmaxBackwardPlan(_SmsmPlan):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ScaledMaskedSoftmaxPlan(_SmsmPlan):
     op: ClassVar[str] = "aclnnScaledMaskedSoftmax"
+    outputs: ClassVar[tuple[str, ...]] = ("y",)
 
     def run_host(self, device: Any, workspace: int) -> None:
         result = reference.scaled_masked_softmax(host_array(device, self.inputs[0]), self._mask_host(device),
@@ -235,10 +237,10 @@ def _build_forward(device: Any, x: Any, mask: Any, scale: Any, fixTriuMask: Any,
                  fix_triu_mask)
 
 
-aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize = make_get_workspace_size("aclnnScaledMaskedSoftmaxBackward",
-                                                                           _build_backward)
+aclnnScaledMaskedSoftmaxBackwardGetWorkspaceSize = make_get_workspace_size(ScaledMaskedSoftmaxBackwardPlan,
+                                                                                  _build_backward)
 aclnnScaledMaskedSoftmaxBackward = make_execute("aclnnScaledMaskedSoftmaxBackward")
-aclnnScaledMaskedSoftmaxGetWorkspaceSize = make_get_workspace_size("aclnnScaledMaskedSoftmax", _build_forward)
+aclnnScaledMaskedSoftmaxGetWorkspaceSize = make_get_workspace_size(ScaledMaskedSoftmaxPlan, _build_forward)
 aclnnScaledMaskedSoftmax = make_execute("aclnnScaledMaskedSoftmax")
 
 __all__ = ["aclnnScaledMaskedSoftmax", "aclnnScaledMaskedSoftmaxGetWorkspaceSize",
