@@ -317,3 +317,53 @@ def test_an_import_up_the_layers_is_reported(tmp_path):
     assert layer_of("pkg.base", layers) == 0 and layer_of("pkg.top", layers) == 1
     (line,) = upward_imports(graph, layers, tmp_path)
     assert line == "pkg/base.py:1: pkg.base (layer 'low') imports pkg.top (layer 'high', above it)"
+
+
+def _families() -> tuple[str, ...]:
+    """The families ops/registry.py lists (read from its source: no import)."""
+    tree = ast.parse((ROOT / LIBRARY / "ops" / "registry.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "FUNCTIONAL" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("ops/registry.py lists no FUNCTIONAL families")
+
+
+def _code_words(tree: ast.AST) -> set[str]:
+    """The names, attributes, imported modules and string constants of a module's code (docstrings
+    and comments left out: they may name a family as an example)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    words: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            words.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr)
+        elif isinstance(node, ast.alias):
+            words.add(node.name)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            words.add(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.add(node.value)
+    return words
+
+
+def test_an_operator_family_is_named_only_in_its_own_folder():
+    """Adding a family touches its folder, the registry, its kernels and its NumPy reference: no other
+    module of the library names it in code (docs/DESIGN.md, "Adding an operator")."""
+    families = _families()
+    assert len(families) >= 5
+    patterns = {f: re.compile(rf"(?<![A-Za-z0-9]){f}(?![A-Za-z0-9])|{''.join(w.title() for w in f.split('_'))}")
+                for f in families}
+    found = []
+    for path in sorted((ROOT / LIBRARY).rglob("*.py")):
+        relative = path.relative_to(ROOT / LIBRARY).as_posix()
+        words = _code_words(ast.parse(path.read_text()))
+        for family, pattern in patterns.items():
+            if relative.startswith(f"ops/{family}/") or relative in (f"reference/{family}.py", "ops/registry.py"):
+                continue
+            named = sorted(w for w in words if pattern.search(w))
+            if named:
+                found.append(f"{relative} names {family}: {named[:4]}")
+    assert not found, "families named outside their folders:\n" + "\n".join(found)
