@@ -3,7 +3,7 @@
 # devices (with coverage when ACLNN_GPU_COVERAGE=1), the API reference build, the demo on both
 # devices, the example programs, the offline rehearsal of the GPU check; beside them on the second core,
 # the kernel proofs (compile report with CUDA 13's NVRTC, ASan/UBSan, TSan replay) and then the emulated
-# tests again over the late stand-in (scripts/ci_late.sh); beside both, the two-host network tests, which
+# tests again over the late stand-in (scripts/ci_late.sh: the whole emulated suite); beside both, the two-host network tests, which
 # mostly wait on links and timeouts; then the compile report with CUDA 12's.
 # PYTHON selects the interpreter (default: python).
 set -euo pipefail
@@ -25,7 +25,7 @@ echo "::: lint and types: ok ($((SECONDS - t0)) s)"
 
 # The kernel proofs (scripts/ci_kernels.sh: NVRTC compile report, ASan+UBSan and TSan runs of the
 # emulated kernels), then the late stand-in's pass (scripts/ci_late.sh), run beside the main test run:
-# one process at a time on one core, and CI has two. The two-host network tests and the soak run beside
+# on one core, and CI has two (the late pass runs in shards whose waits overlap). The two-host network tests and the soak run beside
 # both (the first wait on 1 mbit links and fault timeouts; the soak runs for a fixed time, its default
 # 60 s per device, whatever share of the cores it gets). Each log is printed when its job ends
 # (below), or as far as it got if this script stops first.
