@@ -99,18 +99,16 @@ def _public(families: list[Any]) -> dict[str, Any]:
 
 
 def _section(family: Any) -> str:
-    """A family's module docstring as a section of this one (without its layer line)."""
-    text = (family.__doc__ or "").strip()
-    return "\n\n".join(p for p in text.split("\n\n") if not p.startswith("Layer 11"))
+    """A family's module docstring as a section of this one, headed by its file (without its layer line)."""
+    name = family.__name__.rsplit(".", 2)[-2]
+    text = "\n\n".join(p for p in (family.__doc__ or "").strip().split("\n\n") if not p.startswith("Layer 11"))
+    return f"\nThe family {name} (aclnn_gpu/ops/{name}/torch_functions.py):\n\n{text}\n"
 
 
 _FAMILIES = _families()
 _PUBLIC = _public(_FAMILIES)
 globals().update(_PUBLIC)   # ctc_loss, cross_entropy, ...: real attributes of this module
-__doc__ = (__doc__ or "") + "".join(f"\nThe family {family.__name__.rsplit('.', 2)[-2]} (aclnn_gpu/ops/"
-                                    f"{family.__name__.rsplit('.', 2)[-2]}/torch_functions.py):\n\n"
-                                    f"{_section(family)}\n" for family in _FAMILIES)
-
+__doc__ = (__doc__ or "") + "".join(_section(family) for family in _FAMILIES)
 
 if TYPE_CHECKING:   # the functions are attributes made from the registry, which a type checker cannot list
     def __getattr__(name: str) -> Any: ...
