@@ -133,6 +133,42 @@ def test_the_registered_operators_are_the_families_definitions():
     assert len(names) == len(set(names)) and set(names) == set(torch_ops.OPERATORS)
 
 
+def test_the_public_functions_are_the_families_functions():
+    """aclnn_gpu.torch publishes exactly the PUBLIC objects of each TORCH family's
+    `ops/<family>/torch_functions.py` (functions first, then the former autograd.Function classes), as
+    real attributes, and its docstring carries each family's section."""
+    import importlib
+    import inspect
+
+    from aclnn_gpu.ops import registry
+    published = [o for family in registry.TORCH
+                 for o in importlib.import_module(f"aclnn_gpu.ops.{family}.torch_functions").PUBLIC]
+    assert sorted(AT.__all__) == sorted(o.__name__ for o in published)
+    assert [inspect.isclass(getattr(AT, n)) for n in AT.__all__] == sorted(inspect.isclass(o) for o in published)
+    for o in published:
+        assert vars(AT)[o.__name__] is o and o.__doc__
+        assert f"aclnn_gpu/ops/{o.__module__.split('.')[-2]}/torch_functions.py" in AT.__doc__
+
+
+def test_ctc_mean_asks_the_pytorch_layer_whether_the_call_captures():
+    """ctc_loss's "mean" builds its length tensor on the device while PyTorch's stream captures a CUDA
+    graph: the family's module (layer 11) asks aclnn_gpu.torch.stream's capturing_for, handed to
+    ops/torch_rules.py when the operators are registered; either way of building it gives PyTorch's loss."""
+    from aclnn_gpu.ops import torch_rules
+    from aclnn_gpu.torch import stream as torch_stream
+    assert torch_rules._capture_check is torch_stream.capturing_for
+    lp, targets, il, tl, _, _ = ctc_args(requires_grad=False)
+    expected = TF.ctc_loss(lp, targets, il, tl, reduction="mean")
+    asked = []
+    try:
+        for answer in (False, True):
+            torch_rules.set_capture_check(lambda t, answer=answer: asked.append(t.shape) or answer)
+            torch.testing.assert_close(AT.ctc_loss(lp, targets, il, tl, reduction="mean"), expected)
+    finally:
+        torch_rules.set_capture_check(torch_stream.capturing_for)
+    assert asked == [torch.Size([3]), torch.Size([3])]
+
+
 @pytest.mark.parametrize("case", range(len(_forward_cases()) + len(_backward_cases())))
 def test_fake_gives_the_real_shapes_and_dtypes(case):
     """Under FakeTensorMode each operator gives exactly the real results' shapes, strides and dtypes."""

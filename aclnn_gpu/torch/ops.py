@@ -2,10 +2,11 @@
 namespace `aclnn`, with fake (meta) implementations that give the exact output shapes and dtypes, an
 Autograd kernel with reverse- AND forward-mode rules, and autocast rules, so `torch.compile(fullgraph=True)`
 traces through them, `torch.export` holds them and `torch.library.opcheck` passes for each.
-`aclnn_gpu.torch`'s PyTorch-shaped functions call these; they can also be called directly as
-`torch.ops.aclnn.<name>`. Each family's definitions are data in `aclnn_gpu/ops/<family>/torch_ops.py`
-(the families `aclnn_gpu/ops/registry.py` lists in TORCH); this module walks that list and registers them
-with `aclnn_gpu/torch/library.py` (the machinery), so a new family adds nothing here.
+`aclnn_gpu.torch`'s PyTorch-shaped functions (`aclnn_gpu/ops/<family>/torch_functions.py`) call
+these; they can also be called directly as `torch.ops.aclnn.<name>`. Each family's definitions are data
+in `aclnn_gpu/ops/<family>/torch_ops.py` (the families `aclnn_gpu/ops/registry.py` lists in TORCH); this
+module walks that list and registers them with `aclnn_gpu/torch/library.py` (the machinery), so a new
+family adds nothing here.
 
 Each family's module documents its operators (schemas, autograd and forward-mode rules, float64 paths,
 autocast policy, class-target checks). What they share: each forward's autograd formula calls its backward
@@ -24,9 +25,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..ops import registry
-from ..ops.cross_entropy.torch_ops import check_class_targets
-from ..ops.ctc_loss.torch_ops import FIRST_ORDER_ONLY, NO_FORWARD_AD
+from ..ops import registry, torch_rules
+from . import stream as _stream
 from .library import NAMESPACE, register
 
 
@@ -41,6 +41,9 @@ def _register_families() -> dict[str, Any]:
 
 
 OPERATORS = _register_families()
+# The families' public functions (ops/<family>/torch_functions.py) ask whether a call captures a CUDA
+# graph on PyTorch's stream; their layer may not import this one, so it is handed the answer
+torch_rules.set_capture_check(_stream.capturing_for)
 
 
 def __getattr__(name: str) -> Any:
@@ -51,4 +54,4 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
-__all__ = ["NAMESPACE", "OPERATORS", "FIRST_ORDER_ONLY", "NO_FORWARD_AD", "check_class_targets"]
+__all__ = ["NAMESPACE", "OPERATORS"]
