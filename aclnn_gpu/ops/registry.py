@@ -34,3 +34,12 @@ __all__ = [
 # The families with PyTorch definitions (`<family>/torch_ops.py`: their `aclnn::` custom operators as data),
 # in the order `aclnn_gpu.torch` registers them. Names only: nothing here imports torch.
 TORCH = ("ctc_loss", "cross_entropy", "kl_div", "conv_tbc", "scaled_masked_softmax")
+
+
+# The families with samples (`<family>/samples.py`: the demo's cases, the profiler's cases and coverage
+# variants; `<family>/traffic_budget.json`: the CI traffic budget of its kernels). Names only: the demo and
+# the profiler import those modules. SAMPLES is the order of the profiler's listing, its coverage run and
+# the budget's cases; DEMO_ORDER the order of the demo's table (its cases draw their inputs from one random
+# generator in this order, so the order is part of the table's figures).
+SAMPLES = ("kl_div", "cross_entropy", "scaled_masked_softmax", "ctc_loss", "conv_tbc")
+DEMO_ORDER = ("kl_div", "cross_entropy", "ctc_loss", "conv_tbc", "scaled_masked_softmax")

@@ -27,10 +27,11 @@ PyTorch's kernels. `CallProfile.parallel_model_seconds` is the parallelism-aware
 the share its 128x128 output tiles fill); parallel.py also prices a plan's frozen launch list without
 the emulator and holds the launch-fill rule (tests/test_launch_fill.py).
 
-Modules: operators.py (inputs, calls and minimum bytes of the ten operators), latency.py (the step
+Modules: operators.py (the ten operators' inputs, calls and minimum bytes, gathered from each family's
+ops/<family>/samples.py), latency.py (the step
 latency of recursion kernels), parallel.py (the H200 parallelism model and the launch-fill rule),
 report.py (tables),
-budget.py (the CI traffic budget, kernels/traffic_budget.json), __main__.py (the command).
+budget.py (the CI traffic budget, ops/<family>/traffic_budget.json), __main__.py (the command).
 """
 from __future__ import annotations
 

@@ -56,8 +56,9 @@ def main(argv=None) -> int:
     ap.add_argument("--l2-mib", type=float, default=50, help="L2 size of the cache model (default 50 MiB, H100)")
     ap.add_argument("--json", metavar="PATH", help="also write the profiles as JSON")
     ap.add_argument("--check-budget", nargs="?", const="", metavar="FILE",
-                    help="profile every case of the traffic budget (default aclnn_gpu/kernels/traffic_budget.json) "
-                         "and exit 1 when a kernel exceeds it")
+                    help="profile every case of the traffic budget (default: every aclnn_gpu/ops/<family>/"
+                         "traffic_budget.json and aclnn_gpu/kernels/traffic_budget.json; or FILE only) and exit 1 "
+                         "when a kernel exceeds it")
     ap.add_argument("--coverage", action="store_true",
                     help="profile the cases that together launch every kernel of the ten operators (defaults plus "
                          "layout variants) and exit 1 if a kernel of kernels/manifest.py was not launched")

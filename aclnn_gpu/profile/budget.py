@@ -1,5 +1,7 @@
-"""The CI traffic budget (kernels/traffic_budget.json): per operator case, per kernel, limits on the
-DRAM bytes and the sector efficiency of the main streams, checked against a profiled call.
+"""The CI traffic budget: per operator case, per kernel, limits on the DRAM bytes and the sector
+efficiency of the main streams, checked against a profiled call. Each family's cases are in
+ops/<family>/traffic_budget.json (read in ops/registry.py's SAMPLES order); kernels/traffic_budget.json
+documents the rules and holds the cases of kernels that belong to no family.
 
 A rule (per kernel name, matched as a prefix; "*" = every emulated kernel of the call):
   max_dram_ratio       cold-cache DRAM bytes of the kernel <= ratio x the operator's minimum bytes
@@ -13,10 +15,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..ops.registry import SAMPLES
 from . import GemmLaunch
 from .report import main_streams
 
-BUDGET_FILE = Path(__file__).resolve().parent.parent / "kernels" / "traffic_budget.json"
+PACKAGE = Path(__file__).resolve().parent.parent
+BUDGET_FILE = PACKAGE / "kernels" / "traffic_budget.json"     # the rules, and kernels of no family
+
+
+def budget_files() -> list[Path]:
+    """Every budget file: each family's (those that have one), then kernels/traffic_budget.json."""
+    families = [PACKAGE / "ops" / family / "traffic_budget.json" for family in SAMPLES]
+    return [path for path in families if path.is_file()] + [BUDGET_FILE]
 
 
 def check_launch(launch, rule: dict, min_bytes: int) -> list[str]:
@@ -51,4 +61,6 @@ def check_call(profile, case: dict) -> list[str]:
 
 
 def load(path=None) -> list[dict]:
-    return json.loads(Path(path or BUDGET_FILE).read_text())["cases"]
+    """The cases of one budget file, or (no path) of every budget file in budget_files() order."""
+    paths = [Path(path)] if path else budget_files()
+    return [case for p in paths for case in json.loads(p.read_text())["cases"]]

@@ -1,5 +1,5 @@
 """The GPU memory-traffic budget: the profiler's checks catch an uncoalesced kernel (fixture), and every
-operator kernel stays within kernels/traffic_budget.json (the profile command in a subprocess: the
+operator kernel stays within its family's ops/<family>/traffic_budget.json (the profile command in a subprocess: the
 profiling build must be selected before the device builds its kernels). Needs clang++ and
 llvm-symbolizer (CI installs Debian's clang and llvm)."""
 from __future__ import annotations
