@@ -16,6 +16,8 @@ from .operators import DTYPES, OPERATORS  # noqa: E402
 
 
 def _epilog() -> str:
+    example = next(iter(OPERATORS.values()))   # the first family's first operator, four times its default size
+    sizes = " ".join(f"-D {k}={4 * v if v > 1 else v}" for k, v in example.dims.items())   # (flags as they are)
     lines = ["operators and their dimensions (-D NAME=VALUE; defaults are small, for seconds-long runs):"]
     for op in OPERATORS.values():
         dims = " ".join(f"{k}={v}" for k, v in op.dims.items())
@@ -27,7 +29,7 @@ def _epilog() -> str:
               "the ratio, and a modelled H100 time (3.35 TB/s + 3 us per launch; a roofline model, not a "
               "measurement). Needs clang++ and llvm-symbolizer (Debian: apt-get install -y clang llvm).",
               "", "examples:",
-              "  python -m aclnn_gpu.profile KlDivBackward -D N=1024 -D C=4096",
+              f"  python -m aclnn_gpu.profile {example.name} {sizes}",
               "  python -m aclnn_gpu.profile all --json profile.json",
               "  python -m aclnn_gpu.profile --coverage            # every kernel of the ten operators",
               "  python -m aclnn_gpu.profile --check-budget       # CI: fails when a kernel exceeds its budget"]
