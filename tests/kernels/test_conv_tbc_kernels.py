@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from aclnn_gpu.kernels import gemm as G
+from aclnn_gpu.kernels import gemm_host
 from aclnn_gpu.emulator.context import StandaloneEmuContext
 from aclnn_gpu.ops.conv_tbc import launch as plan
 from aclnn_gpu.reference.conv_tbc import conv_tbc, conv_tbc_backward
@@ -358,7 +359,7 @@ def test_numpy_gemm_beta0_ignores_nan_and_tf32_rounds():
     G.gemm_numpy(False, False, 1, 1, 4, 1.0, A.ctypes.data, np.float32, 1, 0, Bm.ctypes.data, np.float32, 4, 0,
                  0.0, C.ctypes.data, np.float32, 1, 0, 1, G.COMPUTE_32F)
     assert C[0] == np.float32(4 * (1 + 2 ** -20))
-    assert G._round_tf32(np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, np.inf, -np.inf], np.float32)).tolist() == \
+    assert gemm_host._round_tf32(np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, np.inf, -np.inf], np.float32)).tolist() == \
         [1.0, 1 + 4 * 2 ** -11, np.inf, -np.inf]
 
 
