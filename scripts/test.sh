@@ -4,7 +4,7 @@
 # devices, the example programs, the offline rehearsal of the GPU check; beside them on the second core,
 # the kernel proofs (compile report with CUDA 13's NVRTC, ASan/UBSan, TSan replay) and then the emulated
 # tests again over the late stand-in (scripts/ci_late.sh: the whole emulated suite); beside both, the two-host network tests, which
-# mostly wait on links and timeouts; then the compile report with CUDA 12's.
+# mostly wait on links and timeouts; after the main run, while those finish, the compile report with CUDA 12's.
 # PYTHON selects the interpreter (default: python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,6 +108,17 @@ else   # a developer's machine without root: the same script with the network na
   echo "::: GPU check rehearsal skipped: it needs root for its network namespace (unshare -n); CI runs it"
 fi
 
+# while the second core still works on the kernel proofs and the late pass
+echo "::: compile report with CUDA 12's NVRTC (the cuda12 extra)"
+t0=$SECONDS
+cu12_log=$(mktemp -t aclnn-cu12.XXXXXX)
+if PYTHON="$PY" bash scripts/compile_cuda12.sh > "$cu12_log" 2>&1; then
+  tail -n 1 "$cu12_log"
+else
+  cat "$cu12_log"; echo "::: compile report, CUDA 12: FAILED"; exit 1
+fi
+echo "::: compile report, CUDA 12: ok ($((SECONDS - t0)) s)"
+
 echo "::: two-host tests and kernel proofs + late stand-in (started beside the tests): waiting for them"
 t0=$SECONDS
 hosts_status=0
@@ -125,15 +136,5 @@ if [ "$proofs_status" != 0 ]; then
   echo "::: kernel proofs or late stand-in: FAILED (status $proofs_status; their log is above)"; exit 1
 fi
 echo "::: two-host tests, kernel proofs and late stand-in: ok (waited $((SECONDS - t0)) s after the rest)"
-
-echo "::: compile report with CUDA 12's NVRTC (the cuda12 extra)"
-t0=$SECONDS
-cu12_log=$(mktemp -t aclnn-cu12.XXXXXX)
-if PYTHON="$PY" bash scripts/compile_cuda12.sh > "$cu12_log" 2>&1; then
-  tail -n 1 "$cu12_log"
-else
-  cat "$cu12_log"; echo "::: compile report, CUDA 12: FAILED"; exit 1
-fi
-echo "::: compile report, CUDA 12: ok ($((SECONDS - t0)) s)"
 
 echo "::: all checks passed in $((SECONDS - start)) s"
