@@ -14,6 +14,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Callable
 
+from ..base.status import aclError, aclnnStatus
+
 
 class CError(Exception):
     """A failure the C layer detects before Python sees the call (a NULL out-pointer, a NULL array)."""
@@ -25,9 +27,9 @@ class CError(Exception):
 Writer = Callable[[tuple], None]
 Conversion = Callable[[Any, tuple, Any], tuple[list, Writer]]
 
-NULLPTR = 161001        # ACLNN_ERR_PARAM_NULLPTR
-HCCL_E_PTR = 2
-# (aclrtPointerGetAttributes' null out-pointer answers ACL_ERROR_RT_PARAM_INVALID, 107000, as bridge.NULL_OUT)
+NULLPTR = aclnnStatus.ACLNN_ERR_PARAM_NULLPTR
+HCCL_E_PTR = 2   # HcclResult.HCCL_E_PTR (hccl/types.py, not imported here: the hccl package loads its engines)
+# (aclrtPointerGetAttributes' null out-pointer answers ACL_ERROR_RT_PARAM_INVALID, as bridge.NULL_OUT)
 _new_array: Any = None
 
 
@@ -195,7 +197,8 @@ def _batch_send_recv(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, Writ
 def _pointer_attributes(ffi: Any, cargs: tuple, handle_of: Any) -> tuple[list, Writer]:
     ptr, attributes = cargs
     if attributes == ffi.NULL:
-        raise CError(107000, "aclrtPointerGetAttributes: attributes is nullptr (out-parameter)")
+        raise CError(aclError.ACL_ERROR_RT_PARAM_INVALID,
+                     "aclrtPointerGetAttributes: attributes is nullptr (out-parameter)")
 
     def write(results: tuple) -> None:
         kind, device_id, page = results

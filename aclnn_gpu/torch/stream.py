@@ -78,10 +78,10 @@ from ..device.capture_mode import capture_mode
 from ..device.cuda import CudaStream, cuda_bindings_runtime
 from ..base.errors import AclnnError, OpError, aclGetRecentErrMsg, check_status
 from ..runtime import aclrtStream, device_of, get_device, using_device
-from ..base.status import aclError, aclFormat
+from ..base.status import aclError, aclFormat, aclnnStatus
 from ..meta.tensor import aclCreateIntArray, aclCreateTensor, aclIntArray, aclTensor
 
-INVALID = 161002   # ACLNN_ERR_PARAM_INVALID
+INVALID = aclnnStatus.ACLNN_ERR_PARAM_INVALID
 
 _TO_NUMPY = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
              torch.bfloat16: dtypes.bfloat16, torch.float64: np.dtype(np.float64),

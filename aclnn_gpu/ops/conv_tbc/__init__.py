@@ -1,4 +1,8 @@
-"""The ConvTbc operator package: `api.py` (public names, checks in CANN's order, plans), `launch.py`
-(GPU launcher; kernels in `kernels/conv_tbc.cu`); the cpu device runs `reference/conv_tbc.py`."""
+"""The ConvTbc operator family, whole: `api.py` (public names, checks in CANN's order, plans and their
+outputs), `launch.py` (GPU launcher, kernel table; kernels in `kernels/conv_tbc.cu`), `functional.py`
+(aclnn_gpu.functional's bodies), `torch_ops.py` and `torch_functions.py` (aclnn_gpu.torch's operators
+and functions), `samples.py` and `traffic_budget.json` (the demo's and the profiler's cases, the
+budgets); the cpu device runs `reference/conv_tbc.py`. Only `api.py` is imported here: the layers above
+import the rest."""
 from .api import *  # noqa: F403 - the public names, listed in api.__all__
 from .api import __all__  # noqa: F401
