@@ -17,10 +17,9 @@ layout variant are those of the contiguous call: a reference, not a bound).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable
 
 from ..ops.registry import SAMPLES
 from ..ops.samples import DTYPES, CoverageCase, Drivers, ProfileCase
@@ -28,15 +27,9 @@ from ..ops.samples import DTYPES, CoverageCase, Drivers, ProfileCase
 __all__ = ["COVERAGE", "DTYPES", "OPERATORS", "Operator", "family_samples"]
 
 
-@dataclass(frozen=True)
-class Operator:
-    name: str                    # the aclnn name
-    dims: dict[str, int]         # default (small) shape
-    dtype: str
-    doc: str                     # what the dimensions mean
-    setup: Callable              # (dims, dtype, rng) -> call() (prepare work done inside setup)
-    min_bytes: Callable          # (dims, itemsize) -> int
-    memory_bound: bool = True
+# An operator as the profiler runs it: its family's ProfileCase with the drivers bound, so that
+# `setup(dims, dtype, rng) -> call()` (prepare work done inside setup)
+Operator = ProfileCase
 
 
 def _drivers() -> Drivers:
@@ -48,8 +41,7 @@ def _drivers() -> Drivers:
 def _operator(case: ProfileCase) -> Operator:
     """The family's case with the drivers bound at setup (functional is imported on first use, as a
     call of the profile needs the emulated device chosen first)."""
-    return Operator(case.name, case.dims, case.dtype, case.doc,
-                    lambda d, dt, rng: case.setup(d, dt, rng, _drivers()), case.min_bytes, case.memory_bound)
+    return dataclasses.replace(case, setup=lambda d, dt, rng: case.setup(d, dt, rng, _drivers()))
 
 
 def family_samples() -> list[ModuleType]:
