@@ -137,6 +137,11 @@ class aclTensor:
         size = self._itemsize
         return dtypes.itemsize(self.dtype) if size is None else size  # (raises for a dtype with no itemsize)
 
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The NumPy dtype of its elements (base/dtypes.py's table; raises for a dtype NumPy lacks)."""
+        return np.dtype(dtypes.to_numpy(self.dtype))
+
     def element_span(self) -> tuple[int, int]:
         """[lo, hi) in elements from `data` that the view touches (hi == lo for an empty view)."""
         span = self._span

@@ -37,7 +37,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...base import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...reference import conv_tbc as reference
 from ...base.status import aclDataType as D
@@ -57,13 +56,10 @@ FORMATS_1D = (F.ACL_FORMAT_ND,)
 CUBE_MATH = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16", 3: "USE_HF32"}
 
 
-def _np(tensor: aclTensor) -> np.dtype:
-    return dtypes.to_numpy(tensor.dtype)
-
 
 def promote(*tensors: aclTensor) -> np.dtype:
     """The compute dtype of the GPU plan: the common dtype, float32 when they differ."""
-    kinds = {_np(t) for t in tensors}
+    kinds = {t.numpy_dtype for t in tensors}
     return kinds.pop() if len(kinds) == 1 else np.dtype(np.float32)
 
 
@@ -79,13 +75,13 @@ def _cube_math(c: Checks, value: Any) -> int:
 def _convert_in(tensor: aclTensor, compute: np.dtype, ctx: Any, src: int, dst: int) -> None:
     """A converted operand: strided gather + conversion to the compute dtype (one tbc_copy)."""
     shape, strides = _as3(tensor)
-    gpu.convert_copy(ctx, _np(tensor), compute, shape, strides, src, dst)
+    gpu.convert_copy(ctx, tensor.numpy_dtype, compute, shape, strides, src, dst)
 
 
 def _convert_out(tensor: aclTensor, compute: np.dtype, ctx: Any, src: int, dst: int) -> None:
     """A compute-dtype result converted into its output's dtype (then scattered if strided)."""
     shape, _ = _as3(tensor)
-    gpu.convert_copy(ctx, compute, _np(tensor), shape, (shape[1] * shape[2], shape[2], 1), src, dst)
+    gpu.convert_copy(ctx, compute, tensor.numpy_dtype, shape, (shape[1] * shape[2], shape[2], 1), src, dst)
 
 
 def _workspace(device: Any, compute: np.dtype, inputs: tuple[aclTensor, ...], outputs: tuple[aclTensor, ...],
@@ -96,10 +92,10 @@ def _workspace(device: Any, compute: np.dtype, inputs: tuple[aclTensor, ...], ou
         return NO_WORKSPACE
     builder = WorkspaceBuilder()
     for tensor in inputs:
-        if tensor.numel > 0 and (_np(tensor) != compute or not tensor.is_contiguous()):
+        if tensor.numel > 0 and (tensor.numpy_dtype != compute or not tensor.is_contiguous()):
             builder.convert(tensor, tensor.numel * compute.itemsize, partial(_convert_in, tensor, compute))
     for tensor in outputs:
-        if tensor.numel > 0 and _np(tensor) != compute:
+        if tensor.numel > 0 and tensor.numpy_dtype != compute:
             builder.convert(tensor, tensor.numel * compute.itemsize, partial(_convert_out, tensor, compute),
                             output=True)
         builder.stage(tensor, output=True)

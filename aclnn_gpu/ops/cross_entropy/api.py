@@ -45,7 +45,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...base import dtypes
 from ...executor import make_execute, make_get_workspace_size
 from ...reference import cross_entropy as reference
 from ...base.status import aclDataType as D
@@ -62,9 +61,6 @@ REDUCTIONS = ("none", "mean", "sum")
 GRAD_OP = "aclnnCrossEntropyLossGrad"
 FORWARD_OP = "aclnnCrossEntropyLoss"
 
-
-def _np(tensor: aclTensor) -> np.dtype:
-    return np.dtype(dtypes.to_numpy(tensor.dtype))
 
 
 def _reduction(c: Checks, value: Any) -> str:
@@ -185,8 +181,8 @@ class _CrossEntropyPlan(Plan):
         """The kernel arguments both launches share (`x`: the (N, C) input whose dtype they run in)."""
         ws = self.workspace
         return dict(target_ptr=ws.address(self.target, workspace), weight_ptr=ws.address(self.weight, workspace),
-                    workspace_ptr=ws.at("kernels", workspace), N=self.N, C=self.C, dtype=_np(x),
-                    target_dtype=_np(self.target), reduction=self.reduction, ignore_index=self.ignore_index,
+                    workspace_ptr=ws.at("kernels", workspace), N=self.N, C=self.C, dtype=x.numpy_dtype,
+                    target_dtype=self.target.numpy_dtype, reduction=self.reduction, ignore_index=self.ignore_index,
                     label_smoothing=self.label_smoothing)
 
 
