@@ -137,7 +137,7 @@ def test_uploaded_workspace_pointers_are_rebased():
     for base in (0x10_0000, 0x20_0040):
         live, replay = Calls(4), Calls(4)
         _PointerTable().launch_kernels(live, base)
-        frozen.run(replay, base)
+        frozen.run_steps(replay, base)
         assert replay.calls == live.calls
         assert replay.calls[0][2] == np.array([base + 512, 0x7F00_0000_1000, base], np.uint64).tobytes()
         assert replay.calls[1][0] == "gemm_batched"
@@ -196,7 +196,7 @@ def test_int64_tiling_words_are_never_rebased():
     upload = frozen.steps[0]
     assert upload.patches == () and list(upload.data) == [SENTINEL + 8, 3]
     replay = Calls(4)
-    frozen.run(replay, 0x10_0000)
+    frozen.run_steps(replay, 0x10_0000)
     assert replay.calls[0][2] == np.array([SENTINEL + 8, 3], np.int64).tobytes()
 
 

@@ -40,15 +40,14 @@ class CudaKernelContext:
                                                 self.stream.pinned_for_capture))
 
     def run_frozen(self, frozen: Any, workspace: int) -> None:
-        """`FrozenLaunch.run` on this device: the same steps in the same order with the same CuPy and
-        cuBLAS calls as `launch`, `upload_at` and the GEMMs make, without their layers (the hot loop of
-        phase 2). The steps are resolved once per (workspace, stream, cuBLAS handle) into a replay
-        program (`_program`, kept on the frozen launch: FrozenLaunch.find_program / keep_program, a few
-        per launch, so threads or streams taking turns do not rebuild theirs): a kernel launch is the
-        kernel object and its argument tuple, a GEMM one C call on an argument tuple with the handle in
-        front (`Gemm.native`'s arguments, built once: a tuple made per call costs a fifth of the call).
-        The handle's stream and workspace are settled once per execute, before the first step
-        (`CudaDevice.cublas`)."""
+        """A frozen launch replayed on this device (`plans/frozen.run_plan`): the same steps in the same order
+        with the same CuPy and cuBLAS calls as `launch`, `upload_at` and the GEMMs make, without their layers
+        (the hot loop of phase 2). The steps are resolved once per (workspace, stream, cuBLAS handle) into a
+        replay program (`_program`, kept on the frozen launch: FrozenLaunch.find_program / keep_program, a few
+        per launch, so threads or streams taking turns do not rebuild theirs): a kernel launch is the kernel
+        object and its argument tuple, a GEMM one C call on an argument tuple with the handle in front
+        (`Gemm.native`'s arguments, built once: a tuple made per call costs a fifth of the call). The handle's
+        stream and workspace are settled once per execute, before the first step (`CudaDevice.cublas`)."""
         device = self.device
         handle: Any = device.cublas(self.stream) if frozen.gemms and device.native_gemm else None
         key, program = frozen.program

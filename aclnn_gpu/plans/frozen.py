@@ -6,7 +6,7 @@ workspace at a sentinel base address. The result, a `FrozenLaunch` (a frozen dat
 bytes of every upload, the kernel name, geometry and argument tuple of every launch, and the
 positions of the arguments that point into the workspace (and of the words of an uploaded uint64
 table that do: a GEMM's pointer array; int64 tiling tables are never patched). Phase 2
-(`FrozenLaunch.run`) only rebases those few values on the real workspace and enqueues the steps on
+(`run_plan`) only rebases those few values on the real workspace and enqueues the steps on
 the stream: no shape arithmetic, no dtype tables, no tiling built again. The cuda device resolves the
 steps further, once per workspace, stream and cuBLAS handle, into a replay program kept on the frozen
 launch (the last one used in `FrozenLaunch.program`, up to PROGRAMS_KEPT in `FrozenLaunch.programs`:
@@ -183,17 +183,10 @@ class FrozenLaunch:
             object.__setattr__(self, "programs", programs)
             object.__setattr__(self, "program", (key, program))   # one tuple: threads see a whole one
 
-    def run(self, ctx: Any, workspace: int) -> None:
-        """Enqueue the recorded steps on `ctx`'s stream with the workspace at `workspace` (a context
-        with its own loop, the cuda device's, runs them itself: CudaKernelContext.run_frozen)."""
-        run_frozen = getattr(ctx, "run_frozen", None)
-        if run_frozen is not None:
-            run_frozen(self, workspace)
-        else:
-            self.run_steps(ctx, workspace)
-
     def run_steps(self, ctx: Any, workspace: int) -> None:
-        """`run` through the context's `launch`, `upload` (or `upload_at`) and GEMM methods, step by step."""
+        """The recorded steps at `workspace` through the context's `launch`, `upload` (or `upload_at`) and
+        GEMM methods, step by step (a context with its own replay program, the cuda device's, is handed
+        the launch instead: `run_plan`)."""
         upload_at = getattr(ctx, "upload_at", None)   # a context that takes a host address
         for step in self.steps:
             kind = type(step)
@@ -214,10 +207,10 @@ class FrozenLaunch:
 
 
 def run_plan(plan: Any, ctx: Any, workspace: int) -> None:
-    """Phase 2 of `plan` on a kernel context, the one fast path (`Plan.run_kernels`, and the cuda
-    device's `enqueue` directly: the host hot path): its frozen launch replayed at `workspace`
-    (`FrozenLaunch.run`); with no record, or a workspace base less aligned than the recording's (ALIGN:
-    the launcher's vector-path choices would differ), the launcher runs again."""
+    """Phase 2 of `plan` on a kernel context, the one fast path (`Plan.run_kernels`, and the cuda device's
+    `enqueue` directly: the host hot path): its frozen launch replayed at `workspace` (the context's own replay
+    program, else `FrozenLaunch.run_steps`); with no record, or a workspace base less aligned than the
+    recording's (ALIGN: the launcher's vector-path choices would differ), the launcher runs again."""
     frozen = plan.frozen
     if frozen is None or workspace % ALIGN:
         plan.launch_kernels(ctx, workspace)
