@@ -12,7 +12,6 @@ them in ops/registry.py's DEMO_ORDER.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
@@ -26,11 +25,8 @@ from ..ops.samples import DemoEntry
 def build_cases(rng: np.random.Generator, small: bool) -> list[DemoEntry]:
     """(case, get_workspace_size, execute, args builder) of every family's demo cases (ops/<family>/samples.py),
     in ops/registry.py's DEMO_ORDER."""
-    from ..ops.registry import DEMO_ORDER
-    cases: list[DemoEntry] = []
-    for family in DEMO_ORDER:
-        cases += importlib.import_module(f"aclnn_gpu.ops.{family}.samples").demo_cases(rng, small)
-    return cases
+    from ..ops.registry import DEMO_ORDER, family_modules
+    return [case for module in family_modules(DEMO_ORDER, "samples") for case in module.demo_cases(rng, small)]
 
 
 def _f64(a: np.ndarray) -> np.ndarray:

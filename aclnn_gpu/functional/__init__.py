@@ -22,20 +22,18 @@ cached signature), `cache` (the call cache), `dispatch` (the public functions an
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from .dispatch import entry_point
 from ..base.errors import AclnnError
-from ..ops.registry import FUNCTIONAL
+from ..ops.registry import FUNCTIONAL, family_modules
 
 
 def _public_functions() -> dict[str, Callable[..., Any]]:
     """name -> the public function of each operator body the families in ops/registry.py FUNCTIONAL
     offer (their functional.py's OPERATORS, with BY_VALUE's parameters keyed by value)."""
     functions: dict[str, Callable[..., Any]] = {}
-    for family in FUNCTIONAL:
-        module = importlib.import_module(f"..ops.{family}.functional", __package__)
+    for module in family_modules(FUNCTIONAL, "functional"):
         for body in module.OPERATORS:
             functions[body.__name__] = entry_point(body, module.BY_VALUE.get(body.__name__, ()))
     return functions

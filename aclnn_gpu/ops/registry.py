@@ -5,6 +5,9 @@ Adding a family: its package under ops/, its names here, and (for a functional A
 FUNCTIONAL; aclnn_gpu.functional builds its public functions from that list."""
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from .kl_div import aclnnKlDiv, aclnnKlDivBackward, aclnnKlDivBackwardGetWorkspaceSize, aclnnKlDivGetWorkspaceSize
 from .conv_tbc import (aclnnConvTbc, aclnnConvTbcBackward, aclnnConvTbcBackwardGetWorkspaceSize,
                        aclnnConvTbcGetWorkspaceSize)
@@ -43,3 +46,10 @@ TORCH = ("ctc_loss", "cross_entropy", "kl_div", "conv_tbc", "scaled_masked_softm
 # generator in this order, so the order is part of the table's figures).
 SAMPLES = ("kl_div", "cross_entropy", "scaled_masked_softmax", "ctc_loss", "conv_tbc")
 DEMO_ORDER = ("kl_div", "cross_entropy", "ctc_loss", "conv_tbc", "scaled_masked_softmax")
+
+
+def family_modules(families: tuple[str, ...], part: str) -> list[ModuleType]:
+    """`ops/<family>/<part>.py` of each of `families` (one of the lists above), in its order: what the
+    layers above read by name. Imported when asked for, so `import aclnn_gpu` loads no family's
+    functional, PyTorch or sample module (nor PyTorch itself)."""
+    return [importlib.import_module(f"{__package__}.{family}.{part}") for family in families]

@@ -18,13 +18,11 @@ layout variant are those of the contiguous call: a reference, not a bound).
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from types import ModuleType
 
-from ..ops.registry import SAMPLES
+from ..ops.registry import SAMPLES, family_modules
 from ..ops.samples import DTYPES, CoverageCase, Drivers, ProfileCase
 
-__all__ = ["COVERAGE", "DTYPES", "OPERATORS", "Operator", "family_samples"]
+__all__ = ["COVERAGE", "DTYPES", "OPERATORS", "Operator"]
 
 
 # An operator as the profiler runs it: its family's ProfileCase with the drivers bound, so that
@@ -44,17 +42,13 @@ def _operator(case: ProfileCase) -> Operator:
     return dataclasses.replace(case, setup=lambda d, dt, rng: case.setup(d, dt, rng, _drivers()))
 
 
-def family_samples() -> list[ModuleType]:
-    """Each family's samples module, in ops/registry.py's SAMPLES order."""
-    return [importlib.import_module(f"aclnn_gpu.ops.{family}.samples") for family in SAMPLES]
+_FAMILIES = family_modules(SAMPLES, "samples")   # each family's samples module, in SAMPLES order
 
-
-OPERATORS: dict[str, Operator] = {case.name: _operator(case)
-                                  for module in family_samples() for case in module.PROFILE_CASES}
+OPERATORS: dict[str, Operator] = {case.name: _operator(case) for module in _FAMILIES for case in module.PROFILE_CASES}
 
 # Cases that together launch every kernel family of the ten operators (tests/kernels/test_traffic_budget.py
 # checks them against kernels/manifest.py): the defaults, plus each family's layout variants and long rows;
 # a third item is the element type when it is not the operator's.
 COVERAGE: list[CoverageCase] = [(name, {}) for name in OPERATORS]
-for _module in family_samples():
+for _module in _FAMILIES:
     COVERAGE += _module.COVERAGE

@@ -78,7 +78,6 @@ tensors raise TypeError.
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..ops import registry
@@ -87,7 +86,7 @@ from . import ops as _ops   # registers the aclnn:: operators (and hands ops/tor
 
 def _families() -> list[Any]:
     """The `torch_functions` module of each family the registry lists in TORCH, in its order."""
-    return [importlib.import_module(f"{registry.__package__}.{family}.torch_functions") for family in registry.TORCH]
+    return registry.family_modules(registry.TORCH, "torch_functions")
 
 
 def _public(families: list[Any]) -> dict[str, Any]:

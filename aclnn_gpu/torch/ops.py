@@ -22,7 +22,6 @@ they come back elsewhere).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ..ops import registry, torch_rules
@@ -34,8 +33,7 @@ def _register_families() -> dict[str, Any]:
     """{name: OpOverload} of every operator of the families the registry lists, each family registered
     in turn."""
     operators: dict[str, Any] = {}
-    for family in registry.TORCH:
-        definitions = importlib.import_module(f"{registry.__package__}.{family}.torch_ops")
+    for definitions in registry.family_modules(registry.TORCH, "torch_ops"):
         operators.update(register(definitions.OPERATORS))
     return operators
 
