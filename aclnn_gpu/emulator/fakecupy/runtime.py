@@ -18,8 +18,7 @@ from . import streams
 from .errors import CUDARuntimeError, cudaError_t
 from .memory import HOST_REGISTER_PORTABLE, _page_locked, _pageable, _registered
 from .streams import (CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL, _all_streams,
-                      _capturing, _current_device, _invalidate, _legacy_now, _stream, _unsafe, _use_legacy,
-                      device_workers)
+                      _capturing, _current_device, _invalidate, _legacy_now, _stream, _unsafe, device_workers)
 
 SM_COUNT = 4  # small on purpose: grids sized from it keep emulated launches short
 SM_COUNTS: dict[int, int] = {}  # device id -> SM count, where it differs from SM_COUNT
@@ -151,12 +150,7 @@ class _Runtime:
 
     @staticmethod
     def memcpy(dst: int, src: int, size: int, kind: int) -> None:
-        _use_legacy("cudaMemcpy")
-        _unsafe("cudaMemcpy")
-        if streams._late is None:
-            ctypes.memmove(dst, src, size)
-            return
-        _legacy_now(lambda: ctypes.memmove(dst, src, size))
+        _legacy_now("cudaMemcpy", lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
@@ -172,12 +166,7 @@ class _Runtime:
 
     @staticmethod
     def memset(ptr: int, value: int, size: int) -> None:
-        _use_legacy("cudaMemset")
-        _unsafe("cudaMemset")
-        if streams._late is None:
-            ctypes.memset(ptr, value, size)
-            return
-        _legacy_now(lambda: ctypes.memset(ptr, value, size))
+        _legacy_now("cudaMemset", lambda: ctypes.memset(ptr, value, size))
 
     @staticmethod
     def streamSynchronize(stream: int) -> None:

@@ -348,18 +348,22 @@ def set_late(rules: LateRules | None) -> LateRules | None:
 
 
 
-def _legacy_now(fn: Any) -> None:
-    """A synchronous legacy-stream call in the late stand-in (cudaMemcpy, cudaMemset: API synchronization
-    behavior): `fn` runs on the calling thread once the legacy stream's queued work, and the blocking
-    streams' (the default-stream rule), has run; done on return, it precedes whatever is queued later."""
-    device = _current_device()
-    marks = [stream.worker.record() for stream in _all_streams()
-             if stream.device_id == device and not stream.non_blocking and stream.worker.capture is None
-             and not stream.worker.finished_all()]
-    for mark in marks:
-        mark.done.wait()
+def _legacy_now(what: str, fn: Any) -> None:
+    """A synchronous legacy-stream call (cudaMemcpy, cudaMemset: API synchronization behavior), `what`:
+    refused as a legacy-stream use and an unsafe call where CUDA refuses it; then `fn` runs on the
+    calling thread, in the late stand-in once the legacy stream's queued work, and the blocking
+    streams' (the default-stream rule), has run (the prompt stand-in has nothing queued to wait for).
+    Done on return, it precedes whatever is queued later."""
+    _use_legacy(what)
+    _unsafe(what)
+    if _late is not None:
+        device = _current_device()
+        marks = [stream.worker.record() for stream in _all_streams()
+                 if stream.device_id == device and not stream.non_blocking and stream.worker.capture is None
+                 and not stream.worker.finished_all()]
+        for mark in marks:
+            mark.done.wait()
     fn()
-
 
 
 def _unsafe(what: str) -> None:
